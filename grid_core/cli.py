@@ -1,0 +1,95 @@
+"""The root ``grid`` command.
+
+Only ``grid plugins`` lives here; every other command group (``up``/``down``, ``allocator``,
+``engine``, ``test``, ``bench``, ``models``, ``chat``) arrives through the
+``grid_cli_commands`` hook from the package that owns it.
+
+Exit codes: 0 success, 1 runtime failure, 2 usage error. A handled error prints one line.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import typer
+
+from grid_core.cliregistry import CliRegistry
+from grid_core.errors import EXIT_RUNTIME_FAILURE, GridError
+from grid_core.plugins import Plugins, get_plugins
+
+
+def _plugins_command(plugins: Plugins) -> typer.models.CommandFunctionType:
+    def plugins_cmd(
+        as_json: bool = typer.Option(False, "--json", help="One JSON object on stdout."),
+    ) -> None:
+        """List loaded plugins, their distribution and version, and the hooks they implement."""
+        rows = [
+            {
+                "name": info.name,
+                "module": info.module,
+                "distribution": info.distribution,
+                "version": info.version,
+                "hooks": list(info.hooks),
+            }
+            for info in plugins.infos
+        ]
+        failures = [{"name": f.name, "cause": f.cause} for f in plugins.failures]
+        if as_json:
+            typer.echo(json.dumps({"plugins": rows, "failures": failures}, indent=2))
+            return
+        from grid_core.table import render_table
+
+        typer.echo(
+            render_table(
+                ["plugin", "distribution", "version", "hooks"],
+                [
+                    [r["name"], r["distribution"] or "-", r["version"] or "-",
+                     ", ".join(r["hooks"]) or "-"]
+                    for r in rows
+                ],
+            )
+        )
+        for f in plugins.failures:
+            typer.echo(f.line(), err=True)
+
+    return plugins_cmd
+
+
+def build_app(plugins: Plugins | None = None) -> typer.Typer:
+    """The root Typer app with every plugin's commands mounted.
+
+    Args:
+        plugins: the facade to use; defaults to the installed entry points.
+    """
+    plugins = plugins or get_plugins()
+    app = typer.Typer(
+        name="grid",
+        help="Grid: run an AI intranet — placement, reconciliation, routing, host protection.",
+        no_args_is_help=True,
+        add_completion=False,
+        pretty_exceptions_enable=False,
+    )
+    @app.callback()
+    def root() -> None:
+        """Grid command line; every group below comes from a plugin."""
+
+    app.command(name="plugins")(_plugins_command(plugins))
+    plugins.cli_commands(CliRegistry(app))
+    return app
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Console entry point: run ``grid`` and turn handled errors into one line + exit code.
+
+    Usage errors are reported by the command-line parser itself (exit 2).
+    """
+    try:
+        command = typer.main.get_command(build_app())
+        command.main(args=argv, prog_name="grid")
+    except GridError as exc:
+        print(f"grid: error: {exc}", file=sys.stderr)
+        raise SystemExit(exc.exit_code) from None
+    except KeyboardInterrupt:
+        print("grid: interrupted", file=sys.stderr)
+        raise SystemExit(EXIT_RUNTIME_FAILURE) from None

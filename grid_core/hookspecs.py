@@ -1,0 +1,133 @@
+"""Hook specifications: every extension point Grid offers to plugins.
+
+Each hook is named ``grid_<what>`` so implementations are greppable. Registration hooks
+receive a ``register`` callable instead of returning lists, so the core validates and
+de-duplicates in one place (see :mod:`grid_core.plugins`). pluggy is synchronous: async work
+(an engine probe) lives on the objects a hook registers, never in the hook itself.
+
+Call sites never use ``pm.hook`` directly; they go through :class:`grid_core.plugins.Plugins`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import pluggy
+
+if TYPE_CHECKING:  # imported only for type checkers; keeps grid_core import-light.
+    from grid_core.cliregistry import CliRegistry
+
+PROJECT_NAME = "grid"
+"""pluggy project name; also the entry-point group plugins are found in."""
+
+hookspec = pluggy.HookspecMarker(PROJECT_NAME)
+hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
+
+
+@hookspec
+def grid_runtime_adapters(register: Callable[[object], None]) -> None:
+    """Register runtime adapters (one per engine family: llama.cpp, vLLM, Ollama, ComfyUI).
+
+    Args:
+        register: call once per adapter object. The object must provide ``name`` (str, the
+            runtime name used in profiles, e.g. ``"llama.cpp"``) and the lifecycle methods of
+            :class:`grid_core.runtime.RuntimeAdapter`. Two adapters with one name are a
+            :class:`~grid_core.errors.PluginError`.
+    """
+
+
+@hookspec(firstresult=True)
+def grid_forecast(series: object, now: float, policy: object) -> object | None:
+    """Forecast near-term demand for one model from its bounded bucket series.
+
+    firstresult: exactly one forecaster answers (the built-in EWMA plugin by default).
+
+    Args:
+        series: the model's :class:`grid_core.demand.DemandSeries` (bounded buckets).
+        now: wall-clock seconds (Unix) of the planning instant.
+        policy: :class:`grid_core.demand.ForecastPolicy` (bucket width, EWMA alpha, horizon).
+
+    Returns:
+        A :class:`grid_core.demand.Forecast`, or ``None`` to let the next plugin answer.
+    """
+
+
+@hookspec
+def grid_placement_score_terms(register: Callable[[object], None]) -> None:
+    """Register placement score terms; the planner sums every registered term.
+
+    Args:
+        register: call once per term. A term is an object with ``name`` (str) and
+            ``score(model, host, ctx) -> float`` where larger is better; see
+            :mod:`grid_core.planner.scoring` for the context and the unit conventions.
+    """
+
+
+@hookspec(firstresult=True)
+def grid_select_victims(candidates: object, need: object, ctx: object) -> object | None:
+    """Choose the residencies to preempt so a higher-priority replica can be placed.
+
+    firstresult: exactly one victim selector answers (the built-in one by default).
+
+    Args:
+        candidates: removable residencies on one host (already filtered for ownership, pins,
+            priority and minimum residency by the planner).
+        need: the memory (MB) and model slots that must be released.
+        ctx: planner context (priorities, warm-back costs).
+
+    Returns:
+        The chosen victims (a sequence of candidates) or ``None`` when no sufficient set exists.
+    """
+
+
+@hookspec(firstresult=True)
+def grid_classify_request(features: object, vocabulary: tuple[str, ...]) -> str | None:
+    """Map bounded request features to one workload from the configured vocabulary.
+
+    firstresult: exactly one classifier answers.
+
+    Args:
+        features: :class:`grid_core.demand.RequestFeatures` (no prompt text is retained).
+        vocabulary: the workloads the operator configured (e.g. ``("coding", "general")``).
+
+    Returns:
+        One element of ``vocabulary``, or ``None`` to let the next plugin answer.
+    """
+
+
+@hookspec(firstresult=True)
+def grid_search_portfolio(snapshot: object, ctx: object) -> object | None:
+    """Choose a workload-to-model portfolio for unbound (``auto``) demand.
+
+    firstresult: at most one portfolio planner answers; with none, the controller projects
+    each workload onto its highest-scoring feasible model.
+
+    Args:
+        snapshot: immutable workload-forecast snapshot for this tick.
+        ctx: planner access for evaluating candidate portfolios.
+
+    Returns:
+        A portfolio decision, or ``None`` for the built-in projection.
+    """
+
+
+@hookspec
+def grid_gpu_devices(register: Callable[[object], None]) -> None:
+    """Report accelerator devices on this host (node side).
+
+    Args:
+        register: call once per device with an object carrying ``index`` (int),
+            ``name`` (str), ``memory_total_mb`` (int) and ``memory_used_mb`` (int or None when
+            unknown). Hosts with no plugin report no GPU, which placement treats as zero GPUs.
+    """
+
+
+@hookspec
+def grid_cli_commands(cli: CliRegistry) -> None:
+    """Contribute commands to the ``grid`` command line.
+
+    Args:
+        cli: the registry; ``cli.group("allocator")`` returns the shared Typer sub-app for that
+            group (created on first use) and ``cli.command(fn, name=...)`` adds a root command.
+    """

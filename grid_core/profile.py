@@ -1,0 +1,184 @@
+"""Model profiles: what the operator declares about one model for placement.
+
+Set with ``grid allocator model set`` / ``PUT /allocator/models/{model_id}``. Memory is the
+resident runtime budget of one replica (not the file size). Validation names the field and the
+fix; a profile is either wholly valid or rejected (no half-applied profile).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Annotated
+
+import msgspec
+
+from grid_core.errors import ValidationError
+
+DEFAULT_RUNTIME = "llama.cpp"
+MAX_REPLICAS_LIMIT = 256
+"""Upper bound on max_replicas: above any fleet Grid plans for; keeps search bounded."""
+MAX_PRIORITY = 1000
+"""Priorities are small integers, higher is more important."""
+HF_SOURCE = re.compile(r"^hf://[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+(@[A-Za-z0-9_.-]+)?/.+$")
+"""An exact, credential-free Hugging Face file URI (``hf://owner/repo[@rev]/path``)."""
+SHA256 = re.compile(r"^[0-9a-f]{64}$")
+WORKLOAD_NAME = re.compile(r"^[a-z][a-z0-9_-]{0,31}$")
+
+
+class ModelProfile(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """Placement policy for one model (units in the field names: MB, seconds, ms).
+
+    Rules come from the specification's "CLI workflow" and "Global placement loop".
+    """
+
+    model_id: Annotated[str, msgspec.Meta(min_length=1, max_length=200)]
+    memory_mb: int
+    """Portable resident budget of one replica (MB)."""
+    runtime_memory_mb: dict[str, int] = {}
+    """Runtime-specific budgets; the largest one matching the host's runtimes is used."""
+    artifact_sha256: str | None = None
+    artifact_source: str | None = None
+    artifact_size_mb: int | None = None
+    runtimes: tuple[str, ...] = (DEFAULT_RUNTIME,)
+    backends: tuple[str, ...] = ()
+    """Empty: any backend; otherwise the host must offer at least one."""
+    min_replicas: int = 0
+    max_replicas: int = 1
+    priority: int = 0
+    data_tier: str | None = None
+    """When set, the host must list this tier in its ``data_tiers``."""
+    required_tags: tuple[str, ...] = ()
+    forbidden_tags: tuple[str, ...] = ()
+    min_failure_domains: int = 1
+    max_colocated_models: int = 0
+    """Models per host including this one; 0 = unlimited, 1 = exclusive."""
+    colocation_excludes: tuple[str, ...] = ()
+    """Models never placed on the same host (reciprocal even if declared on one side)."""
+    pins: tuple[str, ...] = ()
+    """Host ids this model must run on (hard); at most ``max_replicas`` of them."""
+    min_gpu_count: int = 0
+    min_gpu_memory_mb: int = 0
+    replica_concurrency: int = 1
+    """Conservative service slots of a new replica (requests at once)."""
+    target_utilization: float = 0.7
+    expected_service_time_s: float = 2.0
+    latency_slo_ms: float | None = None
+    load_estimate_s: float = 30.0
+    """Prior for acquiring/verifying the artifact (seconds)."""
+    warm_estimate_s: float = 10.0
+    """Prior for starting the engine until ready (seconds)."""
+    min_residency_s: float = 300.0
+    scale_down_cooldown_s: float = 600.0
+    workload_scores: dict[str, float] = {}
+    """Capability hints in (0, 1] per workload, for unbound (``auto``) demand."""
+
+    def memory_for(self, runtimes: tuple[str, ...] | list[str]) -> int:
+        """Resident MB of one replica on a host offering ``runtimes``.
+
+        The largest runtime-specific estimate among the host's matching runtimes wins
+        (conservative when several are installed); ``memory_mb`` is the fallback.
+        """
+        matching = [self.runtime_memory_mb[r] for r in runtimes
+                    if r in self.runtime_memory_mb and r in self.runtimes]
+        return max(matching) if matching else self.memory_mb
+
+
+def _fail(field: str, problem: str, fix: str) -> ValidationError:
+    return ValidationError(f"profile field '{field}': {problem}; {fix}")
+
+
+def _check_finite(name: str, value: float, lo: float, hi: float) -> None:
+    if not (isinstance(value, int | float) and math.isfinite(value) and lo <= value <= hi):
+        raise _fail(name, f"{value!r} is out of range", f"use a number in [{lo}, {hi}]")
+
+
+def validate_profile(p: ModelProfile) -> ModelProfile:
+    """Check every rule that crosses fields; return the canonical profile.
+
+    Canonicalises the digest to lowercase and sorts/de-duplicates tag-like tuples so two
+    equivalent profiles hash the same.
+
+    Raises:
+        ValidationError: the message names the field and the fix.
+    """
+    if p.memory_mb <= 0 or p.memory_mb > 1 << 32:
+        raise _fail("memory_mb", f"{p.memory_mb} is not a positive MB value",
+                    "give the resident runtime budget of one replica in MB")
+    for rt, mb in p.runtime_memory_mb.items():
+        if mb <= 0 or mb > 1 << 32:
+            raise _fail("runtime_memory_mb", f"{rt}={mb} is not positive", "use RUNTIME=MB")
+    if not p.runtimes:
+        raise _fail("runtimes", "is empty", "name at least one runtime (default llama.cpp)")
+    if not 0 <= p.min_replicas <= p.max_replicas <= MAX_REPLICAS_LIMIT or p.max_replicas < 1:
+        raise _fail("min_replicas/max_replicas", f"{p.min_replicas}/{p.max_replicas} invalid",
+                    f"need 0 <= min <= max, 1 <= max <= {MAX_REPLICAS_LIMIT}")
+    if not -MAX_PRIORITY <= p.priority <= MAX_PRIORITY:
+        raise _fail("priority", f"{p.priority} out of range", f"use |priority| <= {MAX_PRIORITY}")
+    if p.min_failure_domains < 1:
+        raise _fail("min_failure_domains", "must be >= 1", "use 1 for no diversity requirement")
+    if p.max_colocated_models < 0:
+        raise _fail("max_colocated_models", "is negative", "use 0 (unlimited) or a count >= 1")
+    if len(p.pins) > p.max_replicas:
+        raise _fail("pins", f"{len(p.pins)} pins exceed max_replicas={p.max_replicas}",
+                    "raise max_replicas or pin fewer hosts")
+    if p.min_gpu_count < 0 or p.min_gpu_memory_mb < 0:
+        raise _fail("min_gpu_count/min_gpu_memory_mb", "is negative", "use 0 for no requirement")
+    if p.replica_concurrency < 1:
+        raise _fail("replica_concurrency", "must be >= 1", "declare request slots per replica")
+    _check_finite("target_utilization", p.target_utilization, 0.05, 1.0)
+    _check_finite("expected_service_time_s", p.expected_service_time_s, 0.001, 3600.0)
+    if p.latency_slo_ms is not None:
+        _check_finite("latency_slo_ms", p.latency_slo_ms, 1.0, 3_600_000.0)
+    for name in ("load_estimate_s", "warm_estimate_s", "min_residency_s",
+                 "scale_down_cooldown_s"):
+        _check_finite(name, getattr(p, name), 0.0, 86_400.0)
+    sha = p.artifact_sha256.lower() if p.artifact_sha256 else None
+    if sha is not None and not SHA256.match(sha):
+        raise _fail("artifact_sha256", "is not 64 hex digits", "pass the file's SHA-256")
+    if p.artifact_source is not None:
+        if not HF_SOURCE.match(p.artifact_source) or "@" in p.artifact_source.split("/")[2]:
+            raise _fail("artifact_source", f"{p.artifact_source!r} is not an exact hf:// URI",
+                        "use hf://owner/repo/path/file.gguf without credentials")
+        if sha is None or p.artifact_size_mb is None:
+            raise _fail("artifact_source", "needs artifact_sha256 and artifact_size_mb",
+                        "give all three fields for autonomous fetch")
+    if p.artifact_size_mb is not None and p.artifact_size_mb <= 0:
+        raise _fail("artifact_size_mb", "must be positive", "give the download ceiling in MB")
+    for w, score in p.workload_scores.items():
+        if not WORKLOAD_NAME.match(w):
+            raise _fail("workload_scores", f"workload {w!r} is not a simple name",
+                        "use lowercase names such as coding or research")
+        if not (math.isfinite(score) and 0.0 < score <= 1.0):
+            raise _fail("workload_scores", f"{w}={score} is outside (0, 1]",
+                        "use WORKLOAD=SCORE with 0 < SCORE <= 1")
+    if p.model_id in p.colocation_excludes:
+        raise _fail("colocation_excludes", "names the model itself", "name other models only")
+    return msgspec.structs.replace(
+        p,
+        artifact_sha256=sha,
+        runtimes=tuple(dict.fromkeys(p.runtimes)),
+        backends=tuple(sorted(set(p.backends))),
+        required_tags=tuple(sorted(set(p.required_tags))),
+        forbidden_tags=tuple(sorted(set(p.forbidden_tags))),
+        colocation_excludes=tuple(sorted(set(p.colocation_excludes))),
+        pins=tuple(sorted(set(p.pins))),
+    )
+
+
+def profile_from_json(data: bytes | str | dict[str, object]) -> ModelProfile:
+    """Decode and validate a profile from JSON (or an already-parsed object).
+
+    Raises:
+        ValidationError: malformed JSON, a wrong type (the message names the path) or a
+            rule violation.
+    """
+    try:
+        if isinstance(data, dict):
+            p = msgspec.convert(data, ModelProfile)
+        else:
+            p = msgspec.json.decode(data, type=ModelProfile)
+    except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+        msg = f"model profile: {exc}"
+        raise ValidationError(msg) from None
+    return validate_profile(p)

@@ -1,0 +1,1 @@
+"""Grid node agent: telemetry, host protection, heartbeats, actuator."""

@@ -1,0 +1,1 @@
+"""Entry point of the grid_node plugin (CLI commands)."""

@@ -1,0 +1,1 @@
+"""Grid server: registry, allocator API, OpenAI-compatible router, controller runner."""

@@ -1,0 +1,1 @@
+"""Benchmarks: grid bench plan / tick."""

@@ -1,0 +1,1 @@
+"""Built-in bounded request classifier (keywords and request shape)."""

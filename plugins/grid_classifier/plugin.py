@@ -1,0 +1,1 @@
+"""Entry point of the grid_classifier plugin."""

@@ -1,0 +1,1 @@
+"""Built-in demand forecaster: bucketed EWMA plus a positive-only trend."""

@@ -1,0 +1,1 @@
+"""Scenario lab commands: grid test scenario / graduate."""

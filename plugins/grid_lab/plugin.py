@@ -1,0 +1,1 @@
+"""Entry point of the grid_lab plugin."""

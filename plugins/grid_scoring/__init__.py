@@ -1,0 +1,1 @@
+"""Built-in placement score terms."""
