@@ -82,13 +82,17 @@ def grid_select_victims(candidates: object, need: object, ctx: object) -> object
 
 
 @hookspec(firstresult=True)
-def grid_classify_request(features: object, vocabulary: tuple[str, ...]) -> str | None:
+def grid_classify_request(
+    features: object, text: str, vocabulary: tuple[str, ...]
+) -> str | None:
     """Map bounded request features to one workload from the configured vocabulary.
 
     firstresult: exactly one classifier answers.
 
     Args:
-        features: :class:`grid_core.demand.RequestFeatures` (no prompt text is retained).
+        features: :class:`grid_core.demand.features.RequestFeatures` of the request.
+        text: a bounded prefix of the request's text for a keyword scan done now; the
+            classifier must not keep it (only the returned workload survives).
         vocabulary: the workloads the operator configured (e.g. ``("coding", "general")``).
 
     Returns:

@@ -114,9 +114,13 @@ class Plugins:
         """The first victim selector's choice, or ``None`` when none answers."""
         return self.pm.hook.grid_select_victims(candidates=candidates, need=need, ctx=ctx)
 
-    def classify_request(self, features: object, vocabulary: tuple[str, ...]) -> str | None:
+    def classify_request(
+        self, features: object, text: str, vocabulary: tuple[str, ...]
+    ) -> str | None:
         """The first classifier's workload for these features, or ``None``."""
-        return self.pm.hook.grid_classify_request(features=features, vocabulary=vocabulary)
+        return self.pm.hook.grid_classify_request(
+            features=features, text=text, vocabulary=vocabulary
+        )
 
     def search_portfolio(self, snapshot: object, ctx: object) -> object | None:
         """The first portfolio planner's decision, or ``None`` (built-in projection)."""

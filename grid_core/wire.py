@@ -60,6 +60,30 @@ Mode = Literal["observe", "recommend", "automatic"]
 Capability = Literal["load", "warm", "drain", "unload", "evict"]
 
 
+CONTROL_HEADER = "X-Grid-Allocator-Node-Token"
+"""Header carrying a host-scoped node credential on every /nodes route."""
+OPERATOR_HEADER = "X-Grid-Allocator-Token"
+"""Header carrying the operator capability (``Authorization: Bearer`` is accepted too)."""
+AFFINITY_HEADER = "X-Grid-Affinity-Key"
+"""Optional client session key; hashed on arrival, never stored or forwarded."""
+
+
+def control_record_id(host_id: str) -> str:
+    """Registry id of a host's control record (role ``allocator``): derived, not chosen."""
+    return f"ctl.{host_id}"
+
+
+def engine_record_id(host_id: str, model_id: str) -> str:
+    """Registry id of a managed engine record: derived from the host and the model.
+
+    A host credential can therefore only ever write its own records.
+    """
+    import hashlib
+
+    digest = hashlib.sha256(model_id.encode()).hexdigest()[:16]
+    return f"eng.{host_id}.{digest}"
+
+
 class WireError(ValidationError):
     """A wire document is malformed; the message names the field path."""
 
