@@ -1,1 +1,20 @@
-"""Entry point of the grid_classifier plugin."""
+"""Entry point of the grid_classifier plugin: the built-in bounded request classifier.
+
+Registered ``trylast`` so an operator's own classifier plugin answers first.
+"""
+
+from __future__ import annotations
+
+from grid_classifier.classify import classify
+from grid_core import hookimpl
+from grid_core.demand.features import RequestFeatures
+
+
+@hookimpl(trylast=True)
+def grid_classify_request(
+    features: object, text: str, vocabulary: tuple[str, ...]
+) -> str | None:
+    """Map bounded features and a transient text prefix to one workload of ``vocabulary``."""
+    if not isinstance(features, RequestFeatures) or not vocabulary:
+        return None
+    return classify(features, text or "", tuple(vocabulary))
