@@ -1,1 +1,90 @@
-"""Entry point of the grid_llamacpp plugin."""
+"""Entry point of the grid_llamacpp plugin: the runtime adapter and its commands.
+
+Commands: ``grid engine install llama.cpp``, ``grid test make-model``,
+``grid allocator qualify llama.cpp MODEL.gguf``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from grid_core import hookimpl
+from grid_core.cliregistry import CliRegistry
+
+
+@hookimpl
+def grid_runtime_adapters(register) -> None:
+    """Register the llama.cpp adapter (executable from GRID_LLAMA_SERVER, PATH or cache)."""
+    from grid_llamacpp.adapter import LlamaCppAdapter
+
+    register(LlamaCppAdapter())
+
+
+def engine_install(
+    runtime: Annotated[str, typer.Argument(help="Engine to install: llama.cpp")],
+    force: bool = typer.Option(False, "--force", help="Rebuild even if the cached build works."),
+    jobs: int = typer.Option(0, "--jobs", "-j", help="Parallel compile jobs (0 = all CPUs)."),
+) -> None:
+    """Build llama-server once from pinned, SHA-256-verified source; later runs reuse it."""
+    from grid_llamacpp.install import check_runtime_name, install
+
+    check_runtime_name(runtime)
+    path, built, seconds = install(force=force, jobs=jobs or None, echo=typer.echo)
+    if built:
+        typer.echo(f"built {path} in {seconds:.0f} s")
+    else:
+        typer.echo(f"llama-server already installed: {path}")
+
+
+def make_model(
+    out: Annotated[Path, typer.Argument(help="Output .gguf path.")],
+    name: str = typer.Option("grid-tiny", "--name", help="general.name in the file."),
+    layers: int = typer.Option(2, "--layers", help="Transformer blocks."),
+    embedding: int = typer.Option(64, "--embedding", help="Embedding width (multiple of 16)."),
+    context: int = typer.Option(512, "--context", help="Context length in tokens."),
+    seed: int = typer.Option(0, "--seed", help="Random seed (same seed, same bytes)."),
+) -> None:
+    """Write a small deterministic llama GGUF that llama-server loads and generates from."""
+    from grid_llamacpp.artifacts import sha256_file
+    from grid_llamacpp.tinymodel import TinyModelSpec
+    from grid_llamacpp.tinymodel import make_model as make
+
+    size = make(out, TinyModelSpec(name=name, layers=layers, embedding=embedding,
+                                   context=context, seed=seed))
+    typer.echo(f"{out}  {size} bytes  sha256 {sha256_file(out)}")
+
+
+def qualify(
+    runtime: Annotated[str, typer.Argument(help="Runtime to qualify: llama.cpp")],
+    model: Annotated[Path, typer.Argument(help="GGUF file to run.")],
+    artifact_sha256: Annotated[
+        str | None, typer.Option("--artifact-sha256", help="Expected SHA-256 of the GGUF.")
+    ] = None,
+    evidence: Annotated[
+        Path | None, typer.Option("--evidence", help="Evidence file (default under $GRID_HOME).")
+    ] = None,
+) -> None:
+    """Run the real llama.cpp lifecycle on this host and write durable evidence."""
+    import anyio
+
+    from grid_llamacpp.install import check_runtime_name
+    from grid_llamacpp.qualify import run_qualification
+
+    check_runtime_name(runtime)
+    result = anyio.run(run_qualification, model, artifact_sha256, evidence)
+    for step in result["steps"]:
+        typer.echo(f"{'ok  ' if step['ok'] else 'FAIL'} {step['name']:<12} {step['detail']}")
+    typer.echo(f"evidence: {result['evidence_path']}")
+    if not result["passed"]:
+        raise typer.Exit(1)
+
+
+@hookimpl
+def grid_cli_commands(cli: CliRegistry) -> None:
+    """Add ``engine install``, ``test make-model`` and ``allocator qualify``."""
+    cli.group("engine").command(name="install")(engine_install)
+    cli.group("test").command(name="make-model")(make_model)
+    cli.group("allocator").command(name="qualify")(qualify)

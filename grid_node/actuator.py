@@ -1,0 +1,384 @@
+"""The managed host actuator: executes admitted commands through runtime adapters.
+
+One side effect runs at a time (an asyncio lock) while heartbeats continue on the same event
+loop. Every step that matters after a crash is written to the durable state first: the
+running action id before it starts, the child record right after spawn, the receipt after it
+ends (specification, "Managed host actuator").
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psutil
+
+from grid_core.errors import GridError, UnavailableError
+from grid_core.protection import ProtectionDecision
+from grid_core.runtime import ArtifactSpec, ChildRecord
+from grid_core.wire import Acknowledgement, CachedArtifact, Command, Residency
+from grid_node import admission
+from grid_node.config import NodeConfig
+from grid_node.state import NodeState, Receipt, StateFile
+
+DRAIN_WAIT_S = 60.0
+"""Seconds a drain waits for running requests after fencing the route before reporting; the
+unload that follows waits again, so a long request is never cut."""
+UNLOAD_IDLE_WAIT_S = 120.0
+"""Seconds an unload waits for the child to go idle before failing safe (left running)."""
+MB = 1024 * 1024
+
+RESIDENCY_OF_CHILD = {"starting": "warming", "ready": "ready", "draining": "draining",
+                      "failed": "failed"}
+
+
+@dataclass
+class NodeRuntimeHost:
+    """The :class:`grid_core.runtime.RuntimeHost` a node hands its adapters."""
+
+    bind_host: str
+    state_dir: Path
+    artifact_dir: Path
+    model_dirs: tuple[Path, ...]
+    api_key: str
+    api_key_file: Path
+    port_range: tuple[int, int]
+    publish_fn: Callable[[ChildRecord], None]
+    used_ports: Callable[[], set[int]]
+
+    def allocate_port(self) -> int:
+        """The first port of the managed range that no child uses and that binds now."""
+        taken = self.used_ports()
+        lo, hi = self.port_range
+        for port in range(lo, hi + 1):
+            if port in taken:
+                continue
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+                try:
+                    s.bind((self.bind_host, port))
+                except OSError:
+                    continue
+            return port
+        msg = f"no free port in the managed range {lo}-{hi}; widen --port-range"
+        raise UnavailableError(msg)
+
+    def publish(self, child: ChildRecord) -> None:
+        """Durably record ``child`` (raises StateError on failure)."""
+        self.publish_fn(child)
+
+
+@dataclass
+class Actuator:
+    """Runs commands for one node and owns its children's records.
+
+    Args:
+        config: node configuration.
+        store: durable state file.
+        state: loaded state (mutated in place and saved after every change).
+        adapters: runtime adapters by name.
+        on_route_change: awaited after a child becomes ready or is fenced/removed, so the
+            agent can (de)register engine routes before the next step.
+    """
+
+    config: NodeConfig
+    store: StateFile
+    state: NodeState
+    adapters: dict[str, object]
+    on_route_change: Callable[[], Awaitable[None]] | None = None
+    events: list[str] = field(default_factory=list)
+    probes: dict[str, object] = field(default_factory=dict)
+    _lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+    def __post_init__(self) -> None:
+        self.host = NodeRuntimeHost(
+            bind_host=self.config.bind_host, state_dir=self.config.state_dir,
+            artifact_dir=self.config.artifact_dir, model_dirs=self.config.model_dirs,
+            api_key=self.state.engine_api_key, api_key_file=self.store.key_path,
+            port_range=self.config.port_range, publish_fn=self._publish,
+            used_ports=lambda: {c.port for c in self.state.children.values()})
+
+    # --- persistence --------------------------------------------------------------------
+    def save(self) -> None:
+        """Write the state durably."""
+        self.store.save(self.state)
+
+    def _publish(self, child: ChildRecord) -> None:
+        self.state.children[child.model_id] = child
+        self.save()
+
+    def note(self, line: str) -> None:
+        """Keep a bounded list of notable events for status."""
+        self.events.append(f"{time.strftime('%H:%M:%S')} {line}")
+        del self.events[:-50]
+
+    def adapter_for(self, runtime: str | None) -> object:
+        """The adapter for ``runtime`` (default llama.cpp).
+
+        Raises:
+            UnavailableError: no such adapter is installed.
+        """
+        name = runtime or "llama.cpp"
+        adapter = self.adapters.get(name)
+        if adapter is None:
+            msg = (f"runtime {name!r} has no adapter on this node "
+                   f"(installed: {sorted(self.adapters)})")
+            raise UnavailableError(msg)
+        return adapter
+
+    # --- restart recovery -------------------------------------------------------------------
+    async def recover(self) -> None:
+        """After a restart: fail the interrupted action, adopt proven children, fence the rest."""
+        if self.state.running_action:
+            ack = Acknowledgement(action_id=self.state.running_action, status="failed",
+                                  message="interrupted by a node restart",
+                                  observed_at=time.time())
+            self.state.add_receipt(Receipt(ack=ack, kind=self.state.running_kind,
+                                           model_id=self.state.running_model))
+            self.note(f"action {self.state.running_action} marked failed (interrupted)")
+            self.state.running_action = None
+        for model_id, child in list(self.state.children.items()):
+            if child.state == "failed" and child.failure.startswith("fenced"):
+                adapter = self.adapter_for(child.runtime)
+                outcome, why = await adapter.adopt(self.host, child)  # type: ignore[attr-defined]
+                if outcome == "dead":
+                    del self.state.children[model_id]
+                continue
+            adapter = self.adapter_for(child.runtime)
+            outcome, why = await adapter.adopt(self.host, child)  # type: ignore[attr-defined]
+            if outcome == "adopted":
+                if child.state == "starting":
+                    child.state = "ready"
+                self.note(f"adopted {model_id} pid {child.pid} ({why})")
+            elif outcome == "dead":
+                del self.state.children[model_id]
+                self.note(f"released {model_id}: {why}")
+            else:
+                child.state = "failed"
+                child.failure = f"fenced after restart: {why}"
+                self.note(f"fenced {model_id} pid {child.pid}: {why} (never signalled)")
+        self.save()
+
+    # --- health -------------------------------------------------------------------------------
+    async def refresh(self) -> bool:
+        """Probe every child; a vanished one becomes ``failed``. Returns True if routes changed."""
+        changed = False
+        async with self._lock:
+            for model_id, child in list(self.state.children.items()):
+                if child.state == "failed":
+                    continue
+                adapter = self.adapter_for(child.runtime)
+                probe = await adapter.probe(self.host, child)  # type: ignore[attr-defined]
+                self.probes[model_id] = probe
+                if not probe.alive and child.state in ("ready", "draining"):
+                    child.state = "failed"
+                    child.failure = f"process lost: {probe.detail}"
+                    self.note(f"{model_id} pid {child.pid} exited unexpectedly ({probe.detail})")
+                    changed = True
+            if changed:
+                self.save()
+        return changed
+
+    # --- inventory ----------------------------------------------------------------------------
+    def residencies(self) -> list[Residency]:
+        """Residency rows for the allocator envelope (children plus cached artifacts)."""
+        now = time.time()
+        rows: list[Residency] = []
+        for model_id, child in self.state.children.items():
+            probe = self.probes.get(model_id)
+            active = getattr(probe, "active_requests", None) if probe else None
+            rows.append(Residency(
+                model_id=model_id, memory_mb=child.memory_mb,
+                state=RESIDENCY_OF_CHILD[child.state], ownership="managed",
+                active_requests=active, max_concurrency=getattr(probe, "max_concurrency", None),
+                loaded_age_s=max(0.0, now - child.started_at) if child.started_at else None,
+                artifact_sha256=child.artifact_sha256, runtime=child.runtime, port=child.port,
+                route_url=child.url if child.state == "ready" else None))
+        for model_id, art in self.state.artifacts.items():
+            if model_id not in self.state.children:
+                rows.append(Residency(model_id=model_id, memory_mb=0, state="cached",
+                                      artifact_sha256=art.sha256, runtime="llama.cpp"))
+        return rows
+
+    def cached_artifacts(self) -> list[CachedArtifact]:
+        """Artifacts verified on disk."""
+        return [CachedArtifact(model_id=m, artifact_sha256=a.sha256,
+                               size_mb=(a.size_bytes + MB - 1) // MB)
+                for m, a in self.state.artifacts.items()]
+
+    # --- commands -----------------------------------------------------------------------------
+    async def execute(self, cmd: Command, *, deadline_mono: float,
+                      decision: ProtectionDecision) -> Acknowledgement:
+        """Admit and run one command; returns its acknowledgement (also kept as a receipt).
+
+        A command already executed returns its stored acknowledgement (idempotent redelivery).
+        """
+        async with self._lock:
+            prior = self.state.receipt(cmd.action_id)
+            if prior is not None:
+                return prior.ack
+            reason = admission.check(
+                cmd, host_id=self.state.host_id, node_id=f"ctl.{self.state.host_id}",
+                state=self.state, deadline_mono=deadline_mono, now_mono=time.monotonic(),
+                decision=decision)
+            if reason is not None:
+                ack = Acknowledgement(action_id=cmd.action_id, status="rejected", message=reason,
+                                      duration_seconds=0.0, observed_at=time.time())
+                self.state.add_receipt(Receipt(ack=ack, kind=cmd.kind, model_id=cmd.model_id))
+                self.save()
+                self.note(f"rejected {cmd.kind} {cmd.model_id}: {reason}")
+                return ack
+            admission.remember_authority(cmd, self.state)
+            self.state.running_action = cmd.action_id
+            self.state.running_kind = cmd.kind
+            self.state.running_model = cmd.model_id
+            self.save()
+            started = time.monotonic()
+            fetched = False
+            try:
+                message, fetched = await self._run(cmd)
+                status = "succeeded"
+            except GridError as exc:
+                message, status = str(exc), "failed"
+            except OSError as exc:
+                message, status = f"{type(exc).__name__}: {exc}", "failed"
+            ack = Acknowledgement(action_id=cmd.action_id, status=status, message=message[:1900],
+                                  duration_seconds=time.monotonic() - started,
+                                  artifact_fetched=fetched, observed_at=time.time())
+            self.state.running_action = None
+            self.state.add_receipt(Receipt(ack=ack, kind=cmd.kind, model_id=cmd.model_id))
+            self.save()
+            self.note(f"{cmd.kind} {cmd.model_id}: {status} ({message[:120]})")
+        if self.on_route_change is not None:
+            await self.on_route_change()
+        return ack
+
+    async def _run(self, cmd: Command) -> tuple[str, bool]:
+        adapter = self.adapter_for(cmd.runtime)
+        spec = ArtifactSpec(model_id=cmd.model_id, sha256=cmd.artifact_sha256,
+                            source=cmd.artifact_source, size_mb=cmd.artifact_size_mb)
+        if cmd.kind == "load":
+            self._check_disk(cmd)
+            loaded = await adapter.load(self.host, spec)  # type: ignore[attr-defined]
+            self.state.artifacts[cmd.model_id] = loaded
+            self.save()
+            verb = "fetched" if loaded.fetched else "verified"
+            return f"{verb} {loaded.path}", loaded.fetched
+        if cmd.kind == "warm":
+            return await self._warm(cmd, adapter, spec), False
+        if cmd.kind == "drain":
+            return await self.drain(cmd.model_id), False
+        if cmd.kind == "unload":
+            return await self.unload(cmd.model_id), False
+        return self._evict(cmd.model_id), False
+
+    def _check_disk(self, cmd: Command) -> None:
+        """Re-check free disk right before a load that may transfer."""
+        if cmd.artifact_source is None or cmd.artifact_size_mb is None:
+            return
+        self.config.artifact_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        free_mb = psutil.disk_usage(str(self.config.artifact_dir)).free // MB
+        if free_mb < cmd.artifact_size_mb:
+            msg = (f"only {free_mb} MB free in {self.config.artifact_dir}, the artifact may be "
+                   f"{cmd.artifact_size_mb} MB; free disk space first")
+            raise UnavailableError(msg)
+
+    async def _warm(self, cmd: Command, adapter: object, spec: ArtifactSpec) -> str:
+        existing = self.state.children.get(cmd.model_id)
+        if existing is not None and existing.state == "ready":
+            return f"already ready on port {existing.port}"
+        if existing is not None and existing.state != "failed":
+            msg = f"{cmd.model_id} is {existing.state}; unload it before warming again"
+            raise UnavailableError(msg)
+        if existing is not None:
+            # A failed record of a dead process is released; a fenced live one blocks.
+            outcome, why = await adapter.adopt(self.host, existing)  # type: ignore[attr-defined]
+            if outcome != "dead":
+                msg = (f"{cmd.model_id} has a fenced child pid {existing.pid} ({why}); "
+                       "inspect it by hand before warming again")
+                raise UnavailableError(msg)
+            del self.state.children[cmd.model_id]
+        loaded = self.state.artifacts.get(cmd.model_id)
+        if loaded is None or (spec.sha256 is not None and loaded.sha256 != spec.sha256):
+            verify_only = ArtifactSpec(model_id=spec.model_id, sha256=spec.sha256)
+            loaded = await adapter.load(self.host, verify_only)  # type: ignore[attr-defined]
+            self.state.artifacts[cmd.model_id] = loaded
+        available_mb = psutil.virtual_memory().available // MB
+        if cmd.memory_mb and available_mb < cmd.memory_mb:
+            msg = (f"warm {cmd.model_id} needs {cmd.memory_mb} MB, only {available_mb} MB is "
+                   "free on this host now")
+            raise UnavailableError(msg)
+        child = await adapter.warm(self.host, loaded, cmd.memory_mb)  # type: ignore[attr-defined]
+        return f"ready on port {child.port} (pid {child.pid})"
+
+    async def drain(self, model_id: str, wait_s: float = DRAIN_WAIT_S) -> str:
+        """Fence the route of ``model_id`` and wait (bounded) for running requests."""
+        child = self.state.children.get(model_id)
+        if child is None:
+            return "not running (nothing to drain)"
+        if child.state == "failed":
+            msg = f"{model_id} is failed ({child.failure}); unload it instead"
+            raise UnavailableError(msg)
+        child.state = "draining"
+        self.save()
+        if self.on_route_change is not None:
+            await self.on_route_change()
+        adapter = self.adapter_for(child.runtime)
+        left = await adapter.drain(self.host, child, wait_s)  # type: ignore[attr-defined]
+        if left == 0:
+            return "route fenced; idle"
+        what = "unknown activity" if left is None else f"{left} request(s) still running"
+        return f"route fenced; {what}"
+
+    async def unload(self, model_id: str, force: bool = False,
+                     idle_wait_s: float = UNLOAD_IDLE_WAIT_S) -> str:
+        """Stop the child of ``model_id`` (fence, wait idle, SIGTERM, bounded escalation)."""
+        child = self.state.children.get(model_id)
+        if child is None:
+            return "not running"
+        if child.state in ("ready", "starting"):
+            child.state = "draining"
+            self.save()
+            if self.on_route_change is not None:
+                await self.on_route_change()
+        adapter = self.adapter_for(child.runtime)
+        await adapter.unload(self.host, child, idle_wait_s=idle_wait_s,  # type: ignore[attr-defined]
+                             force=force)
+        del self.state.children[model_id]
+        self.probes.pop(model_id, None)
+        self.save()
+        return f"stopped pid {child.pid}"
+
+    def _evict(self, model_id: str) -> str:
+        """Delete a cached artifact Grid fetched (never an operator's own file)."""
+        if model_id in self.state.children:
+            msg = f"{model_id} is running; unload it before evicting its artifact"
+            raise UnavailableError(msg)
+        art = self.state.artifacts.pop(model_id, None)
+        if art is None:
+            return "not cached"
+        path = Path(art.path)
+        if path.parent == self.config.artifact_dir / "sha256":
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+        self.save()
+        return f"evicted {path}"
+
+    async def stop_all(self, idle_wait_s: float, force: bool = False) -> list[str]:
+        """Drain and stop every proven child (``node stop``); returns one line per child."""
+        out: list[str] = []
+        async with self._lock:
+            for model_id in list(self.state.children):
+                child = self.state.children[model_id]
+                if child.state == "failed" and child.failure.startswith("fenced"):
+                    out.append(f"{model_id}: left alone ({child.failure})")
+                    continue
+                try:
+                    out.append(f"{model_id}: {await self.unload(model_id, force, idle_wait_s)}")
+                except GridError as exc:
+                    out.append(f"{model_id}: {exc}")
+        return out

@@ -1,0 +1,311 @@
+"""The llama.cpp runtime adapter: one Grid-owned ``llama-server`` child per model.
+
+Launch: ``--model --alias --host --port --api-key-file --slots`` (the key lives only in a
+0600 file; never in argv or the child's environment). Readiness is ``/health`` 200 plus the
+alias in the authenticated model listing; activity is the number of busy entries in the
+authenticated ``/slots``. Unload sends SIGTERM to an identity-proven child, waits a bounded
+time and escalates to SIGKILL only while the proof still holds (specification, "Managed host
+actuator").
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import httpx
+
+from grid_core.errors import ForbiddenError, GridError, StateError, UnavailableError
+from grid_core.runtime import (
+    AdoptOutcome,
+    ArtifactSpec,
+    ChildRecord,
+    LoadResult,
+    Probe,
+    RuntimeHost,
+)
+from grid_llamacpp.artifacts import ArtifactStore
+from grid_llamacpp.install import find_llama_server
+from grid_node.identity import birth_of, exe_of, is_gone, prove, signal_proven
+
+RUNTIME_NAME = "llama.cpp"
+READY_TIMEOUT_S = 180.0
+"""Seconds a child may take to load weights and answer /health (a multi-GB GGUF from a cold
+disk on a laptop takes about a minute; three leaves margin)."""
+PROBE_TIMEOUT_S = 5.0
+"""Seconds for one HTTP probe of a local child; loopback answers in milliseconds."""
+POLL_INTERVAL_S = 0.1
+"""Readiness/idle polling period: fast enough that a tiny model is ready in ~0.2 s."""
+TERM_GRACE_S = 15.0
+"""Seconds after SIGTERM before a still-proven child is killed; llama-server exits in well
+under a second once idle."""
+DEFAULT_PARALLEL = 4
+"""Server slots per child: concurrent requests one engine serves (its max_concurrency)."""
+SECRET_ENV_PREFIXES = ("GRID_ALLOCATOR_", "GRID_ENGINE_")
+"""Environment variables never inherited by a child (credentials live there)."""
+LOG_TAIL_BYTES = 2000
+"""Bytes of a failed child's log quoted in the error message."""
+
+
+def _child_env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if not k.startswith(SECRET_ENV_PREFIXES)}
+
+
+def _tail(path: Path) -> str:
+    try:
+        data = path.read_bytes()[-LOG_TAIL_BYTES:]
+    except OSError:
+        return ""
+    return data.decode(errors="replace").strip().replace("\n", " | ")[-500:]
+
+
+class LlamaCppAdapter:
+    """Runtime adapter for llama.cpp's ``llama-server``.
+
+    Args:
+        executable: explicit ``llama-server`` path (else GRID_LLAMA_SERVER, PATH, cache).
+        parallel: server slots per child.
+        ctx_size: context size per child in tokens (0 = the model's own).
+    """
+
+    name = RUNTIME_NAME
+
+    def __init__(self, executable: str | None = None, parallel: int = DEFAULT_PARALLEL,
+                 ctx_size: int = 0) -> None:
+        self._configured = executable
+        self.parallel = parallel
+        self.ctx_size = ctx_size
+        self._procs: dict[int, subprocess.Popen[bytes]] = {}
+
+    def executable(self) -> Path:
+        """The resolved ``llama-server`` (raises NotFoundError with the install hint)."""
+        return find_llama_server(self._configured)
+
+    # --- load ---------------------------------------------------------------------------
+    async def load(self, host: RuntimeHost, artifact: ArtifactSpec) -> LoadResult:
+        """Verify a local GGUF or fetch the exact declared source (off the event loop)."""
+        store = ArtifactStore(host.artifact_dir, host.model_dirs)
+        return await asyncio.to_thread(store.resolve, artifact)
+
+    # --- warm ---------------------------------------------------------------------------
+    def argv(self, exe: Path, model_path: str, alias: str, bind: str, port: int,
+             key_file: Path) -> list[str]:
+        """The exact command line of a child (the identity proof checks these pairs)."""
+        argv = [str(exe), "--model", model_path, "--alias", alias, "--host", bind,
+                "--port", str(port), "--api-key-file", str(key_file), "--slots",
+                "--parallel", str(self.parallel), "--no-webui"]
+        if self.ctx_size:
+            argv += ["--ctx-size", str(self.ctx_size)]
+        return argv
+
+    async def warm(self, host: RuntimeHost, loaded: LoadResult, memory_mb: int) -> ChildRecord:
+        """Start ``llama-server`` for ``loaded`` and wait for readiness.
+
+        The child is published durably right after spawn (pid, port) and again with its
+        executable and birth marker before readiness; a failed publication stops it.
+
+        Raises:
+            ValidationError: the declared digest no longer matches the file.
+            UnavailableError: the child exited or did not become ready in time.
+            StateError: the child could not be recorded (it was stopped).
+        """
+        store = ArtifactStore(host.artifact_dir, host.model_dirs)
+        if loaded.sha256 is not None:
+            await asyncio.to_thread(store.verify, Path(loaded.path), loaded.sha256,
+                                    loaded.model_id)
+        exe = self.executable()
+        port = host.allocate_port()
+        alias = loaded.model_id
+        logs = host.state_dir / "logs"
+        logs.mkdir(parents=True, exist_ok=True, mode=0o700)
+        log_path = logs / f"llama-{port}.log"
+        argv = self.argv(exe, loaded.path, alias, host.bind_host, port, host.api_key_file)
+        with open(log_path, "ab") as log:
+            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log,
+                                    stderr=subprocess.STDOUT, env=_child_env(),
+                                    start_new_session=True, close_fds=True)
+        self._procs[proc.pid] = proc
+        child = ChildRecord(runtime=self.name, model_id=loaded.model_id, alias=alias,
+                            pid=proc.pid, port=port, host=host.bind_host,
+                            model_path=loaded.path, artifact_sha256=loaded.sha256,
+                            memory_mb=memory_mb, started_at=time.time())
+        try:
+            host.publish(child)
+            child.birth = birth_of(proc.pid)
+            child.executable = exe_of(proc.pid) or str(exe)
+            if child.birth is None:
+                msg = f"llama-server for {alias} exited at once; log: {_tail(log_path)}"
+                raise UnavailableError(msg)
+            host.publish(child)
+        except (StateError, OSError, UnavailableError) as exc:
+            self._kill_own(proc)
+            if isinstance(exc, GridError):
+                raise
+            msg = f"could not record child of {alias} durably ({exc}); it was stopped"
+            raise StateError(msg) from exc
+        try:
+            await self._wait_ready(host, child, proc, log_path)
+        except GridError:
+            self._kill_own(proc)
+            child.state = "failed"
+            raise
+        child.state = "ready"
+        host.publish(child)
+        return child
+
+    def _kill_own(self, proc: subprocess.Popen[bytes]) -> None:
+        """Stop a child this adapter object spawned moments ago (its Popen is the proof)."""
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(TERM_GRACE_S)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        self._procs.pop(proc.pid, None)
+
+    async def _wait_ready(self, host: RuntimeHost, child: ChildRecord,
+                          proc: subprocess.Popen[bytes], log_path: Path) -> None:
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        async with httpx.AsyncClient(timeout=PROBE_TIMEOUT_S) as client:
+            while time.monotonic() < deadline:
+                if proc.poll() is not None:
+                    msg = (f"llama-server for {child.alias} exited with {proc.returncode} "
+                           f"before ready; log: {_tail(log_path)}")
+                    raise UnavailableError(msg)
+                if await self._ready(client, host, child):
+                    return
+                await asyncio.sleep(POLL_INTERVAL_S)
+        msg = f"llama-server for {child.alias} not ready after {READY_TIMEOUT_S:.0f} s"
+        raise UnavailableError(msg)
+
+    async def _ready(self, client: httpx.AsyncClient, host: RuntimeHost,
+                     child: ChildRecord) -> bool:
+        try:
+            health = await client.get(f"{child.url}/health")
+            if health.status_code != 200:
+                return False
+            models = await client.get(f"{child.url}/v1/models",
+                                      headers={"Authorization": f"Bearer {host.api_key}"})
+        except httpx.HTTPError:
+            return False
+        if models.status_code != 200:
+            return False
+        ids = {m.get("id") for m in models.json().get("data", [])}
+        return child.alias in ids
+
+    # --- probe / activity -----------------------------------------------------------------
+    def proof(self, child: ChildRecord):
+        """Identity proof of ``child`` (executable, model path, alias, port, birth)."""
+        return prove(child.pid, birth=child.birth, executable=child.executable or None,
+                     args=(("--model", child.model_path), ("--alias", child.alias),
+                           ("--port", str(child.port))))
+
+    async def activity(self, host: RuntimeHost, child: ChildRecord) -> int | None:
+        """Busy slots from authenticated ``/slots``; ``None`` when unknown."""
+        try:
+            async with httpx.AsyncClient(timeout=PROBE_TIMEOUT_S) as client:
+                r = await client.get(f"{child.url}/slots",
+                                     headers={"Authorization": f"Bearer {host.api_key}"})
+        except httpx.HTTPError:
+            return None
+        if r.status_code != 200:
+            return None
+        try:
+            return sum(1 for s in r.json() if s.get("is_processing"))
+        except (ValueError, AttributeError, TypeError):
+            return None
+
+    async def probe(self, host: RuntimeHost, child: ChildRecord) -> Probe:
+        """Identity, readiness and activity of one child."""
+        proof = await asyncio.to_thread(self.proof, child)
+        if proof.status != "proven":
+            return Probe(alive=False, ready=False, detail=proof.reason)
+        async with httpx.AsyncClient(timeout=PROBE_TIMEOUT_S) as client:
+            ready = await self._ready(client, host, child)
+        active = await self.activity(host, child) if ready else None
+        return Probe(alive=True, ready=ready, active_requests=active,
+                     max_concurrency=self.parallel,
+                     detail="" if ready else "not answering readiness checks")
+
+    # --- drain / unload -------------------------------------------------------------------
+    async def drain(self, host: RuntimeHost, child: ChildRecord, deadline_s: float) -> int | None:
+        """Wait (the route is already fenced) until no slot is busy or ``deadline_s`` passes.
+
+        Returns:
+            Requests still running at the end (0 = idle), ``None`` when activity is unknown.
+        """
+        end = time.monotonic() + deadline_s
+        active = await self.activity(host, child)
+        while (active is None or active > 0) and time.monotonic() < end:
+            await asyncio.sleep(POLL_INTERVAL_S)
+            active = await self.activity(host, child)
+        return active
+
+    async def unload(self, host: RuntimeHost, child: ChildRecord, *, idle_wait_s: float,
+                     force: bool = False) -> None:
+        """Stop a proven child after it is idle.
+
+        Raises:
+            ForbiddenError: the child's identity is not proven (it is never signalled).
+            UnavailableError: it stayed busy (or activity unknown) for ``idle_wait_s``
+                without ``force``; it is left running.
+        """
+        proof = await asyncio.to_thread(self.proof, child)
+        if proof.status == "dead":
+            self._reap(child.pid)
+            return
+        if proof.status != "proven":
+            msg = f"refusing to stop {child.alias} (pid {child.pid}): {proof.reason}"
+            raise ForbiddenError(msg)
+        if not force:
+            left = await self.drain(host, child, idle_wait_s)
+            if left != 0:
+                what = "unknown activity" if left is None else f"{left} request(s) in flight"
+                msg = (f"{child.alias} still has {what} after {idle_wait_s:.0f} s; left running "
+                       "(drain again later, or stop with force)")
+                raise UnavailableError(msg)
+            proof = await asyncio.to_thread(self.proof, child)
+        signal_proven(child.pid, signal.SIGTERM, proof)
+        end = time.monotonic() + TERM_GRACE_S
+        while time.monotonic() < end:
+            if self._reap(child.pid) or is_gone(child.pid):
+                self._reap(child.pid)
+                return
+            await asyncio.sleep(POLL_INTERVAL_S)
+        proof = await asyncio.to_thread(self.proof, child)
+        if proof.status == "proven":
+            signal_proven(child.pid, signal.SIGKILL, proof)
+        while not (self._reap(child.pid) or is_gone(child.pid)):
+            await asyncio.sleep(POLL_INTERVAL_S)
+        self._reap(child.pid)
+
+    def _reap(self, pid: int) -> bool:
+        """Collect the exit status of a child this adapter spawned; True when it exited."""
+        proc = self._procs.get(pid)
+        if proc is None:
+            return False
+        if proc.poll() is None:
+            return False
+        self._procs.pop(pid, None)
+        return True
+
+    # --- adopt ----------------------------------------------------------------------------
+    async def adopt(self, host: RuntimeHost, child: ChildRecord) -> tuple[AdoptOutcome, str]:
+        """After a node restart: adopt a proven ready child, release a dead one, fence the rest.
+
+        A fenced child keeps its record in failed state and is never signalled.
+        """
+        proof = await asyncio.to_thread(self.proof, child)
+        if proof.status == "dead":
+            return "dead", proof.reason
+        if proof.status != "proven":
+            return "fenced", proof.reason
+        async with httpx.AsyncClient(timeout=PROBE_TIMEOUT_S) as client:
+            if await self._ready(client, host, child):
+                return "adopted", "identity and readiness proven"
+        return "fenced", "identity proven but the engine does not answer readiness checks"
