@@ -1,8 +1,10 @@
 """The controller: one tick turns demand and host snapshots into a plan and safe commands.
 
-CONTRACT (filled in by the controller work; the server codes against these signatures).
 Pure and synchronous: no sockets, threads or clock reads; every method takes ``now``
 (wall-clock Unix seconds) and the caller serialises access (one lock in the server).
+Specification: "Reconciliation and modes", "Safety invariants" 3–9, "Local wire contract"
+(generations, controller term and lease, dirty/safety revisions, destructive revalidation)
+and the restart rules at the end of "HTTP control surface".
 
 Lifecycle in the server::
 
@@ -11,12 +13,589 @@ Lifecycle in the server::
     ctl.remove_profile(model_id, now)        # DELETE /allocator/models/{id} (tombstone)
     ctl.set_mode("automatic", now)           # PUT /allocator/mode
     ctl.observe_request(features)            # every finished request (bounded features)
-    ctl.note_input(now, safety=...)          # registration/heartbeat changed → dirty revision
+    ctl.note_input(now, safety_changed=...)  # registration/heartbeat changed → dirty revision
     result = ctl.tick(now, hosts)            # periodic + coalesced prompt ticks
-    cmds = ctl.commands_for(host_id, now, hosts, poll_revision)  # heartbeat response
-    ctl.mark_delivered(action_ids, now)      # durably, before the response leaves
-    ctl.acknowledge(host_id, ack, now)       # acknowledgements in heartbeats
-    ctl.status(now, detail=True)             # GET /allocator/status
+    d = ctl.deliver(host_id, now, hosts, poll_revision)  # heartbeat response: selects,
+                                             # durably marks, revalidates destructive work
+    ctl.acknowledge(host_id, acks, now)      # acknowledgements in heartbeats
+    ctl.status(now, detail=True)             # GET /allocator/status (msgspec Struct)
 """
 
 from __future__ import annotations
+
+import hashlib
+import secrets
+from collections.abc import Callable, Iterable, Mapping, Sequence
+
+import msgspec
+
+from grid_core.demand import DemandTracker, ModelDemand, RequestFeatures
+from grid_core.errors import ConflictError, GridError, NotFoundError, StateError, ValidationError
+from grid_core.planner.types import Plan, PlanInputs
+from grid_core.profile import ModelProfile, validate_profile
+from grid_core.reconcile.actions import Action, ActionBook
+from grid_core.reconcile.control import (
+    CONTROLLER_LEASE_S,
+    LEASE_RENEW_FRACTION,
+    ControllerPolicy,
+    Delivery,
+    TickResult,
+    build_actions,
+    clear_proven_blocks,
+    host_views,
+)
+from grid_core.reconcile.delivery import destructive_problem, select
+from grid_core.reconcile.governor import admit, service_key
+from grid_core.reconcile.reconciler import Deferred, ReconcileInputs, Withdrawal, reconcile
+from grid_core.reconcile.state import ControllerState, decode_state, encode_state
+from grid_core.reconcile.status import (
+    STATUS_HISTORY,
+    ActionView,
+    ControllerStatus,
+    ReconcileReport,
+    Revisions,
+)
+from grid_core.reconcile.view import fresh
+from grid_core.snapshot import HostSnapshot
+from grid_core.store import StateStore
+from grid_core.wire import Acknowledgement, Command, Mode
+
+__all__ = ["Controller", "ControllerPolicy", "Delivery", "TickResult"]
+
+MODES: tuple[Mode, ...] = ("observe", "recommend", "automatic")
+PlanFn = Callable[[PlanInputs, object], Plan]
+
+
+def _default_plan_fn() -> PlanFn:
+    from grid_core import planner  # late: the planner imports demand and profile modules
+
+    return planner.plan
+
+
+class Controller:
+    """Owns desired state, the action book, modes, generations and mutation authority.
+
+    Args:
+        plugins: the plugin facade (forecaster, score terms, victim selection).
+        store: durable state store; restored here. A corrupt document is quarantined and the
+            controller starts clean in recommend mode with a visible warning.
+        policy: controller, planner and governor tunables.
+        plan_fn: the planner (defaults to :func:`grid_core.planner.plan`; tests inject one).
+        controller_id: identity stamped on commands (random when omitted).
+
+    Attributes:
+        mode: current mode (plain attribute, readable without the server lock).
+        profiles: configured profiles by model id.
+        dirty_revision: advances on every input.
+        safety_revision: advances on changes that matter to destructive safety.
+        processed_revision / success_revision: dirty revision the last (successful) tick
+            started from.
+    """
+
+    def __init__(self, *, plugins: object, store: StateStore,
+                 policy: ControllerPolicy | None = None, plan_fn: PlanFn | None = None,
+                 controller_id: str | None = None) -> None:
+        self.plugins = plugins
+        self.store = store
+        self.policy = policy or ControllerPolicy()
+        self._plan_fn = plan_fn
+        self.controller_id = controller_id or secrets.token_hex(8)
+        self.mode: Mode = "recommend"
+        self.profiles: dict[str, ModelProfile] = {}
+        self.tombstones: dict[str, float] = {}
+        self.book = ActionBook()
+        self.blocks: dict[str, list[str]] = {}
+        self.demand = DemandTracker()
+        self.epoch = secrets.token_hex(8)
+        self.sequence = 0
+        self.generation = ""
+        self.dirty_revision = 0
+        self.safety_revision = 0
+        self.processed_revision = -1
+        self.success_revision = -1
+        self.tick_safety_revision = -1
+        self.term = 0
+        self.lease_expires_at = 0.0
+        self.authority = "none"
+        self.state_warning: str | None = None
+        self.automatic_refusal: str | None = None
+        self.warnings: list[str] = []
+        self.last_plan: Plan | None = None
+        self.last_report: ReconcileReport | None = None
+        self.last_forecasts: dict[str, ModelDemand] = {}
+        self.last_hosts: dict[str, HostSnapshot] = {}
+        self.last_tick_at: float | None = None
+        self.last_tick_duration_ms: float | None = None
+        self._order = 0
+        self._restored = False
+        self._grace_anchor: float | None = None
+        self._fresh_hosts: frozenset[str] = frozenset()
+        self._hiccup: tuple[float, frozenset[str]] | None = None
+        if not store.durable:
+            self.automatic_refusal = ("the controller has no durable state path; configure "
+                                      "one (GRID_HOME/state) before selecting automatic mode")
+        self._restore()
+
+    # --- durable state ------------------------------------------------------------------
+    def _restore(self) -> None:
+        try:
+            raw = self.store.load()
+            state = decode_state(raw) if raw is not None else None
+        except StateError as exc:
+            self._quarantine(str(exc))
+            return
+        if state is None:
+            return
+        self.epoch = state.epoch
+        self.sequence = state.sequence
+        self.profiles = {p.model_id: p for p in state.profiles}
+        self.tombstones = dict(state.tombstones)
+        self.book = ActionBook(state.actions, state.failures)
+        self.blocks = {m: list(ids) for m, ids in state.blocks.items()}
+        self._order = max((a.order for a in state.actions), default=0)
+        if state.demand is not None:
+            try:
+                self.demand.from_state(state.demand)
+            except GridError as exc:
+                self.warnings.append(f"demand history discarded: {exc}")
+        self._restored = True
+        self.mode = "recommend"
+        if state.mode == "automatic":
+            try:
+                self._enter_automatic(self._restore_time())
+            except GridError as exc:
+                self.warnings.append(f"automatic mode not resumed after restart: {exc}")
+        else:
+            self.mode = state.mode
+
+    def _restore_time(self) -> float:
+        # No clock in the core: the restored lease starts at the newest recorded instant and
+        # is renewed on the first tick with the caller's clock.
+        stamps = [a.completed_at or a.created_at for a in self.book]
+        return max(stamps, default=0.0)
+
+    def _quarantine(self, cause: str) -> None:
+        try:
+            where = self.store.quarantine(cause)
+        except GridError as exc:
+            self.state_warning = (f"{cause}; quarantining it failed ({exc}); automatic mode is "
+                                  "refused until the state file is repaired or removed")
+            self.automatic_refusal = self.state_warning
+            return
+        self.state_warning = (f"{cause}; the corrupt file was moved to {where} and the "
+                              "controller started clean in recommend mode")
+
+    def _snapshot_state(self) -> ControllerState:
+        return ControllerState(
+            epoch=self.epoch, sequence=self.sequence, mode=self.mode,
+            profiles=[self.profiles[k] for k in sorted(self.profiles)],
+            tombstones=dict(self.tombstones), actions=list(self.book),
+            failures=dict(self.book.failures),
+            blocks={m: list(v) for m, v in self.blocks.items()},
+            demand=self.demand.to_state(),
+        )
+
+    def _save(self) -> bool:
+        """Persist; on failure keep running, show a warning, and return False."""
+        self.book.prune()
+        try:
+            self.store.save(encode_state(self._snapshot_state()))
+        except GridError as exc:
+            self.state_warning = f"controller state could not be written: {exc}"
+            return False
+        if self.state_warning and self.state_warning.startswith("controller state could not"):
+            self.state_warning = None
+        return True
+
+    # --- inputs -------------------------------------------------------------------------
+    def _dirty(self, safety: bool) -> None:
+        self.dirty_revision += 1
+        if safety:
+            self.safety_revision += 1
+
+    def note_input(self, now: float, safety_changed: bool = False) -> None:
+        """A registration, heartbeat or removal changed the inputs.
+
+        Args:
+            now: wall-clock seconds.
+            safety_changed: the change matters to destructive safety (membership, a
+                residency state, activity or lifecycle changed) — advances the safety
+                revision too.
+        """
+        del now
+        self._dirty(safety_changed)
+
+    def observe_request(self, features: RequestFeatures) -> None:
+        """Fold one finished request's bounded features into demand history."""
+        if self.demand.observe(features):
+            self.dirty_revision += 1
+
+    def put_profile(self, profile: ModelProfile, now: float) -> ModelProfile:
+        """Create or replace a model profile; clears its retirement tombstone.
+
+        Raises:
+            ValidationError: the profile is invalid (nothing changes).
+        """
+        del now
+        profile = validate_profile(profile)
+        self.profiles[profile.model_id] = profile
+        self.tombstones.pop(profile.model_id, None)
+        self._dirty(True)
+        self._save()
+        return profile
+
+    def remove_profile(self, model_id: str, now: float) -> None:
+        """Retire a model: durable tombstone, target zero, cancel its availability work.
+
+        Raises:
+            NotFoundError: no profile and no tombstone has this id.
+        """
+        if model_id not in self.profiles and model_id not in self.tombstones:
+            msg = f"model '{model_id}' has no profile; list models with grid allocator status"
+            raise NotFoundError(msg)
+        self.profiles.pop(model_id, None)
+        self.tombstones.setdefault(model_id, now)
+        self.demand.forget(model_id)
+        for a in self.book.active():
+            if a.model_id == model_id and not a.destructive:
+                self.book.close(a, "cancelled", now, "retired")
+        self._dirty(True)
+        self._save()
+
+    def set_mode(self, mode: str, now: float) -> None:
+        """Select observe, recommend or automatic.
+
+        Leaving automatic cancels every pending command (a late receipt may still complete
+        one that was already running).
+
+        Raises:
+            ValidationError: unknown mode.
+            ConflictError: automatic was refused (no durable or writable state path, or
+                another controller holds the single-writer lease); the mode is unchanged.
+        """
+        if mode not in MODES:
+            msg = f"mode '{mode}' is unknown; use one of {', '.join(MODES)}"
+            raise ValidationError(msg)
+        if mode == self.mode:
+            return
+        if mode == "automatic":
+            self._enter_automatic(now)
+            if not self._save():
+                self.mode = "recommend"
+                self.authority = "none"
+                msg = f"automatic mode refused: {self.state_warning}; fix the state path"
+                raise ConflictError(msg)
+        else:
+            if self.mode == "automatic":
+                for a in self.book.active():
+                    self.book.close(a, "cancelled", now, f"mode changed to {mode}")
+            self.mode = mode  # type: ignore[assignment]
+            self.authority = "none"
+            self._save()
+        self._dirty(True)
+
+    def _enter_automatic(self, now: float) -> None:
+        if self.automatic_refusal is not None:
+            msg = f"automatic mode refused: {self.automatic_refusal}"
+            raise ConflictError(msg)
+        try:
+            self.term, self.lease_expires_at = self.store.acquire_lease(
+                self.controller_id, now, CONTROLLER_LEASE_S)
+        except StateError as exc:
+            msg = f"automatic mode refused: the lease beside the state file failed: {exc}"
+            raise ConflictError(msg) from None
+        self.mode = "automatic"
+        self.authority = "held"
+
+    def _renew(self, now: float) -> bool:
+        """Keep the single-writer lease; returns whether this controller holds authority."""
+        if self.mode != "automatic":
+            return False
+        if self.authority == "held" and now < self.lease_expires_at - (
+                CONTROLLER_LEASE_S * LEASE_RENEW_FRACTION):
+            return True
+        try:
+            term, expires = self.store.acquire_lease(self.controller_id, now, CONTROLLER_LEASE_S)
+        except GridError as exc:
+            self.authority = f"lost: {exc}"
+            return False
+        if term != self.term and self.term:
+            self.warnings.append(f"controller term moved from {self.term} to {term}")
+        self.term, self.lease_expires_at, self.authority = term, expires, "held"
+        return True
+
+    # --- tick ---------------------------------------------------------------------------
+    def _holds(self, now: float, hosts: Mapping[str, HostSnapshot]) -> tuple[str | None,
+                                                                              str | None]:
+        """(destructive hold, mutation hold) for this tick."""
+        gp = self.policy.governor
+        destructive = None
+        if self._restored:
+            if self._grace_anchor is None or now < self._grace_anchor:
+                self._grace_anchor = now  # first tick, or the wall clock moved backward
+            if now < self._grace_anchor + gp.restart_grace_s:
+                destructive = "restart_grace"
+            else:
+                self._end_grace(now, hosts)
+        fresh_now = frozenset(h for h, s in hosts.items() if fresh(s, gp))
+        mutation = None
+        if self._hiccup is not None:
+            since, lost = self._hiccup
+            back = len(lost & fresh_now)
+            if now - since < gp.restart_grace_s and back < len(lost) * (1 - gp.hiccup_fraction):
+                mutation = "membership_hiccup"
+            else:
+                self._hiccup = None
+        else:
+            lost = self._fresh_hosts - fresh_now
+            if self._fresh_hosts and len(lost) > len(self._fresh_hosts) * gp.hiccup_fraction:
+                self._hiccup = (now, lost)
+                mutation = "membership_hiccup"
+        if mutation is None:
+            self._fresh_hosts = fresh_now
+        return destructive or mutation, mutation
+
+    def _end_grace(self, now: float, hosts: Mapping[str, HostSnapshot]) -> None:
+        """After the restart grace, restored undelivered commands for absent hosts end."""
+        self._restored = False
+        for a in self.book.active():
+            if a.host_id not in hosts and not a.delivered:
+                self.book.close(a, "cancelled", now, "host absent after restart")
+
+    def tick(self, now: float, hosts: Iterable[HostSnapshot]) -> TickResult:
+        """One reconciliation pass: forecast, plan, reconcile, and (automatic) issue actions.
+
+        Args:
+            now: wall-clock seconds.
+            hosts: current host snapshots.
+
+        Returns:
+            The generation, plan, reconciliation report and ids of actions issued.
+        """
+        revision, safety = self.dirty_revision, self.safety_revision
+        self.processed_revision = revision
+        host_map = {h.host_id: h for h in hosts}
+        self.last_hosts = host_map
+        destructive_hold, mutation_hold = self._holds(now, host_map)
+        authority = self._renew(now)
+        profiles = tuple(self.profiles[k] for k in sorted(self.profiles))
+        self.last_forecasts = self.demand.forecast(now, profiles, host_map.values(),
+                                                   self.plugins, self.policy.planner)
+        plan_fn = self._plan_fn or _default_plan_fn()
+        plan = plan_fn(PlanInputs(now=now, profiles=profiles,
+                                  hosts=tuple(host_map[k] for k in sorted(host_map)),
+                                  demand=self.last_forecasts, policy=self.policy.planner),
+                       self.plugins)
+        self.sequence += 1
+        digest = plan.digest or hashlib.sha256(msgspec.json.encode(plan)).hexdigest()
+        self.generation = f"{self.epoch}:{self.sequence:020d}:{digest[:16]}"
+        self.last_plan = plan
+        clear_proven_blocks(self.blocks, self.book, host_map, now, self.policy.governor)
+        result = reconcile(ReconcileInputs(
+            now=now, plan=plan, hosts=host_map, profiles=self.profiles,
+            retired=frozenset(self.tombstones), book=self.book, policy=self.policy.governor,
+            blocked_models=frozenset(self.blocks), destructive_hold=destructive_hold,
+            mutation_hold=mutation_hold))
+        issued: list[str] = []
+        withdrawals = result.withdrawals
+        if mutation_hold is not None:
+            # During a hiccup only safety withdrawals apply; a stale view must not cancel work.
+            withdrawals = [w for w in withdrawals if w.status == "withdrawn"]
+        proposals = sorted(result.proposals, key=service_key)
+        deferred = list(result.deferred)
+        if self.mode == "observe":
+            deferred += [Deferred(kind=p.kind, host_id=p.host_id, model_id=p.model_id,
+                                  reason="observe_mode") for p in proposals]
+            proposals, withdrawals = [], []
+        elif self.mode == "automatic" and authority:
+            self._apply_withdrawals(withdrawals, now)
+            adm = admit(proposals, self.book, result.free_mb, self.policy.governor)
+            for aid in adm.preempted:
+                a = self.book.get(aid)
+                if a is not None:
+                    self.book.close(a, "cancelled", now, "withdrawn_for_higher_class")
+            deferred += adm.deferred
+            for action in build_actions(adm.admitted, self.generation, now, self._next_order):
+                if self.book.add(action):
+                    issued.append(action.action_id)
+        else:
+            withdrawals = []
+        self.last_report = ReconcileReport(
+            generation=self.generation, mode=self.mode, proposals=proposals,
+            deferred=deferred, withdrawals=withdrawals, issued=issued,
+            hold=mutation_hold or destructive_hold, ready=result.ready)
+        self.success_revision = revision
+        self.tick_safety_revision = safety
+        self.last_tick_at = now
+        if self.mode == "automatic" or self.sequence % self.policy.persist_every_ticks == 0:
+            self._save()
+        return TickResult(generation=self.generation, plan=plan, reconciliation=self.last_report,
+                          issued=tuple(issued))
+
+    def _next_order(self) -> int:
+        self._order += 1
+        return self._order
+
+    def _apply_withdrawals(self, withdrawals: Sequence[Withdrawal], now: float) -> None:
+        for w in withdrawals:
+            a = self.book.get(w.action_id)
+            if a is None or not a.active:
+                continue
+            if w.status == "withdrawn":
+                if a.delivered:
+                    # It may already be running: block this model's destructive work until
+                    # a receipt or a heartbeat proves what happened.
+                    ids = self.blocks.setdefault(a.model_id, [])
+                    if a.action_id not in ids:
+                        ids.append(a.action_id)
+                self.book.close(a, "withdrawn", now, w.reason)
+            else:
+                self.book.close(a, "cancelled", now, w.reason)
+
+    def note_tick_duration(self, seconds: float) -> None:
+        """Record how long the caller measured the last tick to take (status shows it)."""
+        self.last_tick_duration_ms = round(seconds * 1000.0, 3)
+
+    # --- delivery -----------------------------------------------------------------------
+    def deliver(self, host_id: str, now: float, hosts: Iterable[HostSnapshot],
+                poll_revision: int) -> Delivery:
+        """Commands for one command-bearing heartbeat of ``host_id``.
+
+        Selects the host's active actions the last successful tick allows, durably marks
+        them delivered, then revalidates destructive ones against ``hosts`` (the fresh
+        registry snapshot) and unmarks and suppresses a model's whole destructive batch if
+        any member became unsafe. If marking cannot be made durable, nothing is returned.
+
+        Args:
+            host_id: the polling host.
+            now: wall-clock seconds (server clock).
+            hosts: fresh host snapshots.
+            poll_revision: dirty revision observed when the heartbeat arrived.
+
+        Returns:
+            The commands (only in automatic mode with authority) and the remaining authority
+            in seconds of the server's clock.
+        """
+        if self.mode != "automatic" or not self._renew(now):
+            return Delivery(mode=self.mode, commands=(), lease_ttl_s=0.0)
+        host_map = {h.host_id: h for h in hosts}
+        gp = self.policy.governor
+        hold = self._restored and self._grace_anchor is not None and (
+            now < self._grace_anchor + gp.restart_grace_s)
+        chosen = select(
+            [a for a in self.book.active() if a.host_id == host_id], host_map.get(host_id), now,
+            gp, availability_ok=self.success_revision >= poll_revision,
+            destructive_ok=(self.tick_safety_revision == self.safety_revision and not hold
+                            and self._hiccup is None),
+            blocked_models=frozenset(self.blocks))
+        if not chosen:
+            return Delivery(mode=self.mode, commands=(), lease_ttl_s=self._ttl(now))
+        fresh_marks = [a for a in chosen if not a.delivered]
+        for a in fresh_marks:
+            a.delivered_at = now
+        if fresh_marks and not self._save():
+            for a in fresh_marks:
+                a.delivered_at = None
+            return Delivery(mode=self.mode, commands=(), lease_ttl_s=self._ttl(now))
+        retired = frozenset(self.tombstones)
+        unsafe = {a.model_id for a in chosen if a.destructive and destructive_problem(
+            a, self.last_plan, host_map, retired, gp) is not None}
+        if unsafe:
+            undo = [a for a in fresh_marks if a.destructive and a.model_id in unsafe]
+            for a in undo:
+                a.delivered_at = None
+            if undo and not self._save():
+                for a in undo:
+                    a.delivered_at = now  # keep the marker: the write's outcome is unknown
+                self.warnings.append("a delivery marker could not be removed durably; the "
+                                     "command is treated as possibly delivered")
+            chosen = [a for a in chosen if not (a.destructive and a.model_id in unsafe)]
+        commands = tuple(self._command(a) for a in chosen)
+        return Delivery(mode=self.mode, commands=commands, lease_ttl_s=self._ttl(now))
+
+    def _ttl(self, now: float) -> float:
+        return max(0.0, self.lease_expires_at - now)
+
+    def _command(self, a: Action) -> Command:
+        # Authority is stamped at delivery, so a restored action carries the current term.
+        return Command(
+            action_id=a.action_id, kind=a.kind, node_id=a.host_id, model_id=a.model_id,
+            memory_mb=a.memory_mb, plan_generation=self.generation,
+            controller_term=self.term, controller_id=self.controller_id,
+            controller_lease_expires_at=self.lease_expires_at,
+            dependencies=list(a.dependencies), executable=True, reason=a.reason,
+            created_at=a.created_at, not_before=a.not_before,
+            artifact_sha256=a.artifact_sha256, artifact_source=a.artifact_source,
+            artifact_size_mb=a.artifact_size_mb, runtime=a.runtime)
+
+    def acknowledge(self, host_id: str, acks: Iterable[Acknowledgement], now: float) -> list[str]:
+        """Apply node receipts (duplicates harmless, conflicts ignored, late ones complete).
+
+        Args:
+            host_id: the authenticated host that sent them.
+            acks: its acknowledgements.
+            now: receipt time (wall-clock seconds).
+
+        Returns:
+            One outcome per acknowledgement (``applied``, ``late``, ``duplicate``,
+            ``conflict``, ``unknown`` or ``wrong_host``).
+        """
+        outcomes = []
+        changed = False
+        for ack in acks:
+            outcome = self.book.acknowledge(host_id, ack.action_id, ack.status, now,
+                                            ack.message, ack.duration_seconds,
+                                            ack.artifact_fetched)
+            outcomes.append(outcome)
+            if outcome in ("applied", "late"):
+                changed = True
+                if ack.status != "running":
+                    for model, ids in list(self.blocks.items()):
+                        if ack.action_id in ids:
+                            ids.remove(ack.action_id)
+                            if not ids:
+                                del self.blocks[model]
+        if changed:
+            self._dirty(True)
+            self._save()
+        return outcomes
+
+    # --- status -------------------------------------------------------------------------
+    def status(self, now: float, detail: bool = False) -> ControllerStatus:
+        """Everything the controller decided, as a JSON-encodable value.
+
+        Args:
+            now: wall-clock seconds.
+            detail: include host residencies, the full plan and action history.
+        """
+        active = self.book.active()
+        finished = sorted((a for a in self.book if not a.active),
+                          key=lambda a: a.completed_at or 0.0, reverse=True)
+        blocked_ids = {i for ids in self.blocks.values() for i in ids}
+        grace = None
+        if self._restored and self._grace_anchor is not None:
+            grace = self._grace_anchor + self.policy.governor.restart_grace_s
+        return ControllerStatus(
+            mode=self.mode, controller_id=self.controller_id, controller_term=self.term,
+            controller_lease_expires_at=self.lease_expires_at, authority=self.authority,
+            automatic_refusal=self.automatic_refusal, generation=self.generation,
+            profiles=[self.profiles[k] for k in sorted(self.profiles)],
+            retired=dict(self.tombstones),
+            forecasts=msgspec.to_builtins(self.last_forecasts),
+            hosts=host_views(self.last_hosts, self.book, now, self.policy.governor, detail),
+            plan=self.last_plan if detail else None,
+            reconciliation=self.last_report,
+            pending_commands=[ActionView.of(a) for a in active],
+            delivered_pending=[a.action_id for a in active if a.delivered],
+            withdrawn_destructive=[ActionView.of(a) for a in self.book
+                                   if a.action_id in blocked_ids],
+            blocked_models={m: list(v) for m, v in self.blocks.items()},
+            unmet=list(self.last_plan.unmet) if self.last_plan else [],
+            revisions=Revisions(dirty=self.dirty_revision, processed=self.processed_revision,
+                                success=self.success_revision, safety=self.safety_revision,
+                                tick_safety=self.tick_safety_revision),
+            last_tick_at=self.last_tick_at, last_tick_duration_ms=self.last_tick_duration_ms,
+            state_warning=self.state_warning, warnings=list(self.warnings[-16:]),
+            restart_grace_until=grace,
+            history=[ActionView.of(a) for a in finished[:STATUS_HISTORY if detail else 8]],
+        )

@@ -1,0 +1,152 @@
+"""Values and helpers the controller uses around reconciliation (kept out of its class).
+
+Specification: "Local wire contract" (controller lease, delivery), "Reconciliation and
+modes" (withdrawn destructive batches and the postconditions that release them).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+
+import msgspec
+
+from grid_core.planner.types import Plan, PlannerPolicy
+from grid_core.reconcile.actions import Action, ActionBook, action_id
+from grid_core.reconcile.policy import GovernorPolicy
+from grid_core.reconcile.reconciler import Proposal
+from grid_core.reconcile.status import HostView, ReconcileReport
+from grid_core.reconcile.view import (
+    admitting,
+    observed_at,
+    reachable,
+    reserved_by_actions,
+    used_mb,
+)
+from grid_core.snapshot import HostSnapshot
+from grid_core.wire import Command
+
+CONTROLLER_LEASE_S = 30.0
+"""Single-writer lease length: six default 5 s ticks, so a live controller always renews in
+time, while a dead one's authority lapses within half a minute."""
+LEASE_RENEW_FRACTION = 0.5
+"""Renew once less than this share of the lease is left (avoids a write on every call)."""
+PERSIST_EVERY_TICKS = 12
+"""Outside automatic mode the plan sequence is persisted at least this often (a minute at the
+default cadence); profile and mode changes are always written at once."""
+
+POSTCONDITION = {"drain": frozenset({"draining", "cached"}),
+                 "unload": frozenset({"cached"}),
+                 "evict": frozenset()}
+"""Residency states (besides absence) that prove a destructive action's durable effect."""
+
+
+class ControllerPolicy(msgspec.Struct, frozen=True, kw_only=True):
+    """Controller tunables: the planner's and the governor's, plus persistence cadence."""
+
+    planner: PlannerPolicy = PlannerPolicy()
+    governor: GovernorPolicy = GovernorPolicy()
+    persist_every_ticks: int = PERSIST_EVERY_TICKS
+
+
+class TickResult(msgspec.Struct, frozen=True, kw_only=True):
+    """What one tick produced.
+
+    Attributes:
+        generation: ``epoch:sequence:digest`` of the plan.
+        plan: the plan.
+        reconciliation: proposals, deferrals, withdrawals, holds.
+        issued: ids of actions created this tick (automatic mode only).
+    """
+
+    generation: str
+    plan: Plan
+    reconciliation: ReconcileReport
+    issued: tuple[str, ...] = ()
+
+
+class Delivery(msgspec.Struct, frozen=True, kw_only=True):
+    """The allocator part of one heartbeat response.
+
+    Attributes:
+        mode: current mode.
+        commands: executable commands for the polling host, in service order.
+        lease_ttl_s: seconds of mutation authority left, in the server's clock.
+    """
+
+    mode: str
+    commands: tuple[Command, ...] = ()
+    lease_ttl_s: float = 0.0
+
+
+def build_actions(admitted: Iterable[Proposal], generation: str, now: float,
+                  next_order: Callable[[], int]) -> list[Action]:
+    """Turn admitted proposals into action records (a cold warm becomes load + warm)."""
+    out: list[Action] = []
+    for p in admitted:
+        common = {
+            "host_id": p.host_id, "model_id": p.model_id, "artifact_sha256": p.artifact_sha256,
+            "generation": generation, "reason": p.reason, "priority": p.priority,
+            "service_class": p.service_class, "created_at": now, "not_before": now,
+            "eviction": p.eviction, "beneficiary": p.beneficiary, "runtime": p.runtime,
+        }
+        deps: list[str] = []
+        if p.load_first:
+            load = Action(action_id=action_id("load", p.host_id, p.model_id, p.artifact_sha256,
+                                              generation),
+                          kind="load", order=next_order(), artifact_source=p.artifact_source,
+                          artifact_size_mb=p.artifact_size_mb, **common)
+            out.append(load)
+            deps.append(load.action_id)
+        out.append(Action(action_id=action_id(p.kind, p.host_id, p.model_id, p.artifact_sha256,
+                                              generation),
+                          kind=p.kind, memory_mb=p.memory_mb, dependencies=deps,
+                          order=next_order(), **common))
+    return out
+
+
+def clear_proven_blocks(blocks: dict[str, list[str]], book: ActionBook,
+                        hosts: Mapping[str, HostSnapshot], now: float,
+                        policy: GovernorPolicy) -> None:
+    """Release withdrawn destructive actions whose effect a newer heartbeat proves.
+
+    A block ends only with a terminal receipt (see ``Controller.acknowledge``) or a report,
+    newer than the withdrawal, from a reachable host showing the action's postcondition
+    (draining/cached/absent). There is deliberately no timeout.
+    """
+    for model, ids in list(blocks.items()):
+        keep = []
+        for aid in ids:
+            a = book.get(aid)
+            if a is None:
+                continue  # pruned means it got a receipt long ago
+            host = hosts.get(a.host_id)
+            proven = False
+            if host is not None and reachable(host, policy) and (
+                    observed_at(host, now) > (a.completed_at or 0.0)):
+                r = host.residency(a.model_id)
+                proven = r is None or r.state in POSTCONDITION.get(a.kind, frozenset())
+            if not proven:
+                keep.append(aid)
+        if keep:
+            blocks[model] = keep
+        else:
+            del blocks[model]
+
+
+def host_views(hosts: Mapping[str, HostSnapshot], book: ActionBook, now: float,
+               policy: GovernorPolicy, detail: bool) -> list[HostView]:
+    """Status rows for the hosts of the last tick (residencies only with ``detail``)."""
+    actions = list(book)
+    out = []
+    for hid in sorted(hosts):
+        h = hosts[hid]
+        used = used_mb(h)
+        out.append(HostView(
+            host_id=hid, state=h.state, healthy=h.healthy, reachable=reachable(h, policy),
+            admitting=admitting(h, policy), heartbeat_age_s=h.heartbeat_age_s,
+            capacity_mb=h.capacity_mb, reserved_mb=h.reserved_mb,
+            allocatable_mb=h.allocatable_mb, used_mb=used,
+            free_mb=h.allocatable_mb - used - reserved_by_actions(h, actions, now),
+            failure_domain=h.failure_domain,
+            residencies=list(h.residencies) if detail else []))
+    return out

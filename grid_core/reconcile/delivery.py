@@ -1,0 +1,96 @@
+"""Command selection and the final destructive revalidation for one heartbeat poll.
+
+Specification, "Local wire contract": availability commands may ride any successful tick at
+or after the poll's causal revision; a drain or unload needs the exact current safety
+revision and, after its delivery marker is durably prepared, a final check against a fresh
+registry snapshot in which every replacement route has strictly more than the lease margin
+left. One unsafe member removes the model's whole destructive batch from the response.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+from grid_core.planner.types import Plan
+from grid_core.reconcile.actions import Action
+from grid_core.reconcile.policy import GovernorPolicy
+from grid_core.reconcile.view import admitting, reachable, replacement_problem
+from grid_core.snapshot import HostSnapshot
+
+
+def select(
+    actions: Iterable[Action],
+    host: HostSnapshot | None,
+    now: float,
+    policy: GovernorPolicy,
+    *,
+    availability_ok: bool,
+    destructive_ok: bool,
+    blocked_models: frozenset[str],
+) -> list[Action]:
+    """Active actions of one host that may ride this response, in service order.
+
+    Args:
+        actions: active actions of the host.
+        host: its fresh snapshot (``None``: unknown host, nothing is selected).
+        now: wall-clock seconds.
+        policy: governor bounds (freshness).
+        availability_ok: the last successful tick covers the poll's causal revision.
+        destructive_ok: that tick saw the current safety revision and no hold is in force.
+        blocked_models: models whose destructive work waits for a withdrawn batch.
+
+    Returns:
+        Actions ordered as the reconciler ordered them.
+    """
+    if host is None or not reachable(host, policy):
+        return []
+    out: list[Action] = []
+    for a in sorted(actions, key=lambda a: (a.order, a.created_at)):
+        if not a.active or a.not_before > now:
+            continue
+        if a.destructive:
+            if destructive_ok and a.model_id not in blocked_models:
+                out.append(a)
+        elif availability_ok and admitting(host, policy):
+            out.append(a)
+    return out
+
+
+def destructive_problem(
+    a: Action,
+    plan: Plan | None,
+    hosts: Mapping[str, HostSnapshot],
+    retired: frozenset[str],
+    policy: GovernorPolicy,
+) -> str | None:
+    """Why delivering destructive action ``a`` now would be unsafe, or ``None``.
+
+    Args:
+        a: a drain, unload or evict.
+        plan: the latest plan (its assignments are the replacements).
+        hosts: the fresh registry snapshot.
+        retired: retired model ids (target zero: no replacement needed).
+        policy: bounds, including the route lease and its margin.
+    """
+    host = hosts.get(a.host_id)
+    if host is None or not reachable(host, policy):
+        return "host_unreachable"
+    r = host.residency(a.model_id)
+    if a.kind == "unload":
+        if r is not None and r.state == "draining":
+            if r.active_requests is None:
+                return "activity_unknown"
+            if r.active_requests > 0:
+                return "in_flight"
+        return None
+    if a.kind != "drain" or a.eviction or a.model_id in retired:
+        return None
+    if not admitting(host, policy):
+        return None  # a fenced host's replica serves nothing; releasing it loses no capacity
+    if plan is None:
+        return "no_plan"
+    assigned = [x for x in plan.assignments if x.model_id == a.model_id]
+    if any(x.host_id == a.host_id for x in assigned):
+        return "desired_again"
+    return replacement_problem(a.model_id, assigned, plan.desired.get(a.model_id, 0), hosts,
+                               policy, lease_margin=True)

@@ -1,0 +1,389 @@
+"""Desired plan + host snapshots + action history → proposed actions, deferrals, withdrawals.
+
+Pure: nothing here reads a clock or changes the action book. The controller applies the
+result (specification, "Reconciliation and modes" and "Safety invariants" 3 to 9):
+
+* missing replicas get a warm (preceded by a load unless the exact weights are cached);
+* obsolete managed replicas drain only after every desired replica of the model is READY
+  (the planner's staged preemptions are the one exception), then unload once idle;
+* pinned, manual and external engines are never touched;
+* a pending action that the plan no longer wants is cancelled, and a destructive action that
+  fresh evidence made unsafe withdraws the model's whole destructive batch.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import msgspec
+
+from grid_core.planner.types import Assignment, Plan
+from grid_core.profile import ModelProfile
+from grid_core.reconcile.actions import Action, ActionBook, ServiceClass, failure_key
+from grid_core.reconcile.policy import GovernorPolicy
+from grid_core.reconcile.view import (
+    admitting,
+    observed_at,
+    reachable,
+    replacement_problem,
+    reserved_by_actions,
+    used_mb,
+)
+from grid_core.snapshot import HostSnapshot, ResidencySnapshot
+from grid_core.wire import ActionKind
+
+
+class Proposal(msgspec.Struct, frozen=True, kw_only=True):
+    """One action the reconciler wants, before the governor admits it.
+
+    ``load_first`` marks a warm whose weights are not cached: it is issued as a load plus a
+    warm that depends on it, and both are admitted or deferred together.
+    """
+
+    kind: ActionKind
+    host_id: str
+    model_id: str
+    memory_mb: int = 0
+    reason: str
+    priority: int = 0
+    service_class: ServiceClass = "direct"
+    round: int = 0
+    """Replica round of the model (0 = its first missing replica)."""
+    cold_path_s: float = 0.0
+    """Estimated seconds until it can serve (load + warm, or warm only when cached)."""
+    load_first: bool = False
+    eviction: bool = False
+    beneficiary: str | None = None
+    artifact_sha256: str | None = None
+    artifact_source: str | None = None
+    artifact_size_mb: int | None = None
+    runtime: str | None = None
+
+
+class Deferred(msgspec.Struct, frozen=True, kw_only=True):
+    """Work the reconciler or governor knowingly did not start, and why (visible in status)."""
+
+    kind: str
+    host_id: str
+    model_id: str
+    reason: str
+    until: float | None = None
+
+
+class Withdrawal(msgspec.Struct, frozen=True, kw_only=True):
+    """An active action to close: ``cancelled`` (constructive) or ``withdrawn`` (destructive)."""
+
+    action_id: str
+    model_id: str
+    status: str
+    reason: str
+
+
+@dataclass
+class ReconcileInputs:
+    """Everything one reconciliation reads (all immutable or read-only by contract).
+
+    Attributes:
+        now: wall-clock seconds (server clock).
+        plan: the planner's desired placement.
+        hosts: host id → snapshot.
+        profiles: configured (non-retired) model profiles by id.
+        retired: model ids under a retirement tombstone.
+        book: issued actions (read only here).
+        policy: governor bounds.
+        blocked_models: models whose destructive work waits for a withdrawn batch's receipt.
+        destructive_hold: reason destructive work is held fleet-wide (restart grace), or None.
+        mutation_hold: reason all new work is held (control-plane hiccup), or None.
+    """
+
+    now: float
+    plan: Plan
+    hosts: Mapping[str, HostSnapshot]
+    profiles: Mapping[str, ModelProfile]
+    retired: frozenset[str]
+    book: ActionBook
+    policy: GovernorPolicy
+    blocked_models: frozenset[str] = frozenset()
+    destructive_hold: str | None = None
+    mutation_hold: str | None = None
+
+
+@dataclass
+class ReconcileResult:
+    """What one reconciliation decided (ordered, data only).
+
+    Attributes:
+        proposals: wanted actions in service order (the governor admits a prefix).
+        deferred: knowingly postponed work with reasons.
+        withdrawals: active actions to close.
+        free_mb: host id → MB still free for new warms after in-flight reservations.
+        ready: model id → READY replicas on routing-eligible hosts.
+    """
+
+    proposals: list[Proposal] = field(default_factory=list)
+    deferred: list[Deferred] = field(default_factory=list)
+    withdrawals: list[Withdrawal] = field(default_factory=list)
+    free_mb: dict[str, int] = field(default_factory=dict)
+    ready: dict[str, int] = field(default_factory=dict)
+
+
+def _cached_exact(host: HostSnapshot, profile: ModelProfile, r: ResidencySnapshot | None) -> bool:
+    """The host holds exactly the profile's weights on disk (a digest mismatch is not cached)."""
+    want = profile.artifact_sha256
+    if r is not None and r.state == "cached":
+        return want is None or r.artifact_sha256 == want
+    if profile.model_id in host.cached:
+        got = host.cached[profile.model_id]
+        return want is None or got == want
+    return False
+
+
+def _service_class(index: int, profile: ModelProfile, a: Assignment) -> ServiceClass:
+    if index < profile.min_replicas or a.reason == "pin":
+        return "baseline"
+    if "predict" in a.reason:
+        return "predictive"
+    return "direct"
+
+
+def _cold_path_s(host: HostSnapshot, profile: ModelProfile, cached: bool) -> float:
+    perf = host.performance.get(profile.model_id)
+    warm = perf.warm_s if perf is not None and perf.warm_s is not None else profile.warm_estimate_s
+    if cached:
+        return warm
+    load = perf.load_s if perf is not None and perf.load_s is not None else profile.load_estimate_s
+    return load + warm
+
+
+class _Gate:
+    """Shared per-(kind, host, model) gates: active equivalents, observation, backoff."""
+
+    def __init__(self, inp: ReconcileInputs) -> None:
+        self.inp = inp
+        self.active = inp.book.index_active()
+        self.last = inp.book.last_finished()
+
+    def check(self, kind: str, host: HostSnapshot,
+              model_id: str) -> tuple[str, float | None] | None:
+        """``None`` when an action of ``kind`` may be proposed, else (reason, until)."""
+        inp = self.inp
+        if (kind, host.host_id, model_id) in self.active:
+            return ("pending_equivalent", None)
+        last = self.last.get((kind, host.host_id, model_id))
+        if last is not None and last.status == "succeeded" and last.receipt_at is not None:
+            # A report older than the receipt cannot justify repeating the action.
+            until = last.receipt_at + inp.policy.observation_timeout_s
+            if observed_at(host, inp.now) <= last.receipt_at and inp.now < until:
+                return ("awaiting_observation", until)
+        rec = inp.book.failures.get(failure_key(kind, host.host_id, model_id))
+        if rec is not None and rec.count > 0:
+            until = rec.last_at + inp.policy.backoff_s(rec.count)
+            if inp.now < until:
+                return ("backoff", until)
+        return None
+
+
+def reconcile(inp: ReconcileInputs) -> ReconcileResult:
+    """Compare the plan with reality and list what should change.
+
+    Args:
+        inp: the inputs (see :class:`ReconcileInputs`).
+
+    Returns:
+        Proposals in service order, deferrals, withdrawals and the memory ledger.
+    """
+    out = ReconcileResult()
+    gate = _Gate(inp)
+    by_model: dict[str, list[Assignment]] = defaultdict(list)
+    for a in inp.plan.assignments:
+        by_model[a.model_id].append(a)
+    desired_pairs = {(a.model_id, a.host_id) for a in inp.plan.assignments}
+    evictions = {(e.model_id, e.host_id): e for e in inp.plan.evictions}
+    actions = list(inp.book)
+    for h in inp.hosts.values():
+        out.free_mb[h.host_id] = h.allocatable_mb - used_mb(h) - reserved_by_actions(
+            h, actions, inp.now)
+        if admitting(h, inp.policy):
+            for r in h.residencies:
+                if r.state == "ready":
+                    out.ready[r.model_id] = out.ready.get(r.model_id, 0) + 1
+
+    _constructive(inp, gate, by_model, out)
+    proof = {
+        m: replacement_problem(m, by_model.get(m, ()), inp.plan.desired.get(m, 0), inp.hosts,
+                               inp.policy, lease_margin=False)
+        for m in {r.model_id for h in inp.hosts.values() for r in h.residencies}
+    }
+    _destructive(inp, gate, desired_pairs, evictions, proof, out)
+    _withdrawals(inp, desired_pairs, evictions, proof, out)
+    if inp.mutation_hold is not None:
+        out.deferred.extend(
+            Deferred(kind=p.kind, host_id=p.host_id, model_id=p.model_id,
+                     reason=inp.mutation_hold) for p in out.proposals)
+        out.proposals = []
+    return out
+
+
+def _constructive(inp: ReconcileInputs, gate: _Gate, by_model: dict[str, list[Assignment]],
+                  out: ReconcileResult) -> None:
+    """Warms (and loads) for desired replicas that are not there yet."""
+    for model_id, assigned in by_model.items():
+        profile = inp.profiles.get(model_id)
+        if profile is None or model_id in inp.retired:
+            continue
+        rnd = 0
+        for index, a in enumerate(assigned):
+            host = inp.hosts.get(a.host_id)
+            if host is None:
+                continue
+            r = host.residency(model_id)
+            if r is not None and not r.actuatable:
+                continue  # external/manual/pinned engines satisfy demand but are never actuated
+            if r is not None and r.state in ("ready", "loading", "warming"):
+                continue
+            if r is not None and r.state == "draining":
+                out.deferred.append(Deferred(kind="warm", host_id=a.host_id, model_id=model_id,
+                                             reason="draining_here"))
+                continue
+            if not admitting(host, inp.policy):
+                out.deferred.append(Deferred(kind="warm", host_id=a.host_id, model_id=model_id,
+                                             reason="host_not_admitting"))
+                continue
+            cached = _cached_exact(host, profile, r)
+            blocked = gate.check("warm", host, model_id)
+            if blocked is None and not cached:
+                blocked = gate.check("load", host, model_id)
+            if blocked is not None:
+                if blocked[0] != "pending_equivalent":
+                    out.deferred.append(Deferred(kind="warm", host_id=a.host_id,
+                                                 model_id=model_id, reason=blocked[0],
+                                                 until=blocked[1]))
+                continue
+            held = r is not None and r.holds_memory  # a failed residency already holds it
+            out.proposals.append(Proposal(
+                kind="warm", host_id=a.host_id, model_id=model_id,
+                memory_mb=0 if held else (a.memory_mb or profile.memory_for(host.runtimes)),
+                reason="missing_replica", priority=profile.priority,
+                service_class=_service_class(index, profile, a), round=rnd,
+                cold_path_s=_cold_path_s(host, profile, cached), load_first=not cached,
+                artifact_sha256=profile.artifact_sha256, artifact_source=profile.artifact_source,
+                artifact_size_mb=profile.artifact_size_mb, runtime=a.runtime or None,
+            ))
+            rnd += 1
+
+
+def _destructive(inp: ReconcileInputs, gate: _Gate, desired_pairs: set[tuple[str, str]],
+                 evictions: Mapping[tuple[str, str], object], proof: Mapping[str, str | None],
+                 out: ReconcileResult) -> None:
+    """Drains of obsolete replicas and unloads of idle drained ones."""
+    for host in inp.hosts.values():
+        for r in host.residencies:
+            if not r.actuatable or r.state in ("cached", "loading", "warming"):
+                continue
+            key = (r.model_id, host.host_id)
+            eviction = evictions.get(key)
+            if r.state == "ready" and key in desired_pairs and eviction is None:
+                continue
+            kind: ActionKind = "drain" if r.state == "ready" else "unload"
+            reason = _destructive_block(inp, host, r, kind, eviction is not None, proof,
+                                        gate.last)
+            if reason is None:
+                reason_gate = gate.check(kind, host, r.model_id)
+                if reason_gate is not None:
+                    if reason_gate[0] != "pending_equivalent":
+                        out.deferred.append(Deferred(kind=kind, host_id=host.host_id,
+                                                     model_id=r.model_id, reason=reason_gate[0],
+                                                     until=reason_gate[1]))
+                    continue
+            if reason is not None:
+                out.deferred.append(Deferred(kind=kind, host_id=host.host_id,
+                                             model_id=r.model_id, reason=reason))
+                continue
+            profile = inp.profiles.get(r.model_id)
+            prio = profile.priority if profile is not None else 0
+            out.proposals.append(Proposal(
+                kind=kind, host_id=host.host_id, model_id=r.model_id,
+                reason="eviction" if eviction is not None else (
+                    "retired" if r.model_id in inp.retired else "obsolete"),
+                priority=getattr(eviction, "priority", prio),
+                service_class="direct" if eviction is not None else "cleanup",
+                eviction=eviction is not None,
+                beneficiary=getattr(eviction, "beneficiary", None),
+            ))
+
+
+def _destructive_block(inp: ReconcileInputs, host: HostSnapshot, r: ResidencySnapshot,
+                       kind: str, eviction: bool, proof: Mapping[str, str | None],
+                       last: Mapping[tuple[str, str, str], Action]) -> str | None:
+    """Why a drain/unload of ``r`` may not be proposed now, or ``None``."""
+    if not reachable(host, inp.policy):
+        return "host_unreachable"
+    if r.model_id in inp.blocked_models:
+        return "destructive_blocked"
+    if inp.destructive_hold is not None:
+        return inp.destructive_hold
+    if kind == "unload":
+        if r.state == "failed":
+            return None
+        if r.active_requests is None:
+            return "activity_unknown"
+        if r.active_requests > 0:
+            return "in_flight"
+        return None
+    retired = r.model_id in inp.retired
+    if eviction or retired:
+        return None
+    profile = inp.profiles.get(r.model_id)
+    # A replica on a fenced host (draining/paused) serves nothing; releasing it removes no
+    # availability, so it need not wait for its replacement.
+    if admitting(host, inp.policy):
+        problem = proof.get(r.model_id)
+        if problem is not None:
+            return problem
+        if (profile is not None and r.loaded_at is not None
+                and inp.now - r.loaded_at < profile.min_residency_s):
+            return "min_residency"
+    last_warm = last.get(("warm", host.host_id, r.model_id))
+    if (last_warm is not None and last_warm.status == "succeeded"
+            and last_warm.receipt_at is not None
+            and inp.now - last_warm.receipt_at < inp.policy.mutation_cooldown_s):
+        return "mutation_cooldown"
+    return None
+
+
+def _withdrawals(inp: ReconcileInputs, desired_pairs: set[tuple[str, str]],
+                 evictions: Mapping[tuple[str, str], object], proof: Mapping[str, str | None],
+                 out: ReconcileResult) -> None:
+    """Close active actions the plan no longer wants, or that fresh evidence made unsafe."""
+    unsafe_models: dict[str, str] = {}
+    for a in inp.book.active():
+        host = inp.hosts.get(a.host_id)
+        key = (a.model_id, a.host_id)
+        if a.kind in ("load", "warm"):
+            reason = None
+            if a.model_id in inp.retired:
+                reason = "retired"
+            elif key not in desired_pairs:
+                reason = "no_longer_desired"
+            elif host is not None and not admitting(host, inp.policy) and not a.delivered:
+                reason = "host_not_admitting"
+            if reason is not None:
+                out.withdrawals.append(Withdrawal(action_id=a.action_id, model_id=a.model_id,
+                                                  status="cancelled", reason=reason))
+            continue
+        if a.kind != "drain" or a.eviction or a.model_id in inp.retired:
+            continue
+        if key in desired_pairs and key not in evictions:
+            unsafe_models.setdefault(a.model_id, "desired_again")
+            continue
+        fenced = host is not None and not admitting(host, inp.policy)
+        problem = proof.get(a.model_id)
+        if problem is not None and not fenced:
+            unsafe_models.setdefault(a.model_id, problem)
+    for a in inp.book.active():
+        if a.destructive and a.model_id in unsafe_models:
+            out.withdrawals.append(Withdrawal(action_id=a.action_id, model_id=a.model_id,
+                                              status="withdrawn",
+                                              reason=unsafe_models[a.model_id]))
