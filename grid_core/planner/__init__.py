@@ -1,0 +1,154 @@
+"""Capacity-aware placement: ``plan(inputs, plugins) -> Plan`` (pure and deterministic).
+
+Source: specification, "Global placement loop" and "Safety invariants" 1, 2, 5, 10. The
+phases live in :mod:`grid_core.planner.phases`; docs/planner.md walks through them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+from collections import OrderedDict
+
+import msgspec
+
+from grid_core.errors import ValidationError
+from grid_core.planner.core import PlanState, desired_count
+from grid_core.planner.phases import (
+    place_class,
+    place_pins,
+    preempt_for,
+    round_key,
+    seed_incumbents,
+)
+from grid_core.planner.repair import homogeneous_empty, repair_class
+from grid_core.planner.report import unmet
+from grid_core.planner.types import (
+    Assignment,
+    Eviction,
+    Plan,
+    PlanInputs,
+    PlannerPolicy,
+    Unmet,
+)
+from grid_core.snapshot import HostSnapshot
+
+MEMO_SIZE = 4
+"""Plans remembered by input digest: a repeated status read or tick with identical inputs
+reuses the plan instead of solving again; four covers alternating reads without growth."""
+
+_MEMO: OrderedDict[tuple[str, int], Plan] = OrderedDict()
+
+__all__ = [
+    "Assignment",
+    "Eviction",
+    "Plan",
+    "PlanInputs",
+    "PlannerPolicy",
+    "Unmet",
+    "canonical_inputs",
+    "desired_count",
+    "input_digest",
+    "plan",
+]
+
+
+def canonical_inputs(inputs: PlanInputs) -> PlanInputs:
+    """Inputs in canonical order (profiles, hosts, residencies sorted by id).
+
+    Raises:
+        ValidationError: two profiles or two hosts share an id.
+    """
+    profiles = tuple(sorted(inputs.profiles, key=lambda p: p.model_id))
+    hosts = tuple(sorted((_sorted_residencies(h) for h in inputs.hosts),
+                         key=lambda h: h.host_id))
+    for a, b in itertools.pairwise(profiles):
+        if a.model_id == b.model_id:
+            msg = f"plan inputs: model '{a.model_id}' is listed twice; pass one profile per id"
+            raise ValidationError(msg)
+    for a, b in itertools.pairwise(hosts):
+        if a.host_id == b.host_id:
+            msg = f"plan inputs: host '{a.host_id}' is listed twice; merge its snapshots"
+            raise ValidationError(msg)
+    demand = {k: inputs.demand[k] for k in sorted(inputs.demand)}
+    return PlanInputs(now=inputs.now, profiles=profiles, hosts=hosts, demand=demand,
+                      policy=inputs.policy)
+
+
+def _sorted_residencies(host: HostSnapshot) -> HostSnapshot:
+    ordered = tuple(sorted(host.residencies, key=_res_key))
+    if ordered == host.residencies:
+        return host
+    return msgspec.structs.replace(host, residencies=ordered)
+
+
+def _res_key(r: object) -> tuple[str, str]:
+    return (r.model_id, r.state)  # type: ignore[attr-defined]
+
+
+def input_digest(inputs: PlanInputs) -> str:
+    """SHA-256 (hex) of the canonical JSON encoding of the complete inputs."""
+    data = msgspec.json.encode(canonical_inputs(inputs), order="sorted")
+    return hashlib.sha256(data).hexdigest()
+
+
+def plan(inputs: PlanInputs, plugins: object, *, reuse: bool = True) -> Plan:
+    """Compute the complete desired placement for one tick.
+
+    Args:
+        inputs: profiles, host snapshots, demand, policy and the planning instant.
+        plugins: :class:`grid_core.plugins.Plugins`; score terms are collected once per plan
+            (``grid_placement_score_terms``) and victims chosen via ``grid_select_victims``.
+        reuse: return the remembered plan for identical inputs (benchmarks pass ``False``).
+
+    Returns:
+        A :class:`Plan`: assignments (kept incumbents included), desired counts, staged
+        evictions, unmet constraints and the input digest. Same inputs in any order give the
+        same plan.
+
+    Raises:
+        ValidationError: duplicate model or host ids.
+    """
+    canon = canonical_inputs(inputs)
+    digest = hashlib.sha256(msgspec.json.encode(canon, order="sorted")).hexdigest()
+    key = (digest, id(plugins))
+    if reuse and key in _MEMO:
+        _MEMO.move_to_end(key)
+        return _MEMO[key]
+    terms = list(plugins.score_terms()) if hasattr(plugins, "score_terms") else []
+    selector = getattr(plugins, "select_victims", None)
+    if selector is not None and hasattr(plugins, "has_impl") and not plugins.has_impl(
+            "grid_select_victims"):
+        selector = None
+    state = PlanState(canon, terms, selector)
+    result = _solve(state, digest)
+    if reuse:
+        _MEMO[key] = result
+        while len(_MEMO) > MEMO_SIZE:
+            _MEMO.popitem(last=False)
+    return result
+
+
+def _solve(state: PlanState, digest: str) -> Plan:
+    seed_incumbents(state)
+    place_pins(state)
+    homogeneous = homogeneous_empty(state)
+    classes = sorted({p.priority for p in state.profiles}, reverse=True)
+    for prio in classes:
+        models = sorted((mi for mi, p in enumerate(state.profiles)
+                         if p.priority == prio and not p.pins),
+                        key=lambda mi: round_key(state, mi))
+        place_class(state, models)
+        repair_class(state, models, homogeneous)
+        for mi in models:
+            missing = state.desired[mi] - state.ledger.count[mi]
+            for _ in range(missing):
+                if not preempt_for(state, mi):
+                    break
+    return Plan(
+        assignments=tuple(state.assignments()),
+        desired={p.model_id: state.desired[mi] for mi, p in enumerate(state.profiles)},
+        evictions=tuple(state.evictions),
+        unmet=tuple(unmet(state)),
+        digest=digest,
+    )

@@ -6,6 +6,24 @@ from typing import Literal
 
 import msgspec
 
+from grid_core.demand.types import ModelDemand
+from grid_core.profile import ModelProfile
+from grid_core.snapshot import HostSnapshot
+
+STALE_HEARTBEAT_S = 90.0
+"""A heartbeat older than this (three missed 30 s beats) makes a host ineligible for new work."""
+FUTURE_SKEW_S = 5.0
+"""A heartbeat dated further in the future than this is implausible: the host gets nothing new."""
+ADMISSION_HEADROOM_MB = 512
+"""Free memory a new allocation must leave on a host: room for KV-cache growth and allocator
+slack so a fresh load cannot push a host into swapping."""
+THROTTLED_FRACTION = 0.5
+"""Share of capacity a throttled host offers for new placement unless it reports a smaller one."""
+MAX_EVICTIONS = 64
+"""Evictions staged per plan; larger changes converge over later heartbeats."""
+REPAIR_BUDGET = 400
+"""Backtracking repair steps per plan: enough to unfragment a few replicas, never seconds."""
+
 UnmetCode = Literal[
     "capacity_shortage",
     "failure_domain_shortfall",
@@ -83,3 +101,41 @@ class Plan(msgspec.Struct, frozen=True, kw_only=True):
     def hosts_of(self, model_id: str) -> tuple[str, ...]:
         """Hosts assigned to ``model_id``, in plan order."""
         return tuple(a.host_id for a in self.assignments if a.model_id == model_id)
+
+
+class PlannerPolicy(msgspec.Struct, frozen=True, kw_only=True):
+    """Planner tunables (seconds, MB, fractions); defaults are the module constants.
+
+    Attributes:
+        stale_heartbeat_s: heartbeat age beyond which a host receives nothing new.
+        future_skew_s: tolerated future-dated heartbeat (negative age) before it is implausible.
+        admission_headroom_mb: free MB a new or resized allocation must leave.
+        throttled_fraction: capacity share a throttled host offers for new placement.
+        max_evictions: staged evictions per plan.
+        repair_budget: backtracking repair steps per plan.
+    """
+
+    stale_heartbeat_s: float = STALE_HEARTBEAT_S
+    future_skew_s: float = FUTURE_SKEW_S
+    admission_headroom_mb: int = ADMISSION_HEADROOM_MB
+    throttled_fraction: float = THROTTLED_FRACTION
+    max_evictions: int = MAX_EVICTIONS
+    repair_budget: int = REPAIR_BUDGET
+
+
+class PlanInputs(msgspec.Struct, frozen=True, kw_only=True):
+    """Everything one plan depends on; the plan digest hashes exactly this.
+
+    Attributes:
+        now: planning instant (Unix seconds, server clock).
+        profiles: configured models (any order; the planner sorts).
+        hosts: host snapshots (any order; the planner sorts).
+        demand: model id → forecast demand; a model without an entry wants its baseline.
+        policy: planner tunables.
+    """
+
+    now: float
+    profiles: tuple[ModelProfile, ...]
+    hosts: tuple[HostSnapshot, ...]
+    demand: dict[str, ModelDemand] = {}
+    policy: PlannerPolicy = PlannerPolicy()

@@ -1,1 +1,14 @@
-"""Entry point of the grid_bench plugin."""
+"""Entry point of the grid_bench plugin: the ``grid bench`` command group."""
+
+from __future__ import annotations
+
+from grid_core import hookimpl
+
+
+@hookimpl
+def grid_cli_commands(cli) -> None:  # type: ignore[no-untyped-def]
+    """Add ``grid bench plan`` (other bench commands register into the same group)."""
+    from grid_bench.plan_bench import bench_plan
+
+    bench = cli.group("bench")
+    bench.command(name="plan")(bench_plan)

@@ -1,0 +1,170 @@
+"""From a forecast to a desired replica count for one model.
+
+Source: specification, "Global placement loop": offered concurrency (Little's law plus queued
+work), demand headroom, queue/latency/error pressure (+1 beyond the ready set), min/max clamp,
+rising-demand projection across the fastest eligible load+warm path (confidence-weighted,
+capped at 5 minutes / 2x), negative trends never speeding scale-down, and the scale-down
+cooldown (recent ready replicas plus a persisted demand watermark).
+"""
+
+from __future__ import annotations
+
+import math
+
+from grid_core.demand.series import Forecast, ForecastPolicy
+from grid_core.demand.types import ModelDemand
+from grid_core.profile import ModelProfile
+from grid_core.snapshot import HostSnapshot
+
+EPSILON = 1e-9
+"""Guards ceil() against float noise (3.0000000001 replicas is 3, not 4)."""
+LIVE_SAMPLES_FOR_AUTHORITY = 4
+"""Learned load/warm times replace the profile's estimate after this many samples."""
+
+
+def _eligible(host: HostSnapshot, planner_policy: object | None) -> bool:
+    from grid_core.planner.eligibility import host_ineligible_reason
+    from grid_core.planner.types import PlannerPolicy
+
+    policy = planner_policy if isinstance(planner_policy, PlannerPolicy) else PlannerPolicy()
+    return host_ineligible_reason(host, policy) is None
+
+
+def startup_horizon_s(profile: ModelProfile, hosts: list[HostSnapshot],
+                      eligible: list[bool]) -> float:
+    """Fastest eligible next replica's load+warm time (seconds).
+
+    Cached exact weights skip the load phase; learned per-host times replace the profile's
+    priors once they carry enough samples. Hosts already running the model do not count
+    (they are not a *next* replica). Without any candidate the profile's priors are used.
+    """
+    from grid_core.planner.eligibility import incompatibility
+
+    best: float | None = None
+    for host, ok in zip(hosts, eligible, strict=True):
+        if not ok or incompatibility(profile, host) is not None:
+            continue
+        res = host.residency(profile.model_id)
+        if res is not None and res.state in ("loading", "warming", "ready"):
+            continue
+        perf = host.performance.get(profile.model_id)
+        learned = perf is not None and perf.samples >= LIVE_SAMPLES_FOR_AUTHORITY
+        warm = perf.warm_s if learned and perf.warm_s is not None else profile.warm_estimate_s
+        load = perf.load_s if learned and perf.load_s is not None else profile.load_estimate_s
+        cached = profile.model_id in host.cached and (
+            profile.artifact_sha256 is None
+            or host.cached[profile.model_id] == profile.artifact_sha256)
+        total = warm + (0.0 if cached else load)
+        best = total if best is None else min(best, total)
+    return best if best is not None else profile.load_estimate_s + profile.warm_estimate_s
+
+
+def desired_for(
+    profile: ModelProfile,
+    fc: Forecast,
+    hosts: list[HostSnapshot],
+    now: float,
+    policy: ForecastPolicy,
+    watermark: object | None,
+    planner_policy: object | None = None,
+) -> tuple[ModelDemand, object | None]:
+    """Demand and desired replicas of one model, plus its new scale-down watermark.
+
+    Args:
+        profile: the model's profile (replica concurrency, target utilisation, bounds).
+        fc: the forecast (rates in requests/s, times in seconds).
+        hosts: host snapshots sorted by id (ready replicas, engine queues, startup paths).
+        now: planning instant (Unix seconds).
+        policy: demand tunables.
+        watermark: the model's persisted :class:`~grid_core.demand.tracker.Watermark` or None.
+        planner_policy: planner policy deciding host eligibility (defaults when None).
+
+    Returns:
+        ``(ModelDemand, watermark)``; watermark ``None`` when nothing needs remembering.
+    """
+    from grid_core.demand.tracker import Watermark
+
+    mid = profile.model_id
+    eligible = [_eligible(h, planner_policy) for h in hosts]
+    ready = 0
+    recent_ready = 0
+    engine_queue = 0
+    for host, ok in zip(hosts, eligible, strict=True):
+        res = host.residency(mid)
+        if res is None:
+            continue
+        engine_queue += res.queue_depth
+        if res.state == "ready" and ok:
+            ready += 1
+            last = res.last_used_at if res.last_used_at is not None else res.loaded_at
+            if last is not None and now - last < profile.scale_down_cooldown_s:
+                recent_ready += 1
+    service = fc.service_time_s if fc.service_time_s else profile.expected_service_time_s
+    queue = engine_queue + fc.queued
+    offered = fc.rate_rps * service + queue
+    reasons: list[str] = []
+
+    horizon = min(startup_horizon_s(profile, hosts, eligible), policy.projection_cap_s)
+    rising = max(0.0, fc.trend_rps)  # a falling slope never speeds scale-down
+    projected_rate = fc.rate_rps
+    if rising > 0 and fc.rate_rps > 0:
+        projected_rate = min(fc.rate_rps + rising * horizon * max(0.0, min(1.0, fc.confidence)),
+                             fc.rate_rps * policy.projection_cap_ratio)
+    projected = projected_rate * service + queue
+    if projected > offered + EPSILON:
+        reasons.append("projection")
+
+    per_replica = profile.replica_concurrency * profile.target_utilization
+    want = 0
+    if projected > EPSILON:
+        want = max(1, math.ceil(projected * (1.0 + policy.headroom) / per_replica - EPSILON))
+        reasons.append("demand")
+    if queue > EPSILON:
+        want = max(want, ready + 1)
+        reasons.append("queue_pressure")
+    if (profile.latency_slo_ms is not None and fc.p95_ms is not None
+            and fc.p95_ms > profile.latency_slo_ms):
+        want = max(want, ready + 1)
+        reasons.append("latency_pressure")
+    if fc.rate_rps > 0 and fc.error_rate > policy.error_pressure:
+        want = max(want, ready + 1)
+        reasons.append("error_pressure")
+    raw = want
+
+    # Scale-down cooldown: the watermark survives a restart; recent ready replicas stay.
+    new_mark = watermark if isinstance(watermark, Watermark) else None
+    if new_mark is not None and now - new_mark.at >= profile.scale_down_cooldown_s:
+        new_mark = None
+    if raw > 0 and (new_mark is None or raw >= new_mark.desired):
+        new_mark = Watermark(desired=raw, at=now)
+    if new_mark is not None and new_mark.desired > want:
+        want = new_mark.desired
+        reasons.append("cooldown")
+    if recent_ready > want:
+        want = recent_ready
+        reasons.append("recent_ready")
+
+    if want < profile.min_replicas:
+        want = profile.min_replicas
+        reasons.append("baseline")
+    if want > profile.max_replicas:
+        want = profile.max_replicas
+        reasons.append("clamped_max")
+    demand = ModelDemand(
+        model_id=mid,
+        desired_replicas=want,
+        offered_concurrency=offered,
+        request_rate_rps=fc.rate_rps,
+        queue_depth=queue,
+        p95_ms=fc.p95_ms,
+        error_rate=fc.error_rate,
+        trend_rps=fc.trend_rps,
+        direct=fc.rate_rps > 0 or queue > 0,
+        reasons=tuple(dict.fromkeys(reasons)),
+        ready_replicas=ready,
+        service_time_s=service,
+        projected_concurrency=projected,
+        projection_horizon_s=horizon,
+        confidence=fc.confidence,
+    )
+    return demand, new_mark

@@ -1,0 +1,206 @@
+"""The demand tracker: bounded per-model series in, desired replica counts out.
+
+Source: specification, "Global placement loop" (short-horizon demand, target replica count,
+rising-demand projection, scale-down cooldown) and "Proactive observation and portfolio
+planning" (bounded features, approximate request-level p95).
+
+Pure: ``now`` is always passed in. Direct named-model demand only; unbound (``auto``) workload
+demand and learned model correlations arrive later through :attr:`ModelDemand.inferred_rps`
+and the portfolio hook, never by mixing them into a model's direct series.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+
+import msgspec
+
+from grid_core.demand.features import RequestFeatures
+from grid_core.demand.series import (
+    DemandSeries,
+    Forecast,
+    ForecastPolicy,
+    latency_bin,
+    percentile_ms,
+)
+from grid_core.demand.types import ModelDemand
+from grid_core.errors import StateError
+from grid_core.profile import ModelProfile
+from grid_core.snapshot import HostSnapshot
+
+STATE_VERSION = 1
+"""Version of :meth:`DemandTracker.to_state`; an unknown version is refused, never guessed."""
+EPSILON = 1e-9
+"""Guards ceil() against float noise (3.0000000001 replicas is 3, not 4)."""
+COUNTED_OUTCOMES = frozenset({"ok", "error", "rejected", "unavailable"})
+"""Outcomes that are demand; caller-caused 4xx never count for or against a model."""
+ERROR_OUTCOMES = frozenset({"error", "rejected"})
+
+
+class Watermark(msgspec.Struct, frozen=True, kw_only=True, array_like=True):
+    """Highest recent desired count and when it was last reached (persisted)."""
+
+    desired: int
+    at: float
+
+
+class _State(msgspec.Struct, kw_only=True):
+    version: int
+    configured: list[str]
+    series: list[DemandSeries]
+    watermarks: dict[str, Watermark]
+
+
+def fallback_forecast(series: DemandSeries | None, now: float, policy: ForecastPolicy) -> Forecast:
+    """Plain window average used when no forecaster plugin answers (no trend, no confidence)."""
+    if series is None or not series.buckets:
+        return Forecast(rate_rps=0.0)
+    window_s = policy.bucket_s * len(series.buckets)
+    requests = sum(b.requests for b in series.buckets)
+    served = sum(b.served for b in series.buckets)
+    service = sum(b.service_s for b in series.buckets) / served if served else None
+    errors = sum(b.errors for b in series.buckets)
+    return Forecast(
+        rate_rps=requests / window_s,
+        service_time_s=service,
+        queued=sum(b.queue_s for b in series.buckets) / window_s,
+        p95_ms=percentile_ms([b.latency for b in series.buckets]),
+        error_rate=errors / requests if requests else 0.0,
+    )
+
+
+class DemandTracker:
+    """Per-model bounded demand series and the persisted scale-down watermark.
+
+    Only configured model ids get a series (the inference endpoint is open; arbitrary names
+    must not grow controller state). Call :meth:`set_configured` (or :meth:`forecast`, which
+    does it from the profiles) whenever the catalog changes.
+    """
+
+    def __init__(self, policy: ForecastPolicy | None = None) -> None:
+        self.policy = policy or ForecastPolicy()
+        self._configured: set[str] = set()
+        self._series: dict[str, DemandSeries] = {}
+        self._watermarks: dict[str, Watermark] = {}
+
+    # --- observation ----------------------------------------------------------------------
+    def set_configured(self, model_ids: Iterable[str]) -> None:
+        """Declare the configured, non-retiring ids; series of other ids are dropped."""
+        self._configured = set(model_ids)
+        for gone in [m for m in self._series if m not in self._configured]:
+            self.forget(gone)
+
+    def observe(self, features: RequestFeatures) -> bool:
+        """Fold one finished request into its model's current bucket.
+
+        Only the model the caller named counts as direct demand; the model that happened to
+        serve an ``auto`` request does not. Returns whether the request was counted.
+        """
+        model = features.requested_model
+        if model not in self._configured or features.outcome not in COUNTED_OUTCOMES:
+            return False
+        series = self._series.get(model)
+        if series is None:
+            series = DemandSeries(model_id=model, bucket_s=self.policy.bucket_s, buckets=[])
+            self._series[model] = series
+        bucket = series.bucket_at(features.at, self.policy.window_buckets)
+        bucket.requests += 1
+        if features.outcome in ERROR_OUTCOMES:
+            bucket.errors += 1
+        elif features.outcome == "unavailable":
+            bucket.unavailable += 1
+        queue_s = max(0.0, features.queue_s) if math.isfinite(features.queue_s) else 0.0
+        bucket.queue_s += queue_s
+        st = features.service_time_s
+        if st is not None and math.isfinite(st) and st >= 0 and features.outcome == "ok":
+            bucket.service_s += st
+            bucket.served += 1
+            b = latency_bin((st + queue_s) * 1000.0)
+            bucket.latency[b] = bucket.latency.get(b, 0) + 1
+        return True
+
+    def forget(self, model_id: str) -> None:
+        """Drop a model's series and watermark (profile removed or retiring)."""
+        self._series.pop(model_id, None)
+        self._watermarks.pop(model_id, None)
+
+    def series(self, model_id: str) -> DemandSeries | None:
+        """The model's bounded series (read-only use), if it has one."""
+        return self._series.get(model_id)
+
+    # --- forecasting ----------------------------------------------------------------------
+    def forecast(
+        self,
+        now: float,
+        profiles: Iterable[ModelProfile],
+        hosts: Iterable[HostSnapshot],
+        plugins: object,
+        policy: object | None = None,
+    ) -> dict[str, ModelDemand]:
+        """Demand and desired replicas of every configured model at ``now``.
+
+        Args:
+            now: planning instant (Unix seconds).
+            profiles: configured models; ids not listed lose their series.
+            hosts: host snapshots (ready replicas, engine queues, startup estimates).
+            plugins: :class:`grid_core.plugins.Plugins` (the ``grid_forecast`` hook).
+            policy: a :class:`ForecastPolicy` overriding the tracker's, or a planner policy
+                (its ``stale_heartbeat_s``/``future_skew_s`` decide host eligibility).
+
+        Returns:
+            model id → :class:`ModelDemand`, for every profile.
+        """
+        from grid_core.demand.desired import desired_for  # late: planner imports demand types
+
+        fpolicy = policy if isinstance(policy, ForecastPolicy) else self.policy
+        profiles = sorted(profiles, key=lambda p: p.model_id)
+        hosts = sorted(hosts, key=lambda h: h.host_id)
+        self.set_configured(p.model_id for p in profiles)
+        out: dict[str, ModelDemand] = {}
+        for profile in profiles:
+            series = self._series.get(profile.model_id)
+            if series is not None:
+                series.prune(now, fpolicy.window_buckets)
+            fc = None
+            if series is not None and series.buckets and hasattr(plugins, "forecast"):
+                fc = plugins.forecast(series, now, fpolicy)
+            if not isinstance(fc, Forecast):
+                fc = fallback_forecast(series, now, fpolicy)
+            demand, watermark = desired_for(
+                profile, fc, hosts, now, fpolicy, self._watermarks.get(profile.model_id),
+                policy if not isinstance(policy, ForecastPolicy) else None,
+            )
+            if watermark is None:
+                self._watermarks.pop(profile.model_id, None)
+            else:
+                self._watermarks[profile.model_id] = watermark
+            out[profile.model_id] = demand
+        return out
+
+    # --- persistence ----------------------------------------------------------------------
+    def to_state(self) -> dict[str, object]:
+        """A JSON-compatible snapshot (bounded: window buckets per configured model)."""
+        state = _State(version=STATE_VERSION, configured=sorted(self._configured),
+                       series=[self._series[k] for k in sorted(self._series)],
+                       watermarks=dict(sorted(self._watermarks.items())))
+        return msgspec.to_builtins(state)
+
+    def from_state(self, data: dict[str, object]) -> None:
+        """Restore :meth:`to_state` output; replaces the current state wholly or not at all.
+
+        Raises:
+            StateError: the snapshot is malformed or of an unknown version (nothing changes).
+        """
+        try:
+            state = msgspec.convert(data, _State, strict=False)
+        except msgspec.ValidationError as exc:
+            msg = f"demand state: {exc}; delete the demand section to start from no history"
+            raise StateError(msg) from None
+        if state.version != STATE_VERSION:
+            msg = (f"demand state version {state.version} is not {STATE_VERSION}; "
+                   "delete the demand section to start from no history")
+            raise StateError(msg)
+        self._configured = set(state.configured)
+        self._series = {s.model_id: s for s in state.series if s.model_id in self._configured}
+        self._watermarks = {k: v for k, v in state.watermarks.items() if k in self._configured}

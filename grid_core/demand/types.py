@@ -1,0 +1,63 @@
+"""The demand side's per-model answer for one planning instant."""
+
+from __future__ import annotations
+
+import msgspec
+
+
+class ModelDemand(msgspec.Struct, frozen=True, kw_only=True):
+    """Near-term demand of one configured model and the replica count it asks for.
+
+    Source: specification, "Global placement loop" (short-horizon demand, target replica count).
+
+    Attributes:
+        model_id: configured model id.
+        desired_replicas: replicas wanted after headroom, pressure, cooldown and min/max clamping.
+        offered_concurrency: requests in service at once = arrival rate × service time + queued
+            work (Little's law), before projection.
+        request_rate_rps: forecast arrival rate (requests/s).
+        queue_depth: queued requests (reported by engines plus measured waiting work).
+        p95_ms: approximate request-level p95 end-to-end latency (ms), ``None`` without samples.
+        error_rate: engine-side failure fraction (0..1).
+        trend_rps: rate change per second (requests/s²); negative never speeds scale-down.
+        direct: the model has direct evidence (named requests or queue), not only a baseline.
+        reasons: machine-stable reasons that set ``desired_replicas`` (``baseline``, ``demand``,
+            ``queue_pressure``, ``latency_pressure``, ``error_pressure``, ``cooldown``,
+            ``recent_ready``, ``clamped_max``, ``projection``).
+        ready_replicas: ready replicas on eligible hosts when forecast.
+        service_time_s: service time used (measured, else the profile's expectation).
+        projected_concurrency: offered concurrency projected across the startup horizon.
+        projection_horizon_s: fastest eligible load+warm time used for the projection (s).
+        confidence: forecaster confidence in the trend (0..1).
+        inferred_rps: demand inferred from correlated models (always 0 until correlation
+            learning exists; a separate field so inferred demand never counts as direct).
+    """
+
+    model_id: str
+    desired_replicas: int = 0
+    offered_concurrency: float = 0.0
+    request_rate_rps: float = 0.0
+    queue_depth: float = 0.0
+    p95_ms: float | None = None
+    error_rate: float = 0.0
+    trend_rps: float = 0.0
+    direct: bool = False
+    reasons: tuple[str, ...] = ()
+    ready_replicas: int = 0
+    service_time_s: float = 0.0
+    projected_concurrency: float = 0.0
+    projection_horizon_s: float = 0.0
+    confidence: float = 0.0
+    inferred_rps: float = 0.0
+
+    def harm(self, latency_slo_ms: float | None) -> tuple[float, float, float, float, float]:
+        """Attributable service harm, compared lexicographically (larger = more harmed).
+
+        Order from the specification: queue, latency/SLO ratio, errors, offered concurrency,
+        request rate. Without an SLO the latency ratio is 0 (no SLO, no SLO harm).
+        """
+        ratio = 0.0
+        if latency_slo_ms and self.p95_ms is not None:
+            ratio = self.p95_ms / latency_slo_ms
+        return (self.queue_depth, ratio, self.error_rate, self.offered_concurrency,
+                self.request_rate_rps)

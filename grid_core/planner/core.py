@@ -1,0 +1,203 @@
+"""The placement loop: profiles, host snapshots and demand in, one deterministic plan out.
+
+Source: specification, "Global placement loop" and "Safety invariants" 1, 2, 5 and 10. The
+order of decisions (see docs/planner.md):
+
+1. canonicalise inputs (sorted) and hash them;
+2. desired replica counts (demand clamped to min/max; a pinned model wants its pins);
+3. seed healthy incumbents (priority high to low) within the desired ledger, model-slot
+   ceilings and colocation; surplus live work on a host whose ceiling was lowered is evicted;
+4. reserve hard pins (exact host; staged preemption on that host; never a substitute);
+5. per priority class, high to low: baseline rounds then demand rounds, one replica per model
+   per round (max-min fair), failure-domain diversity reserved before scoring; a round cut
+   short by capacity is re-decided by attributable harm; bounded repair; staged preemption;
+6. unmet constraints for every shortfall.
+"""
+
+from __future__ import annotations
+
+from grid_core.demand.types import ModelDemand
+from grid_core.planner.eligibility import SERVING_STATES, host_signature, incompatibility
+from grid_core.planner.ledger import Ledger, Placed
+from grid_core.planner.scoring import ScoreContext, speed_weight, split_terms
+from grid_core.planner.types import Assignment, Eviction, PlanInputs
+from grid_core.profile import ModelProfile
+from grid_core.snapshot import HostSnapshot
+
+MIN_RESIDENCY_STATES = frozenset({"loading", "warming", "ready"})
+"""States whose minimum residency protects them from preemption (failed/draining never)."""
+
+
+def desired_count(profile: ModelProfile, demand: ModelDemand | None) -> int:
+    """Replicas wanted: demand clamped to ``[min_replicas, max_replicas]``; pins are all
+    reserved (a pinned model runs exactly on its pins)."""
+    if profile.pins:
+        return len(profile.pins)
+    want = demand.desired_replicas if demand is not None else 0
+    return max(profile.min_replicas, min(profile.max_replicas, want))
+
+
+class PlanState:
+    """Everything one plan computes; built and driven by :func:`grid_core.planner.plan`.
+
+    Args:
+        inputs: canonicalised plan inputs (profiles and hosts sorted by id).
+        terms: score terms collected once from the plugins.
+        select_victims: the victim hook (``None`` disables preemption).
+    """
+
+    def __init__(self, inputs: PlanInputs, terms: list[object], select_victims: object) -> None:
+        self.inputs = inputs
+        self.now = inputs.now
+        self.policy = inputs.policy
+        self.profiles: list[ModelProfile] = list(inputs.profiles)
+        self.hosts: list[HostSnapshot] = list(inputs.hosts)
+        self.ledger = Ledger(self.profiles, self.hosts, self.policy)
+        self.static_terms, self.dynamic_terms = split_terms(terms)
+        self.select_victims = select_victims
+        self.demand = [inputs.demand.get(p.model_id) for p in self.profiles]
+        self.desired = [desired_count(p, d) for p, d in zip(self.profiles, self.demand,
+                                                           strict=True)]
+        self.weights = [speed_weight(d, p.replica_concurrency * p.target_utilization)
+                        for p, d in zip(self.profiles, self.demand, strict=True)]
+        self.cands = self._candidates()
+        self.evictions: list[Eviction] = []
+        self.evicted: set[tuple[str, str]] = set()
+        self.staged: dict[int, int] = {}
+        self.fail_reasons: list[set[str]] = [set() for _ in self.profiles]
+        self.budget_hit: set[int] = set()
+        self.repair_steps = 0
+        self._static: dict[tuple[int, int], float] = {}
+        self._dynamic: dict[tuple[int, int, int, bool], float] = {}
+
+    # --- static indexes -------------------------------------------------------------------
+    def _candidates(self) -> list[list[int]]:
+        """Per model, eligible hosts passing every static rule (cached per host class)."""
+        by_sig: dict[tuple[object, ...], list[int]] = {}
+        for hi, host in enumerate(self.hosts):
+            if self.ledger.books[hi].eligible:
+                by_sig.setdefault(host_signature(host), []).append(hi)
+        out: list[list[int]] = []
+        for p in self.profiles:
+            unpinned = p if not p.pins else None
+            hs: list[int] = []
+            for his in by_sig.values():
+                probe = self.hosts[his[0]]
+                if unpinned is not None:
+                    if incompatibility(unpinned, probe) is None:
+                        hs.extend(his)
+                else:
+                    hs.extend(hi for hi in his
+                              if incompatibility(p, self.hosts[hi]) is None)
+            hs.sort()
+            out.append(hs)
+        return out
+
+    # --- scoring --------------------------------------------------------------------------
+    def _context(self, mi: int, hi: int, domain_new: bool) -> ScoreContext:
+        p, host, book = self.profiles[mi], self.hosts[hi], self.ledger.books[hi]
+        perf = host.performance.get(p.model_id)
+        cached = self.ledger.cached(mi, hi)
+        warm = perf.warm_s if perf is not None and perf.warm_s is not None else \
+            p.warm_estimate_s
+        load = perf.load_s if perf is not None and perf.load_s is not None else \
+            p.load_estimate_s
+        return ScoreContext(
+            now=self.now, demand=self.demand[mi], memory_mb=self.ledger.memory(mi, hi)[1],
+            allocatable_mb=host.allocatable_mb, free_mb=min(book.inc_free, book.raw_free),
+            domain_new=domain_new, speed_weight=self.weights[mi], cached=cached,
+            resident=host.residency(p.model_id), startup_s=warm + (0.0 if cached else load))
+
+    def score(self, mi: int, hi: int, domain_new: bool) -> float:
+        """Summed term score of a new replica of ``mi`` on ``hi`` (memoised per state)."""
+        key = (mi, hi)
+        static = self._static.get(key)
+        ctx = None
+        if static is None:
+            ctx = self._context(mi, hi, domain_new)
+            p, host = self.profiles[mi], self.hosts[hi]
+            static = float(sum(t.score(p, host, ctx) for t in self.static_terms))
+            self._static[key] = static
+        if not self.dynamic_terms:
+            return static
+        book = self.ledger.books[hi]
+        dkey = (mi, hi, min(book.inc_free, book.raw_free), domain_new)
+        dyn = self._dynamic.get(dkey)
+        if dyn is None:
+            ctx = ctx if ctx is not None and ctx.domain_new == domain_new else \
+                self._context(mi, hi, domain_new)
+            p, host = self.profiles[mi], self.hosts[hi]
+            dyn = float(sum(t.score(p, host, ctx) for t in self.dynamic_terms))
+            self._dynamic[dkey] = dyn
+        return static + dyn
+
+    def required_domains(self, mi: int) -> int:
+        """Distinct failure domains the model's replicas must span (feasible target)."""
+        return min(self.profiles[mi].min_failure_domains, self.desired[mi])
+
+    def best_host(self, mi: int) -> tuple[int, float] | None:
+        """Best host for one more replica of ``mi``, or ``None`` (reasons recorded).
+
+        While the model spans fewer failure domains than it requires, only hosts in a new
+        domain are considered; when none fits, any domain is accepted and the shortfall is
+        reported as ``failure_domain_shortfall``.
+        """
+        ledger = self.ledger
+        domains = ledger.domains[mi]
+        need_new = len(domains) < self.required_domains(mi)
+        reasons = self.fail_reasons[mi]
+        for restrict in ((True, False) if need_new else (False,)):
+            best: tuple[int, float] | None = None
+            for hi in self.cands[mi]:
+                why = ledger.fit_new(mi, hi)
+                if why is not None:
+                    reasons.add(why)
+                    continue
+                domain_new = ledger.domain_of(hi) not in domains
+                if restrict and not domain_new:
+                    continue
+                s = self.score(mi, hi, domain_new)
+                if best is None or s > best[1]:
+                    best = (hi, s)
+            if best is not None:
+                return best
+        return None
+
+    # --- helpers used by the phases -------------------------------------------------------
+    def protected(self, mi: int | None, res_loaded_at: float | None, state: str) -> bool:
+        """Minimum residency protects a recently loaded live replica from preemption."""
+        if mi is None or state not in MIN_RESIDENCY_STATES or res_loaded_at is None:
+            return False
+        return self.now - res_loaded_at < self.profiles[mi].min_residency_s
+
+    def assignments(self) -> list[Assignment]:
+        """The plan's assignments in (model id, host id) order."""
+        out: list[Assignment] = []
+        for pl in self.ledger.placements():
+            out.append(self._assignment(pl))
+        return out
+
+    def _assignment(self, pl: Placed) -> Assignment:
+        return Assignment(model_id=self.profiles[pl.mi].model_id,
+                          host_id=self.hosts[pl.hi].host_id, incumbent=pl.incumbent,
+                          runtime=pl.runtime, memory_mb=pl.memory_mb, reason=pl.reason,
+                          score=pl.score)
+
+
+def serving_incumbents(state: PlanState, mi: int) -> list[tuple[int, object]]:
+    """Healthy live residencies of ``mi`` on eligible, compatible hosts, best first.
+
+    Preference: unmanaged work (it stays anyway), ready before warming before loading,
+    replicas inside their minimum residency, then host id.
+    """
+    mid = state.profiles[mi].model_id
+    out = []
+    for hi in state.cands[mi]:
+        res = state.hosts[hi].residency(mid)
+        if res is None or res.state not in SERVING_STATES:
+            continue
+        rank = {"ready": 0, "warming": 1, "loading": 2}[res.state]
+        sticky = state.protected(mi, res.loaded_at, res.state)
+        out.append(((0 if not res.actuatable else 1, rank, 0 if sticky else 1, hi), hi, res))
+    out.sort(key=lambda t: t[0])
+    return [(hi, res) for _, hi, res in out]

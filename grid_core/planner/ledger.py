@@ -1,0 +1,302 @@
+"""Per-plan capacity bookkeeping: two memory ledgers, model slots, colocation, disk.
+
+Source: specification, "Global placement loop" and "Safety invariants" 1:
+
+* incremental (make-before-break) ledger: everything live now (managed or not, obsolete or
+  not) plus every new allocation, plus admission headroom, within the share of allocatable
+  memory the host offers for new work (a throttled host offers only its fraction);
+* desired (raw) ledger: the complete desired footprint (unmanaged work first, kept incumbents,
+  new allocations) within raw allocatable memory after reserve and thermal derating;
+* model slots and colocation ceilings/exclusions count live and planned models;
+* uncached artifacts reserve their size ceiling cumulatively against authenticated free disk.
+
+Every mutation has an exact inverse so rounds can be retried and repair can backtrack.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from grid_core.planner.eligibility import (
+    MEMORY_STATES,
+    host_ineligible_reason,
+    incompatibility,
+    runtime_for,
+)
+from grid_core.planner.types import PlannerPolicy
+from grid_core.profile import ModelProfile
+from grid_core.snapshot import HostSnapshot, ResidencySnapshot
+
+
+@dataclass(slots=True)
+class Placed:
+    """One desired replica in the ledger (an incumbent kept or a new placement)."""
+
+    mi: int
+    hi: int
+    incumbent: bool
+    runtime: str
+    memory_mb: int
+    raw_mb: int
+    """MB charged to the desired ledger (0 for unmanaged work, already in the base)."""
+    inc_mb: int
+    """MB charged to the incremental ledger (0 for incumbents: they are already live)."""
+    disk_mb: int
+    reason: str
+    score: float | None = None
+
+
+@dataclass(slots=True)
+class HostBook:
+    """Mutable capacity state of one host during one plan."""
+
+    inc_free: int
+    raw_free: int
+    disk_free: int | None
+    max_models: int
+    live: frozenset[str]
+    desired: set[str]
+    present: set[str]
+    eligible: bool
+    blocked: bool = False
+    models: dict[int, Placed] = field(default_factory=dict)
+
+
+class Ledger:
+    """Capacity state of every host plus the replicas placed so far.
+
+    Args:
+        profiles: configured models sorted by id (index = model index).
+        hosts: snapshots sorted by id (index = host index).
+        policy: planner policy.
+    """
+
+    def __init__(self, profiles: list[ModelProfile], hosts: list[HostSnapshot],
+                 policy: PlannerPolicy) -> None:
+        self.profiles = profiles
+        self.hosts = hosts
+        self.policy = policy
+        self.index = {p.model_id: i for i, p in enumerate(profiles)}
+        self.books: list[HostBook] = []
+        self.ineligible: list[str | None] = []
+        self.count = [0] * len(profiles)
+        self.domains: list[dict[str, int]] = [{} for _ in profiles]
+        self.ceiling = {p.model_id: p.max_colocated_models for p in profiles
+                        if p.max_colocated_models > 0}
+        self.excludes: dict[str, set[str]] = {p.model_id: set(p.colocation_excludes)
+                                              for p in profiles}
+        for p in profiles:  # exclusions are reciprocal even when declared on one side
+            for other in p.colocation_excludes:
+                self.excludes.setdefault(other, set()).add(p.model_id)
+        self._mem: dict[tuple[int, int], tuple[str, int]] = {}
+        self._compat: dict[tuple[int, int], str | None] = {}
+        for host in hosts:
+            self._add_host(host)
+
+    def _add_host(self, host: HostSnapshot) -> None:
+        reason = host_ineligible_reason(host, self.policy)
+        alloc = host.allocatable_mb
+        frac = max(0.0, min(1.0, host.throttle_fraction))
+        if host.state == "throttled":
+            frac = min(frac, self.policy.throttled_fraction)
+        live_used = host.external_used_mb
+        unmanaged = host.external_used_mb
+        live: set[str] = set()
+        desired: set[str] = set()
+        for r in host.residencies:
+            if r.state not in MEMORY_STATES:
+                continue
+            live_used += r.memory_mb
+            live.add(r.model_id)
+            if not r.actuatable:  # unmanaged work stays whatever Grid plans
+                unmanaged += r.memory_mb
+                desired.add(r.model_id)
+        inc_cap = int(alloc * frac) - self.policy.admission_headroom_mb
+        self.books.append(HostBook(
+            inc_free=inc_cap - live_used,
+            raw_free=alloc - unmanaged,
+            disk_free=host.artifact_disk_free_mb,
+            max_models=host.max_models,
+            live=frozenset(live),
+            desired=desired,
+            present=live | desired,
+            eligible=reason is None,
+        ))
+        self.ineligible.append(reason)
+
+    # --- static facts (memoised per plan) ------------------------------------------------
+    def compat(self, mi: int, hi: int) -> str | None:
+        """Static incompatibility of model ``mi`` with host ``hi`` (memoised)."""
+        key = (mi, hi)
+        if key not in self._compat:
+            self._compat[key] = incompatibility(self.profiles[mi], self.hosts[hi])
+        return self._compat[key]
+
+    def memory(self, mi: int, hi: int) -> tuple[str, int]:
+        """(runtime, MB) of a new replica of ``mi`` on ``hi`` (memoised)."""
+        key = (mi, hi)
+        got = self._mem.get(key)
+        if got is None:
+            got = runtime_for(self.profiles[mi], self.hosts[hi])
+            self._mem[key] = got
+        return got
+
+    def cached(self, mi: int, hi: int) -> bool:
+        """Exact weights of ``mi`` are on ``hi``'s disk (unknown digests match by id)."""
+        p = self.profiles[mi]
+        cached = self.hosts[hi].cached
+        if p.model_id not in cached:
+            return False
+        return p.artifact_sha256 is None or cached[p.model_id] in (None, p.artifact_sha256)
+
+    def disk_cost(self, mi: int, hi: int) -> int:
+        """MB of free disk a new replica reserves (0 when cached or no ceiling declared)."""
+        size = self.profiles[mi].artifact_size_mb
+        if not size or self.cached(mi, hi):
+            return 0
+        return size
+
+    # --- rules that change as the plan grows ---------------------------------------------
+    def colocation_conflict(self, model_id: str, peers: set[str] | frozenset[str]) -> bool:
+        """Whether ``model_id`` may not join ``peers`` (exclusions or a ceiling, reciprocal)."""
+        others = peers - {model_id}
+        excl = self.excludes.get(model_id)
+        if excl and not excl.isdisjoint(others):
+            return True
+        size = len(others) + 1
+        own = self.ceiling.get(model_id, 0)
+        if own and size > own:
+            return True
+        if self.ceiling:
+            for peer in others:
+                c = self.ceiling.get(peer, 0)
+                if c and size > c:
+                    return True
+        return False
+
+    def fit_new(self, mi: int, hi: int) -> str | None:
+        """Why a new replica of ``mi`` cannot go on ``hi`` now, or ``None`` when it fits.
+
+        Reasons: ``ineligible``, ``blocked``, ``present``, ``memory``, ``slots``,
+        ``colocation``, ``disk``. Static compatibility is checked by the caller.
+        """
+        book = self.books[hi]
+        if not book.eligible:
+            return "ineligible"
+        if book.blocked:
+            return "blocked"
+        mid = self.profiles[mi].model_id
+        if mid in book.present:
+            return "present"
+        _, mem = self.memory(mi, hi)
+        if book.inc_free < mem or book.raw_free < mem:
+            return "memory"
+        if book.max_models and len(book.present) + 1 > book.max_models:
+            return "slots"
+        if (self.ceiling or self.excludes.get(mid)) and self.colocation_conflict(
+                mid, book.present):
+            return "colocation"
+        disk = self.disk_cost(mi, hi)
+        if disk and book.disk_free is not None and book.disk_free < disk:
+            return "disk"
+        return None
+
+    def fit_incumbent(self, mi: int, hi: int, res: ResidencySnapshot) -> str | None:
+        """Why an existing residency cannot stay desired, or ``None`` when it may.
+
+        Incumbents cost nothing incremental (they are live), but the complete desired
+        footprint must fit raw allocatable memory, the desired model count must respect the
+        host ceiling, and desired peers must respect colocation.
+        """
+        book = self.books[hi]
+        mid = self.profiles[mi].model_id
+        if not res.actuatable:
+            peers = book.desired - {mid}
+            raw_need = 0
+        else:
+            peers = book.desired
+            raw_need = self._incumbent_mb(mi, hi, res)
+        if book.raw_free < raw_need:
+            return "memory"
+        if book.max_models and len(peers | {mid}) > book.max_models:
+            return "slots"
+        if self.colocation_conflict(mid, peers):
+            return "colocation"
+        return None
+
+    def _incumbent_mb(self, mi: int, hi: int, res: ResidencySnapshot) -> int:
+        return max(res.memory_mb, self.memory(mi, hi)[1])
+
+    # --- mutations (exact inverses) -------------------------------------------------------
+    def keep(self, mi: int, hi: int, res: ResidencySnapshot, reason: str) -> Placed:
+        """Record an incumbent as desired (call :meth:`fit_incumbent` first)."""
+        book = self.books[hi]
+        mid = self.profiles[mi].model_id
+        raw = self._incumbent_mb(mi, hi, res) if res.actuatable else 0
+        placed = Placed(mi=mi, hi=hi, incumbent=True,
+                        runtime=res.runtime or self.memory(mi, hi)[0],
+                        memory_mb=max(res.memory_mb, self.memory(mi, hi)[1]) if res.actuatable
+                        else res.memory_mb,
+                        raw_mb=raw, inc_mb=0, disk_mb=0, reason=reason)
+        book.raw_free -= raw
+        book.desired.add(mid)
+        book.present.add(mid)
+        self._attach(placed)
+        return placed
+
+    def place(self, mi: int, hi: int, reason: str, score: float | None = None) -> Placed:
+        """Record a new replica (call :meth:`fit_new` first)."""
+        book = self.books[hi]
+        mid = self.profiles[mi].model_id
+        runtime, mem = self.memory(mi, hi)
+        disk = self.disk_cost(mi, hi)
+        placed = Placed(mi=mi, hi=hi, incumbent=False, runtime=runtime, memory_mb=mem,
+                        raw_mb=mem, inc_mb=mem, disk_mb=disk, reason=reason, score=score)
+        book.inc_free -= mem
+        book.raw_free -= mem
+        if disk and book.disk_free is not None:
+            book.disk_free -= disk
+        book.desired.add(mid)
+        book.present.add(mid)
+        self._attach(placed)
+        return placed
+
+    def remove(self, mi: int, hi: int) -> Placed:
+        """Undo :meth:`keep` or :meth:`place` for ``(mi, hi)``."""
+        book = self.books[hi]
+        placed = book.models.pop(mi)
+        mid = self.profiles[mi].model_id
+        book.inc_free += placed.inc_mb
+        book.raw_free += placed.raw_mb
+        if placed.disk_mb and book.disk_free is not None:
+            book.disk_free += placed.disk_mb
+        res = self.hosts[hi].residency(mid)
+        if res is None or res.actuatable or res.state not in MEMORY_STATES:
+            book.desired.discard(mid)
+        if mid not in book.live and mid not in book.desired:
+            book.present.discard(mid)
+        self.count[mi] -= 1
+        dom = self.hosts[hi].failure_domain or f"host:{self.hosts[hi].host_id}"
+        left = self.domains[mi][dom] - 1
+        if left:
+            self.domains[mi][dom] = left
+        else:
+            del self.domains[mi][dom]
+        return placed
+
+    def _attach(self, placed: Placed) -> None:
+        self.books[placed.hi].models[placed.mi] = placed
+        self.count[placed.mi] += 1
+        dom = self.domain_of(placed.hi)
+        self.domains[placed.mi][dom] = self.domains[placed.mi].get(dom, 0) + 1
+
+    def domain_of(self, hi: int) -> str:
+        """Failure domain of a host; a host without one is its own domain."""
+        host = self.hosts[hi]
+        return host.failure_domain or f"host:{host.host_id}"
+
+    def placements(self) -> list[Placed]:
+        """Every desired replica, in (model id, host id) order."""
+        out = [p for book in self.books for p in book.models.values()]
+        out.sort(key=lambda p: (p.mi, p.hi))
+        return out

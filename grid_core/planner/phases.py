@@ -1,0 +1,288 @@
+"""The phases of one plan, in the order :func:`grid_core.planner.plan` runs them."""
+
+from __future__ import annotations
+
+from grid_core.planner.core import PlanState, serving_incumbents
+from grid_core.planner.eligibility import MEMORY_STATES
+from grid_core.planner.preemption import (
+    MAX_PREEMPTION_HOSTS,
+    MAX_VICTIM_CANDIDATES,
+    OBSOLETE_PRIORITY,
+    VictimCandidate,
+    VictimContext,
+    VictimNeed,
+    set_cost,
+)
+from grid_core.planner.types import Eviction
+
+
+def class_order(state: PlanState, models: list[int]) -> list[int]:
+    """Priority classes high to low; inside one, a stable model order for seeding."""
+    return sorted(models, key=lambda mi: round_key(state, mi))
+
+
+def round_key(state: PlanState, mi: int) -> tuple:
+    """Round order inside a class: constrained (fewer candidate hosts) and larger first,
+    then more attributable harm, model id last."""
+    p = state.profiles[mi]
+    return (-p.priority, len(state.cands[mi]), -p.memory_mb, harm_neg(state, mi), p.model_id)
+
+
+def harm_neg(state: PlanState, mi: int) -> tuple[float, ...]:
+    d = state.demand[mi]
+    if d is None:
+        return (0.0, 0.0, 0.0, 0.0, 0.0)
+    return tuple(-x for x in d.harm(state.profiles[mi].latency_slo_ms))
+
+
+# --- 3. incumbents ------------------------------------------------------------------------
+def seed_incumbents(state: PlanState) -> None:
+    """Keep healthy live replicas first (highest priority first), up to each desired count.
+
+    A complete current placement therefore survives as a feasibility witness: scoring never
+    dismantles it. Incumbents that no longer fit the desired ledger, the host's model ceiling
+    or colocation are not kept (the lowest priority loses), so they are re-placed elsewhere
+    when a peer host exists, and reported otherwise.
+    """
+    ledger = state.ledger
+    for mi in class_order(state, list(range(len(state.profiles)))):
+        want = state.desired[mi]
+        kept = 0
+        for hi, res in serving_incumbents(state, mi):
+            if kept >= want:
+                break
+            if ledger.fit_incumbent(mi, hi, res) is None:
+                ledger.keep(mi, hi, res, "incumbent")
+                kept += 1
+    _converge_ceilings(state)
+
+
+def _converge_ceilings(state: PlanState) -> None:
+    """Evict surplus managed live work on hosts whose ceiling or colocation it breaks."""
+    ledger = state.ledger
+    for hi, host in enumerate(state.hosts):
+        book = ledger.books[hi]
+        live = [r for r in host.residencies if r.state in MEMORY_STATES]
+        over = book.max_models and len(live) > book.max_models
+        kept = {state.profiles[mi].model_id for mi in book.models}
+        conflict = [r for r in live if r.model_id not in kept and r.actuatable
+                    and ledger.colocation_conflict(r.model_id, kept | {r.model_id})]
+        if not over and not conflict:
+            continue
+        removable = [r for r in live if r.actuatable and r.model_id not in kept
+                     and not state.protected(ledger.index.get(r.model_id), r.loaded_at, r.state)]
+        removable.sort(key=lambda r: (_priority(state, r.model_id),
+                                      r.state not in ("failed", "draining"), r.model_id))
+        excess = len(live) - book.max_models if over else 0
+        chosen = [r for r in removable if r in conflict]
+        for r in removable:
+            if len(chosen) >= excess:
+                break
+            if r not in chosen:
+                chosen.append(r)
+        for r in chosen:
+            _evict(state, r.model_id, hi, None, _priority(state, r.model_id), "ceiling")
+
+
+def _priority(state: PlanState, model_id: str) -> int:
+    mi = state.ledger.index.get(model_id)
+    return state.profiles[mi].priority if mi is not None else OBSOLETE_PRIORITY
+
+
+def _evict(state: PlanState, model_id: str, hi: int, beneficiary: str | None, priority: int,
+           reason: str) -> bool:
+    host_id = state.hosts[hi].host_id
+    if (model_id, host_id) in state.evicted:
+        return True
+    if len(state.evictions) >= state.policy.max_evictions:
+        return False
+    state.evicted.add((model_id, host_id))
+    state.evictions.append(Eviction(model_id=model_id, host_id=host_id,
+                                    beneficiary=beneficiary, priority=priority, reason=reason))
+    return True
+
+
+# --- 4. pins ------------------------------------------------------------------------------
+def place_pins(state: PlanState) -> None:
+    """Reserve every hard pin on its exact host (higher priority first)."""
+    ledger = state.ledger
+    pinned = [mi for mi, p in enumerate(state.profiles) if p.pins]
+    for mi in class_order(state, pinned):
+        p = state.profiles[mi]
+        held = {ledger.hosts[hi].host_id for hi in range(len(state.hosts))
+                if mi in ledger.books[hi].models}
+        for hi in state.cands[mi]:
+            if state.hosts[hi].host_id in held:
+                continue
+            if ledger.fit_new(mi, hi) is None:
+                ledger.place(mi, hi, "pin", state.score(mi, hi, True))
+            elif not preempt_on(state, mi, [hi]):
+                state.fail_reasons[mi].add("pin_capacity")
+        del p
+
+
+# --- 5. fair rounds -----------------------------------------------------------------------
+def place_class(state: PlanState, models: list[int]) -> None:
+    """Baseline rounds then demand rounds for one priority class."""
+    stuck: set[int] = set()
+    for phase in ("baseline", "demand"):
+        def target(mi: int, phase: str = phase) -> int:
+            if phase == "baseline":
+                return min(state.profiles[mi].min_replicas, state.desired[mi])
+            return state.desired[mi]
+        while True:
+            active = [mi for mi in models
+                      if mi not in stuck and state.ledger.count[mi] < target(mi)]
+            if not active:
+                break
+            _fair_round(state, active, stuck)
+
+
+def _fair_round(state: PlanState, active: list[int], stuck: set[int]) -> None:
+    order = sorted(active, key=lambda mi: round_key(state, mi))
+    done = _try_round(state, order)
+    failed = [mi for mi, ok in zip(order, done, strict=True) if not ok]
+    if failed and len(failed) < len(order):
+        # Capacity ended partway through the round: attributable harm decides who keeps it.
+        by_harm = sorted(active, key=lambda mi: (harm_neg(state, mi), round_key(state, mi)))
+        if by_harm != order:
+            _undo(state, order, done)
+            done2 = _try_round(state, by_harm)
+            if sum(done2) >= sum(done):
+                order, done = by_harm, done2
+            else:
+                _undo(state, by_harm, done2)
+                done = _try_round(state, order)
+        failed = [mi for mi, ok in zip(order, done, strict=True) if not ok]
+    stuck.update(failed)
+
+
+def _try_round(state: PlanState, order: list[int]) -> list[bool]:
+    state.last_round: list[int | None] = []
+    done: list[bool] = []
+    for mi in order:
+        found = state.best_host(mi)
+        if found is None:
+            done.append(False)
+            state.last_round.append(None)
+            continue
+        hi, s = found
+        state.ledger.place(mi, hi, "score", s)
+        state.last_round.append(hi)
+        done.append(True)
+    return done
+
+
+def _undo(state: PlanState, order: list[int], done: list[bool]) -> None:
+    for mi, hi in zip(reversed(order), reversed(state.last_round), strict=True):
+        if hi is not None:
+            state.ledger.remove(mi, hi)
+
+
+# --- staged preemption --------------------------------------------------------------------
+def may_preempt(state: PlanState, mi: int) -> bool:
+    """Destructive authority needs a baseline, a pin or direct evidence (never inference)."""
+    p, d = state.profiles[mi], state.demand[mi]
+    return bool(p.pins) or state.ledger.count[mi] < p.min_replicas or (d is not None
+                                                                        and d.direct)
+
+
+def preempt_for(state: PlanState, mi: int) -> bool:
+    """Stage a preemption for one missing replica of ``mi``; True when staged."""
+    domains = state.ledger.domains[mi]
+    need_new = len(domains) < state.required_domains(mi)
+    hosts = state.cands[mi]
+    if need_new:
+        fresh = [hi for hi in hosts if state.ledger.domain_of(hi) not in domains]
+        if fresh and preempt_on(state, mi, fresh):
+            return True
+    return preempt_on(state, mi, hosts)
+
+
+def preempt_on(state: PlanState, mi: int, hosts: list[int]) -> bool:
+    """Choose the cheapest sufficient victim set among ``hosts`` and stage it."""
+    if state.select_victims is None or not may_preempt(state, mi):
+        return False
+    if len(state.evictions) >= state.policy.max_evictions:
+        state.budget_hit.add(mi)
+        return False
+    options = []
+    for hi in hosts:
+        got = _victim_pool(state, mi, hi)
+        if got is not None:
+            options.append((hi, *got))
+    options.sort(key=lambda o: (sum(c.disruption for c in o[1]), o[0]))
+    best = None
+    for hi, cands, need in options[:MAX_PREEMPTION_HOSTS]:
+        ctx = VictimContext(host_id=state.hosts[hi].host_id,
+                            beneficiary=state.profiles[mi].model_id,
+                            beneficiary_priority=state.profiles[mi].priority)
+        chosen = state.select_victims(tuple(cands), need, ctx)
+        if not chosen:
+            continue
+        chosen = tuple(chosen)
+        if not all(c in cands for c in chosen) or not need.satisfied_by(chosen):
+            continue  # a selector that answers unsafely is ignored (fail closed)
+        key = (set_cost(chosen), hi)
+        if best is None or key < best[0]:
+            best = (key, hi, chosen)
+    if best is None:
+        return False
+    _, hi, chosen = best
+    if len(state.evictions) + len(chosen) > state.policy.max_evictions:
+        state.budget_hit.add(mi)
+        return False
+    p = state.profiles[mi]
+    for v in chosen:
+        vmi = state.ledger.index.get(v.model_id)
+        if vmi is not None and vmi in state.ledger.books[hi].models:
+            state.ledger.remove(vmi, hi)
+        _evict(state, v.model_id, hi, p.model_id, p.priority, "preemption")
+    state.ledger.books[hi].blocked = True  # released memory is proven free only later
+    state.staged[mi] = state.staged.get(mi, 0) + 1
+    return True
+
+
+def _victim_pool(state: PlanState, mi: int, hi: int):
+    """Removable residencies on ``hi`` for beneficiary ``mi`` and what they must release."""
+    ledger, host, book = state.ledger, state.hosts[hi], state.ledger.books[hi]
+    p = state.profiles[mi]
+    if book.blocked or p.model_id in book.present or not book.eligible:
+        return None
+    cands: list[VictimCandidate] = []
+    for r in host.residencies:
+        if r.state not in MEMORY_STATES or not r.actuatable:
+            continue
+        if (r.model_id, host.host_id) in state.evicted:
+            continue
+        vmi = ledger.index.get(r.model_id)
+        kept = vmi is not None and vmi in book.models
+        if vmi is not None and host.host_id in state.profiles[vmi].pins and kept:
+            continue
+        prio = state.profiles[vmi].priority if kept else OBSOLETE_PRIORITY
+        if prio >= p.priority or (kept and state.protected(vmi, r.loaded_at, r.state)):
+            continue
+        warm = 0.0
+        if kept:
+            q = state.profiles[vmi]
+            warm = q.load_estimate_s + q.warm_estimate_s
+        cands.append(VictimCandidate(
+            model_id=r.model_id, host_id=host.host_id, memory_mb=r.memory_mb,
+            desired_mb=book.models[vmi].raw_mb if kept else 0, priority=prio, state=r.state,
+            idle=r.active_requests == 0, warm_back_s=warm))
+    if not cands:
+        return None
+    cands.sort(key=lambda c: (c.priority, c.disruption, c.warm_back_s, c.model_id))
+    cands = cands[:MAX_VICTIM_CANDIDATES]
+    _, mem = ledger.memory(mi, hi)
+    present = book.present
+    slots = max(0, len(present) + 1 - book.max_models) if book.max_models else 0
+    own = ledger.ceiling.get(p.model_id, 0)
+    if own:
+        slots = max(slots, len(present) + 1 - own)
+    required = tuple(sorted(ledger.excludes.get(p.model_id, set()) & present))
+    need = VictimNeed(memory_mb=max(0, mem - book.inc_free),
+                      desired_mb=max(0, mem - book.raw_free), slots=slots, required=required)
+    if not need.satisfied_by(cands):
+        return None
+    return cands, need

@@ -1,0 +1,67 @@
+"""Score terms: the soft half of placement, contributed by plugins.
+
+A term is any object with ``name`` (str), ``score(model, host, ctx) -> float`` (larger is
+better) and optionally ``dynamic`` (bool, default ``True``). The planner collects terms once
+per plan through :meth:`grid_core.plugins.Plugins.score_terms` and sums them.
+
+Memoisation contract (specification, "Reconciliation and modes": planning memoizes
+compatibility, fit and the exact dynamic score of a node/model/remaining-capacity/domain state
+within one tick): a term's result may depend only on the profile, the host snapshot and the
+fields of :class:`ScoreContext`. A term with ``dynamic = False`` promises it ignores
+``free_mb`` and ``domain_new`` too, so it is evaluated once per model/host pair; dynamic terms
+are evaluated once per model/host/free-memory/domain-novelty state.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from grid_core.demand.types import ModelDemand
+from grid_core.snapshot import ResidencySnapshot
+
+MAX_SPEED_WEIGHT = 8.0
+"""Measured speed may matter at most 8x more under hot demand than for a light workload."""
+
+
+@dataclass(frozen=True, slots=True)
+class ScoreContext:
+    """What a score term may read besides the profile and the host.
+
+    Attributes:
+        now: planning instant (Unix seconds).
+        demand: the model's demand (``None`` when it has none).
+        memory_mb: MB one replica of the model needs on this host.
+        allocatable_mb: raw allocatable MB of the host (after reserve and derating).
+        free_mb: MB free for new work on the host before this replica (incremental ledger).
+        domain_new: the host's failure domain holds no replica of this model yet.
+        speed_weight: 1..8, how much measured speed matters (grows with offered concurrency
+            beyond one replica's target capacity).
+        cached: exact weights are already on the host's disk.
+        resident: the model's residency on the host, if any.
+        startup_s: expected load+warm time of a replica on this host (seconds).
+    """
+
+    now: float
+    demand: ModelDemand | None
+    memory_mb: int
+    allocatable_mb: int
+    free_mb: int
+    domain_new: bool
+    speed_weight: float
+    cached: bool
+    resident: ResidencySnapshot | None
+    startup_s: float
+
+
+def speed_weight(demand: ModelDemand | None, per_replica: float) -> float:
+    """1 for light demand, rising with offered concurrency per replica capacity, at most 8."""
+    if demand is None or per_replica <= 0:
+        return 1.0
+    return max(1.0, min(MAX_SPEED_WEIGHT, demand.offered_concurrency / per_replica))
+
+
+def split_terms(terms: list[object]) -> tuple[list[object], list[object]]:
+    """(static terms, dynamic terms); a term without ``dynamic`` counts as dynamic."""
+    static = [t for t in terms if getattr(t, "dynamic", True) is False]
+    dynamic = [t for t in terms if getattr(t, "dynamic", True) is not False]
+    return static, dynamic

@@ -1,0 +1,129 @@
+"""Read the neutral ``grid-bench-fleet/1`` JSON into Grid's planning inputs.
+
+The format is planner-neutral: hosts with what they hold, a model catalog and observed demand.
+Grid decides the policy itself (heartbeat staleness, throttled share, headroom) and derives
+desired replicas with its own demand rules. Unknown keys are ignored, as the format asks.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from grid_core.demand.desired import desired_for
+from grid_core.demand.series import Forecast, ForecastPolicy
+from grid_core.errors import NotFoundError, ValidationError
+from grid_core.planner.types import PlanInputs, PlannerPolicy
+from grid_core.profile import ModelProfile, validate_profile
+from grid_core.snapshot import HostSnapshot, ResidencySnapshot
+
+SCHEMA = "grid-bench-fleet/1"
+
+
+def load_fleet(path: str | Path) -> dict:
+    """Parse a fleet file.
+
+    Raises:
+        NotFoundError: the file does not exist.
+        ValidationError: not JSON, or not the ``grid-bench-fleet/1`` schema.
+    """
+    p = Path(path)
+    if not p.is_file():
+        msg = f"fleet file '{p}' does not exist; generate one with fleet_gen.py"
+        raise NotFoundError(msg)
+    try:
+        data = json.loads(p.read_text())
+    except (OSError, ValueError) as exc:
+        msg = f"fleet file '{p}' is not valid JSON ({exc}); regenerate it"
+        raise ValidationError(msg) from None
+    if not isinstance(data, dict) or data.get("schema") != SCHEMA:
+        msg = f"fleet file '{p}' is not schema {SCHEMA!r}; use fleet_gen.py output"
+        raise ValidationError(msg)
+    return data
+
+
+def _residency(r: dict, catalog: set[str]) -> ResidencySnapshot:
+    managed = bool(r.get("managed", True))
+    ownership = "managed" if managed else ("manual" if r["model_id"] in catalog else "external")
+    return ResidencySnapshot(model_id=r["model_id"], memory_mb=int(r["memory_mb"]),
+                             state=r["state"], ownership=ownership,
+                             active_requests=r.get("active_requests"), routable=managed)
+
+
+def fleet_inputs(data: dict, policy: PlannerPolicy | None = None) -> PlanInputs:
+    """Convert a parsed fleet into :class:`PlanInputs` (demand through Grid's own rules).
+
+    Raises:
+        ValidationError: a model or host entry breaks Grid's profile/snapshot rules.
+    """
+    try:
+        return _convert(data, policy or PlannerPolicy())
+    except (KeyError, TypeError, ValueError) as exc:
+        msg = f"fleet: malformed entry ({type(exc).__name__}: {exc}); regenerate the file"
+        raise ValidationError(msg) from None
+
+
+def _convert(data: dict, policy: PlannerPolicy) -> PlanInputs:
+    now = float(data["now"])
+    catalog = {m["model_id"] for m in data["models"]}
+    profiles = tuple(validate_profile(ModelProfile(
+        model_id=m["model_id"], memory_mb=int(m["memory_mb"]),
+        runtimes=tuple(m["runtimes"]), backends=tuple(m.get("backends", ())),
+        min_replicas=int(m["min_replicas"]), max_replicas=int(m["max_replicas"]),
+        priority=int(m["priority"]), min_failure_domains=int(m["min_failure_domains"]),
+        required_tags=tuple(m.get("required_tags", ())),
+        pins=tuple(m.get("pinned_hosts", ())))) for m in data["models"])
+    hosts = tuple(HostSnapshot(
+        host_id=h["host_id"], capacity_mb=int(h["capacity_mb"]),
+        reserved_mb=int(h["reserved_mb"]), state=h["state"],
+        heartbeat_age_s=float(h["heartbeat_age_s"]), runtimes=tuple(h["runtimes"]),
+        backends=tuple(h["backends"]), tags=tuple(h["tags"]),
+        failure_domain=h.get("failure_domain"), max_models=int(h["max_models"]),
+        residencies=tuple(_residency(r, catalog) for r in h["residencies"]
+                          if r["state"] != "cached"),
+        cached={r["model_id"]: None for r in h["residencies"] if r["state"] == "cached"},
+    ) for h in data["hosts"])
+    fpolicy = ForecastPolicy()
+    by_id = {p.model_id: p for p in profiles}
+    demand = {}
+    for d in data["demand"]:
+        profile = by_id.get(d["model_id"])
+        if profile is None:
+            continue
+        fc = Forecast(rate_rps=float(d["request_rate_per_s"]),
+                      service_time_s=float(d["service_time_s"]) or None,
+                      queued=float(d["queue_depth"]),
+                      p95_ms=float(d["p95_latency_ms"]) or None)
+        demand[profile.model_id], _ = desired_for(profile, fc, list(hosts), now, fpolicy,
+                                                  None, policy)
+    return PlanInputs(now=now, profiles=profiles, hosts=hosts, demand=demand, policy=policy)
+
+
+def overcommitted_hosts(data: dict, assignments: list[dict]) -> list[str]:
+    """Hosts whose memory the placement overcommits, checked from the fleet file alone.
+
+    Independent of the planner: uses only the file's capacities, the catalog's memory sizes
+    and the assignment list. A host is overcommitted when either
+    * the desired footprint (assigned replicas at catalog size, plus unmanaged processes not
+      themselves assigned) exceeds ``capacity_mb - reserved_mb``, or
+    * the transition (everything live now plus every newly assigned replica) exceeds it.
+    """
+    size = {m["model_id"]: int(m["memory_mb"]) for m in data["models"]}
+    holding = {"ready", "loading", "warming", "draining", "failed"}
+    by_host: dict[str, list[str]] = {}
+    for a in assignments:
+        by_host.setdefault(a["host_id"], []).append(a["model_id"])
+    bad = []
+    for h in data["hosts"]:
+        placeable = int(h["capacity_mb"]) - int(h["reserved_mb"])
+        assigned = by_host.get(h["host_id"], [])
+        live = [r for r in h["residencies"] if r["state"] in holding]
+        live_ids = {r["model_id"] for r in live}
+        desired = sum(size[m] for m in assigned) + sum(
+            int(r["memory_mb"]) for r in live
+            if not r.get("managed", True) and r["model_id"] not in assigned)
+        transition = sum(int(r["memory_mb"]) for r in live) + sum(
+            size[m] for m in assigned if m not in live_ids)
+        if len(set(assigned)) != len(assigned) or max(desired, transition) > placeable:
+            bad.append(h["host_id"])
+    return bad
