@@ -11,9 +11,9 @@ actuator").
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
-import subprocess
 import time
 from pathlib import Path
 
@@ -79,7 +79,7 @@ class LlamaCppAdapter:
         self._configured = executable
         self.parallel = parallel
         self.ctx_size = ctx_size
-        self._procs: dict[int, subprocess.Popen[bytes]] = {}
+        self._spawned: set[int] = set()
 
     def executable(self) -> Path:
         """The resolved ``llama-server`` (raises NotFoundError with the install hint)."""
@@ -124,58 +124,76 @@ class LlamaCppAdapter:
         logs.mkdir(parents=True, exist_ok=True, mode=0o700)
         log_path = logs / f"llama-{port}.log"
         argv = self.argv(exe, loaded.path, alias, host.bind_host, port, host.api_key_file)
-        with open(log_path, "ab") as log:
-            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log,
-                                    stderr=subprocess.STDOUT, env=_child_env(),
-                                    start_new_session=True, close_fds=True)
-        self._procs[proc.pid] = proc
+        pid = self._spawn(argv, log_path)
         child = ChildRecord(runtime=self.name, model_id=loaded.model_id, alias=alias,
-                            pid=proc.pid, port=port, host=host.bind_host,
+                            pid=pid, port=port, host=host.bind_host,
                             model_path=loaded.path, artifact_sha256=loaded.sha256,
                             memory_mb=memory_mb, started_at=time.time())
         try:
             host.publish(child)
-            child.birth = birth_of(proc.pid)
-            child.executable = exe_of(proc.pid) or str(exe)
+            child.birth = birth_of(pid)
+            child.executable = exe_of(pid) or str(exe)
             if child.birth is None:
                 msg = f"llama-server for {alias} exited at once; log: {_tail(log_path)}"
                 raise UnavailableError(msg)
             host.publish(child)
         except (StateError, OSError, UnavailableError) as exc:
-            self._kill_own(proc)
+            self._kill_own(pid)
             if isinstance(exc, GridError):
                 raise
             msg = f"could not record child of {alias} durably ({exc}); it was stopped"
             raise StateError(msg) from exc
         try:
-            await self._wait_ready(host, child, proc, log_path)
+            await self._wait_ready(host, child, log_path)
         except GridError:
-            self._kill_own(proc)
+            self._kill_own(pid)
             child.state = "failed"
             raise
         child.state = "ready"
         host.publish(child)
         return child
 
-    def _kill_own(self, proc: subprocess.Popen[bytes]) -> None:
-        """Stop a child this adapter object spawned moments ago (its Popen is the proof)."""
-        if proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(TERM_GRACE_S)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-        self._procs.pop(proc.pid, None)
+    def _spawn(self, argv: list[str], log_path: Path) -> int:
+        """Start a child in its own session with stdout/stderr to ``log_path``; returns its pid.
 
-    async def _wait_ready(self, host: RuntimeHost, child: ChildRecord,
-                          proc: subprocess.Popen[bytes], log_path: Path) -> None:
+        ``posix_spawn`` (not ``Popen``) because a child must outlive this agent object: a
+        restarted agent adopts it by proven identity, and its exit status is reaped by pid.
+        """
+        fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        try:
+            pid = os.posix_spawn(argv[0], argv, _child_env(), setsid=True, file_actions=[
+                (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
+                (os.POSIX_SPAWN_DUP2, fd, 1),
+                (os.POSIX_SPAWN_DUP2, fd, 2),
+            ])
+        finally:
+            os.close(fd)
+        self._spawned.add(pid)
+        return pid
+
+    def _kill_own(self, pid: int) -> None:
+        """Stop a child this adapter spawned moments ago (the spawn itself is the proof)."""
+        if pid not in self._spawned:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
+        end = time.monotonic() + TERM_GRACE_S
+        while time.monotonic() < end and not self._reap(pid):
+            time.sleep(POLL_INTERVAL_S)
+        if not self._reap(pid):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, 0)
+            self._spawned.discard(pid)
+
+    async def _wait_ready(self, host: RuntimeHost, child: ChildRecord, log_path: Path) -> None:
         deadline = time.monotonic() + READY_TIMEOUT_S
         async with httpx.AsyncClient(timeout=PROBE_TIMEOUT_S) as client:
             while time.monotonic() < deadline:
-                if proc.poll() is not None:
-                    msg = (f"llama-server for {child.alias} exited with {proc.returncode} "
-                           f"before ready; log: {_tail(log_path)}")
+                if self._reap(child.pid) or is_gone(child.pid):
+                    msg = (f"llama-server for {child.alias} exited before ready; "
+                           f"log: {_tail(log_path)}")
                     raise UnavailableError(msg)
                 if await self._ready(client, host, child):
                     return
@@ -285,14 +303,16 @@ class LlamaCppAdapter:
         self._reap(child.pid)
 
     def _reap(self, pid: int) -> bool:
-        """Collect the exit status of a child this adapter spawned; True when it exited."""
-        proc = self._procs.get(pid)
-        if proc is None:
-            return False
-        if proc.poll() is None:
-            return False
-        self._procs.pop(pid, None)
-        return True
+        """Collect the exit status of a child of this process; True when it has exited."""
+        try:
+            done, _ = os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            self._spawned.discard(pid)
+            return False  # not our child (adopted): its real parent reaps it
+        if done:
+            self._spawned.discard(pid)
+            return True
+        return False
 
     # --- adopt ----------------------------------------------------------------------------
     async def adopt(self, host: RuntimeHost, child: ChildRecord) -> tuple[AdoptOutcome, str]:

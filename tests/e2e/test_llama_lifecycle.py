@@ -1,0 +1,197 @@
+"""Real llama-server children driven by the node actuator through controller commands."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+
+import httpx
+import msgspec
+import psutil
+import pytest
+
+from grid_node.identity import prove
+from tests.e2e.conftest import ACCEPTING
+
+pytestmark = [pytest.mark.e2e, pytest.mark.anyio]
+
+LONG_TOKENS = 1000
+"""Long enough that the request is still running when drain/unload begin."""
+
+
+async def run(node, kind, model_id="tiny.gguf", **kw):
+    cmd = node.command(kind, model_id, **kw)
+    return await node.act.execute(cmd, deadline_mono=time.monotonic() + 60, decision=ACCEPTING)
+
+
+def key(node) -> dict[str, str]:
+    return {"Authorization": f"Bearer {node.act.state.engine_api_key}"}
+
+
+async def wait_busy(node, child) -> None:
+    adapter = node.act.adapter_for("llama.cpp")
+    for _ in range(200):
+        if (await adapter.activity(node.act.host, child) or 0) > 0:
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError("request never became active")
+
+
+async def test_load_warm_complete_drain_in_flight_unload(node):
+    load = await run(node, "load", "mid.gguf")
+    assert load.status == "succeeded" and load.artifact_fetched is False
+    warm = await run(node, "warm", "mid.gguf", dependencies=[load.action_id])
+    assert warm.status == "succeeded", warm.message
+    child = node.act.state.children["mid.gguf"]
+    assert child.state == "ready"
+    [row] = [r for r in node.act.residencies() if r.model_id == "mid.gguf"]
+    assert row.state == "ready" and row.route_url == child.url
+
+    # Key never in argv or env; the key file is owner-only.
+    proc = psutil.Process(child.pid)
+    secret = node.act.state.engine_api_key
+    assert all(secret not in a for a in proc.cmdline())
+    assert all(secret not in v for v in proc.environ().values())
+    assert oct(os.stat(node.store.key_path).st_mode & 0o777) == "0o600"
+    assert oct(os.stat(node.store.path).st_mode & 0o777) == "0o600"
+
+    async with httpx.AsyncClient(base_url=child.url, timeout=120) as client:
+        unauth = await client.post("/v1/chat/completions", json={"messages": []})
+        assert unauth.status_code == 401  # LAN clients cannot bypass the route fence
+        r = await client.post("/v1/chat/completions", headers=key(node), json={
+            "model": "mid.gguf", "max_tokens": 8,
+            "messages": [{"role": "user", "content": "Reply with OK"}]})
+        assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] > 0
+
+        finished: dict[str, float] = {}
+
+        async def long_request() -> httpx.Response:
+            resp = await client.post("/v1/completions", headers=key(node), json={
+                "model": "mid.gguf", "prompt": "hello", "max_tokens": LONG_TOKENS,
+                "ignore_eos": True})
+            finished["request"] = time.monotonic()
+            return resp
+
+        in_flight = asyncio.create_task(long_request())
+        await wait_busy(node, child)
+        drained = await node.act.drain("mid.gguf", wait_s=0.0)  # fence only; still busy
+        assert "still running" in drained
+        assert node.act.state.children["mid.gguf"].state == "draining"
+
+        async def unload() -> object:
+            ack = await run(node, "unload", "mid.gguf")
+            finished["unload"] = time.monotonic()
+            return ack
+
+        unload_task = asyncio.create_task(unload())
+        resp = await in_flight
+        ack = await unload_task
+    assert resp.status_code == 200
+    assert resp.json()["usage"]["completion_tokens"] == LONG_TOKENS  # not cut short
+    assert ack.status == "succeeded", ack.message
+    assert finished["request"] <= finished["unload"]  # the unload waited for the request
+    assert "mid.gguf" not in node.act.state.children
+    assert not psutil.pid_exists(child.pid) or psutil.Process(child.pid).status() == "zombie"
+    [row] = [r for r in node.act.residencies() if r.model_id == "mid.gguf"]
+    assert row.state == "cached"
+
+
+async def test_kill_9_is_detected_and_reported(node):
+    assert (await run(node, "warm")).status == "succeeded"
+    child = node.act.state.children["tiny.gguf"]
+    os.kill(child.pid, signal.SIGKILL)
+    for _ in range(100):
+        if await node.act.refresh():
+            break
+        await asyncio.sleep(0.05)
+    [row] = [r for r in node.act.residencies() if r.model_id == "tiny.gguf"]
+    assert row.state == "failed"
+    assert "process lost" in node.act.state.children["tiny.gguf"].failure
+    assert any("exited unexpectedly" in e for e in node.act.events)
+    # The controller's cleanup releases the dead handle; a fresh warm then works.
+    assert (await run(node, "unload")).status == "succeeded"
+    assert (await run(node, "warm")).status == "succeeded"
+
+
+async def test_restart_adopts_the_exact_live_child_and_can_drain_and_unload_it(node):
+    assert (await run(node, "warm")).status == "succeeded"
+    before = node.act.state.children["tiny.gguf"]
+    act = node.restart()
+    await act.recover()
+    adopted = act.state.children["tiny.gguf"]
+    assert adopted.state == "ready" and adopted.pid == before.pid
+    assert any("adopted tiny.gguf" in e for e in act.events)
+    async with httpx.AsyncClient(timeout=60) as client:
+        r = await client.post(f"{adopted.url}/v1/completions", headers=key(node),
+                              json={"prompt": "hi", "max_tokens": 4})
+    assert r.status_code == 200
+    assert (await run(node, "drain")).status == "succeeded"
+    ack = await run(node, "unload")
+    assert ack.status == "succeeded", ack.message
+    assert psutil.Process(before.pid).status() == "zombie" or not psutil.pid_exists(before.pid)
+
+
+async def test_restart_marks_interrupted_action_failed(node):
+    node.act.state.running_action = "warm-x-1"
+    node.act.state.running_kind = "warm"
+    node.act.save()
+    act = node.restart()
+    await act.recover()
+    receipt = act.state.receipt("warm-x-1")
+    assert receipt is not None and receipt.ack.status == "failed"
+    assert "interrupted" in receipt.ack.message and act.state.running_action is None
+
+
+async def test_unprovable_child_is_never_signalled(node, sleeper):
+    assert (await run(node, "warm")).status == "succeeded"
+    real = node.act.state.children["tiny.gguf"]
+    # The durable record now points at an unrelated process (as after PID reuse).
+    forged = msgspec.structs.replace(real, pid=sleeper.pid,
+                                     birth=psutil.Process(sleeper.pid).create_time())
+    node.act.state.children["tiny.gguf"] = forged
+    node.act.save()
+    act = node.restart()
+    await act.recover()
+    fenced = act.state.children["tiny.gguf"]
+    assert fenced.state == "failed" and fenced.failure.startswith("fenced")
+    ack = await run(node, "unload")
+    assert ack.status == "failed" and "refusing" in ack.message
+    stop = await act.stop_all(idle_wait_s=1.0)
+    assert "left alone" in stop[0]
+    assert sleeper.is_running() and sleeper.status() != "zombie"
+    assert prove(sleeper.pid, birth=forged.birth, args=(("--port", str(real.port)),)
+                 ).status == "unproven"
+    # A warm cannot start a duplicate while the fenced record blocks the model.
+    assert (await run(node, "warm")).status == "failed"
+    # Restore the real record so the fixture can clean the real child up.
+    act.state.children["tiny.gguf"] = real
+    act.save()
+
+
+async def test_wrong_birth_marker_is_fenced(node):
+    assert (await run(node, "warm")).status == "succeeded"
+    child = node.act.state.children["tiny.gguf"]
+    true_birth = child.birth
+    child.birth = (child.birth or 0) - 1000.0
+    node.act.save()
+    act = node.restart()
+    await act.recover()
+    assert act.state.children["tiny.gguf"].state == "failed"
+    ack = await run(node, "unload")
+    assert ack.status == "failed"
+    assert psutil.Process(child.pid).is_running()
+    act.state.children["tiny.gguf"].birth = true_birth
+    act.save()
+
+
+async def test_local_protection_cancels_a_warm(node):
+    from grid_core.protection import ProtectionDecision
+
+    paused = ProtectionDecision(state="paused", reason="battery", sensor_state="paused",
+                                sensor_reason="battery", raw_state="paused")
+    ack = await node.act.execute(node.command("warm", "tiny.gguf"),
+                                 deadline_mono=time.monotonic() + 60, decision=paused)
+    assert ack.status == "rejected" and "local protection" in ack.message
+    assert "tiny.gguf" not in node.act.state.children

@@ -1,0 +1,140 @@
+"""Artifact fetch against a real loopback HTTP server: resume, ceiling, digest, fetched flag."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from grid_core.errors import NotFoundError, ValidationError
+from grid_core.protection import ProtectionDecision
+from grid_core.runtime import ArtifactSpec
+from grid_core.wire import Command
+from grid_llamacpp.adapter import LlamaCppAdapter
+from grid_llamacpp.artifacts import ArtifactStore
+from grid_node.actuator import Actuator
+from grid_node.config import NodeConfig
+from grid_node.state import StateFile
+
+MB = 1024 * 1024
+PAYLOAD = os.urandom(3 * MB + 12345)
+DIGEST = hashlib.sha256(PAYLOAD).hexdigest()
+SOURCE = "hf://owner/repo/models/m.gguf"
+
+
+def spec(**kw) -> ArtifactSpec:
+    return ArtifactSpec(**{"model_id": "m.gguf", "sha256": DIGEST, "source": SOURCE,
+                           "size_mb": 4, **kw})
+
+
+def test_fetch_publishes_verified_file_and_second_load_is_a_cache_hit(tmp_path, artifact_server):
+    artifact_server.files["models/m.gguf"] = PAYLOAD
+    store = ArtifactStore(tmp_path / "art")
+    first = store.resolve(spec())
+    assert first.fetched and Path(first.path).read_bytes() == PAYLOAD
+    assert Path(first.path).name == f"{DIGEST}.gguf"
+    sent = artifact_server.bytes_sent
+    second = store.resolve(spec())
+    assert not second.fetched and second.path == first.path
+    assert artifact_server.bytes_sent == sent  # no transfer for a cache hit
+
+
+def test_cut_transfer_resumes_with_a_range_request(tmp_path, artifact_server):
+    artifact_server.files["models/m.gguf"] = PAYLOAD
+    artifact_server.cut_after["models/m.gguf"] = MB + 7
+    store = ArtifactStore(tmp_path / "art")
+    result = store.resolve(spec())
+    assert Path(result.path).read_bytes() == PAYLOAD
+    ranges = [r for _, r in artifact_server.requests]
+    assert ranges[0] is None and ranges[1] is not None and ranges[1].startswith("bytes=")
+    resumed_from = int(ranges[1][6:].split("-")[0])
+    assert resumed_from > 0
+    # Resumed: only what was staged is skipped; the whole file was not sent twice.
+    assert artifact_server.bytes_sent == (MB + 7) + (len(PAYLOAD) - resumed_from)
+    assert artifact_server.bytes_sent < len(PAYLOAD) + MB
+    assert not any((tmp_path / "art" / "staging").iterdir())
+
+
+def test_over_ceiling_stream_is_rejected(tmp_path, artifact_server):
+    artifact_server.files["models/m.gguf"] = PAYLOAD
+    store = ArtifactStore(tmp_path / "art")
+    with pytest.raises(ValidationError, match="ceiling"):
+        store.resolve(spec(size_mb=2))
+    # Without a declared length the stream itself is cut at the ceiling.
+    artifact_server.hide_length.add("models/m.gguf")
+    with pytest.raises(ValidationError, match="ceiling"):
+        store.resolve(spec(size_mb=2))
+    assert len(artifact_server.requests) == 2  # a rejected stream is not retried
+    assert not store.cached_path(DIGEST).exists()
+    assert not any((tmp_path / "art" / "staging").iterdir())
+
+
+def test_wrong_digest_never_replaces_the_prior_cache(tmp_path, artifact_server):
+    old = os.urandom(100_000)
+    old_digest = hashlib.sha256(old).hexdigest()
+    artifact_server.files["models/m.gguf"] = old
+    store = ArtifactStore(tmp_path / "art")
+    prior = store.resolve(spec(sha256=old_digest, size_mb=1))
+    before = Path(prior.path).stat()
+    artifact_server.files["models/m.gguf"] = PAYLOAD  # the source now serves other bytes
+    wanted = hashlib.sha256(b"what the operator declared").hexdigest()
+    with pytest.raises(ValidationError, match="differs from the declared"):
+        store.resolve(spec(sha256=wanted))
+    assert Path(prior.path).read_bytes() == old
+    assert Path(prior.path).stat().st_mtime_ns == before.st_mtime_ns
+    assert not store.cached_path(wanted).exists()
+    assert sorted(p.name for p in (tmp_path / "art" / "sha256").iterdir()) == [
+        f"{old_digest}.gguf"]
+
+
+def test_local_gguf_is_verified_not_fetched(tmp_path, artifact_server):
+    models = tmp_path / "models"
+    models.mkdir()
+    (models / "m.gguf").write_bytes(PAYLOAD)
+    store = ArtifactStore(tmp_path / "art", (models,))
+    result = store.resolve(spec(source=None, size_mb=None))
+    assert not result.fetched and result.path == str(models / "m.gguf")
+    with pytest.raises(ValidationError, match="SHA-256"):
+        store.resolve(spec(source=None, size_mb=None, sha256="0" * 64))
+    with pytest.raises(NotFoundError, match="no approved source"):
+        store.resolve(ArtifactSpec(model_id="other.gguf"))
+    assert artifact_server.requests == []
+
+
+def test_malformed_source_is_refused(tmp_path):
+    with pytest.raises(ValidationError, match="hf://owner/repo/path.gguf"):
+        ArtifactStore(tmp_path).resolve(spec(source="https://example.com/m.gguf"))
+
+
+ACCEPTING = ProtectionDecision(state="accepting", reason="", sensor_state="accepting",
+                               sensor_reason="", raw_state="accepting")
+
+
+@pytest.mark.anyio
+async def test_acknowledgement_artifact_fetched_only_when_transferred(tmp_path, artifact_server):
+    artifact_server.files["models/m.gguf"] = PAYLOAD
+    config = NodeConfig(state_dir=tmp_path / "node", model_dirs=(tmp_path / "none",))
+    store = StateFile(config.state_dir)
+    state = store.load_or_create("host-a")
+    act = Actuator(config=config, store=store, state=state,
+                   adapters={"llama.cpp": LlamaCppAdapter()})
+
+    def load(action: str, gen: int) -> Command:
+        return Command(action_id=action, kind="load", node_id="host-a", model_id="m.gguf",
+                       plan_generation=f"e:{gen:020d}:d", controller_term=1,
+                       controller_id="c1", executable=True, artifact_sha256=DIGEST,
+                       artifact_source=SOURCE, artifact_size_mb=4)
+
+    deadline = time.monotonic() + 60
+    first = await act.execute(load("a1", 1), deadline_mono=deadline, decision=ACCEPTING)
+    assert first.status == "succeeded" and first.artifact_fetched is True
+    assert first.duration_seconds is not None and first.duration_seconds > 0
+    second = await act.execute(load("a2", 2), deadline_mono=deadline, decision=ACCEPTING)
+    assert second.status == "succeeded" and second.artifact_fetched is False
+    # Redelivery of an executed action returns its receipt without running it again.
+    sent = artifact_server.bytes_sent
+    again = await act.execute(load("a1", 1), deadline_mono=deadline, decision=ACCEPTING)
+    assert again == first and artifact_server.bytes_sent == sent
