@@ -1,0 +1,304 @@
+"""A simulated fleet driven by the real controller, for stateful and scenario tests.
+
+The nodes here follow the managed node's wire rules (host match, executable, term fencing,
+lease TTL, dependencies, receipt de-duplication by action id) but deliberately do NOT
+defend against a bad controller: a warm starts even if memory is short, a drain starts even
+on the last replica. Each such harm is recorded as a violation instead, so tests can prove
+the controller never asks for it.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from grid_core.controller import Controller
+from grid_core.profile import ModelProfile
+from grid_core.snapshot import HostSnapshot, ResidencySnapshot
+from grid_core.store import MemoryStore
+from grid_core.testing import plugins_with
+from grid_core.wire import Acknowledgement, Command
+
+PLANNER_PLUGINS = ("grid_scoring", "grid_victims", "grid_forecast_ewma")
+
+
+class DurableMemoryStore(MemoryStore):
+    """An in-memory store that claims durability, standing in for the file store in pure
+    unit tests (the file store itself is tested against real files)."""
+
+    durable = True
+
+
+@dataclass
+class SimResidency:
+    model_id: str
+    memory_mb: int
+    state: str
+    active: int = 0
+    loaded_at: float = 0.0
+
+
+@dataclass
+class SimNode:
+    host_id: str
+    capacity_mb: int
+    reserved_mb: int = 0
+    lifecycle: str = "accepting"
+    up: bool = True
+    residencies: dict[str, SimResidency] = field(default_factory=dict)
+    cached: set[str] = field(default_factory=set)
+    highest_term: int = 0
+    term_owner: str = ""
+    receipts: dict[str, str] = field(default_factory=dict)
+    started: dict[str, Command] = field(default_factory=dict)
+    queue: list[Command] = field(default_factory=list)
+    outbox: list[Acknowledgement] = field(default_factory=list)
+    last_report: HostSnapshot | None = None
+    last_report_at: float | None = None
+
+    def held_mb(self) -> int:
+        return sum(r.memory_mb for r in self.residencies.values() if r.state != "cached")
+
+    def snapshot(self, now: float) -> HostSnapshot:
+        res = tuple(
+            ResidencySnapshot(model_id=r.model_id, memory_mb=r.memory_mb, state=r.state,
+                              active_requests=r.active, loaded_at=r.loaded_at,
+                              routable=r.state == "ready")
+            for r in sorted(self.residencies.values(), key=lambda r: r.model_id))
+        return HostSnapshot(host_id=self.host_id, capacity_mb=self.capacity_mb,
+                            reserved_mb=self.reserved_mb, state=self.lifecycle,  # type: ignore
+                            heartbeat_age_s=0.0, runtimes=("llama.cpp",), backends=("metal",),
+                            failure_domain=f"fd-{self.host_id[-1]}", residencies=res,
+                            cached={m: None for m in sorted(self.cached)},
+                            actuator_capabilities=("load", "warm", "drain", "unload"))
+
+
+class SimFleet:
+    """Nodes, a clock and the controller under test (restartable on the same store)."""
+
+    def __init__(self, hosts: dict[str, int], *, now: float = 1_000_000.0,
+                 plan_fn: Callable[..., object] | None = None, seed: int = 0) -> None:
+        self.now = now
+        self.nodes = {h: SimNode(host_id=h, capacity_mb=mb) for h, mb in hosts.items()}
+        self.store = DurableMemoryStore()
+        self.plugins = plugins_with(builtins=PLANNER_PLUGINS)
+        self.plan_fn = plan_fn
+        self.ctl = self._new_controller()
+        self.zombies: list[Controller] = []
+        self.violations: list[str] = []
+        self.rng = random.Random(seed)
+        self.profiles: dict[str, ModelProfile] = {}
+        self.retired: set[str] = set()
+        self.terms_sent: list[int] = []
+
+    def _new_controller(self) -> Controller:
+        return Controller(plugins=self.plugins, store=self.store,
+                          plan_fn=self.plan_fn)  # type: ignore[arg-type]
+
+    # --- controller-side inputs ----------------------------------------------------------
+    def hosts(self) -> list[HostSnapshot]:
+        out = []
+        for n in self.nodes.values():
+            if n.last_report is None or n.last_report_at is None:
+                continue
+            age = self.now - n.last_report_at
+            out.append(HostSnapshot(**{**_fields(n.last_report), "heartbeat_age_s": age}))
+        return out
+
+    def put_profile(self, profile: ModelProfile) -> None:
+        self.profiles[profile.model_id] = self.ctl.put_profile(profile, self.now)
+        self.retired.discard(profile.model_id)
+
+    def remove_profile(self, model_id: str) -> None:
+        self.ctl.remove_profile(model_id, self.now)
+        self.profiles.pop(model_id, None)
+        self.retired.add(model_id)
+
+    def restart(self, keep_zombie: bool = False) -> None:
+        if keep_zombie:
+            self.zombies.append(self.ctl)
+        self.ctl = self._new_controller()
+
+    def tick(self) -> None:
+        self.ctl.tick(self.now, self.hosts())
+
+    # --- heartbeats ----------------------------------------------------------------------
+    def heartbeat(self, host_id: str, *, ack_order: str = "all", tick: bool = True) -> list[Command]:
+        """One command-bearing heartbeat of ``host_id`` (a no-op while it is down)."""
+        node = self.nodes[host_id]
+        if not node.up:
+            return []
+        node.last_report = node.snapshot(self.now)
+        node.last_report_at = self.now
+        acks = self._pick_acks(node, ack_order)
+        if acks:
+            self.ctl.acknowledge(host_id, acks, self.now)
+        self.ctl.note_input(self.now, safety_changed=True)
+        poll = self.ctl.dirty_revision
+        hosts = self.hosts()
+        if tick and self.ctl.processed_revision < poll:
+            self.ctl.tick(self.now, hosts)
+        d = self.ctl.deliver(host_id, self.now, hosts, poll)
+        self.receive(node, list(d.commands), d.lease_ttl_s)
+        return list(d.commands)
+
+    def zombie_deliver(self, host_id: str) -> None:
+        """A superseded controller instance tries to command a node (split brain)."""
+        node = self.nodes[host_id]
+        for z in self.zombies:
+            if z.mode != "automatic":
+                continue
+            d = z.deliver(host_id, self.now, self.hosts(), z.dirty_revision)
+            self.receive(node, list(d.commands), d.lease_ttl_s, trusted=False)
+
+    def _pick_acks(self, node: SimNode, order: str) -> list[Acknowledgement]:
+        if not node.outbox:
+            return []
+        acks = list(node.outbox)
+        if order == "reverse":
+            acks.reverse()
+        elif order == "duplicate":
+            acks = acks + acks[:1]
+        elif order == "partial":
+            keep = acks[1:]
+            acks = acks[:1]
+            node.outbox = keep
+            return acks
+        node.outbox = []
+        return acks
+
+    # --- the node ------------------------------------------------------------------------
+    def receive(self, node: SimNode, commands: list[Command], ttl_s: float,
+                trusted: bool = True) -> None:
+        for c in commands:
+            if trusted:
+                self.terms_sent.append(c.controller_term)
+                self._check_target(node, c)
+            if c.node_id != node.host_id or not c.executable or ttl_s <= 0:
+                continue
+            if c.controller_term < node.highest_term or (
+                    c.controller_term == node.highest_term and node.term_owner
+                    and c.controller_id != node.term_owner):
+                if c.action_id not in node.receipts:
+                    node.outbox.append(Acknowledgement(action_id=c.action_id, status="rejected",
+                                                       message="lower term"))
+                continue
+            node.highest_term, node.term_owner = c.controller_term, c.controller_id
+            if c.action_id in node.receipts or c.action_id in node.started or any(
+                    q.action_id == c.action_id for q in node.queue):
+                continue  # a re-delivered command is never executed twice
+            node.queue.append(c)
+        self._start_next(node)
+
+    def _check_target(self, node: SimNode, c: Command) -> None:
+        if node.lifecycle in ("unhealthy", "quarantined"):
+            self.violations.append(f"{c.kind} sent to {node.lifecycle} host {node.host_id}")
+        if c.kind in ("load", "warm") and node.lifecycle not in ("accepting", "throttled"):
+            self.violations.append(f"{c.kind} sent to non-accepting host {node.host_id}")
+
+    def _start_next(self, node: SimNode) -> None:
+        """Start queued commands whose dependencies succeeded (one at a time per node)."""
+        while node.queue and not node.started:
+            c = node.queue[0]
+            if any(node.receipts.get(d) not in (None, "succeeded") for d in c.dependencies):
+                node.queue.pop(0)
+                node.receipts[c.action_id] = "failed"
+                node.outbox.append(Acknowledgement(action_id=c.action_id, status="failed",
+                                                   message="dependency failed"))
+                continue
+            if any(d not in node.receipts for d in c.dependencies):
+                return
+            node.queue.pop(0)
+            self._begin(node, c)
+            node.started[c.action_id] = c
+            node.outbox.append(Acknowledgement(action_id=c.action_id, status="running"))
+
+    def _begin(self, node: SimNode, c: Command) -> None:
+        """The effect that happens at the start of an action, with its safety checks."""
+        r = node.residencies.get(c.model_id)
+        if c.kind == "warm":
+            if r is not None and r.state not in ("cached", "failed"):
+                self.violations.append(f"duplicate warm of {c.model_id} on {node.host_id}")
+                return
+            extra = 0 if r is not None and r.state == "failed" else c.memory_mb
+            if node.held_mb() + extra > node.capacity_mb - node.reserved_mb:
+                self.violations.append(f"overcommit by warm of {c.model_id} on {node.host_id}")
+            node.residencies[c.model_id] = SimResidency(c.model_id, c.memory_mb, "warming",
+                                                        loaded_at=self.now)
+        elif c.kind == "drain":
+            if r is None or r.state != "ready":
+                self.violations.append(f"duplicate drain of {c.model_id} on {node.host_id}")
+                return
+            self._check_last_replica(node, c)
+            r.state = "draining"
+        elif c.kind == "unload":
+            if r is None or r.state not in ("draining", "failed"):
+                self.violations.append(f"duplicate unload of {c.model_id} on {node.host_id}")
+                return
+            if r.active > 0:
+                self.violations.append(f"unload of {c.model_id} on {node.host_id} with "
+                                       f"{r.active} in flight")
+            del node.residencies[c.model_id]
+
+    def _check_last_replica(self, node: SimNode, c: Command) -> None:
+        profile = self.profiles.get(c.model_id)
+        if profile is None or profile.min_replicas < 1 or c.reason == "eviction":
+            return
+        if node.lifecycle not in ("accepting", "throttled"):
+            return  # that replica served nothing; draining it removes no availability
+        others = [n for n in self.nodes.values() if n is not node
+                  and n.lifecycle in ("accepting", "throttled")
+                  and (r := n.residencies.get(c.model_id)) is not None and r.state == "ready"]
+        if not others:
+            self.violations.append(f"drain of the last ready replica of required "
+                                   f"{c.model_id} on {node.host_id}")
+
+    def complete(self, host_id: str, *, fail: bool = False) -> None:
+        """The node finishes its running action (success or failure) and queues a receipt."""
+        node = self.nodes[host_id]
+        if not node.up or not node.started:
+            return
+        aid, c = next(iter(node.started.items()))
+        del node.started[aid]
+        r = node.residencies.get(c.model_id)
+        if c.kind == "load":
+            if not fail:
+                node.cached.add(c.model_id)
+        elif c.kind == "warm" and r is not None and r.state == "warming":
+            r.state = "failed" if fail else "ready"
+        elif c.kind == "drain" and fail and r is not None and r.state == "draining":
+            pass  # a failed drain leaves the process draining; the controller unloads later
+        status = "failed" if fail and c.kind in ("load", "warm") else "succeeded"
+        node.receipts[aid] = status
+        node.outbox.append(Acknowledgement(action_id=aid, status=status))  # type: ignore
+        self._start_next(node)
+
+    def run_requests(self, host_id: str, model_id: str, delta: int) -> None:
+        """Requests start on a ready replica (delta > 0) or finish anywhere (delta < 0)."""
+        r = self.nodes[host_id].residencies.get(model_id)
+        if r is None:
+            return
+        if delta > 0 and r.state == "ready":
+            r.active += delta
+        elif delta < 0:
+            r.active = max(0, r.active + delta)
+
+    # --- checks --------------------------------------------------------------------------
+    def overcommitted(self) -> list[str]:
+        return [n.host_id for n in self.nodes.values()
+                if n.held_mb() > n.capacity_mb - n.reserved_mb]
+
+    def converge(self, rounds: int = 30, step_s: float = 10.0) -> None:
+        """Heartbeat every up host and finish every started action, repeatedly."""
+        for _ in range(rounds):
+            self.now += step_s
+            for h in sorted(self.nodes):
+                self.heartbeat(h)
+            for h in sorted(self.nodes):
+                while self.nodes[h].started:
+                    self.complete(h)
+
+
+def _fields(s: HostSnapshot) -> dict[str, object]:
+    return {f: getattr(s, f) for f in s.__struct_fields__}
