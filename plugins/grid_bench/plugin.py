@@ -12,3 +12,6 @@ def grid_cli_commands(cli) -> None:  # type: ignore[no-untyped-def]
 
     bench = cli.group("bench")
     bench.command(name="plan")(bench_plan)
+    from grid_bench.tick import bench_tick
+
+    bench.command(name="tick")(bench_tick)
