@@ -34,13 +34,23 @@ def homogeneous_empty(state: PlanState) -> bool:
                    for p in state.profiles)
 
 
-def lower_bound_allows(state: PlanState, mi: int) -> bool:
-    """Admissible bound: could any relocation make room for one replica of ``mi``?"""
+def lower_bound_allows(state: PlanState, mi: int, peers: list[int]) -> bool:
+    """Admissible bound on a homogeneous empty fleet: could any relocation make room?
+
+    Moves between interchangeable hosts preserve aggregate use, so a replica can only be
+    found room for when aggregate free memory covers it, a model slot is free somewhere, and
+    at least one movable peer replica fits into some other host's free memory.
+    """
     books = [b for b in state.ledger.books if b.eligible and not b.blocked]
-    free = sum(max(0, min(b.inc_free, b.raw_free)) for b in books)
-    if free < state.ledger.memory(mi, state.cands[mi][0])[1]:
+    frees = [max(0, min(b.inc_free, b.raw_free)) for b in books]
+    if sum(frees) < state.ledger.memory(mi, state.cands[mi][0])[1]:
         return False
-    return any(not b.max_models or len(b.present) < b.max_models for b in books)
+    if not any(not b.max_models or len(b.present) < b.max_models for b in books):
+        return False
+    peer_set = set(peers)
+    smallest = min((pl.memory_mb for b in books for pl in b.models.values()
+                    if not pl.incumbent and pl.mi in peer_set and pl.mi != mi), default=None)
+    return smallest is not None and smallest <= max(frees, default=0)
 
 
 def repair_class(state: PlanState, models: list[int], homogeneous: bool) -> None:
@@ -51,7 +61,7 @@ def repair_class(state: PlanState, models: list[int], homogeneous: bool) -> None
         while state.ledger.count[mi] < state.desired[mi]:
             if state.repair_steps >= state.policy.repair_budget:
                 return
-            if homogeneous and not lower_bound_allows(state, mi):
+            if homogeneous and not lower_bound_allows(state, mi, models):
                 break
             if not _repair_one(state, mi, models):
                 break

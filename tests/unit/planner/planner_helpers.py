@@ -1,0 +1,68 @@
+"""Builders shared by the planner tests (small fleets, explicit numbers)."""
+
+from __future__ import annotations
+
+from grid_core.demand.types import ModelDemand
+from grid_core.planner import Plan, PlanInputs, PlannerPolicy, plan
+from grid_core.profile import ModelProfile, validate_profile
+from grid_core.snapshot import HostSnapshot, ResidencySnapshot
+from grid_core.testing import plugins_with
+
+NOW = 1_800_000_000.0
+GB = 1024
+
+PLUGINS = plugins_with(builtins=("grid_scoring", "grid_victims"))
+
+
+def host(host_id: str, capacity_gb: float = 16, **kw: object) -> HostSnapshot:
+    """An accepting llama.cpp host with a fresh heartbeat and no reserve/headroom surprises."""
+    base: dict[str, object] = {
+        "host_id": host_id,
+        "capacity_mb": int(capacity_gb * GB),
+        "runtimes": ("llama.cpp",),
+        "heartbeat_age_s": 1.0,
+        "failure_domain": "fd-1",
+    }
+    base.update(kw)
+    return HostSnapshot(**base)  # type: ignore[arg-type]
+
+
+def model(model_id: str, memory_gb: float = 4, **kw: object) -> ModelProfile:
+    base: dict[str, object] = {"model_id": model_id, "memory_mb": int(memory_gb * GB)}
+    base.update(kw)
+    return validate_profile(ModelProfile(**base))  # type: ignore[arg-type]
+
+
+def res(model_id: str, memory_gb: float = 4, state: str = "ready", **kw: object
+        ) -> ResidencySnapshot:
+    base: dict[str, object] = {"model_id": model_id, "memory_mb": int(memory_gb * GB),
+                               "state": state, "active_requests": 0,
+                               "loaded_at": NOW - 3600.0}
+    base.update(kw)
+    return ResidencySnapshot(**base)  # type: ignore[arg-type]
+
+
+def demand(model_id: str, replicas: int, **kw: object) -> ModelDemand:
+    base: dict[str, object] = {"model_id": model_id, "desired_replicas": replicas,
+                               "direct": True}
+    base.update(kw)
+    return ModelDemand(**base)  # type: ignore[arg-type]
+
+
+POLICY = PlannerPolicy(admission_headroom_mb=0)
+"""Zero headroom keeps the arithmetic of hand-written cases exact; headroom has its own test."""
+
+
+def run(profiles, hosts, demands=(), policy: PlannerPolicy = POLICY, now: float = NOW,
+        plugins=PLUGINS) -> Plan:
+    inputs = PlanInputs(now=now, profiles=tuple(profiles), hosts=tuple(hosts),
+                        demand={d.model_id: d for d in demands}, policy=policy)
+    return plan(inputs, plugins, reuse=False)
+
+
+def placed(p: Plan) -> set[tuple[str, str]]:
+    return {(a.model_id, a.host_id) for a in p.assignments}
+
+
+def codes(p: Plan, model_id: str | None = None) -> list[str]:
+    return [u.code for u in p.unmet if model_id is None or u.model_id == model_id]

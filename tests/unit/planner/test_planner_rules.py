@@ -1,0 +1,462 @@
+"""One test per placement rule of the "Global placement loop" and invariants 1, 2, 5, 10."""
+
+from __future__ import annotations
+
+import pytest
+from planner_helpers import GB, NOW, POLICY, codes, demand, host, model, placed, res, run
+
+from grid_core.planner import PlanInputs, PlannerPolicy, input_digest, plan
+from grid_core.testing import plugins_with
+
+# --- eligibility (invariant 2) -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kw", [
+    {"state": "paused"}, {"state": "draining"}, {"state": "unhealthy"},
+    {"state": "quarantined"}, {"heartbeat_age_s": 600.0}, {"heartbeat_age_s": None},
+    {"heartbeat_age_s": -120.0}, {"healthy": False}, {"authenticated": False},
+])
+def test_ineligible_host_gets_nothing_new(kw):
+    p = run([model("m", min_replicas=1)], [host("a", **kw), host("b", 8)])
+    assert placed(p) == {("m", "b")}
+
+
+@pytest.mark.parametrize(("prof", "hostkw"), [
+    ({"runtimes": ("vllm",)}, {}),
+    ({"backends": ("cuda",)}, {"backends": ("metal",)}),
+    ({"data_tier": "secret"}, {"data_tiers": ("public",)}),
+    ({"required_tags": ("ecc",)}, {"tags": ("office",)}),
+    ({"forbidden_tags": ("office",)}, {"tags": ("office",)}),
+    ({"min_gpu_count": 2}, {"gpu_count": 1}),
+    ({"min_gpu_memory_mb": 24 * GB}, {"gpu_count": 1, "gpu_memory_mb": 16 * GB}),
+])
+def test_static_rules_are_hard(prof, hostkw):
+    p = run([model("m", min_replicas=1, **prof)], [host("a", **hostkw)])
+    assert p.assignments == ()
+    assert codes(p, "m") == ["no_eligible_host"]
+
+
+def test_future_heartbeat_within_skew_is_accepted():
+    p = run([model("m", min_replicas=1)], [host("a", heartbeat_age_s=-2.0)])
+    assert placed(p) == {("m", "a")}
+
+
+# --- memory ledgers (invariant 1) -----------------------------------------------------------
+
+
+def test_resident_model_memory_is_counted_for_a_second_model():
+    h = host("a", 16, residencies=(res("big", 10),))
+    p = run([model("big", 10, min_replicas=1), model("other", 8, min_replicas=1)], [h])
+    assert placed(p) == {("big", "a")}
+    assert codes(p, "other") == ["capacity_shortage"]
+
+
+def test_reserve_and_thermal_derating_bound_the_desired_footprint():
+    h = host("a", 16, reserved_mb=4 * GB, thermal_derating=0.25)  # 16 - 4 - 4 = 8 GB
+    p = run([model("x", 6, min_replicas=1), model("y", 3, min_replicas=1)], [h])
+    assert len(p.assignments) == 1
+
+
+def test_admission_headroom_fences_new_allocations_only():
+    full = host("a", 8, residencies=(res("m", 8),))
+    policy = PlannerPolicy(admission_headroom_mb=512)
+    # The incumbent is re-admitted although no headroom is left beside it ...
+    assert placed(run([model("m", 8, min_replicas=1)], [full], policy=policy)) == {("m", "a")}
+    # ... but a new 8 GB replica needs 8 GB plus the headroom.
+    p = run([model("m", 8, min_replicas=1)], [host("b", 8)], policy=policy)
+    assert p.assignments == ()
+
+
+def test_unmanaged_resident_work_consumes_capacity_first():
+    h = host("a", 16, external_used_mb=6 * GB,
+             residencies=(res("ext", 4, ownership="external"),))
+    p = run([model("m", 8, min_replicas=1)], [h])
+    assert p.assignments == ()
+    p = run([model("m", 6, min_replicas=1)], [h])
+    assert placed(p) == {("m", "a")}
+
+
+def test_obsolete_live_process_blocks_new_memory_until_unloaded():
+    # make-before-break: memory held by a replica nobody wants is still live memory.
+    h = host("a", 16, residencies=(res("old", 12, state="draining"),))
+    p = run([model("new", 8, min_replicas=1)], [h], plugins=plugins_with())
+    assert p.assignments == ()
+
+
+def test_throttled_host_offers_only_its_fraction():
+    policy = PlannerPolicy(admission_headroom_mb=0, throttled_fraction=0.5)
+    p = run([model("m", 10, min_replicas=1)], [host("a", 16, state="throttled")], policy=policy)
+    assert p.assignments == ()
+    p = run([model("m", 6, min_replicas=1)], [host("a", 16, state="throttled")], policy=policy)
+    assert placed(p) == {("m", "a")}
+
+
+def test_raw_ledger_drops_lowest_priority_incumbent_when_reserve_grows():
+    h = host("a", 16, reserved_mb=6 * GB, residencies=(res("hi", 6), res("lo", 6)))
+    peer = host("b", 16, failure_domain="fd-2")
+    p = run([model("hi", 6, min_replicas=1, priority=2), model("lo", 6, min_replicas=1)],
+            [h, peer])
+    assert ("hi", "a") in placed(p) and ("lo", "b") in placed(p)
+    assert ("lo", "a") not in placed(p)
+
+
+# --- disk -----------------------------------------------------------------------------------
+
+
+def test_uncached_artifacts_reserve_disk_cumulatively():
+    h = host("a", 64, artifact_disk_free_mb=10 * GB)
+    ms = [model(f"m{i}", 4, min_replicas=1, artifact_size_mb=6 * GB) for i in range(2)]
+    p = run(ms, [h])
+    assert len(p.assignments) == 1
+    assert "disk_shortage" in codes(p)
+
+
+def test_exact_cached_weights_pay_no_disk():
+    sha = "ab" * 32
+    h = host("a", 64, artifact_disk_free_mb=1 * GB, cached={"m": sha})
+    p = run([model("m", 4, min_replicas=1, artifact_size_mb=6 * GB, artifact_sha256=sha)], [h])
+    assert placed(p) == {("m", "a")}
+    other = host("a", 64, artifact_disk_free_mb=1 * GB, cached={"m": "cd" * 32})
+    p = run([model("m", 4, min_replicas=1, artifact_size_mb=6 * GB, artifact_sha256=sha)],
+            [other])
+    assert p.assignments == ()
+
+
+# --- slots and colocation -------------------------------------------------------------------
+
+
+def test_model_slot_limit():
+    h = host("a", 64, max_models=1, residencies=(res("x", 4),))
+    p = run([model("x", 4, min_replicas=1), model("y", 4, min_replicas=1)], [h])
+    assert placed(p) == {("x", "a")}
+    assert codes(p, "y") == ["slot_limit"]
+
+
+def test_exclusive_model_counts_itself_and_is_reciprocal():
+    hosts = [host("a", 64)]
+    p = run([model("solo", 4, min_replicas=1, max_colocated_models=1, priority=1),
+             model("peer", 4, min_replicas=1)], hosts)
+    assert placed(p) == {("solo", "a")}
+    assert codes(p, "peer") == ["colocation_conflict"]
+
+
+def test_colocation_exclude_is_reciprocal_even_declared_on_one_side():
+    hosts = [host("a", 64), host("b", 64, failure_domain="fd-2")]
+    p = run([model("x", 4, min_replicas=1, colocation_excludes=("y",)),
+             model("y", 4, min_replicas=2, max_replicas=2, priority=1)], hosts)
+    assert len(p.hosts_of("y")) == 2
+    x_hosts = set(p.hosts_of("x"))
+    assert not x_hosts & set(p.hosts_of("y"))
+    assert codes(p, "x") == ["colocation_conflict"]
+
+
+# --- pins -----------------------------------------------------------------------------------
+
+
+def test_pinned_model_whose_host_is_offline_is_not_moved():
+    hosts = [host("a", 64, state="paused"), host("b", 64)]
+    p = run([model("m", 4, min_replicas=1, pins=("a",))], hosts)
+    assert p.assignments == ()
+    [u] = p.unmet
+    assert (u.code, u.host_id, u.missing) == ("pin_unavailable", "a", 1)
+
+
+def test_pins_are_reserved_before_higher_priority_work():
+    hosts = [host("a", 8)]
+    p = run([model("pinned", 6, min_replicas=1, pins=("a",)),
+             model("vip", 6, min_replicas=1, priority=5)], hosts)
+    assert placed(p) == {("pinned", "a")}
+
+
+def test_missing_pin_preempts_only_on_its_exact_host():
+    a = host("a", 8, residencies=(res("lo", 6),))
+    b = host("b", 8, residencies=(res("lo2", 6),))
+    p = run([model("pinned", 6, min_replicas=1, pins=("a",), priority=3),
+             model("lo", 6, min_replicas=1), model("lo2", 6, min_replicas=1)], [a, b])
+    assert [(e.model_id, e.host_id) for e in p.evictions] == [("lo", "a")]
+    assert codes(p, "pinned") == ["preemption_staged"]
+
+
+# --- priority and fairness ------------------------------------------------------------------
+
+
+def test_higher_priority_class_fills_first():
+    p = run([model("a-low", 8, min_replicas=1), model("z-high", 8, min_replicas=1,
+                                                      priority=2)], [host("h", 8)])
+    assert placed(p) == {("z-high", "h")}
+
+
+def test_fair_rounds_give_each_model_a_replica_before_seconds():
+    hosts = [host(f"h{i}", 8, failure_domain=f"fd-{i}") for i in range(3)]
+    p = run([model("a", 6, max_replicas=3), model("b", 6, max_replicas=3)], hosts,
+            [demand("a", 3), demand("b", 3)])
+    counts = {m: len(p.hosts_of(m)) for m in ("a", "b")}
+    assert sorted(counts.values()) == [1, 2]
+
+
+def test_renaming_identical_models_does_not_move_the_scarce_slot():
+    hosts = [host("h", 8)]
+    for hurt, calm in (("alpha", "omega"), ("omega", "alpha")):
+        p = run([model("alpha", 6, max_replicas=1), model("omega", 6, max_replicas=1)], hosts,
+                [demand(hurt, 1, queue_depth=5.0, request_rate_rps=1.0),
+                 demand(calm, 1, request_rate_rps=1.0)])
+        assert placed(p) == {(hurt, "h")}, (hurt, calm)
+
+
+def test_harm_order_latency_ratio_then_errors():
+    hosts = [host("h", 8)]
+    slo = {"latency_slo_ms": 1000.0}
+    p = run([model("a", 6, **slo), model("b", 6, **slo)], hosts,
+            [demand("a", 1, p95_ms=900.0, error_rate=0.5), demand("b", 1, p95_ms=3000.0)])
+    assert placed(p) == {("b", "h")}
+
+
+def test_baseline_replicas_place_before_demand_extras():
+    hosts = [host(f"h{i}", 8) for i in range(2)]
+    p = run([model("busy", 6, max_replicas=2), model("base", 6, min_replicas=1)], hosts,
+            [demand("busy", 2, request_rate_rps=9.0, queue_depth=9.0)])
+    assert set(p.hosts_of("base")) and len(p.hosts_of("busy")) == 1
+
+
+def test_never_exceeds_max_replicas():
+    hosts = [host(f"h{i}", 8) for i in range(5)]
+    p = run([model("m", 2, max_replicas=2)], hosts, [demand("m", 9)])
+    assert len(p.assignments) == 2 and p.desired == {"m": 2}
+
+
+# --- failure domains ------------------------------------------------------------------------
+
+
+def test_failure_domain_diversity_is_reserved_before_scoring():
+    sha = "ab" * 32
+    hosts = [host("a1", 16, cached={"m": sha}), host("a2", 16, cached={"m": sha}),
+             host("b1", 16, failure_domain="fd-2")]
+    p = run([model("m", 4, min_replicas=2, max_replicas=2, min_failure_domains=2,
+                   artifact_sha256=sha)], hosts)
+    assert set(p.hosts_of("m")) in ({"a1", "b1"}, {"a2", "b1"})
+
+
+def test_failure_domain_shortfall_is_reported():
+    hosts = [host("a1", 16), host("a2", 16)]
+    p = run([model("m", 4, min_replicas=2, max_replicas=2, min_failure_domains=2)], hosts)
+    assert len(p.assignments) == 2
+    assert codes(p, "m") == ["failure_domain_shortfall"]
+
+
+# --- scoring --------------------------------------------------------------------------------
+
+
+def test_cached_weights_beat_an_empty_faster_host():
+    sha = "ab" * 32
+    hosts = [host("cold", 16, memory_bandwidth_gbps=800.0, compute_gflops=100_000.0),
+             host("warm", 16, cached={"m": sha})]
+    p = run([model("m", 4, min_replicas=1, artifact_sha256=sha)], hosts)
+    assert placed(p) == {("m", "warm")}
+
+
+def test_hardware_prior_breaks_cold_ties():
+    hosts = [host("a", 16), host("b", 16, memory_bandwidth_gbps=800.0)]
+    p = run([model("m", 4, min_replicas=1)], hosts)
+    assert placed(p) == {("m", "b")}
+
+
+def test_best_fit_prefers_the_tighter_host():
+    p = run([model("m", 6, min_replicas=1)], [host("big", 64), host("small", 8)])
+    assert placed(p) == {("m", "small")}
+
+
+def test_hot_demand_amortizes_a_measured_faster_cold_host():
+    from grid_core.snapshot import ModelPerformance
+
+    sha = "ab" * 32
+    fast = ModelPerformance(tokens_per_s=200.0, samples=8)
+    hosts = [host("cached", 16, cached={"m": sha}),
+             host("fast", 16, performance={"m": fast})]
+    prof = model("m", 4, max_replicas=1, artifact_sha256=sha)
+    light = run([prof], hosts, [demand("m", 1, offered_concurrency=0.5)])
+    hot = run([prof], hosts, [demand("m", 1, offered_concurrency=40.0)])
+    assert placed(light) == {("m", "cached")}
+    assert placed(hot) == {("m", "fast")}
+
+
+def test_throttled_and_busy_hosts_score_lower():
+    hosts = [host("busy", 16, queue_depth=8, concurrency=4), host("calm", 16)]
+    assert placed(run([model("m", 4, min_replicas=1)], hosts)) == {("m", "calm")}
+
+
+def test_score_terms_are_collected_once_per_plan():
+    calls = {"n": 0}
+
+    class Term:
+        name = "counting"
+        dynamic = False
+
+        def score(self, model, host, ctx):
+            return 0.0
+
+    class Mod:
+        from grid_core import hookimpl
+
+        @staticmethod
+        @hookimpl
+        def grid_placement_score_terms(register):
+            calls["n"] += 1
+            register(Term())
+
+    plugins = plugins_with(("counting", Mod))
+    hosts = [host(f"h{i}", 16) for i in range(4)]
+    run([model(f"m{i}", 2, min_replicas=1) for i in range(4)], hosts, plugins=plugins)
+    run([model(f"m{i}", 2, min_replicas=1) for i in range(4)], hosts, plugins=plugins)
+    assert calls["n"] == 1
+
+
+# --- stability ------------------------------------------------------------------------------
+
+
+def test_complete_current_placement_is_kept_over_better_hosts():
+    hosts = [host("slow", 64, residencies=(res("m", 4),)),
+             host("fast", 8, memory_bandwidth_gbps=800.0, failure_domain="fd-2")]
+    p = run([model("m", 4, min_replicas=1)], hosts)
+    assert placed(p) == {("m", "slow")}
+    assert p.assignments[0].incumbent and p.assignments[0].reason == "incumbent"
+
+
+def test_scale_down_keeps_replicas_in_min_residency_first():
+    fresh = res("m", 4, loaded_at=NOW - 10.0)
+    old = res("m", 4, loaded_at=NOW - 9000.0)
+    hosts = [host("a", 16, residencies=(old,)), host("b", 16, residencies=(fresh,))]
+    p = run([model("m", 4, max_replicas=2)], hosts, [demand("m", 1)])
+    assert placed(p) == {("m", "b")}
+
+
+def test_repair_relocates_equal_priority_replicas_when_greedy_fragments():
+    # Greedy puts the larger "q" on the tight host (best fit); "p" then lacks a second domain.
+    hosts = [host("tight", 8, failure_domain="fd-1"), host("roomy", 12, failure_domain="fd-2")]
+    profiles = [model("p", 4, min_replicas=2, max_replicas=2, min_failure_domains=2),
+                model("q", 8, min_replicas=1)]
+    p = run(profiles, hosts)
+    assert placed(p) == {("p", "tight"), ("p", "roomy"), ("q", "roomy")}
+    assert {a.reason for a in p.assignments if a.host_id == "tight"} == {"repair"}
+    assert p.unmet == ()
+
+
+def test_saturated_homogeneous_fleet_fails_fast_without_repair_search():
+    from grid_core.planner import _solve, canonical_inputs
+    from grid_core.planner.core import PlanState
+
+    hosts = [host(f"h{i}", 8, failure_domain=f"fd-{i}") for i in range(8)]
+    profiles = [model(f"m{i}", 6, min_replicas=4, max_replicas=4) for i in range(4)]
+    inputs = canonical_inputs(PlanInputs(now=NOW, profiles=tuple(profiles), hosts=tuple(hosts),
+                                         policy=POLICY))
+    state = PlanState(inputs, [], None)
+    result = _solve(state, "x")
+    assert len(result.assignments) == 8
+    assert sum(u.missing for u in result.unmet) == 8
+    assert state.repair_steps == 0
+
+
+# --- preemption (invariant 3 exception) -----------------------------------------------------
+
+
+def test_three_small_idle_residencies_evict_the_smallest_sufficient_set():
+    h = host("a", 12, residencies=(res("s1", 4), res("s2", 4), res("s3", 4)))
+    profiles = [model("big", 8, min_replicas=1, priority=3)] + [
+        model(f"s{i}", 4, min_replicas=1) for i in (1, 2, 3)]
+    p = run(profiles, [h])
+    assert len(p.evictions) == 2
+    assert {e.beneficiary for e in p.evictions} == {"big"}
+    assert all(e.priority == 3 for e in p.evictions)
+    assert "big" not in {a.model_id for a in p.assignments}
+
+
+def test_staged_preemption_never_assigns_before_memory_is_proven_free():
+    profiles = [model("vip", 8, min_replicas=1, priority=3), model("lo", 8, min_replicas=1)]
+    first = run(profiles, [host("a", 8, residencies=(res("lo", 8),))])
+    assert [(e.model_id, e.beneficiary) for e in first.evictions] == [("lo", "vip")]
+    assert first.hosts_of("vip") == () and codes(first, "vip") == ["preemption_staged"]
+    draining = run(profiles, [host("a", 8, residencies=(res("lo", 8, state="draining"),))])
+    assert draining.hosts_of("vip") == ()
+    assert codes(draining, "vip") == ["preemption_staged"]
+    freed = run(profiles, [host("a", 8)])
+    assert freed.hosts_of("vip") == ("a",) and freed.evictions == ()
+
+
+def test_preemption_prefers_failed_and_idle_victims():
+    busy = res("busy", 8, active_requests=3)
+    failed = res("broken", 8, state="failed")
+    hosts = [host("a", 8, residencies=(busy,)), host("b", 8, residencies=(failed,))]
+    profiles = [model("vip", 8, min_replicas=1, priority=3), model("busy", 8, min_replicas=1),
+                model("broken", 8, min_replicas=1)]
+    p = run(profiles, hosts)
+    assert [(e.model_id, e.host_id) for e in p.evictions] == [("broken", "b")]
+
+
+@pytest.mark.parametrize("kw", [
+    {"ownership": "external"}, {"ownership": "manual"}, {"ownership": "pinned"},
+    {"loaded_at": NOW - 5.0},
+])
+def test_protected_work_is_never_a_victim(kw):
+    h = host("a", 8, residencies=(res("lo", 8, **kw),))
+    p = run([model("vip", 8, min_replicas=1, priority=3), model("lo", 8, min_replicas=1)], [h])
+    assert p.evictions == ()
+    assert codes(p, "vip") == ["capacity_shortage"]
+
+
+def test_equal_priority_work_is_not_preempted():
+    h = host("a", 8, residencies=(res("peer", 8),))
+    p = run([model("new", 8, min_replicas=1), model("peer", 8, min_replicas=1)], [h])
+    assert p.evictions == ()
+
+
+def test_inferred_only_demand_cannot_preempt():
+    h = host("a", 8, residencies=(res("lo", 8),))
+    p = run([model("guess", 8, priority=3), model("lo", 8, min_replicas=1)], [h],
+            [demand("guess", 1, direct=False, inferred_rps=1.0)])
+    assert p.evictions == ()
+
+
+def test_eviction_budget_bounds_one_plan():
+    hosts = [host(f"h{i:03d}", 8, residencies=(res(f"lo{i}", 8),)) for i in range(70)]
+    profiles = [model("vip", 8, min_replicas=70, max_replicas=70, priority=3)] + [
+        model(f"lo{i}", 8, min_replicas=1) for i in range(70)]
+    p = run(profiles, hosts, policy=PlannerPolicy(admission_headroom_mb=0))
+    assert len(p.evictions) == 64
+    assert {u.code for u in p.unmet if u.model_id == "vip"} == {"preemption_staged",
+                                                                 "eviction_budget"}
+
+
+def test_lowered_model_ceiling_converges_by_evicting_the_lowest_priority():
+    h = host("a", 64, max_models=1, residencies=(res("hi", 4), res("lo", 4)))
+    p = run([model("hi", 4, min_replicas=1, priority=2), model("lo", 4, min_replicas=1)], [h])
+    assert placed(p) == {("hi", "a")}
+    assert [(e.model_id, e.reason) for e in p.evictions] == [("lo", "ceiling")]
+
+
+# --- output ---------------------------------------------------------------------------------
+
+
+def test_digest_is_stable_and_order_independent():
+    profiles = [model("a", 4, min_replicas=1), model("b", 4, min_replicas=1)]
+    hosts = [host("x", 16), host("y", 16, failure_domain="fd-2")]
+    one = PlanInputs(now=NOW, profiles=tuple(profiles), hosts=tuple(hosts), policy=POLICY)
+    two = PlanInputs(now=NOW, profiles=tuple(reversed(profiles)),
+                     hosts=tuple(reversed(hosts)), policy=POLICY)
+    assert input_digest(one) == input_digest(two)
+    assert plan(one, plugins_with(), reuse=False) == plan(two, plugins_with(), reuse=False)
+    later = PlanInputs(now=NOW + 1, profiles=tuple(profiles), hosts=tuple(hosts),
+                       policy=POLICY)
+    assert input_digest(later) != input_digest(one)
+
+
+def test_identical_inputs_reuse_the_plan():
+    plugins = plugins_with()
+    inputs = PlanInputs(now=NOW, profiles=(model("a", 4, min_replicas=1),),
+                        hosts=(host("x", 16),), policy=POLICY)
+    assert plan(inputs, plugins) is plan(inputs, plugins)
+
+
+def test_duplicate_ids_are_refused():
+    from grid_core.errors import ValidationError
+
+    with pytest.raises(ValidationError, match="listed twice"):
+        run([model("a")], [host("x"), host("x")])
