@@ -1,0 +1,405 @@
+"""The node agent: protection loop, heartbeats, engine routes and the command worker.
+
+One event loop runs two tasks: the heartbeat loop (telemetry → protection → routes →
+control heartbeat → commands queued) and the worker that executes queued commands one at a
+time through the actuator. A long warm or drain never stalls heartbeats.
+
+Heartbeat kinds (specification, "Local wire contract"): right after registering, an early
+lease heartbeat; after a route is fenced or the host stops admitting work, a fence heartbeat —
+both with ``request_commands=false`` so the server updates registry truth and returns at once.
+Only the regular control heartbeat asks for commands.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import time
+from pathlib import Path
+
+import httpx
+import msgspec
+
+from grid_core.errors import AuthError, GridError, StateError
+from grid_core.plugins import Plugins
+from grid_core.protection import Override, ProtectionDecision, ProtectionPolicy, step
+from grid_core.wire import (
+    CONTROL_HEADER,
+    OPERATOR_HEADER,
+    AllocatorEnvelope,
+    Command,
+    Heartbeat,
+    HeartbeatResponse,
+    Load,
+    NodeRegistration,
+    Resources,
+    control_record_id,
+    decode,
+    encode,
+    engine_record_id,
+)
+from grid_node import telemetry
+from grid_node.actuator import UNLOAD_IDLE_WAIT_S, Actuator
+from grid_node.config import NodeConfig, grid_home
+from grid_node.state import NodeState, StateFile
+
+OVERRIDE_FILE = "override.json"
+AGENT_FILE = "agent.json"
+HTTP_TIMEOUT_S = 15.0
+"""Seconds for one request to the server; a heartbeat that takes longer is retried next beat."""
+READY_LEASE_BEATS = 3
+"""The readiness lease covers this many heartbeat intervals; a dead agent's file goes stale."""
+CAPABILITIES = ["load", "warm", "drain", "unload", "evict"]
+
+
+def write_json_atomic(path: Path, doc: object) -> None:
+    """Write ``doc`` as JSON owner-only, atomically."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        json.dump(doc, f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def read_override(state_dir: Path) -> Override | None:
+    """The durable local override of this node, if one is set."""
+    try:
+        return msgspec.json.decode((state_dir / OVERRIDE_FILE).read_bytes(), type=Override)
+    except FileNotFoundError:
+        return None
+    except (OSError, msgspec.DecodeError) as exc:
+        msg = f"override file {state_dir / OVERRIDE_FILE} is unreadable ({exc}); run node resume"
+        raise StateError(msg) from exc
+
+
+def write_override(state_dir: Path, override: Override | None) -> None:
+    """Set (or with ``None`` clear) the durable local override."""
+    path = state_dir / OVERRIDE_FILE
+    if override is None:
+        path.unlink(missing_ok=True)
+        return
+    state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    write_json_atomic(path, msgspec.to_builtins(override))
+
+
+class Credential(msgspec.Struct, frozen=True):
+    """A host-scoped node credential and the host id it is bound to."""
+
+    token: str
+    host_id: str | None = None
+
+
+def load_credential(config: NodeConfig) -> Credential | None:
+    """The credential from ``--token-file`` (JSON from ``token write`` or a bare token) or env."""
+    raw = config.read_token()
+    if raw is None:
+        return None
+    if raw.startswith("{"):
+        try:
+            doc = json.loads(raw)
+            return Credential(token=str(doc["token"]), host_id=doc.get("host_id"))
+        except (ValueError, KeyError) as exc:
+            msg = f"--token-file {config.token_file}: not a node credential ({exc})"
+            raise AuthError(msg) from None
+    return Credential(token=raw)
+
+
+class NodeAgent:
+    """One node agent bound to a state directory.
+
+    Args:
+        config: node configuration.
+        plugins: plugin facade providing runtime adapters (and GPU devices).
+        instance: unique id of this daemon instance (for the readiness lease).
+    """
+
+    def __init__(self, config: NodeConfig, plugins: Plugins, instance: str = "") -> None:
+        self.config = config
+        self.plugins = plugins
+        self.instance = instance
+        self.store = StateFile(config.state_dir)
+        self.policy = ProtectionPolicy(dedicated=config.dedicated)
+        self.decision: ProtectionDecision | None = None
+        self.actuator: Actuator | None = None
+        self.credential: Credential | None = None
+        self.routes: dict[str, str] = {}
+        self.registered = False
+        self.last_error = ""
+        self.last_ok_at: float | None = None
+        self._queue: asyncio.Queue[tuple[Command, float]] = asyncio.Queue()
+        self._wake = asyncio.Event()
+        self._send = asyncio.Lock()
+        self._client: httpx.AsyncClient | None = None
+        self._queued: set[str] = set()
+
+    # --- lifecycle ------------------------------------------------------------------------
+    @property
+    def state(self) -> NodeState:
+        assert self.actuator is not None
+        return self.actuator.state
+
+    async def open(self) -> None:
+        """Lock the state directory, load state, adopt or fence surviving children."""
+        self.store.lock()
+        self.credential = load_credential(self.config)
+        host_id = self.config.host_id or (self.credential.host_id if self.credential else None)
+        state = self.store.load_or_create(host_id)
+        adapters = self.plugins.runtime_adapters()
+        llama = adapters.get("llama.cpp")
+        if llama is not None and self.config.llama_server:
+            llama._configured = self.config.llama_server  # type: ignore[attr-defined]
+        self.actuator = Actuator(config=self.config, store=self.store, state=state,
+                                 adapters=adapters, on_route_change=self.fence)
+        self._client = httpx.AsyncClient(base_url=self.config.grid_url, timeout=HTTP_TIMEOUT_S)
+        await self.actuator.recover()
+        self._write_agent_file(ready=False)
+
+    async def close(self) -> None:
+        """Release the HTTP client and the state lock."""
+        if self._client is not None:
+            await self._client.aclose()
+        self.store.unlock()
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Heartbeat loop plus command worker until ``stop`` is set, then a graceful stop."""
+        worker = asyncio.create_task(self._worker())
+        try:
+            while not stop.is_set():
+                await self.beat()
+                self._write_agent_file(ready=True)
+                self._wake.clear()
+                waiters = [asyncio.create_task(self._wake.wait()),
+                           asyncio.create_task(stop.wait())]
+                await asyncio.wait(waiters, timeout=self.config.heartbeat_interval_s,
+                                   return_when=asyncio.FIRST_COMPLETED)
+                for w in waiters:
+                    w.cancel()
+        finally:
+            worker.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await worker
+
+    async def shutdown(self, idle_wait_s: float = UNLOAD_IDLE_WAIT_S) -> list[str]:
+        """Graceful stop: fence every route, wait for requests, stop proven children, deregister."""
+        assert self.actuator is not None
+        for child in self.state.children.values():
+            if child.state == "ready":
+                child.state = "draining"
+        self.actuator.save()
+        with contextlib.suppress(GridError, httpx.HTTPError):
+            await self.fence()
+        lines = await self.actuator.stop_all(idle_wait_s)
+        with contextlib.suppress(GridError, httpx.HTTPError):
+            await self._sync_routes()
+            if self.registered and self.credential is not None:
+                await self._request("DELETE", f"/nodes/{self.node_id}")
+        return lines
+
+    @property
+    def node_id(self) -> str:
+        return control_record_id(self.state.host_id)
+
+    # --- one heartbeat ---------------------------------------------------------------------
+    def protect(self) -> ProtectionDecision:
+        """Take a sample and advance the protection state machine (persisting changes)."""
+        gpus = self.plugins.gpu_devices()
+        sample = telemetry.sample(gpus=gpus)
+        override = read_override(self.config.state_dir)
+        probes = self.actuator.probes.values() if self.actuator else ()
+        actives = [getattr(p, "active_requests", None) for p in probes]
+        active = None if any(a is None for a in actives) else sum(a or 0 for a in actives)
+        new, decision = step(self.state.protection, sample, self.policy, override=override,
+                             wall_now=time.time(), active_requests=active)
+        if new != self.state.protection or override != self.state.override:
+            self.state.protection, self.state.override = new, override
+            assert self.actuator is not None
+            self.actuator.save()
+        previous = self.decision
+        self.decision = decision
+        if previous is not None and previous.admits_new_work and not decision.admits_new_work:
+            self._wake.set()  # a fence heartbeat goes out promptly
+        return decision
+
+    async def beat(self) -> None:
+        """One cycle: protect, probe, routes, control heartbeat (commands queued)."""
+        assert self.actuator is not None
+        previous = self.decision
+        decision = self.protect()
+        await self.actuator.refresh()
+        try:
+            await self._ensure_credential()
+            if not self.registered:
+                await self._register()
+                await self._heartbeat(request_commands=False)  # early lease
+            await self._sync_routes()
+            fenced = previous is not None and previous.admits_new_work and \
+                not decision.admits_new_work
+            if fenced:
+                await self._heartbeat(request_commands=False)
+            await self._heartbeat(request_commands=True)
+            self.last_ok_at = time.time()
+            self.last_error = ""
+        except (httpx.HTTPError, GridError) as exc:
+            self.last_error = f"{type(exc).__name__}: {exc}"[:500]
+            if isinstance(exc, httpx.HTTPStatusError) and exc.response.status_code == 404:
+                self.registered = False
+
+    async def fence(self) -> None:
+        """Withdraw routes of children no longer ready and tell the server now (no commands)."""
+        if not self.registered:
+            return
+        await self._sync_routes()
+        await self._heartbeat(request_commands=False)
+
+    # --- HTTP ------------------------------------------------------------------------------
+    async def _ensure_credential(self) -> None:
+        if self.credential is not None:
+            return
+        # A node on the machine that owns the Grid may mint its own host-scoped credential
+        # with the local operator capability; it stays in memory only.
+        token_path = grid_home() / "operator-token"
+        try:
+            operator = token_path.read_text().strip()
+        except OSError:
+            msg = ("no node credential: pass --token-file (from 'grid allocator token write'), "
+                   "set GRID_ALLOCATOR_NODE_TOKEN, or run on the Grid's own machine")
+            raise AuthError(msg) from None
+        assert self._client is not None
+        r = await self._client.post("/allocator/tokens", headers={OPERATOR_HEADER: operator},
+                                    json={"host_id": self.state.host_id})
+        r.raise_for_status()
+        self.credential = Credential(token=r.json()["token"], host_id=self.state.host_id)
+
+    async def _request(self, method: str, path: str, body: bytes | None = None) -> httpx.Response:
+        assert self._client is not None and self.credential is not None
+        headers = {CONTROL_HEADER: self.credential.token, "Content-Type": "application/json"}
+        r = await self._client.request(method, path, content=body, headers=headers)
+        if r.status_code in (401, 403):
+            msg = f"{method} {path}: the server refused the node credential ({r.text[:200]})"
+            raise AuthError(msg)
+        r.raise_for_status()
+        return r
+
+    def _envelope(self) -> AllocatorEnvelope:
+        assert self.actuator is not None and self.decision is not None
+        return AllocatorEnvelope(
+            state=self.decision.state, state_reason=self.decision.reason[:1900],
+            cached_models=sorted(self.state.artifacts),
+            cached_artifacts=self.actuator.cached_artifacts(),
+            residencies=self.actuator.residencies(),
+            actuator_capabilities=CAPABILITIES,  # type: ignore[arg-type]
+            highest_term=self.state.highest_term,
+            latest_generation=self.state.latest_generation)
+
+    def _resources(self) -> Resources:
+        assert self.decision is not None
+        return telemetry.resources(
+            capacity_share=self.config.capacity_share,
+            managed_pids=[c.pid for c in self.state.children.values()],
+            artifact_dir=self.config.artifact_dir, runtimes=sorted(self.actuator.adapters),
+            throttle_fraction=self.decision.throttle_fraction,
+            failure_domain=self.config.failure_domain, tags=self.config.tags,
+            gpus=self.plugins.gpu_devices())
+
+    async def _register(self) -> None:
+        reg = NodeRegistration(role="allocator", host_id=self.state.host_id,
+                               resources=self._resources(), allocator=self._envelope())
+        async with self._send:
+            await self._request("PUT", f"/nodes/{self.node_id}", encode(reg))
+        self.registered = True
+
+    async def _heartbeat(self, *, request_commands: bool) -> None:
+        pending = [r for r in self.state.receipts if not r.delivered]
+        active = sum(getattr(p, "active_requests", 0) or 0
+                     for p in self.actuator.probes.values())
+        hb = Heartbeat(node_id=self.node_id, host_id=self.state.host_id,
+                       load=Load(active_tasks=active), resources=self._resources(),
+                       allocator=self._envelope(), request_commands=request_commands,
+                       acknowledgements=[r.ack for r in pending[:256]])
+        async with self._send:
+            sent = time.monotonic()
+            r = await self._request("POST", f"/nodes/{self.node_id}/heartbeat", encode(hb))
+        resp = decode(r.content, HeartbeatResponse).document
+        for receipt in pending[:256]:
+            receipt.delivered = True
+        if resp.model_last_used_at:
+            for model, at in resp.model_last_used_at.items():
+                # The watermark only moves forward (a restarted server may report older).
+                if at > self.state.model_last_used_at.get(model, 0.0):
+                    self.state.model_last_used_at[model] = at
+        assert self.actuator is not None
+        self.actuator.save()
+        if request_commands and resp.allocator is not None:
+            deadline = sent + resp.allocator.controller_lease_ttl_seconds
+            for cmd in resp.allocator.commands:
+                if cmd.action_id not in self._queued:
+                    self._queued.add(cmd.action_id)
+                    self._queue.put_nowait((cmd, deadline))
+
+    async def _sync_routes(self) -> None:
+        """Register ready children as engine records, refresh them, withdraw the rest."""
+        assert self.actuator is not None
+        ready = {m: c for m, c in self.state.children.items() if c.state == "ready"}
+        for model_id in list(self.routes):
+            if model_id not in ready:
+                rid = self.routes.pop(model_id)
+                async with self._send:
+                    with contextlib.suppress(httpx.HTTPStatusError):
+                        await self._request("DELETE", f"/nodes/{rid}")
+        for model_id, child in ready.items():
+            probe = self.actuator.probes.get(model_id)
+            if probe is not None and not getattr(probe, "ready", False):
+                continue  # advertise only children passing the health check
+            rid = engine_record_id(self.state.host_id, model_id)
+            if model_id in self.routes:
+                hb = Heartbeat(node_id=rid, host_id=self.state.host_id, request_commands=False)
+                try:
+                    async with self._send:
+                        await self._request("POST", f"/nodes/{rid}/heartbeat", encode(hb))
+                    continue
+                except httpx.HTTPStatusError:
+                    self.routes.pop(model_id, None)
+            reg = NodeRegistration(role="engine", host_id=self.state.host_id, models=[model_id],
+                                   url=child.url, engine_api_key=self.state.engine_api_key)
+            async with self._send:
+                await self._request("PUT", f"/nodes/{rid}", encode(reg))
+            self.routes[model_id] = rid
+
+    # --- worker ----------------------------------------------------------------------------
+    async def _worker(self) -> None:
+        assert self.actuator is not None
+        while True:
+            cmd, deadline = await self._queue.get()
+            decision = self.decision or self.protect()
+            try:
+                await self.actuator.execute(cmd, deadline_mono=deadline, decision=decision)
+            except (GridError, httpx.HTTPError) as exc:
+                self.last_error = f"{cmd.kind} {cmd.model_id}: {exc}"[:500]
+            finally:
+                self._queued.discard(cmd.action_id)
+            self._wake.set()
+
+    # --- status file -----------------------------------------------------------------------
+    def _write_agent_file(self, *, ready: bool) -> None:
+        from grid_node.identity import birth_of
+
+        now = time.time()
+        doc = {
+            "instance": self.instance, "pid": os.getpid(), "birth": birth_of(os.getpid()),
+            "host_id": self.state.host_id, "grid_url": self.config.grid_url,
+            "ready": ready, "ready_until": now + READY_LEASE_BEATS *
+            self.config.heartbeat_interval_s if ready else None,
+            "registered": self.registered, "last_ok_at": self.last_ok_at,
+            "last_error": self.last_error, "written_at": now,
+            "state": self.decision.state if self.decision else None,
+            "reason": self.decision.reason if self.decision else "",
+            "routes": sorted(self.routes), "events": self.actuator.events[-10:]
+            if self.actuator else [],
+        }
+        with contextlib.suppress(OSError):
+            write_json_atomic(self.config.state_dir / AGENT_FILE, doc)
+

@@ -1,0 +1,128 @@
+"""Host telemetry with psutil: one :class:`~grid_core.protection.Sample` plus resources.
+
+Every sensor a platform lacks is reported as ``None`` (unknown), never as zero, so the
+protection policy decides what unknown means.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from pathlib import Path
+
+import psutil
+
+from grid_core.protection import Sample
+from grid_core.wire import GpuDevice, Resources
+
+MB = 1024 * 1024
+
+
+def _temperature() -> float | None:
+    """Hottest reported temperature (Celsius), ``None`` when the platform has no sensors."""
+    read = getattr(psutil, "sensors_temperatures", None)
+    if read is None:
+        return None
+    try:
+        groups = read()
+    except (OSError, RuntimeError):
+        return None
+    temps = [t.current for entries in groups.values() for t in entries if t.current]
+    return max(temps) if temps else None
+
+
+def _network_up() -> bool | None:
+    """Whether any non-loopback interface is up; ``None`` when unreadable."""
+    try:
+        stats = psutil.net_if_stats()
+    except OSError:
+        return None
+    others = {name: s for name, s in stats.items() if not name.startswith("lo")}
+    if not others:
+        return None
+    return any(s.isup for s in others.values())
+
+
+def _user_idle_s() -> float | None:
+    """Seconds since the last user input where detectable (not on a headless Linux host)."""
+    return None
+
+
+def sample(at: float | None = None, gpus: list[object] | None = None) -> Sample:
+    """Read every sensor once.
+
+    Args:
+        at: the sample time (monotonic seconds); defaults to now.
+        gpus: devices from the ``grid_gpu_devices`` hook, for GPU memory pressure.
+    """
+    battery = None
+    with contextlib.suppress(OSError, RuntimeError, AttributeError):
+        battery = psutil.sensors_battery()
+    try:
+        load = os.getloadavg()[0] / (psutil.cpu_count() or 1)
+    except OSError:
+        load = None
+    gpu_pct = None
+    known = [g for g in gpus or () if getattr(g, "memory_used_mb", None) is not None
+             and getattr(g, "memory_total_mb", 0)]
+    if known:
+        gpu_pct = max(100.0 * g.memory_used_mb / g.memory_total_mb for g in known)  # type: ignore[attr-defined]
+    return Sample(
+        at=time.monotonic() if at is None else at,
+        cpu_pct=psutil.cpu_percent(interval=None),
+        memory_pct=psutil.virtual_memory().percent,
+        gpu_memory_pct=gpu_pct,
+        load_per_cpu=load,
+        battery_pct=battery.percent if battery is not None else None,
+        charging=battery.power_plugged if battery is not None else None,
+        temperature_c=_temperature(),
+        network_up=_network_up(),
+        user_idle_s=_user_idle_s(),
+    )
+
+
+def resources(
+    *,
+    capacity_share: float,
+    managed_pids: list[int],
+    artifact_dir: Path,
+    runtimes: list[str],
+    throttle_fraction: float,
+    failure_domain: str | None = None,
+    tags: tuple[str, ...] = (),
+    gpus: list[object] | None = None,
+) -> Resources:
+    """Capacity and current external use, scaled to this agent's share of the machine.
+
+    Memory held by Grid's own children is subtracted exactly once from the used total, so
+    ``external_used_mb`` is what the owner's other programs use now.
+    """
+    vm = psutil.virtual_memory()
+    ours = 0
+    for pid in managed_pids:
+        with contextlib.suppress(psutil.Error):
+            ours += psutil.Process(pid).memory_info().rss
+    used_by_others = max(0, vm.total - vm.available - ours)
+    disk_free = disk_total = None
+    with contextlib.suppress(OSError):
+        artifact_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        du = psutil.disk_usage(str(artifact_dir))
+        disk_free, disk_total = du.free // MB, du.total // MB
+    devices = [GpuDevice(index=int(getattr(g, "index", i)), name=str(getattr(g, "name", "")),
+                         memory_total_mb=int(getattr(g, "memory_total_mb", 0)),
+                         memory_used_mb=getattr(g, "memory_used_mb", None))
+               for i, g in enumerate(gpus or ())]
+    return Resources(
+        capacity_mb=int(vm.total / MB * capacity_share),
+        runtimes=runtimes,
+        backends=["cpu"],
+        failure_domain=failure_domain,
+        tags=list(tags),
+        gpus=devices,
+        artifact_disk_free_mb=int(disk_free * capacity_share) if disk_free is not None else None,
+        artifact_disk_total_mb=int(disk_total * capacity_share) if disk_total is not None
+        else None,
+        external_used_mb=int(used_by_others / MB * capacity_share),
+        throttle_fraction=throttle_fraction,
+    )
