@@ -1,1 +1,16 @@
-"""Entry point of the grid_lab plugin."""
+"""Entry point of the grid_lab plugin: ``grid test scenario`` and ``grid test graduate``."""
+
+from __future__ import annotations
+
+from grid_core import hookimpl
+from grid_core.cliregistry import CliRegistry
+
+
+@hookimpl
+def grid_cli_commands(cli: CliRegistry) -> None:
+    """Add the scenario lab's commands to the shared ``grid test`` group."""
+    from grid_lab import cli as lab_cli
+
+    test = cli.group("test")
+    test.command(name="scenario")(lab_cli.scenario)
+    test.command(name="graduate")(lab_cli.graduate_cmd)

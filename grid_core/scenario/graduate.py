@@ -1,0 +1,142 @@
+"""The graduation matrix: every strategy, fleet size and seed, judged by explicit gates.
+
+A single attractive score never graduates the allocator. Each gate states what it checks,
+the threshold, the measured numbers and pass/fail; a failing gate is the work queue for the
+next allocator improvement. Source: the specification's scenario lab ("grid test graduate").
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable
+from dataclasses import replace
+
+from grid_core.scenario.config import STRATEGIES, ScenarioConfig
+from grid_core.scenario.run import LabEnv, run_scenario
+
+SCORE_REGRESSION = 0.05
+"""Smart may trail a baseline's overall score by at most five points in any run."""
+SERVICE_REGRESSION = 0.05
+"""…and its served fraction by at most five points."""
+STATIC_GAIN = 0.02
+"""Median served-fraction gain over static placement that counts as material (two points)."""
+CHURN_RATIO = 0.5
+"""Smart's median mutations must be at most half of minute-greedy's."""
+LEAST_WORKLOAD_SLACK = 0.05
+"""On the largest fleet smart's least-served workload may trail the best baseline by 5 pts."""
+WAIT_STATES = ("starting", "planned", "deferred")
+"""Admission states in which an active workload waits for capacity (startup cost)."""
+
+
+def _row(report: dict) -> dict[str, object]:
+    d = report["demand"]
+    least = d["least_served_workload"] or {"workload": None, "served_fraction": 1.0}
+    waits = sum(n for states in report["admission_minutes"].values()
+                for s, n in states.items() if s in WAIT_STATES)
+    return {"score": report["score"]["overall"], "served": d["served_fraction"],
+            "violations": report["safety"]["total"], "digest": report["arrivals"]["digest"],
+            "mutations": report["lifecycle"]["mutations"],
+            "least_workload": least["workload"], "least_served": least["served_fraction"],
+            "wait_minutes": waits}
+
+
+def _gate(name: str, passed: bool, rule: str, measured: dict[str, object],
+          failing: list[str]) -> dict[str, object]:
+    return {"gate": name, "pass": passed, "rule": rule, "measured": measured,
+            "failing": failing[:20]}
+
+
+def graduate(machines: tuple[int, ...], seeds: tuple[int, ...], base: ScenarioConfig,
+             env: LabEnv, progress: Callable[[str], None] | None = None) -> dict[str, object]:
+    """Run all four strategies for every fleet size and seed, then evaluate the gates.
+
+    Args:
+        machines: fleet sizes (each validated like ``--machines``).
+        seeds: seeds.
+        base: models, users and duration shared by every run.
+        env: plugins and stores.
+        progress: called with one line per finished run (the CLI prints it).
+
+    Returns:
+        ``{"runs": [...], "gates": [...], "passed": bool}`` (JSON-compatible, deterministic).
+    """
+    runs: list[dict[str, object]] = []
+    for size in machines:
+        for seed in seeds:
+            for strategy in STRATEGIES:
+                cfg = replace(base, machines=size, seed=seed, strategy=strategy, oracle=False)
+                row = {"machines": size, "seed": seed, "strategy": strategy,
+                       **_row(run_scenario(cfg, env))}
+                runs.append(row)
+                if progress:
+                    progress(f"machines={size} seed={seed} {strategy}: score={row['score']} "
+                             f"served={row['served']} mutations={row['mutations']}")
+    gates = evaluate_gates(runs, max(machines))
+    return {"runs": runs, "gates": gates, "passed": all(g["pass"] for g in gates)}
+
+
+def _by(runs: list[dict], strategy: str) -> dict[tuple[int, int], dict]:
+    return {(r["machines"], r["seed"]): r for r in runs if r["strategy"] == strategy}
+
+
+def evaluate_gates(runs: list[dict], largest: int) -> list[dict[str, object]]:
+    """Every gate over the matrix (see the module constants for thresholds)."""
+    smart, reactive = _by(runs, "smart"), _by(runs, "reactive")
+    greedy, static = _by(runs, "greedy"), _by(runs, "static")
+    keys = sorted(smart)
+    gates = []
+    bad = [f"machines={k[0]} seed={k[1]}: {smart[k]['violations']} violations"
+           for k in keys if smart[k]["violations"]]
+    gates.append(_gate("smart_safety", not bad, "smart has zero safety violations in every run",
+                       {"violations": sum(smart[k]["violations"] for k in keys)}, bad))
+    bad = [f"machines={k[0]} seed={k[1]}" for k in keys
+           if len({r["digest"] for r in runs if (r["machines"], r["seed"]) == k}) != 1]
+    gates.append(_gate("identical_demand_traces", not bad,
+                       "all strategies of one size and seed replay the same arrival digest",
+                       {"cells": len(keys)}, bad))
+    bad = []
+    worst_score = worst_served = 0.0
+    for k in keys:
+        for name, other in (("reactive", reactive), ("greedy", greedy), ("static", static)):
+            ds = other[k]["score"] - smart[k]["score"]
+            dv = other[k]["served"] - smart[k]["served"]
+            worst_score, worst_served = max(worst_score, ds), max(worst_served, dv)
+            if ds > SCORE_REGRESSION or dv > SERVICE_REGRESSION:
+                bad.append(f"machines={k[0]} seed={k[1]} vs {name}: score -{ds:.3f}, "
+                           f"served -{dv:.3f}")
+    gates.append(_gate("bounded_regression", not bad,
+                       f"smart trails no baseline by more than {SCORE_REGRESSION} score or "
+                       f"{SERVICE_REGRESSION} served fraction",
+                       {"worst_score_deficit": round(worst_score, 6),
+                        "worst_served_deficit": round(worst_served, 6)}, bad))
+    gains = [smart[k]["served"] - static[k]["served"] for k in keys]
+    med = statistics.median(gains) if gains else 0.0
+    gates.append(_gate("service_gain_over_static", med >= STATIC_GAIN,
+                       f"median served-fraction gain over static >= {STATIC_GAIN}",
+                       {"median_gain": round(med, 6), "gains": [round(g, 6) for g in gains]},
+                       [] if med >= STATIC_GAIN else [f"median gain {med:.4f}"]))
+    sm = statistics.median([smart[k]["mutations"] for k in keys]) if keys else 0
+    gm = statistics.median([greedy[k]["mutations"] for k in keys]) if keys else 0
+    ok = sm <= CHURN_RATIO * gm
+    gates.append(_gate("churn_below_greedy", ok,
+                       f"median smart mutations <= {CHURN_RATIO} x median greedy mutations",
+                       {"smart_median": sm, "greedy_median": gm},
+                       [] if ok else [f"smart {sm} vs greedy {gm}"]))
+    bad, measured = [], {}
+    for k in [k for k in keys if k[0] == largest]:
+        best = max(o[k]["least_served"] for o in (reactive, greedy, static))
+        measured[f"seed={k[1]}"] = {"smart": smart[k]["least_served"], "best_baseline": best}
+        if smart[k]["least_served"] < best - LEAST_WORKLOAD_SLACK:
+            bad.append(f"seed={k[1]}: smart {smart[k]['least_served']} "
+                       f"({smart[k]['least_workload']}) vs best baseline {best}")
+    gates.append(_gate("least_workload_largest_fleet", not bad,
+                       f"on {largest} machines smart's least-served workload is within "
+                       f"{LEAST_WORKLOAD_SLACK} of the best baseline", measured, bad))
+    sw = statistics.median([smart[k]["wait_minutes"] for k in keys]) if keys else 0
+    rw = statistics.median([reactive[k]["wait_minutes"] for k in keys]) if keys else 0
+    ok = sw < rw
+    gates.append(_gate("predictive_startup_savings", ok,
+                       "median workload wait minutes (starting/planned/deferred) below reactive",
+                       {"smart_median": sw, "reactive_median": rw},
+                       [] if ok else [f"smart {sw} vs reactive {rw}"]))
+    return gates
