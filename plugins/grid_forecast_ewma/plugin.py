@@ -15,8 +15,9 @@ from grid_core.demand.series import DemandSeries, Forecast, ForecastPolicy, perc
 def ewma_forecast(series: DemandSeries, now: float, policy: ForecastPolicy) -> Forecast:
     """EWMA over per-bucket rates (oldest to newest, empty buckets count as zero traffic).
 
-    The current, still-filling bucket counts over its full width, so a burst folds into its
-    bucket without inflating the rate of a half-elapsed interval. The trend is an EWMA of
+    Completed buckets feed the EWMA; the still-filling bucket can only raise the level (its
+    count over the full width), so a burst folds into its bucket and shows at once while a
+    just-started, still-empty bucket cannot drag the level down. The trend is an EWMA of
     bucket-to-bucket level changes (requests/s per second); confidence grows with the number of
     buckets that saw traffic.
 
@@ -37,7 +38,7 @@ def ewma_forecast(series: DemandSeries, now: float, policy: ForecastPolicy) -> F
     start = min(by_index)
     level: float | None = None
     trend = 0.0
-    for index in range(start, current + 1):
+    for index in range(start, current):  # completed buckets only
         b = by_index.get(index)
         rate = (b.requests / width) if b is not None else 0.0
         if level is None:
@@ -47,6 +48,11 @@ def ewma_forecast(series: DemandSeries, now: float, policy: ForecastPolicy) -> F
         slope = (new_level - level) / width
         trend = policy.trend_alpha * slope + (1 - policy.trend_alpha) * trend
         level = new_level
+    filling = by_index.get(current)
+    if filling is not None:
+        # The filling bucket's count over its full width never overstates its rate; a
+        # burst therefore raises the level at once without a half-elapsed bucket lowering it.
+        level = max(level or 0.0, filling.requests / width)
     buckets = list(by_index.values())
     requests = sum(b.requests for b in buckets)
     served = sum(b.served for b in buckets)
