@@ -384,6 +384,12 @@ class NodeAgent:
             self._wake.set()
 
     # --- status file -----------------------------------------------------------------------
+    def mark_stopped(self) -> None:
+        """Record a clean stop in the agent file (status then shows no stale state)."""
+        self.registered = False
+        self.decision = None
+        self._write_agent_file(ready=False)
+
     def _write_agent_file(self, *, ready: bool) -> None:
         from grid_node.identity import birth_of
 
@@ -395,7 +401,7 @@ class NodeAgent:
             self.config.heartbeat_interval_s if ready else None,
             "registered": self.registered, "last_ok_at": self.last_ok_at,
             "last_error": self.last_error, "written_at": now,
-            "state": self.decision.state if self.decision else None,
+            "state": self.decision.state if self.decision else "stopped",
             "reason": self.decision.reason if self.decision else "",
             "routes": sorted(self.routes), "events": self.actuator.events[-10:]
             if self.actuator else [],

@@ -58,6 +58,7 @@ async def serve(config: NodeConfig, instance: str) -> None:
         await agent.run(stop)
         for line in await agent.shutdown():
             print(f"grid-node: {line}", flush=True)
+        agent.mark_stopped()
     finally:
         await agent.close()
 

@@ -15,12 +15,12 @@ from pathlib import Path
 
 import psutil
 import pytest
-
-from grid_core.protection import ProtectionDecision
-from grid_core.wire import Command
 from grid_llamacpp.adapter import LlamaCppAdapter
 from grid_llamacpp.install import find_llama_server
 from grid_llamacpp.tinymodel import TinyModelSpec, make_model
+
+from grid_core.protection import ProtectionDecision
+from grid_core.wire import Command
 from grid_node.actuator import Actuator
 from grid_node.config import NodeConfig
 from grid_node.identity import prove
