@@ -38,6 +38,9 @@ class Order:
     model_id: str
     memory_mb: int = 0
     runtime: str | None = None
+    reason: str = ""
+    """``eviction`` marks an explicit higher-priority preemption (allowed to remove the last
+    replica of the lower-priority victim: specification, safety invariant 3)."""
 
 
 @dataclass(frozen=True)
@@ -119,6 +122,8 @@ class FleetCounters:
     unloads: int = 0
     deferred_unloads: int = 0
     evictions: int = 0
+    preemptions: int = 0
+    """Explicit preemptions that removed the last ready replica of an in-use model."""
     refused: dict[str, int] = field(default_factory=dict)
     violations: dict[str, int] = field(default_factory=dict)
     violation_samples: list[str] = field(default_factory=list)
@@ -291,7 +296,7 @@ class SimFleet:
         r = node.residencies.get(order.model_id)
         if r is None:
             return Ack(order.action_id, "succeeded", "not resident")
-        self._audit_last_replica(node, r)
+        self._audit_last_replica(node, r, order)
         if r.state != "draining":
             r.state = "draining"
             self._log(node.host_id, r.model_id, "drain")
@@ -302,7 +307,7 @@ class SimFleet:
         if r is None:
             return Ack(order.action_id, "succeeded", "not resident")
         if r.state != "draining":
-            self._audit_last_replica(node, r)
+            self._audit_last_replica(node, r, order)
             r.state = "draining"
         fence = r.loaded_at + profile.min_residency_s
         if self.now < fence:
@@ -328,9 +333,13 @@ class SimFleet:
             self.counters.evictions += 1
         return Ack(order.action_id, "succeeded", "evicted")
 
-    def _audit_last_replica(self, node: SimNode, r: SimResidency) -> None:
-        """Removing the last READY replica of a model that is being used is a violation."""
+    def _audit_last_replica(self, node: SimNode, r: SimResidency, order: Order) -> None:
+        """Removing the last READY replica of a model in use is a violation, unless it is an
+        explicit higher-priority preemption (counted separately)."""
         if r.state != "ready" or r.model_id not in self.demanded:
+            return
+        if order.reason == "eviction":
+            self.counters.preemptions += 1
             return
         others = [h for h, n in self.nodes.items() if h != node.host_id and n.online
                   and (o := n.residencies.get(r.model_id)) is not None and o.state == "ready"]

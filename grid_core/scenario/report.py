@@ -191,7 +191,8 @@ class Metrics:
                 "orders": self.orders, "cache_hits": c.cache_hits,
                 "cache_locality": r6(ratio(c.cache_hits, c.loads, 0.0)),
                 "downloads": c.downloads, "downloaded_mb": c.downloaded_mb,
-                "evictions": c.evictions, "refused": dict(sorted(c.refused.items())),
+                "evictions": c.evictions, "preemptions_of_last_replica": c.preemptions,
+                "refused": dict(sorted(c.refused.items())),
                 "disk_used_mb": sum(n.disk_used_mb for n in fleet.nodes.values()),
             },
             "admission_minutes": {w: dict(sorted(v.items()))

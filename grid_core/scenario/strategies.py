@@ -89,7 +89,7 @@ class ControllerControl:
                 acks = []
                 for cmd in delivery.commands:
                     order = Order(cmd.action_id, cmd.kind, host_id, cmd.model_id,
-                                  cmd.memory_mb, cmd.runtime)
+                                  cmd.memory_mb, cmd.runtime, cmd.reason)
                     report.orders.append(order)
                     acks.append(fleet.apply(order, self.ctl.profiles))
                 self._acknowledge(host_id, acks, now)
