@@ -1,1 +1,20 @@
-"""Entry point of the grid_server plugin (CLI commands)."""
+"""Entry point of the grid_server plugin: ``grid up|down|models|chat``, ``grid allocator …``
+and ``grid bench proxy``."""
+
+from __future__ import annotations
+
+from grid_core import hookimpl
+from grid_core.cliregistry import CliRegistry
+
+
+@hookimpl
+def grid_cli_commands(cli: CliRegistry) -> None:
+    """Contribute the server's commands."""
+    from grid_server import bench, cli_allocator, cli_server
+
+    cli.command(cli_server.up, name="up")
+    cli.command(cli_server.down, name="down")
+    cli.command(cli_server.models, name="models")
+    cli.command(cli_server.chat, name="chat")
+    cli_allocator.register(cli)
+    cli.group("bench").command("proxy")(bench.bench_proxy)

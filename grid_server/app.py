@@ -1,0 +1,142 @@
+"""The server application: Litestar for control routes, a lean ASGI proxy for ``/v1``.
+
+``build_app`` wires one :class:`~grid_server.context.ServerContext`; the returned ASGI
+callable sends ``/v1/*`` straight to the proxy (no framework work on the hot path) and
+everything else, including lifespan, to Litestar.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+from litestar import Litestar, Request, Response, get
+
+from grid_core.errors import GridError
+from grid_core.plugins import Plugins
+from grid_server.api_allocator import allocator_routes
+from grid_server.api_nodes import node_routes
+from grid_server.auth import Credentials
+from grid_server.context import ServerContext, upstream_client
+from grid_server.home import STATE_DIR
+from grid_server.http import error_response, json_response
+from grid_server.proxy import Proxy, Receive, Scope, Send
+from grid_server.registry import Registry
+from grid_server.router import RouterState
+from grid_server.runner import TICK_INTERVAL_S, ControllerRunner
+
+log = logging.getLogger("grid.server")
+
+STATE_FILE = "controller.json"
+
+
+def make_controller(
+    home: Path, plugins: Plugins | None, state_dir: Path | None = None,
+    policy: Any | None = None,
+) -> tuple[Any, list[str]]:
+    """The controller with a durable file store under ``$GRID_HOME/state``.
+
+    Returns:
+        ``(controller, warnings)``; a warning explains any fallback (for status).
+    """
+    from grid_core.controller import Controller
+
+    warnings: list[str] = []
+    state_dir = state_dir or home / STATE_DIR
+    state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    try:
+        from grid_server.store import FileStateStore
+
+        store: Any = FileStateStore(state_dir / STATE_FILE)
+    except ImportError:
+        from grid_core.store import MemoryStore
+
+        store = MemoryStore()
+        warnings.append("no durable state store available: automatic mode is refused")
+    return Controller(plugins=plugins, store=store, policy=policy), warnings
+
+
+class GridApp:
+    """The ASGI entry point: proxy for ``/v1/*``, Litestar for the rest."""
+
+    def __init__(self, ctx: ServerContext, litestar: Litestar) -> None:
+        self.ctx = ctx
+        self.litestar = litestar
+        self.proxy = Proxy(ctx)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["path"].startswith("/v1/"):
+            await self.proxy(scope, receive, send)
+        else:
+            await self.litestar(scope, receive, send)
+
+
+def build_app(
+    home: Path,
+    plugins: Plugins | None,
+    controller: Any | None = None,
+    *,
+    tick_interval_s: float = TICK_INTERVAL_S,
+    state_dir: Path | None = None,
+    on_ready: Callable[[ServerContext], None] | None = None,
+    policy: Any | None = None,
+) -> GridApp:
+    """Assemble the server.
+
+    Args:
+        home: the Grid home (credentials and state live here).
+        plugins: plugins for the controller and the classifier.
+        controller: an existing controller (tests); built from ``home`` when ``None``.
+        tick_interval_s: periodic pass interval (seconds).
+        state_dir: where the controller state file lives (default ``$GRID_HOME/state``).
+        on_ready: called once the lifespan has started (the socket is already listening).
+        policy: a ``ControllerPolicy`` for a controller built here (defaults when ``None``).
+
+    Raises:
+        StateError: a credential file is unreadable or too widely readable.
+    """
+    warnings: list[str] = []
+    if controller is None:
+        controller, warnings = make_controller(home, plugins, state_dir, policy)
+    registry = Registry()
+    router = RouterState(registry)
+    runner = ControllerRunner(controller, registry, router, interval_s=tick_interval_s)
+    ctx = ServerContext(home=home, credentials=Credentials(home), registry=registry,
+                        router=router, runner=runner, plugins=plugins, warnings=warnings)
+
+    @asynccontextmanager
+    async def lifespan(_app: Litestar) -> AsyncIterator[None]:
+        ctx.client = upstream_client()
+        try:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(runner.run)
+                if on_ready is not None:
+                    on_ready(ctx)
+                try:
+                    yield
+                finally:
+                    tg.cancel_scope.cancel()
+        finally:
+            await ctx.client.aclose()
+
+    @get("/healthz")
+    async def healthz() -> Response:
+        """Liveness: the server answers."""
+        return json_response({"status": "ok"})
+
+    def on_grid_error(_request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, GridError)
+        return error_response(exc)
+
+    litestar = Litestar(
+        route_handlers=[healthz, *node_routes(ctx), *allocator_routes(ctx)],
+        lifespan=[lifespan],
+        exception_handlers={GridError: on_grid_error},
+        logging_config=None,
+        openapi_config=None,
+    )
+    return GridApp(ctx, litestar)

@@ -1,0 +1,198 @@
+"""FAKE OpenAI-compatible engine for tests and the proxy benchmark — never for real serving.
+
+It speaks the llama-server HTTP shape Grid relies on: ``GET /health`` and ``GET /v1/models``
+(public, as in llama-server), ``POST /v1/chat/completions`` / ``/v1/completions`` /
+``/v1/embeddings`` with ``Authorization: Bearer <key>`` checked, SSE streaming with a final
+usage chunk and ``data: [DONE]``. Replies are deterministic filler text, not inference.
+
+Test controls (require the key too): ``POST /fake/behaviour`` with
+``{"status": 500, "count": 2, "delay_ms": 0, "tokens": 8}`` makes the next ``count`` requests
+answer ``status``; ``GET /fake/stats`` returns request counts by path.
+
+Run: ``python -m grid_server.fake_engine --model NAME --api-key-file F --url-file F``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import anyio
+import msgspec
+
+from grid_server.proxy import Receive, Scope, Send, read_body, respond
+
+DEFAULT_TOKENS = 8
+"""Completion tokens per reply unless max_tokens asks for fewer or more."""
+MAX_FAKE_TOKENS = 4096
+"""Ceiling on filler tokens, so a test cannot make the fake allocate without bound."""
+JSON = [(b"content-type", b"application/json; charset=utf-8")]
+SSE = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]
+
+
+class FakeEngine:
+    """The ASGI app. ``api_key=None`` disables the key check (like llama-server without one)."""
+
+    def __init__(self, model: str, api_key: str | None) -> None:
+        self.model = model
+        self.api_key = api_key
+        self.stats: Counter[str] = Counter()
+        self.fail_status = 0
+        self.fail_count = 0
+        self.delay_ms = 0.0
+        self.tokens = DEFAULT_TOKENS
+        self._auth = f"Bearer {api_key}".encode() if api_key else None
+
+    def _authorized(self, scope: Scope) -> bool:
+        if self._auth is None:
+            return True
+        return any(k == b"authorization" and v == self._auth for k, v in scope["headers"])
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            while True:
+                msg = await receive()
+                if msg["type"] == "lifespan.startup":
+                    await send({"type": "lifespan.startup.complete"})
+                elif msg["type"] == "lifespan.shutdown":
+                    await send({"type": "lifespan.shutdown.complete"})
+                    return
+        path, method = scope["path"], scope["method"]
+        if method == "GET" and path == "/health":
+            await respond(send, 200, b'{"status":"ok"}', JSON)
+            return
+        if method == "GET" and path in ("/v1/models", "/models"):
+            await respond(send, 200, msgspec.json.encode({"object": "list", "data": [
+                {"id": self.model, "object": "model", "created": 0, "owned_by": "llamacpp"}]}),
+                JSON)
+            return
+        if not self._authorized(scope):
+            await respond(send, 401, b'{"error":{"code":401,"message":"Invalid API Key",'
+                                     b'"type":"authentication_error"}}', JSON)
+            return
+        body = await read_body(scope, receive)
+        if path == "/fake/behaviour" and method == "POST":
+            cfg = json.loads(body or b"{}")
+            self.fail_status = int(cfg.get("status", 0))
+            self.fail_count = int(cfg.get("count", 0))
+            self.delay_ms = float(cfg.get("delay_ms", 0.0))
+            self.tokens = min(MAX_FAKE_TOKENS, int(cfg.get("tokens", DEFAULT_TOKENS)))
+            await respond(send, 200, b'{"ok":true}', JSON)
+            return
+        if path == "/fake/stats" and method == "GET":
+            await respond(send, 200, msgspec.json.encode({"requests": dict(self.stats)}), JSON)
+            return
+        if method != "POST" or path not in ("/v1/chat/completions", "/v1/completions",
+                                            "/v1/embeddings"):
+            await respond(send, 404, b'{"error":{"code":404,"message":"File Not Found",'
+                                     b'"type":"not_found_error"}}', JSON)
+            return
+        self.stats[path] += 1
+        if self.delay_ms:
+            await anyio.sleep(self.delay_ms / 1000.0)
+        if self.fail_count > 0:
+            self.fail_count -= 1
+            await respond(send, self.fail_status, msgspec.json.encode({"error": {
+                "code": self.fail_status, "message": "fake failure",
+                "type": "server_error" if self.fail_status >= 500 else "invalid_request_error",
+            }}), JSON)
+            return
+        try:
+            req: dict[str, Any] = msgspec.json.decode(body)
+        except msgspec.DecodeError:
+            await respond(send, 400, b'{"error":{"code":400,"message":"invalid JSON",'
+                                     b'"type":"invalid_request_error"}}', JSON)
+            return
+        if path == "/v1/embeddings":
+            await respond(send, 200, self._embedding(req), JSON)
+            return
+        n = req.get("max_tokens") or req.get("max_completion_tokens") or self.tokens
+        n = max(1, min(MAX_FAKE_TOKENS, int(n)))
+        chat = path == "/v1/chat/completions"
+        if req.get("stream") is True:
+            await self._stream(send, chat, n)
+        else:
+            await respond(send, 200, self._complete(chat, n), JSON)
+
+    def _complete(self, chat: bool, n: int) -> bytes:
+        text = " ".join(f"tok{i}" for i in range(n))
+        choice: dict[str, Any] = {"index": 0, "finish_reason": "length"}
+        if chat:
+            choice["message"] = {"role": "assistant", "content": text}
+        else:
+            choice["text"] = text
+        return msgspec.json.encode({
+            "id": "chatcmpl-fake", "object": "chat.completion" if chat else "text_completion",
+            "created": int(time.time()), "model": self.model, "system_fingerprint": "fake",
+            "choices": [choice],
+            "usage": {"completion_tokens": n, "prompt_tokens": 4, "total_tokens": n + 4},
+        })
+
+    async def _stream(self, send: Send, chat: bool, n: int) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": SSE})
+        obj = "chat.completion.chunk" if chat else "text_completion"
+        base = {"id": "chatcmpl-fake", "object": obj, "created": int(time.time()),
+                "model": self.model, "system_fingerprint": "fake"}
+
+        async def event(doc: dict[str, Any]) -> None:
+            await send({"type": "http.response.body",
+                        "body": b"data: " + msgspec.json.encode(doc) + b"\n\n",
+                        "more_body": True})
+
+        for i in range(n):
+            if chat:
+                delta: dict[str, Any] = {"content": f"tok{i} "}
+                if i == 0:
+                    delta["role"] = "assistant"
+                choice: dict[str, Any] = {"index": 0, "delta": delta, "finish_reason": None}
+            else:
+                choice = {"index": 0, "text": f"tok{i} ", "finish_reason": None}
+            await event({**base, "choices": [choice]})
+        end: dict[str, Any] = {"index": 0, "finish_reason": "length"}
+        end.update({"delta": {}} if chat else {"text": ""})
+        await event({**base, "choices": [end]})
+        await event({**base, "choices": [], "usage": {
+            "completion_tokens": n, "prompt_tokens": 4, "total_tokens": n + 4}})
+        await send({"type": "http.response.body", "body": b"data: [DONE]\n\n"})
+
+    def _embedding(self, req: dict[str, Any]) -> bytes:
+        raw = req.get("input", "")
+        items = raw if isinstance(raw, list) else [raw]
+        data = [{"object": "embedding", "index": i, "embedding": [0.0, 0.5, 1.0]}
+                for i in range(len(items))]
+        return msgspec.json.encode({"object": "list", "data": data, "model": self.model,
+                                    "usage": {"prompt_tokens": 4, "total_tokens": 4}})
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Serve the fake engine on loopback until SIGINT/SIGTERM."""
+    import uvicorn
+
+    from grid_server.serve import bind, url_of
+
+    p = argparse.ArgumentParser(prog="grid-fake-engine")
+    p.add_argument("--model", required=True)
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=0)
+    p.add_argument("--api-key-file", type=Path, default=None)
+    p.add_argument("--url-file", type=Path, default=None)
+    args = p.parse_args(argv)
+    key = args.api_key_file.read_text().strip() if args.api_key_file else None
+    sock = bind(args.host, args.port)
+    url = url_of(sock)
+    if args.url_file:
+        tmp = args.url_file.with_suffix(".tmp")
+        tmp.write_text(url)
+        os.replace(tmp, args.url_file)
+    config = uvicorn.Config(FakeEngine(args.model, key), lifespan="on", access_log=False,
+                            log_level="warning")
+    uvicorn.Server(config).run(sockets=[sock])
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,213 @@
+"""The node registry: authenticated records with 60-second leases, kept in memory.
+
+Source: the specification's "Local wire contract". Record ids are derived from the
+authenticated host (and model), so a host credential can only ever write its own records.
+Engine API keys live in a separate private map and never leave this module except for the
+upstream hop.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from urllib.parse import urlsplit
+
+import msgspec
+
+from grid_core.errors import ForbiddenError, NotFoundError, ValidationError
+from grid_core.hosts import LEASE_TTL_S, RegistryRecord
+from grid_core.wire import Decoded, Heartbeat, NodeRegistration, control_record_id, engine_record_id
+
+MAX_RECORDS = 4096
+"""Registry ceiling: 64 hosts × 64 engines; refuses unbounded growth from a buggy node."""
+
+
+def is_loopback_host(host: str) -> bool:
+    """True for ``localhost`` and loopback IP literals."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def check_engine_url(url: str | None) -> str:
+    """Validate an engine route URL; plain HTTP is accepted only on loopback.
+
+    Raises:
+        ValidationError: missing, malformed, or non-loopback plain HTTP (the engine key would
+            cross the network in clear text).
+    """
+    if not url:
+        msg = "engine registration: 'url' is required (e.g. http://127.0.0.1:8080)"
+        raise ValidationError(msg)
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname or parts.path not in ("", "/"):
+        msg = f"engine registration: 'url' {url!r} must be http(s)://host:port with no path"
+        raise ValidationError(msg)
+    if parts.scheme == "http" and not is_loopback_host(parts.hostname):
+        msg = (f"engine registration: 'url' {url!r} is plain HTTP off loopback; "
+               "advertise an https:// engine address")
+        raise ValidationError(msg)
+    return url.rstrip("/")
+
+
+def expected_record_id(host_id: str, reg: NodeRegistration) -> str:
+    """The only record id a host may use for this registration."""
+    if reg.role == "allocator":
+        return control_record_id(host_id)
+    if not reg.models:
+        msg = "engine registration: 'models' must name the model this engine serves"
+        raise ValidationError(msg)
+    return engine_record_id(host_id, reg.models[0])
+
+
+class Registry:
+    """Live records by id, plus private engine keys (in memory only).
+
+    Attributes:
+        revision: increases on every change of routable membership (caches key on it).
+    """
+
+    def __init__(self) -> None:
+        self.records: dict[str, RegistryRecord] = {}
+        self._keys: dict[str, str] = {}
+        self.revision = 0
+
+    # --- writes --------------------------------------------------------------------------
+    def register(
+        self, host_id: str, node_id: str, decoded: Decoded[NodeRegistration], now: float
+    ) -> RegistryRecord:
+        """Create or replace the record ``node_id`` for the authenticated ``host_id``.
+
+        Raises:
+            ForbiddenError: the body names another host, or the id is not the derived one.
+            ValidationError: the engine URL is unacceptable.
+            ConflictError-like ValidationError: the registry is full.
+        """
+        reg = decoded.document
+        if reg.host_id != host_id:
+            msg = (f"registration host_id '{reg.host_id}' does not match the credential's "
+                   f"host '{host_id}'")
+            raise ForbiddenError(msg)
+        expected = expected_record_id(host_id, reg)
+        if node_id != expected:
+            msg = f"record id '{node_id}' is not derived from this host; use '{expected}'"
+            raise ForbiddenError(msg)
+        url = check_engine_url(reg.url) if reg.role == "engine" else None
+        if node_id not in self.records and len(self.records) >= MAX_RECORDS:
+            msg = f"registry is full ({MAX_RECORDS} records); remove stale nodes"
+            raise ValidationError(msg)
+        rec = RegistryRecord(
+            record_id=node_id, role=reg.role, host_id=host_id,
+            models=tuple(dict.fromkeys(reg.models)), url=url,
+            resources=reg.resources, allocator=reg.allocator,
+            received_at=now, lease_expires_at=now + LEASE_TTL_S,
+            rejected_rows=decoded.rejected_rows,
+        )
+        self.records[node_id] = rec
+        if reg.role == "engine" and reg.engine_api_key:
+            self._keys[node_id] = reg.engine_api_key
+        else:
+            self._keys.pop(node_id, None)
+        self.revision += 1
+        return rec
+
+    def heartbeat(
+        self, host_id: str, node_id: str, decoded: Decoded[Heartbeat], now: float
+    ) -> RegistryRecord:
+        """Refresh a record's lease and fold in the heartbeat's load/resources/envelope.
+
+        Raises:
+            ForbiddenError: the record or body belongs to another host.
+            NotFoundError: the record is not registered (register first).
+        """
+        hb = decoded.document
+        if hb.node_id != node_id:
+            msg = f"heartbeat node_id '{hb.node_id}' does not match the path '{node_id}'"
+            raise ValidationError(msg)
+        if hb.host_id is not None and hb.host_id != host_id:
+            msg = f"heartbeat host_id '{hb.host_id}' does not match the credential's '{host_id}'"
+            raise ForbiddenError(msg)
+        rec = self._owned(host_id, node_id)
+        changes: dict[str, object] = {"received_at": now, "lease_expires_at": now + LEASE_TTL_S}
+        if hb.load is not None:
+            changes["load"] = hb.load
+        if hb.resources is not None:
+            changes["resources"] = hb.resources
+        if hb.allocator is not None:
+            changes["allocator"] = hb.allocator
+            changes["rejected_rows"] = decoded.rejected_rows
+        rec = msgspec.structs.replace(rec, **changes)
+        self.records[node_id] = rec
+        self.revision += 1
+        return rec
+
+    def remove(self, host_id: str, node_id: str) -> None:
+        """Delete a record the host owns.
+
+        Raises:
+            ForbiddenError / NotFoundError: as for :meth:`heartbeat`.
+        """
+        self._owned(host_id, node_id)
+        del self.records[node_id]
+        self._keys.pop(node_id, None)
+        self.revision += 1
+
+    def expire(self, now: float) -> int:
+        """Drop records whose lease has run out; returns how many were dropped."""
+        dead = [rid for rid, r in self.records.items() if not r.live(now)]
+        for rid in dead:
+            del self.records[rid]
+            self._keys.pop(rid, None)
+        if dead:
+            self.revision += 1
+        return len(dead)
+
+    def _owned(self, host_id: str, node_id: str) -> RegistryRecord:
+        rec = self.records.get(node_id)
+        if rec is None:
+            msg = f"node '{node_id}' is not registered; PUT /nodes/{node_id} first"
+            raise NotFoundError(msg)
+        if rec.host_id != host_id:
+            msg = f"node '{node_id}' belongs to another host; use that host's credential"
+            raise ForbiddenError(msg)
+        return rec
+
+    # --- reads --------------------------------------------------------------------------
+    def engine_key(self, record_id: str) -> str | None:
+        """The private upstream key of an engine record (for the proxy hop only)."""
+        return self._keys.get(record_id)
+
+    def engine_key_known(self, record_id: str) -> bool:
+        """Whether the engine registered a private key (public output says only this)."""
+        return record_id in self._keys
+
+    def live(self, now: float) -> list[RegistryRecord]:
+        """Records whose lease has not expired."""
+        return [r for r in self.records.values() if r.live(now)]
+
+    def control_of(self, host_id: str) -> RegistryRecord | None:
+        """The host's control record, if registered."""
+        from grid_core.wire import control_record_id
+
+        return self.records.get(control_record_id(host_id))
+
+    def public(self, now: float) -> list[dict[str, object]]:
+        """Discovery output: no keys, no private measurements."""
+        out: list[dict[str, object]] = []
+        for r in sorted(self.records.values(), key=lambda r: r.record_id):
+            env = r.allocator
+            out.append({
+                "node_id": r.record_id,
+                "role": r.role,
+                "host_id": r.host_id,
+                "models": list(r.models),
+                "url": r.url,
+                "state": env.state if env else None,
+                "lease_remaining_s": round(max(0.0, r.lease_expires_at - now), 3),
+                "live": r.live(now),
+                "engine_key_registered": self.engine_key_known(r.record_id),
+                "rejected_rows": len(r.rejected_rows),
+            })
+        return out

@@ -1,0 +1,254 @@
+"""Runs the (pure, synchronous) controller inside the server without blocking requests.
+
+Source: the specification's "CLI workflow" (periodic pass plus coalesced prompt passes on
+registration, heartbeat, acknowledgement and demand events) and "Local wire contract"
+(command delivery is durably marked before the heartbeat response leaves).
+
+Every controller call runs in a worker thread under one lock, so a CPU-bound tick never
+stalls the event loop that serves inference. Request features are queued in a bounded deque
+(append never blocks) and folded into the controller at the start of the next locked call.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import anyio
+import msgspec
+
+from grid_core.demand.features import RequestFeatures
+from grid_core.hosts import build_host_snapshots
+from grid_core.profile import ModelProfile
+from grid_core.snapshot import HostSnapshot
+from grid_core.wire import Acknowledgement, Command
+
+if TYPE_CHECKING:
+    from grid_server.registry import Registry
+    from grid_server.router import RouterState
+
+log = logging.getLogger("grid.server.controller")
+
+TICK_INTERVAL_S = 5.0
+"""Periodic pass: often enough that a lost event is repaired within seconds."""
+PROMPT_TICK_MIN_GAP_S = 0.25
+"""Coalescing window: bursts of heartbeats and requests share one prompt pass."""
+DEMAND_POKE_MIN_GAP_S = 1.0
+"""Request traffic asks for at most one prompt pass per second: demand moves in buckets of
+many seconds, and a pass per request would steal CPU from serving."""
+MAX_PENDING_FEATURES = 8192
+"""Queued request features between passes; beyond this the oldest are dropped (best effort)."""
+
+T = TypeVar("T")
+
+
+class Delivery(msgspec.Struct, frozen=True):
+    """What a command-bearing heartbeat returns (mode, authority TTL, commands)."""
+
+    mode: str
+    lease_ttl_s: float
+    commands: tuple[Command, ...]
+
+
+class ControllerRunner:
+    """Owns the controller instance, its lock and the background pass loop.
+
+    Attributes:
+        profiles: model id → profile mirror (read lock-free by the proxy).
+        profile_ids: the mirror's keys.
+        vocabulary: configured workload names (for ``model: auto``).
+        last_error: the last failed pass, shown in status.
+    """
+
+    def __init__(
+        self,
+        controller: Any,
+        registry: Registry,
+        router: RouterState,
+        *,
+        clock: Callable[[], float] = time.time,
+        interval_s: float = TICK_INTERVAL_S,
+    ) -> None:
+        self.ctl = controller
+        self.registry = registry
+        self.router = router
+        self.clock = clock
+        self.interval_s = interval_s
+        self._lock = threading.Lock()
+        self._features: deque[RequestFeatures] = deque(maxlen=MAX_PENDING_FEATURES)
+        # Registry inputs and acknowledgements, applied in arrival order under the lock.
+        # Queuing them lets a request_commands=false heartbeat return without the lock.
+        self._inputs: deque[Callable[[], object]] = deque()
+        self._wake: anyio.Event | None = None
+        self.dropped_features = 0
+        self._last_demand_poke = 0.0
+        self.ticks = 0
+        self.last_error: str | None = None
+        self.last_tick_s: float | None = None
+        self.profiles: dict[str, ModelProfile] = {}
+        self.profile_ids: frozenset[str] = frozenset()
+        self.vocabulary: tuple[str, ...] = ()
+        self._refresh_profiles()
+
+    # --- helpers ------------------------------------------------------------------------
+    def _refresh_profiles(self) -> None:
+        profiles = getattr(self.ctl, "profiles", None)
+        if isinstance(profiles, dict):
+            self.profiles = {k: v for k, v in profiles.items() if isinstance(v, ModelProfile)}
+        self.profile_ids = frozenset(self.profiles)
+        self.vocabulary = tuple(sorted({w for p in self.profiles.values()
+                                        for w in p.workload_scores}))
+
+    def hosts(self, now: float) -> tuple[HostSnapshot, ...]:
+        """Current host snapshots (call on the event loop: the registry lives there)."""
+        return build_host_snapshots(self.registry.live(now), now, self.router.measurements)
+
+    def _drain_features(self) -> None:
+        while self._inputs:
+            event = self._inputs.popleft()
+            try:
+                event()
+            except Exception:  # keep the pass alive; status shows the error
+                log.exception("controller refused an input event")
+        while self._features:
+            f = self._features.popleft()
+            try:
+                self.ctl.observe_request(f)
+            except Exception:  # one bad feature must not stop planning
+                log.exception("controller refused a request observation")
+
+    async def call(self, fn: Callable[[], T]) -> T:
+        """Run ``fn`` in a worker thread under the controller lock."""
+
+        def locked() -> T:
+            with self._lock:
+                self._drain_features()
+                return fn()
+
+        return await anyio.to_thread.run_sync(locked)
+
+    # --- events ---------------------------------------------------------------------------
+    def observe(self, features: RequestFeatures) -> None:
+        """Queue one request's features (never blocks, never raises into the request)."""
+        if len(self._features) == self._features.maxlen:
+            self.dropped_features += 1
+        self._features.append(features)
+        mono = time.monotonic()
+        if mono - self._last_demand_poke >= DEMAND_POKE_MIN_GAP_S:
+            self._last_demand_poke = mono
+            self.poke()
+
+    def poke(self) -> None:
+        """Ask for a prompt pass (coalesced)."""
+        if self._wake is not None:
+            self._wake.set()
+
+    def input_changed(self, now: float, safety_changed: bool = False) -> None:
+        """Registration/heartbeat changed the inputs: queue a dirty-revision bump, poke.
+
+        Never takes the lock, so an early lease heartbeat returns at once.
+        """
+        self._inputs.append(lambda: self.ctl.note_input(now, safety_changed=safety_changed))
+        self.poke()
+
+    # --- operator actions -------------------------------------------------------------------
+    async def put_profile(self, profile: ModelProfile) -> None:
+        """Create or replace a profile (validated by the caller)."""
+        now = self.clock()
+        await self.call(lambda: self.ctl.put_profile(profile, now))
+        self._refresh_profiles()
+        self.poke()
+
+    async def remove_profile(self, model_id: str) -> None:
+        """Retire a profile (the controller converges it to zero)."""
+        now = self.clock()
+        await self.call(lambda: self.ctl.remove_profile(model_id, now))
+        self._refresh_profiles()
+        self.poke()
+
+    async def set_mode(self, mode: str) -> None:
+        """Select observe, recommend or automatic."""
+        now = self.clock()
+        await self.call(lambda: self.ctl.set_mode(mode, now))
+        self.poke()
+
+    async def tick(self) -> Any:
+        """Run one pass now and return the controller's tick result."""
+        now = self.clock()
+        hosts = self.hosts(now)
+        t0 = time.perf_counter()
+        try:
+            result = await self.call(lambda: self.ctl.tick(now, hosts))
+        except Exception as exc:
+            self.last_error = f"{type(exc).__name__}: {exc}"
+            raise
+        self.last_tick_s = time.perf_counter() - t0
+        note = getattr(self.ctl, "note_tick_duration", None)
+        if note is not None:
+            elapsed = self.last_tick_s
+            self._inputs.append(lambda: note(elapsed))
+        self.ticks += 1
+        self.last_error = None
+        return result
+
+    async def status(self, detail: bool) -> dict[str, Any]:
+        """The controller's status as plain data."""
+        now = self.clock()
+        raw = await self.call(lambda: self.ctl.status(now, detail))
+        return msgspec.to_builtins(raw) if not isinstance(raw, dict) else raw
+
+    def acknowledge(self, host_id: str, acks: list[Acknowledgement]) -> None:
+        """Queue a heartbeat's acknowledgements (applied before the next controller call)."""
+        if not acks:
+            return
+        now = self.clock()
+        batch = list(acks)
+        self._inputs.append(lambda: self.ctl.acknowledge(host_id, batch, now))
+        self.poke()
+
+    async def deliver(self, host_id: str) -> Delivery:
+        """Commands for a command-bearing heartbeat, durably marked delivered.
+
+        Runs a pass first when the poll's causal revision has not been processed yet, so
+        the answer reflects the heartbeat that asked.
+        """
+        now = self.clock()
+        hosts = self.hosts(now)
+
+        def work() -> Delivery:
+            ctl = self.ctl
+            poll_revision = getattr(ctl, "dirty_revision", 0)
+            processed = getattr(ctl, "processed_revision", None)
+            if processed is None or processed < poll_revision:
+                ctl.tick(now, hosts)
+                self.ticks += 1
+            d = ctl.deliver(host_id, now, hosts, poll_revision)
+            mode = str(getattr(d, "mode", None) or getattr(ctl, "mode", "recommend"))
+            return Delivery(mode, float(getattr(d, "lease_ttl_s", 0.0) or 0.0),
+                            tuple(getattr(d, "commands", ()) or ()))
+
+        return await self.call(work)
+
+    def mode(self) -> str:
+        """Current mode (lock-free read of a plain attribute)."""
+        return str(getattr(self.ctl, "mode", "recommend"))
+
+    # --- background loop ---------------------------------------------------------------------
+    async def run(self) -> None:
+        """Periodic passes plus coalesced prompt passes, until cancelled."""
+        self._wake = anyio.Event()
+        while True:
+            with anyio.move_on_after(self.interval_s):
+                await self._wake.wait()
+            self._wake = anyio.Event()
+            try:
+                self.registry.expire(self.clock())
+                await self.tick()
+            except Exception as exc:  # a failed pass is visible in status, never fatal
+                log.warning("controller pass failed: %s", type(exc).__name__)
+                self.last_error = f"{type(exc).__name__}: {exc}"
+            await anyio.sleep(PROMPT_TICK_MIN_GAP_S)

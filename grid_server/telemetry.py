@@ -1,0 +1,127 @@
+"""Bounded request features for the demand side (never prompts, responses, keys or users).
+
+Source: the specification's "Proactive observation and portfolio planning". The proxy calls
+:func:`shape_of` once on the parsed body (bounded scan) and :func:`features` when the request
+ends; observation is best effort and never raises into the request path.
+"""
+
+from __future__ import annotations
+
+from grid_core.demand.features import EndpointFamily, Modality, Outcome, RequestFeatures
+
+CHARS_PER_TOKEN = 4
+"""Rough characters per token: good enough for demand sizing, never used for billing."""
+MAX_SCANNED_MESSAGES = 64
+"""Messages inspected for size: a long history is sized by its last 64 turns."""
+MAX_SCANNED_CHARS = 1_000_000
+"""Stop counting characters beyond this; the bucket is 'huge' either way."""
+TEXT_PREFIX_CHARS = 512
+"""Text handed to the classifier for its keyword scan; it is dropped right after."""
+
+ENDPOINTS: dict[str, EndpointFamily] = {
+    "/v1/chat/completions": "chat",
+    "/v1/completions": "completions",
+    "/v1/embeddings": "embeddings",
+}
+
+
+class Shape:
+    """What the proxy learned about a request body without keeping its text."""
+
+    __slots__ = ("input_units", "max_tokens", "modality", "stream", "text_prefix")
+
+    def __init__(self) -> None:
+        self.input_units = 0
+        self.max_tokens: int | None = None
+        self.modality: Modality = "text"
+        self.stream = False
+        self.text_prefix = ""
+
+
+def _content_chars(content: object, shape: Shape) -> int:
+    if isinstance(content, str):
+        return len(content)
+    if isinstance(content, list):
+        n = 0
+        for part in content[:MAX_SCANNED_MESSAGES]:
+            if isinstance(part, dict):
+                kind = part.get("type")
+                if kind == "text" and isinstance(part.get("text"), str):
+                    n += len(part["text"])
+                elif kind in ("image_url", "input_image"):
+                    shape.modality = "image"
+        return n
+    return 0
+
+
+def shape_of(endpoint: EndpointFamily, body: dict[str, object]) -> Shape:
+    """Size, output hint, modality and a transient text prefix of one request body."""
+    shape = Shape()
+    shape.stream = body.get("stream") is True
+    for key in ("max_completion_tokens", "max_tokens"):
+        v = body.get(key)
+        if isinstance(v, int) and not isinstance(v, bool) and v > 0:
+            shape.max_tokens = v
+            break
+    chars = 0
+    text = ""
+    if endpoint == "chat":
+        msgs = body.get("messages")
+        if isinstance(msgs, list):
+            for m in msgs[-MAX_SCANNED_MESSAGES:]:
+                if isinstance(m, dict):
+                    chars += _content_chars(m.get("content"), shape)
+                    if m.get("role") == "user" and isinstance(m.get("content"), str):
+                        text = m["content"]
+                if chars > MAX_SCANNED_CHARS:
+                    break
+    else:
+        raw = body.get("prompt") if endpoint == "completions" else body.get("input")
+        if isinstance(raw, str):
+            chars, text = len(raw), raw
+        elif isinstance(raw, list):
+            chars = sum(len(x) for x in raw[:MAX_SCANNED_MESSAGES] if isinstance(x, str))
+        if endpoint == "embeddings":
+            shape.modality = "embedding"
+    shape.input_units = min(chars, MAX_SCANNED_CHARS) // CHARS_PER_TOKEN
+    shape.text_prefix = text[:TEXT_PREFIX_CHARS]
+    return shape
+
+
+def features(
+    *,
+    at: float,
+    endpoint: EndpointFamily,
+    requested_model: str,
+    served_model: str | None,
+    shape: Shape,
+    output_units: int | None,
+    workload: str | None,
+    service_time_s: float | None,
+    queue_s: float,
+    outcome: Outcome,
+    affinity_hash: str | None,
+) -> RequestFeatures:
+    """Assemble the bounded features of one finished (or refused) request."""
+    return RequestFeatures(
+        at=at,
+        endpoint=endpoint,
+        requested_model=requested_model,
+        served_model=served_model,
+        modality=shape.modality,
+        input_units=shape.input_units,
+        output_units=output_units if output_units is not None else (shape.max_tokens or 0),
+        workload=workload,
+        service_time_s=service_time_s,
+        queue_s=queue_s,
+        outcome=outcome,
+        # Double hash: the router's digest is hashed again so demand state cannot be joined
+        # back to routing decisions.
+        affinity_hash=_rehash(affinity_hash) if affinity_hash else None,
+    )
+
+
+def _rehash(digest: str) -> str:
+    import hashlib
+
+    return hashlib.sha256(b"grid-demand\0" + digest.encode()).hexdigest()[:32]
