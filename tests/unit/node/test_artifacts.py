@@ -8,13 +8,13 @@ import time
 from pathlib import Path
 
 import pytest
+from grid_llamacpp.adapter import LlamaCppAdapter
+from grid_llamacpp.artifacts import ArtifactStore
 
 from grid_core.errors import NotFoundError, ValidationError
 from grid_core.protection import ProtectionDecision
 from grid_core.runtime import ArtifactSpec
 from grid_core.wire import Command
-from grid_llamacpp.adapter import LlamaCppAdapter
-from grid_llamacpp.artifacts import ArtifactStore
 from grid_node.actuator import Actuator
 from grid_node.config import NodeConfig
 from grid_node.state import StateFile
@@ -105,7 +105,7 @@ def test_local_gguf_is_verified_not_fetched(tmp_path, artifact_server):
 
 
 def test_malformed_source_is_refused(tmp_path):
-    with pytest.raises(ValidationError, match="hf://owner/repo/path.gguf"):
+    with pytest.raises(ValidationError, match=r"hf://owner/repo/path\.gguf"):
         ArtifactStore(tmp_path).resolve(spec(source="https://example.com/m.gguf"))
 
 
