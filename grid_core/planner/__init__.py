@@ -37,7 +37,8 @@ MEMO_SIZE = 4
 """Plans remembered by input digest: a repeated status read or tick with identical inputs
 reuses the plan instead of solving again; four covers alternating reads without growth."""
 
-_MEMO: OrderedDict[tuple[str, int], Plan] = OrderedDict()
+_MEMO: OrderedDict[tuple[str, int], tuple[object, Plan]] = OrderedDict()
+"""(digest, id(plugins)) → (plugins, plan); holding the facade keeps its id from being reused."""
 
 __all__ = [
     "Assignment",
@@ -114,7 +115,7 @@ def plan(inputs: PlanInputs, plugins: object, *, reuse: bool = True) -> Plan:
     key = (digest, id(plugins))
     if reuse and key in _MEMO:
         _MEMO.move_to_end(key)
-        return _MEMO[key]
+        return _MEMO[key][1]
     terms = list(plugins.score_terms()) if hasattr(plugins, "score_terms") else []
     selector = getattr(plugins, "select_victims", None)
     if selector is not None and hasattr(plugins, "has_impl") and not plugins.has_impl(
@@ -123,7 +124,7 @@ def plan(inputs: PlanInputs, plugins: object, *, reuse: bool = True) -> Plan:
     state = PlanState(canon, terms, selector)
     result = _solve(state, digest)
     if reuse:
-        _MEMO[key] = result
+        _MEMO[key] = (plugins, result)
         while len(_MEMO) > MEMO_SIZE:
             _MEMO.popitem(last=False)
     return result

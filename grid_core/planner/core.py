@@ -61,13 +61,22 @@ class PlanState:
         self.weights = [speed_weight(d, p.replica_concurrency * p.target_utilization)
                         for p, d in zip(self.profiles, self.demand, strict=True)]
         self.cands = self._candidates()
+        self.mem_rows = [{hi: self.ledger.memory(mi, hi)[1] for hi in hs}
+                         for mi, hs in enumerate(self.cands)]
+        """Per model, MB of one new replica on each candidate host (runtime-specific)."""
         self.evictions: list[Eviction] = []
         self.evicted: set[tuple[str, str]] = set()
         self.staged: dict[int, int] = {}
         self.fail_reasons: list[set[str]] = [set() for _ in self.profiles]
         self.budget_hit: set[int] = set()
         self.repair_steps = 0
+        self.last_round: list[int | None] = []
+        """Host chosen per model in the latest fair round (``None`` = not placed)."""
         self._static: dict[tuple[int, int], float] = {}
+        self._fit: dict[tuple[int, int], tuple[int, str | None, bool, float | None]] = {}
+        """(model, host) → (host book version, fit failure, domain novelty, score)."""
+        self.res_maps = [{r.model_id: r for r in h.residencies} for h in self.hosts]
+        self.alloc = [h.allocatable_mb for h in self.hosts]
         self._dynamic: dict[tuple[int, int, int, bool], float] = {}
 
     # --- static indexes -------------------------------------------------------------------
@@ -104,9 +113,9 @@ class PlanState:
             p.load_estimate_s
         return ScoreContext(
             now=self.now, demand=self.demand[mi], memory_mb=self.ledger.memory(mi, hi)[1],
-            allocatable_mb=host.allocatable_mb, free_mb=min(book.inc_free, book.raw_free),
+            allocatable_mb=self.alloc[hi], free_mb=min(book.inc_free, book.raw_free),
             domain_new=domain_new, speed_weight=self.weights[mi], cached=cached,
-            resident=host.residency(p.model_id), startup_s=warm + (0.0 if cached else load))
+            resident=self.res_maps[hi].get(p.model_id), startup_s=warm + (0.0 if cached else load))
 
     def score(self, mi: int, hi: int, domain_new: bool) -> float:
         """Summed term score of a new replica of ``mi`` on ``hi`` (memoised per state)."""
@@ -143,25 +152,45 @@ class PlanState:
         reported as ``failure_domain_shortfall``.
         """
         ledger = self.ledger
+        books = ledger.books
+        domain_list = ledger.domain_list
         domains = ledger.domains[mi]
         need_new = len(domains) < self.required_domains(mi)
         reasons = self.fail_reasons[mi]
-        for restrict in ((True, False) if need_new else (False,)):
-            best: tuple[int, float] | None = None
-            for hi in self.cands[mi]:
-                why = ledger.fit_new(mi, hi)
+        best_new: tuple[float, int] | None = None
+        best_any: tuple[float, int] | None = None
+        mems = self.mem_rows[mi]
+        cache = self._fit
+        for hi in self.cands[mi]:
+            book = books[hi]
+            domain_new = domain_list[hi] not in domains
+            key = (mi, hi)
+            got = cache.get(key)
+            s = None
+            if got is not None and got[0] == book.version:
+                why = got[1]
+                if why is None and got[2] == domain_new:
+                    s = got[3]
+            else:
+                mem = mems[hi]
+                if book.inc_free < mem or book.raw_free < mem:  # cheap, most rejects
+                    why = "blocked" if book.blocked else "memory"
+                else:
+                    why = ledger.fit_new(mi, hi)
                 if why is not None:
-                    reasons.add(why)
-                    continue
-                domain_new = ledger.domain_of(hi) not in domains
-                if restrict and not domain_new:
-                    continue
+                    cache[key] = (book.version, why, domain_new, None)
+            if why is not None:
+                reasons.add(why)
+                continue
+            if s is None:
                 s = self.score(mi, hi, domain_new)
-                if best is None or s > best[1]:
-                    best = (hi, s)
-            if best is not None:
-                return best
-        return None
+                cache[key] = (book.version, None, domain_new, s)
+            if domain_new and (best_new is None or s > best_new[0]):
+                best_new = (s, hi)
+            if best_any is None or s > best_any[0]:
+                best_any = (s, hi)
+        chosen = best_new if need_new and best_new is not None else best_any
+        return None if chosen is None else (chosen[1], chosen[0])
 
     # --- helpers used by the phases -------------------------------------------------------
     def protected(self, mi: int | None, res_loaded_at: float | None, state: str) -> bool:

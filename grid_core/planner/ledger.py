@@ -60,6 +60,8 @@ class HostBook:
     eligible: bool
     blocked: bool = False
     models: dict[int, Placed] = field(default_factory=dict)
+    version: int = 0
+    """Bumped on every change, so per-plan fit results can be reused while it is unchanged."""
 
 
 class Ledger:
@@ -88,10 +90,12 @@ class Ledger:
         for p in profiles:  # exclusions are reciprocal even when declared on one side
             for other in p.colocation_excludes:
                 self.excludes.setdefault(other, set()).add(p.model_id)
-        self._mem: dict[tuple[int, int], tuple[str, int]] = {}
+        self._mem: dict[tuple[int, tuple[str, ...]], tuple[str, int]] = {}
         self._compat: dict[tuple[int, int], str | None] = {}
         for host in hosts:
             self._add_host(host)
+        self.domain_list = [h.failure_domain or f"host:{h.host_id}" for h in hosts]
+        """Failure domain per host index; a host without one is its own domain."""
 
     def _add_host(self, host: HostSnapshot) -> None:
         reason = host_ineligible_reason(host, self.policy)
@@ -134,10 +138,11 @@ class Ledger:
 
     def memory(self, mi: int, hi: int) -> tuple[str, int]:
         """(runtime, MB) of a new replica of ``mi`` on ``hi`` (memoised)."""
-        key = (mi, hi)
+        host = self.hosts[hi]
+        key = (mi, host.runtimes)  # the answer depends on the host's runtimes only
         got = self._mem.get(key)
         if got is None:
-            got = runtime_for(self.profiles[mi], self.hosts[hi])
+            got = runtime_for(self.profiles[mi], host)
             self._mem[key] = got
         return got
 
@@ -239,6 +244,7 @@ class Ledger:
                         else res.memory_mb,
                         raw_mb=raw, inc_mb=0, disk_mb=0, reason=reason)
         book.raw_free -= raw
+        book.version += 1
         book.desired.add(mid)
         book.present.add(mid)
         self._attach(placed)
@@ -254,6 +260,7 @@ class Ledger:
                         raw_mb=mem, inc_mb=mem, disk_mb=disk, reason=reason, score=score)
         book.inc_free -= mem
         book.raw_free -= mem
+        book.version += 1
         if disk and book.disk_free is not None:
             book.disk_free -= disk
         book.desired.add(mid)
@@ -265,6 +272,7 @@ class Ledger:
         """Undo :meth:`keep` or :meth:`place` for ``(mi, hi)``."""
         book = self.books[hi]
         placed = book.models.pop(mi)
+        book.version += 1
         mid = self.profiles[mi].model_id
         book.inc_free += placed.inc_mb
         book.raw_free += placed.raw_mb
@@ -276,7 +284,7 @@ class Ledger:
         if mid not in book.live and mid not in book.desired:
             book.present.discard(mid)
         self.count[mi] -= 1
-        dom = self.hosts[hi].failure_domain or f"host:{self.hosts[hi].host_id}"
+        dom = self.domain_list[hi]
         left = self.domains[mi][dom] - 1
         if left:
             self.domains[mi][dom] = left
@@ -287,13 +295,12 @@ class Ledger:
     def _attach(self, placed: Placed) -> None:
         self.books[placed.hi].models[placed.mi] = placed
         self.count[placed.mi] += 1
-        dom = self.domain_of(placed.hi)
+        dom = self.domain_list[placed.hi]
         self.domains[placed.mi][dom] = self.domains[placed.mi].get(dom, 0) + 1
 
     def domain_of(self, hi: int) -> str:
         """Failure domain of a host; a host without one is its own domain."""
-        host = self.hosts[hi]
-        return host.failure_domain or f"host:{host.host_id}"
+        return self.domain_list[hi]
 
     def placements(self) -> list[Placed]:
         """Every desired replica, in (model id, host id) order."""

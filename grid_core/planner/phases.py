@@ -108,7 +108,6 @@ def place_pins(state: PlanState) -> None:
     ledger = state.ledger
     pinned = [mi for mi, p in enumerate(state.profiles) if p.pins]
     for mi in class_order(state, pinned):
-        p = state.profiles[mi]
         held = {ledger.hosts[hi].host_id for hi in range(len(state.hosts))
                 if mi in ledger.books[hi].models}
         for hi in state.cands[mi]:
@@ -118,7 +117,6 @@ def place_pins(state: PlanState) -> None:
                 ledger.place(mi, hi, "pin", state.score(mi, hi, True))
             elif not preempt_on(state, mi, [hi]):
                 state.fail_reasons[mi].add("pin_capacity")
-        del p
 
 
 # --- 5. fair rounds -----------------------------------------------------------------------
@@ -158,7 +156,7 @@ def _fair_round(state: PlanState, active: list[int], stuck: set[int]) -> None:
 
 
 def _try_round(state: PlanState, order: list[int]) -> list[bool]:
-    state.last_round: list[int | None] = []
+    state.last_round = []
     done: list[bool] = []
     for mi in order:
         found = state.best_host(mi)
@@ -239,6 +237,7 @@ def preempt_on(state: PlanState, mi: int, hosts: list[int]) -> bool:
             state.ledger.remove(vmi, hi)
         _evict(state, v.model_id, hi, p.model_id, p.priority, "preemption")
     state.ledger.books[hi].blocked = True  # released memory is proven free only later
+    state.ledger.books[hi].version += 1
     state.staged[mi] = state.staged.get(mi, 0) + 1
     return True
 
