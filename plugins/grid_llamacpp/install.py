@@ -130,6 +130,9 @@ def download_source(workdir: Path, echo: Callable[[str], None], log: Path) -> Pa
         _run([sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
               f"llama-cpp-python=={LLAMA_CPP_PYTHON_VERSION}", "-d", str(workdir)],
              "download", echo, log)
+    if not archive.is_file():
+        msg = f"pip download did not produce {archive}; see {log}"
+        raise EngineInstallError(msg)
     digest = _sha256(archive)
     if digest != SDIST_SHA256:
         archive.unlink(missing_ok=True)
