@@ -181,7 +181,7 @@ def run_oracle(catalog: tuple[CatalogEntry, ...], machines: tuple[Machine, ...],
             for q in candidates:
                 gain = scorer.served(block[0], _ready_first(prev_live, q))
                 gain += sum(scorer.served(m, q) for m in block[1:])
-                cand = (value + gain, muts + _mutations(prev_live, q), q, path + ((b0, q),))
+                cand = (value + gain, muts + _mutations(prev_live, q), q, (*path, (b0, q)))
                 best = nxt.get(q)
                 if best is None or (cand[0], -cand[1]) > (best[0], -best[1]):
                     nxt[q] = cand
@@ -201,11 +201,15 @@ def _summary(value: int, muts: int, path: tuple, machines: tuple[Machine, ...],
     downloads = downloaded = disk_violations = 0
     prev: Placement = tuple(None for _ in machines)
     for b0, q in path:
+        block = range(b0, min(b0 + HOLD_MIN, len(scorer.minutes)))
         for i, (p, n) in enumerate(zip(prev, q, strict=True)):
             if p == n:
                 continue
+            # A machine that is down in this block lost its model; that is not a mutation.
+            lost = p is not None and not all(scorer.online(i, m) for m in block)
             if len(changes) < MAX_CHANGES_LISTED:
-                changes.append({"minute": b0, "host": machines[i].host_id, "from": p, "to": n})
+                changes.append({"minute": b0, "host": machines[i].host_id, "from": p, "to": n,
+                                "cause": "outage" if lost else "placement"})
             if n is not None and n not in cached[i]:
                 size = entries[n].profile.artifact_size_mb or 0
                 cached[i].add(n)

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 from grid_core.controller import Controller
 from grid_core.demand import ModelDemand, RequestFeatures
-from grid_core.demand.workloads import projection_map, project_with
+from grid_core.demand.workloads import project_with, projection_map
 from grid_core.planner.types import Plan, PlanInputs, PlannerPolicy
 from grid_core.profile import ModelProfile
 from grid_core.scenario.catalog import WORKLOADS

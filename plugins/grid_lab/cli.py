@@ -62,8 +62,8 @@ def scenario(
     seed: int = typer.Option(42, "--seed", help="Root of every random stream."),
     strategy: str = typer.Option("smart", "--strategy",
                                  help="smart, reactive, greedy or static."),
-    workload_trace: list[str] = typer.Option(
-        [], "--workload-trace", help="WORKLOAD=CSV (headerless 'seconds,rate'); repeatable."),
+    workload_trace: list[str] | None = typer.Option(
+        None, "--workload-trace", help="WORKLOAD=CSV (headerless 'seconds,rate'); repeatable."),
     oracle: bool = typer.Option(False, "--oracle",
                                 help="Add the hindsight oracle (<=4 machines, 9 models, 240m)."),
     as_json: bool = typer.Option(False, "--json", help="The complete report as JSON."),
@@ -73,7 +73,8 @@ def scenario(
     from grid_core.scenario.run import run_scenario
     from grid_lab.env import lab_env
 
-    cfg = _config(machines, models, users, duration, seed, strategy, workload_trace, oracle)
+    cfg = _config(machines, models, users, duration, seed, strategy, workload_trace or [],
+                  oracle)
     started = time.perf_counter()
     with lab_env() as env:
         report = run_scenario(cfg, env)

@@ -1,0 +1,92 @@
+"""``grid test scenario`` / ``grid test graduate`` through the real command line."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from grid_core.cli import build_app, main
+from grid_core.testing import plugins_with
+
+RUNNER = CliRunner()
+
+
+@pytest.fixture(scope="module")
+def app():
+    return build_app(plugins_with(builtins=("grid_lab", "grid_forecast_ewma", "grid_scoring",
+                                            "grid_victims", "grid_classifier")))
+
+
+def _invoke(app, *args: str):
+    return RUNNER.invoke(app, ["test", *args])
+
+
+def test_scenario_json_is_the_complete_stable_report(app) -> None:
+    args = ("scenario", "--machines", "3", "--models", "5", "--users", "30", "--duration",
+            "10m", "--seed", "9", "--json")
+    first, second = _invoke(app, *args), _invoke(app, *args)
+    assert first.exit_code == 0, first.output
+    report = json.loads(first.stdout)
+    assert report["scenario"]["machines"] == 3 and report["schema_version"] == 1
+    assert {"demand", "slo", "lifecycle", "safety", "score", "timeline"} <= set(report)
+    assert first.stdout == second.stdout
+
+
+def test_scenario_summary_and_timeline(app) -> None:
+    result = _invoke(app, "scenario", "--machines", "2", "--models", "4", "--users", "20",
+                     "--duration", "8m", "--timeline", "--strategy", "greedy")
+    assert result.exit_code == 0, result.output
+    assert "strategy greedy" in result.stdout and "safety:" in result.stdout
+    assert "t+   0 min" in result.stdout
+
+
+def _main_exit(capsys, *args: str) -> tuple[int, str]:
+    """Run the real console entry point in-process: exit code and stderr."""
+    with pytest.raises(SystemExit) as exc:
+        main(["test", *args])
+    return exc.value.code, capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("args", "flag"), [
+    (("--machines", "65"), "--machines"), (("--models", "0"), "--models"),
+    (("--users", "20000"), "--users"), (("--duration", "5m"), "--duration"),
+    (("--machines", "5", "--oracle"), "--machines"),
+    (("--workload-trace", "coding"), "--workload-trace"),
+    (("--workload-trace", "poetry=/nonexistent.csv"), "--workload-trace"),
+])
+def test_bad_flags_exit_2_naming_the_flag(capsys, args, flag) -> None:
+    code, err = _main_exit(capsys, "scenario", *args)
+    assert code == 2
+    assert err.startswith("grid: error: " + flag)
+    assert err.count("\n") == 1  # one line, no traceback
+
+
+def test_a_generated_trace_replaces_a_workload_curve(app, tmp_path: Path) -> None:
+    trace = tmp_path / "image.csv"
+    trace.write_text("".join(f"{i * 60},{(i % 5) * 0.2}\n" for i in range(30)))
+    result = _invoke(app, "scenario", "--machines", "2", "--models", "4", "--users", "30",
+                     "--duration", "10m", "--workload-trace", f"image={trace}", "--json")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["scenario"]["traces"] == ["image"]
+
+
+def test_a_bad_trace_file_is_refused_with_its_row(capsys, tmp_path: Path) -> None:
+    trace = tmp_path / "bad.csv"
+    trace.write_text("0,1\n60,-1\n")
+    code, err = _main_exit(capsys, "scenario", "--workload-trace", f"coding={trace}")
+    assert code == 2
+    assert "row 2" in err and "negative" in err
+
+
+def test_graduate_prints_every_gate(app) -> None:
+    result = _invoke(app, "graduate", "--machines", "1,2", "--seeds", "3", "--duration", "6m",
+                     "--models", "4", "--users", "20")
+    assert result.exit_code in (0, 1), result.output
+    for gate in ("smart_safety", "identical_demand_traces", "bounded_regression",
+                 "service_gain_over_static", "churn_below_greedy",
+                 "least_workload_largest_fleet", "predictive_startup_savings"):
+        assert gate in result.stdout
+    assert ("FAIL" in result.stdout) == (result.exit_code == 1)
