@@ -94,6 +94,7 @@ def build_app(
         tick_interval_s: periodic pass interval (seconds).
         state_dir: where the controller state file lives (default ``$GRID_HOME/state``).
         on_ready: called once the lifespan has started (the socket is already listening).
+        on_stopped: called when the lifespan ends (graceful shutdown).
         policy: a ``ControllerPolicy`` for a controller built here (defaults when ``None``).
 
     Raises:
@@ -122,6 +123,8 @@ def build_app(
                     tg.cancel_scope.cancel()
         finally:
             await ctx.client.aclose()
+            if on_stopped is not None:
+                on_stopped()
 
     @get("/healthz")
     async def healthz() -> Response:

@@ -51,6 +51,7 @@ class Credentials:
     """Loads (or creates) the operator capability and signing key from the Grid home."""
 
     def __init__(self, home: Path) -> None:
+        home.mkdir(mode=0o700, parents=True, exist_ok=True)
         self.operator_token_path = home / OPERATOR_TOKEN_FILE
         self._operator = read_or_create_secret(self.operator_token_path)
         self._serializer = URLSafeSerializer(
