@@ -460,3 +460,25 @@ def test_duplicate_ids_are_refused():
 
     with pytest.raises(ValidationError, match="listed twice"):
         run([model("a")], [host("x"), host("x")])
+
+
+def test_worked_example_of_docs_planner_md():
+    def fleet(c_state: str, b_res: tuple = ()):
+        return [host("mac-a", 24, reserved_mb=6 * GB, residencies=(res("chat", 8),)),
+                host("mac-b", 24, reserved_mb=6 * GB, failure_domain="fd-2",
+                     residencies=b_res),
+                host("gpu-c", 32, failure_domain="fd-2", state=c_state)]
+    profiles = [model("chat", 8, min_replicas=1, max_replicas=3, min_failure_domains=2,
+                      priority=1),
+                model("code", 12, min_replicas=1, max_replicas=2, priority=1),
+                model("embed", 2, min_replicas=1)]
+    wants = [demand("chat", 2, queue_depth=2.0), demand("code", 2)]
+    p = run(profiles, fleet("paused"), wants)
+    assert placed(p) == {("chat", "mac-a"), ("code", "mac-b"), ("embed", "mac-b")}
+    assert sorted((u.model_id, u.code) for u in p.unmet) == [
+        ("chat", "capacity_shortage"), ("chat", "failure_domain_shortfall"),
+        ("code", "capacity_shortage")]
+    later = run(profiles, fleet("accepting", (res("code", 12), res("embed", 2))), wants)
+    assert placed(later) == {("chat", "mac-a"), ("chat", "gpu-c"), ("code", "mac-b"),
+                             ("code", "gpu-c"), ("embed", "mac-b")}
+    assert later.unmet == ()
