@@ -132,6 +132,7 @@ def plan(inputs: PlanInputs, plugins: object, *, reuse: bool = True) -> Plan:
 
 def _solve(state: PlanState, digest: str) -> Plan:
     seed_incumbents(state)
+    state.prepare_scarcity()
     place_pins(state)
     homogeneous = homogeneous_empty(state)
     classes = sorted({p.priority for p in state.profiles}, reverse=True)

@@ -19,7 +19,12 @@ from __future__ import annotations
 from grid_core.demand.types import ModelDemand
 from grid_core.planner.eligibility import SERVING_STATES, host_signature, incompatibility
 from grid_core.planner.ledger import Ledger, Placed
-from grid_core.planner.scoring import ScoreContext, speed_weight, split_terms
+from grid_core.planner.scoring import (
+    SCARCE_CANDIDATES,
+    ScoreContext,
+    speed_weight,
+    split_terms,
+)
 from grid_core.planner.types import Assignment, Eviction, PlanInputs
 from grid_core.profile import ModelProfile
 from grid_core.snapshot import HostSnapshot
@@ -61,6 +66,7 @@ class PlanState:
         self.weights = [speed_weight(d, p.replica_concurrency * p.target_utilization)
                         for p, d in zip(self.profiles, self.demand, strict=True)]
         self.cands = self._candidates()
+        self.scarce: dict[int, list[int]] = {}
         self.mem_rows = [{hi: self.ledger.memory(mi, hi)[1] for hi in hs}
                          for mi, hs in enumerate(self.cands)]
         """Per model, MB of one new replica on each candidate host (runtime-specific)."""
@@ -115,7 +121,21 @@ class PlanState:
             now=self.now, demand=self.demand[mi], memory_mb=self.ledger.memory(mi, hi)[1],
             allocatable_mb=self.alloc[hi], free_mb=min(book.inc_free, book.raw_free),
             domain_new=domain_new, speed_weight=self.weights[mi], cached=cached,
-            resident=self.res_maps[hi].get(p.model_id), startup_s=warm + (0.0 if cached else load))
+            resident=self.res_maps[hi].get(p.model_id), startup_s=warm + (0.0 if cached else load),
+            scarcity=self._scarcity(mi, hi))
+
+    def prepare_scarcity(self) -> None:
+        """Index, per host, the constrained models still short after incumbents are seeded."""
+        self.scarce: dict[int, list[int]] = {}
+        for mi, hs in enumerate(self.cands):
+            if 0 < len(hs) <= SCARCE_CANDIDATES and self.ledger.count[mi] < self.desired[mi]:
+                for hi in hs:
+                    self.scarce.setdefault(hi, []).append(mi)
+
+    def _scarcity(self, mi: int, hi: int) -> float:
+        mine = len(self.cands[mi])
+        return sum(1.0 / len(self.cands[o]) for o in self.scarce.get(hi, ())
+                   if o != mi and len(self.cands[o]) < mine)
 
     def score(self, mi: int, hi: int, domain_new: bool) -> float:
         """Summed term score of a new replica of ``mi`` on ``hi`` (memoised per state)."""

@@ -121,11 +121,15 @@ def place_pins(state: PlanState) -> None:
 
 # --- 5. fair rounds -----------------------------------------------------------------------
 def place_class(state: PlanState, models: list[int]) -> None:
-    """Baseline rounds then demand rounds for one priority class."""
+    """Baseline rounds, then direct-demand rounds, then inferred-only rounds for one class.
+
+    Required baselines come first and real (direct) demand before demand that is only
+    inferred, so a prediction can use spare capacity but never take a slot real traffic needs.
+    """
     stuck: set[int] = set()
-    for phase in ("baseline", "demand"):
+    for phase in ("baseline", "direct", "inferred"):
         def target(mi: int, phase: str = phase) -> int:
-            if phase == "baseline":
+            if phase == "baseline" or (phase == "direct" and _inferred_only(state, mi)):
                 return min(state.profiles[mi].min_replicas, state.desired[mi])
             return state.desired[mi]
         while True:
@@ -134,6 +138,11 @@ def place_class(state: PlanState, models: list[int]) -> None:
             if not active:
                 break
             _fair_round(state, active, stuck)
+
+
+def _inferred_only(state: PlanState, mi: int) -> bool:
+    d = state.demand[mi]
+    return d is not None and not d.direct and d.inferred_rps > 0
 
 
 def _fair_round(state: PlanState, active: list[int], stuck: set[int]) -> None:

@@ -38,6 +38,10 @@ HOST_PRIORITY_PENALTY = 2.0
 COLD_START_PENALTY_PER_MIN = 5.0
 COLD_START_PENALTY_MAX = 30.0
 THROTTLED_PENALTY = 25.0
+SCARCITY_PENALTY = 40.0
+"""Per unit of scarcity (a host that is one of two candidates of a short model costs 20):
+above best fit and hardware priors, below a new failure domain or cached weights."""
+SCARCITY_MAX = 2.0
 
 
 class ReadyResidency:
@@ -142,8 +146,18 @@ class Penalties:
         return -penalty
 
 
+class Scarcity:
+    """Leave hosts that more constrained, still-short models need to those models."""
+
+    name = "scarcity"
+    dynamic = False
+
+    def score(self, model: object, host: object, ctx: ScoreContext) -> float:
+        return -SCARCITY_PENALTY * min(SCARCITY_MAX, ctx.scarcity)
+
+
 TERMS = (ReadyResidency(), CachedWeights(), FailureDomain(), MeasuredThroughput(),
-         HardwarePrior(), BestFit(), Penalties())
+         HardwarePrior(), BestFit(), Penalties(), Scarcity())
 
 
 @hookimpl

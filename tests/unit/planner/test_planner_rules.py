@@ -482,3 +482,20 @@ def test_worked_example_of_docs_planner_md():
     assert placed(later) == {("chat", "mac-a"), ("chat", "gpu-c"), ("code", "mac-b"),
                              ("code", "gpu-c"), ("embed", "mac-b")}
     assert later.unmet == ()
+
+
+def test_flexible_model_leaves_a_constrained_models_only_host():
+    # "gpu" runs only on the cuda host; "any" (a higher class, placed first) fits both and
+    # best fit alone would pick the tighter cuda host; scarcity sends it to the other one.
+    hosts = [host("cuda", 16, backends=("cuda",)), host("mac", 32, backends=("metal",))]
+    p = run([model("any", 10, min_replicas=1, priority=1),
+             model("gpu", 8, min_replicas=1, backends=("cuda",))], hosts)
+    assert placed(p) == {("any", "mac"), ("gpu", "cuda")}
+
+
+def test_inferred_only_demand_waits_behind_direct_demand():
+    hosts = [host("h", 8)]
+    p = run([model("a-guess", 6), model("z-real", 6)], hosts,
+            [demand("a-guess", 1, direct=False, inferred_rps=5.0, queue_depth=0.0),
+             demand("z-real", 1, request_rate_rps=0.1)])
+    assert placed(p) == {("z-real", "h")}
