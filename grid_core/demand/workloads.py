@@ -75,9 +75,18 @@ def project_unbound(features: RequestFeatures, profiles: Iterable[ModelProfile],
     target = best_model_for(features.workload, profiles, hosts, policy)
     if target is None:
         return features
+    return _retarget(features, target)
+
+
+def _retarget(features: RequestFeatures, target: str) -> RequestFeatures:
     if features.served_model == target:
         return msgspec.structs.replace(features, requested_model=target)
-    # Served elsewhere or not at all: only the arrival is evidence for the projected model.
+    if features.served_model is None:
+        # Nothing could serve it: "no ready route" is supply evidence for the projected model.
+        return msgspec.structs.replace(features, requested_model=target, service_time_s=None,
+                                       queue_s=0.0, outcome="unavailable")
+    # Served by a fallback: its latency, queue and outcome belong to the workload, not to
+    # the projected model; only the arrival counts.
     return msgspec.structs.replace(features, requested_model=target, service_time_s=None,
                                    queue_s=0.0, outcome="ok")
 
@@ -106,7 +115,4 @@ def project_with(features: RequestFeatures, mapping: dict[str, str]) -> RequestF
     target = mapping.get(features.workload)
     if target is None:
         return features
-    if features.served_model == target:
-        return msgspec.structs.replace(features, requested_model=target)
-    return msgspec.structs.replace(features, requested_model=target, service_time_s=None,
-                                   queue_s=0.0, outcome="ok")
+    return _retarget(features, target)

@@ -102,8 +102,8 @@ def evaluate_gates(runs: list[dict], largest: int) -> list[dict[str, object]]:
             dv = other[k]["served"] - smart[k]["served"]
             worst_score, worst_served = max(worst_score, ds), max(worst_served, dv)
             if ds > SCORE_REGRESSION or dv > SERVICE_REGRESSION:
-                bad.append(f"machines={k[0]} seed={k[1]} vs {name}: score -{ds:.3f}, "
-                           f"served -{dv:.3f}")
+                bad.append(f"machines={k[0]} seed={k[1]} vs {name}: smart trails by "
+                           f"{ds:+.3f} score, {dv:+.3f} served")
     gates.append(_gate("bounded_regression", not bad,
                        f"smart trails no baseline by more than {SCORE_REGRESSION} score or "
                        f"{SERVICE_REGRESSION} served fraction",

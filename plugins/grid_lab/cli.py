@@ -20,6 +20,11 @@ TRACE_ATTRIBUTION = (
     "(CC-BY 4.0), credit Patel et al., \"Splitwise\", ISCA 2024.")
 
 
+TRACE_OPTION = typer.Option(
+    None, "--workload-trace", help="WORKLOAD=CSV (headerless 'seconds,rate'); repeatable.")
+"""A list-valued option is built once at module level (mutable defaults are shared)."""
+
+
 def _traces(specs: list[str]) -> dict[str, tuple[tuple[float, float], ...]]:
     out: dict[str, tuple[tuple[float, float], ...]] = {}
     for spec in specs:
@@ -62,8 +67,7 @@ def scenario(
     seed: int = typer.Option(42, "--seed", help="Root of every random stream."),
     strategy: str = typer.Option("smart", "--strategy",
                                  help="smart, reactive, greedy or static."),
-    workload_trace: list[str] | None = typer.Option(
-        None, "--workload-trace", help="WORKLOAD=CSV (headerless 'seconds,rate'); repeatable."),
+    workload_trace: list[str] | None = TRACE_OPTION,
     oracle: bool = typer.Option(False, "--oracle",
                                 help="Add the hindsight oracle (<=4 machines, 9 models, 240m)."),
     as_json: bool = typer.Option(False, "--json", help="The complete report as JSON."),

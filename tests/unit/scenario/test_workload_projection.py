@@ -46,6 +46,8 @@ def test_projection_counts_the_arrival_but_not_a_fallback_model_evidence() -> No
     out = project_unbound(served_elsewhere, PROFILES, [HOST])
     assert out.requested_model == "small-coder"
     assert (out.service_time_s, out.queue_s, out.outcome) == (None, 0.0, "ok")
+    unrouted = project_unbound(_auto(outcome="unavailable"), PROFILES, [HOST])
+    assert (unrouted.requested_model, unrouted.outcome) == ("small-coder", "unavailable")
     served_here = _auto(served_model="small-coder", service_time_s=3.0)
     assert project_unbound(served_here, PROFILES, [HOST]).service_time_s == 3.0
 
