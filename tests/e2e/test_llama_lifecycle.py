@@ -12,7 +12,7 @@ import msgspec
 import psutil
 import pytest
 
-from grid_node.identity import prove
+from grid_node.identity import is_gone, prove
 from tests.e2e.conftest import ACCEPTING
 
 pytestmark = [pytest.mark.e2e, pytest.mark.anyio]
@@ -93,7 +93,7 @@ async def test_load_warm_complete_drain_in_flight_unload(node):
     assert ack.status == "succeeded", ack.message
     assert finished["request"] <= finished["unload"]  # the unload waited for the request
     assert "mid.gguf" not in node.act.state.children
-    assert not psutil.pid_exists(child.pid) or psutil.Process(child.pid).status() == "zombie"
+    assert is_gone(child.pid)
     [row] = [r for r in node.act.residencies() if r.model_id == "mid.gguf"]
     assert row.state == "cached"
 
@@ -130,7 +130,7 @@ async def test_restart_adopts_the_exact_live_child_and_can_drain_and_unload_it(n
     assert (await run(node, "drain")).status == "succeeded"
     ack = await run(node, "unload")
     assert ack.status == "succeeded", ack.message
-    assert psutil.Process(before.pid).status() == "zombie" or not psutil.pid_exists(before.pid)
+    assert is_gone(before.pid)
 
 
 async def test_restart_marks_interrupted_action_failed(node):
@@ -195,3 +195,31 @@ async def test_local_protection_cancels_a_warm(node):
                                  deadline_mono=time.monotonic() + 60, decision=paused)
     assert ack.status == "rejected" and "local protection" in ack.message
     assert "tiny.gguf" not in node.act.state.children
+
+
+def test_qualify_runs_the_real_lifecycle_and_writes_evidence(models_dir, tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    from grid_llamacpp.artifacts import sha256_file
+
+    model = models_dir / "tiny.gguf"
+    evidence = tmp_path / "evidence.json"
+    out = subprocess.run(
+        [sys.executable, "-c", "from grid_core.cli import main; main()", "allocator", "qualify",
+         "llama.cpp", str(model), "--artifact-sha256", sha256_file(model), "--evidence",
+         str(evidence)], capture_output=True, text=True, timeout=300, check=False)
+    assert out.returncode == 0, out.stdout + out.stderr
+    doc = json.loads(evidence.read_text())
+    assert doc["passed"] is True
+    assert [s["name"] for s in doc["steps"]] == ["inventory", "identity", "warm", "ownership",
+                                                  "readiness", "completion", "activity",
+                                                  "drain", "stop"]
+    assert oct(os.stat(evidence).st_mode & 0o777) == "0o600"
+    bad = subprocess.run(
+        [sys.executable, "-c", "from grid_core.cli import main; main()", "allocator", "qualify",
+         "llama.cpp", str(model), "--artifact-sha256", "0" * 64, "--evidence",
+         str(tmp_path / "bad.json")], capture_output=True, text=True, timeout=300, check=False)
+    assert bad.returncode == 1
+    assert json.loads((tmp_path / "bad.json").read_text())["passed"] is False

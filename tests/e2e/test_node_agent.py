@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -18,6 +19,7 @@ import psutil
 import pytest
 from grid_llamacpp.tinymodel import TinyModelSpec, make_model
 
+from grid_node.identity import is_gone
 from grid_server.harness import GridClient, start_server
 
 pytestmark = pytest.mark.e2e
@@ -73,9 +75,10 @@ def test_node_agent_converges_serves_drains_and_stops(fleet, tmp_path):
     os.write(fd, json.dumps({"host_id": "host-e2e-agent", "token": token}).encode())
     os.close(fd)
 
-    started = cli(env, "allocator", "node", "start", "--grid", server.url, "--token-file",
+    start_args = ("allocator", "node", "start", "--grid", server.url, "--token-file",
                   str(token_file), "--state-dir", str(state_dir), "--port-range", PORTS,
                   "--models-dir", str(models), "--heartbeat-interval", "0.5")
+    started = cli(env, *start_args)
     assert started.returncode == 0, started.stderr + started.stdout
     assert "host-e2e-agent" in started.stdout
     agent = json.loads((state_dir / "agent.json").read_text())
@@ -106,6 +109,25 @@ def test_node_agent_converges_serves_drains_and_stops(fleet, tmp_path):
     assert acks["warm"]["status"] == "succeeded" and acks["warm"]["duration_seconds"] > 0
     assert state["highest_term"] >= 1
 
+    # The agent dies hard; its child keeps serving; a new agent adopts that exact child.
+    os.kill(daemon.pid, signal.SIGKILL)
+    wait_for(lambda: not daemon.is_running() or daemon.status() == psutil.STATUS_ZOMBIE,
+             "the killed agent to exit")
+    assert psutil.Process(child["pid"]).is_running()
+    again = cli(env, *start_args)
+    assert again.returncode == 0, again.stderr + again.stdout
+    agent = json.loads((state_dir / "agent.json").read_text())
+    assert agent["pid"] != daemon.pid
+    daemon = psutil.Process(agent["pid"])
+    state = json.loads((state_dir / "node.json").read_text())
+    assert state["children"]["tiny.gguf"]["pid"] == child["pid"]
+    assert state["children"]["tiny.gguf"]["state"] == "ready"
+    assert any("adopted tiny.gguf" in e for e in agent["events"])
+    client.wait_ready("tiny.gguf", timeout_s=WAIT_S)
+    chat = client.http.post(f"{server.url}/v1/chat/completions", json={
+        "model": "tiny.gguf", "max_tokens": 4, "messages": [{"role": "user", "content": "hi"}]})
+    assert chat.status_code == 200, chat.text
+
     # A local override reaches the server as the host's lifecycle state.
     out = cli(env, "allocator", "node", "drain", "--reason", "taking laptop home",
               "--state-dir", str(state_dir))
@@ -124,8 +146,7 @@ def test_node_agent_converges_serves_drains_and_stops(fleet, tmp_path):
     stopped = cli(env, "allocator", "node", "stop", "--state-dir", str(state_dir))
     assert stopped.returncode == 0, stopped.stderr
     assert not daemon.is_running() or daemon.status() == psutil.STATUS_ZOMBIE
-    assert not psutil.pid_exists(child["pid"]) or \
-        psutil.Process(child["pid"]).status() == psutil.STATUS_ZOMBIE
+    assert is_gone(child["pid"])
     nodes = client.http.get(f"{server.url}/nodes").json()["nodes"]
     assert not [n for n in nodes if n["host_id"] == "host-e2e-agent"]
 
