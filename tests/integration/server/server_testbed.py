@@ -1,0 +1,70 @@
+"""Helpers for server integration tests: FAKE engine handles and node registration."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+from grid_server.harness import Child, GridClient
+
+
+@dataclass
+class Engine:
+    """A running FAKE engine and its key."""
+
+    child: Child
+    key: str
+    model: str
+
+    @property
+    def url(self) -> str:
+        return self.child.url
+
+    def behave(self, **cfg: object) -> None:
+        """Configure the fake's next responses (status, count, delay_ms, tokens)."""
+        r = httpx.post(self.url + "/fake/behaviour", json=cfg,
+                       headers={"authorization": f"Bearer {self.key}"}, trust_env=False)
+        r.raise_for_status()
+
+    def requests(self) -> int:
+        """POSTs this engine has received on the inference endpoints."""
+        r = httpx.get(self.url + "/fake/stats", headers={"authorization": f"Bearer {self.key}"},
+                      trust_env=False)
+        return sum(r.json()["requests"].values())
+
+
+@dataclass
+class Grid:
+    """The running server plus a protocol helper."""
+
+    child: Child
+    home: Path
+    client: GridClient
+
+    @property
+    def url(self) -> str:
+        return self.child.url
+
+    def log_text(self) -> str:
+        return self.child.log.read_text(errors="replace")
+
+
+def serve_model(grid: Grid, engine: Engine, host_id: str, *, state: str = "accepting",
+                residency_state: str | None = "ready", max_concurrency: int | None = None,
+                key: str | None = None) -> str:
+    """Register ``host_id`` (control record) and ``engine`` on it; returns the node token."""
+    token = grid.client.node_token(host_id)
+    residencies: list[dict[str, object]] = []
+    if residency_state is not None:
+        row: dict[str, object] = {"model_id": engine.model, "memory_mb": 1024,
+                                  "state": residency_state, "active_requests": 0}
+        if max_concurrency is not None:
+            row["max_concurrency"] = max_concurrency
+        residencies.append(row)
+    grid.client.register_host(token, host_id, residencies=residencies,
+                              state=state).raise_for_status()
+    grid.client.register_engine(token, host_id, engine.model, engine.url,
+                                key if key is not None else engine.key).raise_for_status()
+    return token

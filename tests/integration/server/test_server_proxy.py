@@ -1,0 +1,207 @@
+"""The OpenAI-compatible proxy against FAKE engines, with httpx and the official client."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+
+import httpx
+import openai
+import pytest
+from server_testbed import Engine, Grid, serve_model
+
+from grid_core.wire import AFFINITY_HEADER
+from grid_server.proxy import MAX_BODY_BYTES, NO_ROUTE_RETRY_AFTER_S
+
+pytestmark = pytest.mark.integration
+
+CHAT = {"messages": [{"role": "user", "content": "hello"}], "max_tokens": 5}
+
+
+def post(grid: Grid, body: object, path: str = "/v1/chat/completions",
+         headers: dict[str, str] | None = None) -> httpx.Response:
+    return grid.client.http.post(grid.url + path, json=body, headers=headers)
+
+
+def test_non_streaming_chat_through_httpx(grid: Grid, engines: Callable[[str], Engine]) -> None:
+    eng = engines("m-plain")
+    serve_model(grid, eng, "host-1")
+    r = post(grid, {"model": "m-plain", **CHAT})
+    assert r.status_code == 200
+    doc = r.json()
+    assert doc["object"] == "chat.completion"
+    assert doc["choices"][0]["message"]["content"].startswith("tok0")
+    assert doc["usage"]["completion_tokens"] == 5
+    assert "authorization" not in {k.lower() for k in r.headers}
+
+
+def test_streaming_chat_arrives_as_sse_with_final_usage(
+        grid: Grid, engines: Callable[[str], Engine]) -> None:
+    eng = engines("m-sse")
+    serve_model(grid, eng, "host-1")
+    with grid.client.http.stream("POST", grid.url + "/v1/chat/completions",
+                                 json={"model": "m-sse", "stream": True, **CHAT}) as r:
+        assert r.status_code == 200
+        assert r.headers["content-type"].startswith("text/event-stream")
+        lines = [ln for ln in r.iter_lines() if ln.startswith("data: ")]
+    assert lines[-1] == "data: [DONE]"
+    chunks = [json.loads(ln[6:]) for ln in lines[:-1]]
+    text = "".join(c["choices"][0]["delta"].get("content", "") for c in chunks if c["choices"])
+    assert text.split() == [f"tok{i}" for i in range(5)]
+    assert chunks[-1]["usage"]["completion_tokens"] == 5
+
+
+def test_official_openai_client_streaming_and_not(
+        grid: Grid, engines: Callable[[str], Engine]) -> None:
+    eng = engines("m-oai")
+    serve_model(grid, eng, "host-1")
+    client = openai.OpenAI(base_url=grid.url + "/v1", api_key="unused-by-grid",
+                           http_client=httpx.Client(trust_env=False), max_retries=0)
+    try:
+        assert [m.id for m in client.models.list()] == ["m-oai"]
+        done = client.chat.completions.create(
+            model="m-oai", messages=[{"role": "user", "content": "hi"}], max_tokens=3)
+        assert done.choices[0].message.content == "tok0 tok1 tok2"
+        assert done.usage is not None and done.usage.completion_tokens == 3
+        stream = client.chat.completions.create(
+            model="m-oai", messages=[{"role": "user", "content": "hi"}], max_tokens=4,
+            stream=True, stream_options={"include_usage": True})
+        parts, usage = [], None
+        for chunk in stream:
+            if chunk.choices and chunk.choices[0].delta.content:
+                parts.append(chunk.choices[0].delta.content)
+            if chunk.usage is not None:
+                usage = chunk.usage
+        assert "".join(parts).split() == ["tok0", "tok1", "tok2", "tok3"]
+        assert usage is not None and usage.completion_tokens == 4
+        comp = client.completions.create(model="m-oai", prompt="once", max_tokens=2)
+        assert comp.choices[0].text == "tok0 tok1"
+        emb = client.embeddings.create(model="m-oai", input=["a", "b"])
+        assert len(emb.data) == 2 and emb.data[0].embedding == [0.0, 0.5, 1.0]
+        with pytest.raises(openai.NotFoundError):
+            client.chat.completions.create(model="nope",
+                                           messages=[{"role": "user", "content": "x"}])
+    finally:
+        client.close()
+
+
+def test_errors_are_honest_and_openai_shaped(grid: Grid) -> None:
+    http = grid.client.http
+    profile = {"memory_mb": 1000}
+    http.put(grid.url + "/allocator/models/m-cold", json=profile,
+             headers=grid.client.operator()).raise_for_status()
+    r = post(grid, {"model": "m-cold", **CHAT})
+    assert r.status_code == 503
+    assert r.headers["retry-after"] == str(NO_ROUTE_RETRY_AFTER_S)
+    assert r.json()["error"]["code"] == "model_not_ready"
+    r = post(grid, {"model": "never-configured", **CHAT})
+    assert r.status_code == 404 and r.json()["error"]["code"] == "model_not_found"
+    r = http.post(grid.url + "/v1/chat/completions", content=b"{not json")
+    assert r.status_code == 400 and r.json()["error"]["type"] == "invalid_request_error"
+    r = http.post(grid.url + "/v1/chat/completions", content=b"[1, 2]")
+    assert r.status_code == 400
+    big = b'{"model": "m-cold", "pad": "' + b"x" * MAX_BODY_BYTES + b'"}'
+    r = http.post(grid.url + "/v1/chat/completions", content=big)
+    assert r.status_code == 413
+    assert grid.client.http.get(grid.url + "/healthz").status_code == 200
+
+
+def test_failed_post_is_never_replayed(grid: Grid, engines: Callable[[str], Engine]) -> None:
+    a, b = engines("m-dup"), engines("m-dup")
+    serve_model(grid, a, "host-a")
+    serve_model(grid, b, "host-b")
+    a.behave(status=500, count=100)
+    b.behave(status=500, count=100)
+    r = post(grid, {"model": "m-dup", **CHAT})
+    assert r.status_code == 500
+    assert a.requests() + b.requests() == 1
+
+
+def test_unreachable_engine_gives_502_without_retry(
+        grid: Grid, engines: Callable[[str], Engine]) -> None:
+    eng = engines("m-gone")
+    serve_model(grid, eng, "host-1")
+    eng.child.stop()
+    r = post(grid, {"model": "m-gone", **CHAT})
+    assert r.status_code == 502
+    assert r.json()["error"]["code"] == "upstream_unreachable"
+
+
+def test_breaker_steers_the_next_request_after_a_429(
+        grid: Grid, engines: Callable[[str], Engine]) -> None:
+    a, b = engines("m-cb"), engines("m-cb")
+    serve_model(grid, a, "host-a")
+    serve_model(grid, b, "host-b")
+    a.behave(status=429, count=1000)
+    b.behave(status=429, count=1000)
+    first = post(grid, {"model": "m-cb", **CHAT})
+    assert first.status_code == 429
+    first_engine = a if a.requests() == 1 else b
+    other = b if first_engine is a else a
+    other.behave(status=0, count=0)
+    second = post(grid, {"model": "m-cb", **CHAT})
+    assert second.status_code == 200
+    assert first_engine.requests() == 1 and other.requests() == 1
+    status = grid.client.http.get(grid.url + "/allocator/status").json()
+    assert [br["model_id"] for br in status["server"]["open_breakers"]] == ["m-cb"]
+
+
+def test_caller_400_does_not_open_the_breaker(
+        grid: Grid, engines: Callable[[str], Engine]) -> None:
+    eng = engines("m-400")
+    serve_model(grid, eng, "host-1")
+    eng.behave(status=400, count=5)
+    for _ in range(5):
+        assert post(grid, {"model": "m-400", **CHAT}).status_code == 400
+    assert post(grid, {"model": "m-400", **CHAT}).status_code == 200
+
+
+def test_loading_or_draining_engine_never_receives_a_request(
+        grid: Grid, engines: Callable[[str], Engine]) -> None:
+    loading, draining_host = engines("m-gate"), engines("m-gate")
+    serve_model(grid, loading, "host-loading", residency_state="loading")
+    serve_model(grid, draining_host, "host-draining", state="draining")
+    ids = [m["id"] for m in grid.client.http.get(grid.url + "/v1/models").json()["data"]]
+    assert "m-gate" not in ids
+    for _ in range(5):
+        assert post(grid, {"model": "m-gate", **CHAT}).status_code == 503
+    assert loading.requests() == 0 and draining_host.requests() == 0
+
+
+def test_wrong_engine_key_is_a_502_not_a_leak(
+        grid: Grid, engines: Callable[[str], Engine]) -> None:
+    eng = engines("m-key")
+    serve_model(grid, eng, "host-1", key="not-the-engine-key")
+    r = post(grid, {"model": "m-key", **CHAT})
+    assert r.status_code == 502 and r.json()["error"]["code"] == "upstream_auth"
+    assert "not-the-engine-key" not in r.text
+
+
+def test_affinity_key_keeps_a_session_on_one_engine(
+        grid: Grid, engines: Callable[[str], Engine]) -> None:
+    engs = [engines("m-aff") for _ in range(3)]
+    for i, e in enumerate(engs):
+        serve_model(grid, e, f"host-{i}", max_concurrency=4)
+    for _ in range(6):
+        assert post(grid, {"model": "m-aff", **CHAT},
+                    headers={AFFINITY_HEADER: "session-42"}).status_code == 200
+    counts = sorted(e.requests() for e in engs)
+    assert counts == [0, 0, 6]
+
+
+def test_requests_feed_demand_without_prompts(
+        grid: Grid, engines: Callable[[str], Engine]) -> None:
+    eng = engines("m-demand")
+    grid.client.http.put(grid.url + "/allocator/models/m-demand", json={"memory_mb": 1000},
+                         headers=grid.client.operator()).raise_for_status()
+    serve_model(grid, eng, "host-1")
+    secret_prompt = "my-private-prompt-text-123"
+    for _ in range(5):
+        body = {"model": "m-demand", "messages": [{"role": "user", "content": secret_prompt}]}
+        assert post(grid, body).status_code == 200
+    grid.client.http.post(grid.url + "/allocator/tick",
+                          headers=grid.client.operator()).raise_for_status()
+    status = grid.client.http.get(grid.url + "/allocator/status?detail=1")
+    forecast = status.json()["controller"]["forecasts"]["m-demand"]
+    assert forecast["request_rate_rps"] > 0
+    assert secret_prompt not in status.text
