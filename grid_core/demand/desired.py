@@ -18,6 +18,9 @@ from grid_core.snapshot import HostSnapshot
 
 EPSILON = 1e-9
 """Guards ceil() against float noise (3.0000000001 replicas is 3, not 4)."""
+QUEUE_PRESSURE = 0.5
+"""Queued requests (engine-reported plus mean measured waiting) that count as queue pressure:
+half a request waiting on average is real backlog, millisecond routing waits are not."""
 LIVE_SAMPLES_FOR_AUTHORITY = 4
 """Learned load/warm times replace the profile's estimate after this many samples."""
 
@@ -59,6 +62,60 @@ def startup_horizon_s(profile: ModelProfile, hosts: list[HostSnapshot],
     return best if best is not None else profile.load_estimate_s + profile.warm_estimate_s
 
 
+def _live_replicas(profile: ModelProfile, hosts: list[HostSnapshot], eligible: list[bool],
+                   now: float) -> tuple[int, int, int]:
+    """(ready replicas on eligible hosts, those used within the cooldown, engine queue)."""
+    ready = recent = queue = 0
+    for host, ok in zip(hosts, eligible, strict=True):
+        res = host.residency(profile.model_id)
+        if res is None:
+            continue
+        queue += res.queue_depth
+        if res.state == "ready" and ok:
+            ready += 1
+            last = res.last_used_at if res.last_used_at is not None else res.loaded_at
+            if last is not None and now - last < profile.scale_down_cooldown_s:
+                recent += 1
+    return ready, recent, queue
+
+
+def _pressures(profile: ModelProfile, fc: Forecast, queue: float,
+               policy: ForecastPolicy) -> list[str]:
+    """Pressure reasons that each ask for one replica beyond the ready set."""
+    out = []
+    if queue >= QUEUE_PRESSURE:
+        out.append("queue_pressure")
+    if (profile.latency_slo_ms is not None and fc.p95_ms is not None
+            and fc.p95_ms > profile.latency_slo_ms):
+        out.append("latency_pressure")
+    if fc.rate_rps > 0 and fc.error_rate > policy.error_pressure:
+        out.append("error_pressure")
+    return out
+
+
+def _cooldown(profile: ModelProfile, want: int, recent_ready: int, watermark: object | None,
+              now: float, reasons: list[str]) -> tuple[int, object | None]:
+    """Hold the count during the scale-down cooldown; returns (count, new watermark).
+
+    The watermark (highest recent count and when it was reached) is persisted, so neither a
+    quiet minute nor a server restart unloads a model that was just busy.
+    """
+    from grid_core.demand.tracker import Watermark
+
+    mark = watermark if isinstance(watermark, Watermark) else None
+    if mark is not None and now - mark.at >= profile.scale_down_cooldown_s:
+        mark = None
+    if want > 0 and (mark is None or want >= mark.desired):
+        mark = Watermark(desired=want, at=now)
+    if mark is not None and mark.desired > want:
+        want = mark.desired
+        reasons.append("cooldown")
+    if recent_ready > want:
+        want = recent_ready
+        reasons.append("recent_ready")
+    return want, mark
+
+
 def desired_for(
     profile: ModelProfile,
     fc: Forecast,
@@ -82,23 +139,9 @@ def desired_for(
     Returns:
         ``(ModelDemand, watermark)``; watermark ``None`` when nothing needs remembering.
     """
-    from grid_core.demand.tracker import Watermark
-
     mid = profile.model_id
     eligible = [_eligible(h, planner_policy) for h in hosts]
-    ready = 0
-    recent_ready = 0
-    engine_queue = 0
-    for host, ok in zip(hosts, eligible, strict=True):
-        res = host.residency(mid)
-        if res is None:
-            continue
-        engine_queue += res.queue_depth
-        if res.state == "ready" and ok:
-            ready += 1
-            last = res.last_used_at if res.last_used_at is not None else res.loaded_at
-            if last is not None and now - last < profile.scale_down_cooldown_s:
-                recent_ready += 1
+    ready, recent_ready, engine_queue = _live_replicas(profile, hosts, eligible, now)
     service = fc.service_time_s if fc.service_time_s else profile.expected_service_time_s
     queue = engine_queue + fc.queued
     offered = fc.rate_rps * service + queue
@@ -119,31 +162,10 @@ def desired_for(
     if projected > EPSILON:
         want = max(1, math.ceil(projected * (1.0 + policy.headroom) / per_replica - EPSILON))
         reasons.append("demand")
-    if queue > EPSILON:
+    for pressure in _pressures(profile, fc, queue, policy):
         want = max(want, ready + 1)
-        reasons.append("queue_pressure")
-    if (profile.latency_slo_ms is not None and fc.p95_ms is not None
-            and fc.p95_ms > profile.latency_slo_ms):
-        want = max(want, ready + 1)
-        reasons.append("latency_pressure")
-    if fc.rate_rps > 0 and fc.error_rate > policy.error_pressure:
-        want = max(want, ready + 1)
-        reasons.append("error_pressure")
-    raw = want
-
-    # Scale-down cooldown: the watermark survives a restart; recent ready replicas stay.
-    new_mark = watermark if isinstance(watermark, Watermark) else None
-    if new_mark is not None and now - new_mark.at >= profile.scale_down_cooldown_s:
-        new_mark = None
-    if raw > 0 and (new_mark is None or raw >= new_mark.desired):
-        new_mark = Watermark(desired=raw, at=now)
-    if new_mark is not None and new_mark.desired > want:
-        want = new_mark.desired
-        reasons.append("cooldown")
-    if recent_ready > want:
-        want = recent_ready
-        reasons.append("recent_ready")
-
+        reasons.append(pressure)
+    want, new_mark = _cooldown(profile, want, recent_ready, watermark, now, reasons)
     if want < profile.min_replicas:
         want = profile.min_replicas
         reasons.append("baseline")
@@ -159,7 +181,7 @@ def desired_for(
         p95_ms=fc.p95_ms,
         error_rate=fc.error_rate,
         trend_rps=fc.trend_rps,
-        direct=fc.rate_rps > 0 or queue > 0,
+        direct=fc.rate_rps > 0 or queue >= QUEUE_PRESSURE,
         reasons=tuple(dict.fromkeys(reasons)),
         ready_replicas=ready,
         service_time_s=service,

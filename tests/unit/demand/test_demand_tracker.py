@@ -247,3 +247,11 @@ def test_requests_with_no_ready_route_are_demand_for_a_cold_model():
         t.observe(req(NOW - 30 + i * 5, outcome="unavailable", service=None, served_model=None))
     d = t.forecast(NOW, [prof()], [host()], EWMA)["m"]
     assert d.direct and d.desired_replicas >= 1 and d.ready_replicas == 0
+
+
+def test_millisecond_routing_waits_are_not_queue_pressure():
+    t = tracker_for()
+    steady(t, 1, 30, queue_s=0.002)
+    ready = [host("a", ResidencySnapshot(model_id="m", memory_mb=4096, state="ready"))]
+    d = t.forecast(NOW, [prof()], ready, EWMA)["m"]
+    assert "queue_pressure" not in d.reasons and d.desired_replicas == 1
