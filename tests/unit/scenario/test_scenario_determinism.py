@@ -45,3 +45,11 @@ def test_fleet_size_does_not_change_the_users_requests() -> None:
 
 def test_report_digest_matches_across_fleet_sizes(run) -> None:
     assert run(machines=2)["arrivals"]["digest"] == run(machines=6)["arrivals"]["digest"]
+
+
+def test_the_report_digest_is_the_digest_of_the_replayed_trace(run) -> None:
+    report = run(seed=7, users=40, duration_s=20 * 60.0)
+    trace = build_arrivals(7, build_users(7, 40), 20, DemandCurves())
+    assert report["arrivals"]["digest"] == arrivals_digest(trace)
+    assert report["arrivals"]["count"] == sum(len(b) for b in trace) == report["demand"][
+        "requests"]
