@@ -1,0 +1,159 @@
+"""The operator CLI against a real server: profiles, modes, status, tokens, up/down."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import psutil
+import pytest
+from server_testbed import Engine, Grid, serve_model
+
+from grid_core.wire import control_record_id
+
+pytestmark = pytest.mark.integration
+
+GRID_BIN = Path(sys.executable).parent / "grid"
+"""The installed console script (the real entry point an operator runs)."""
+
+
+def grid_cli(*args: str, home: Path, env: dict[str, str] | None = None,
+             timeout: float = 60.0) -> subprocess.CompletedProcess[str]:
+    full = {k: v for k, v in os.environ.items() if not k.startswith("GRID_ALLOCATOR")}
+    full["GRID_HOME"] = str(home)
+    full.update(env or {})
+    return subprocess.run([str(GRID_BIN), *args], env=full,
+                          capture_output=True, text=True, timeout=timeout, check=False)
+
+
+def run(grid: Grid, *args: str, **kw: object) -> subprocess.CompletedProcess[str]:
+    return grid_cli(*args, "--grid", grid.url, home=grid.home, **kw)  # type: ignore[arg-type]
+
+
+def test_profile_mode_tick_and_status(grid: Grid) -> None:
+    r = run(grid, "allocator", "model", "set", "qwen.gguf", "--memory-mb", "12000",
+            "--runtime-memory-mb", "llama.cpp=11000", "--workload-score", "coding=1",
+            "--workload-score", "research=.8", "--max-replicas", "3", "--pin", "h1")
+    assert r.returncode == 0, r.stderr
+    r = run(grid, "allocator", "mode", "observe")
+    assert r.returncode == 0 and "observe" in r.stdout
+    assert run(grid, "allocator", "tick").returncode == 0
+    table = run(grid, "allocator", "status")
+    assert table.returncode == 0
+    assert "mode: observe" in table.stdout and "qwen.gguf" in table.stdout
+    doc = json.loads(run(grid, "allocator", "status", "--json").stdout)
+    (profile,) = doc["controller"]["profiles"]
+    assert profile["runtime_memory_mb"] == {"llama.cpp": 11000}
+    assert profile["workload_scores"] == {"coding": 1.0, "research": 0.8}
+    assert run(grid, "allocator", "model", "rm", "qwen.gguf").returncode == 0
+    doc = json.loads(run(grid, "allocator", "status", "--json").stdout)
+    assert doc["server"]["profiles"] == []
+
+
+@pytest.mark.parametrize("args", [
+    ("allocator", "model", "set", "m", "--memory-mb", "0"),
+    ("allocator", "model", "set", "m", "--memory-mb", "10", "--workload-score", "coding=2"),
+    ("allocator", "model", "set", "m", "--memory-mb", "10", "--runtime-memory-mb", "nope"),
+    ("allocator", "mode", "turbo"),
+])
+def test_bad_operator_input_exits_2_with_one_line(grid: Grid, args: tuple[str, ...]) -> None:
+    r = run(grid, *args)
+    assert r.returncode == 2
+    assert len(r.stderr.strip().splitlines()) == 1 or "Usage" in r.stderr
+    status = json.loads(run(grid, "allocator", "status", "--json").stdout)
+    assert status["server"]["profiles"] == [] and status["mode"] == "recommend"
+
+
+def test_wrong_token_file_and_env_are_refused(grid: Grid, tmp_path: Path) -> None:
+    bad = tmp_path / "bad-token"
+    bad.write_text("wrong\n")
+    r = run(grid, "allocator", "mode", "observe", "--token-file", str(bad))
+    assert r.returncode == 1 and "401" in r.stderr
+    r = run(grid, "allocator", "tick", env={"GRID_ALLOCATOR_CONTROL_TOKEN": "wrong"})
+    assert r.returncode == 1
+    good = tmp_path / "good-token"
+    good.write_text(grid.client.operator_token)
+    empty_home = tmp_path / "empty-home"
+    r = grid_cli("allocator", "tick", "--grid", grid.url, "--token-file", str(good),
+                 home=empty_home)
+    assert r.returncode == 0, r.stderr
+
+
+def test_token_write_is_owner_only_and_prints_no_secret(grid: Grid, tmp_path: Path) -> None:
+    target = tmp_path / "node-token"
+    r = run(grid, "allocator", "token", "write", str(target))
+    assert r.returncode == 0, r.stderr
+    assert stat.S_IMODE(target.stat().st_mode) == 0o600
+    doc = json.loads(target.read_text())
+    assert doc["host_id"] in r.stdout            # generated id printed once
+    assert r.stdout.count(doc["host_id"]) == 1
+    assert doc["token"] not in r.stdout + r.stderr
+    assert grid.client.register_host(doc["token"], doc["host_id"]).status_code == 200
+    named = tmp_path / "named-token"
+    r = run(grid, "allocator", "token", "write", str(named), "--host-id", "host-mac")
+    assert r.returncode == 0 and "generated" not in r.stdout
+    assert json.loads(named.read_text())["host_id"] == "host-mac"
+    nodes = grid.client.http.get(grid.url + "/nodes").json()["nodes"]
+    assert [n["node_id"] for n in nodes] == [control_record_id(doc["host_id"])]
+
+
+def test_models_and_chat(grid: Grid, engines: Callable[[str], Engine]) -> None:
+    eng = engines("m-cli")
+    serve_model(grid, eng, "host-c")
+    r = run(grid, "models")
+    assert r.returncode == 0 and r.stdout.split() == ["m-cli"]
+    r = run(grid, "chat", "-m", "m-cli", "--max-tokens", "3", "hello there")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["tok0", "tok1", "tok2"]
+    r = run(grid, "chat", "-m", "unknown-model", "hi")
+    assert r.returncode == 2 and "404" in r.stderr
+
+
+def test_no_server_is_one_line_exit_1(tmp_path: Path) -> None:
+    r = grid_cli("models", "--grid", "http://127.0.0.1:9", home=tmp_path)
+    assert r.returncode == 1
+    assert r.stderr.strip().startswith("grid: error:") and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_up_detach_and_down_stop_only_that_server(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    r = grid_cli("up", "--detach", "--port", "0", home=home)
+    assert r.returncode == 0, r.stderr
+    rec = json.loads((home / "server.json").read_text())
+    proc = psutil.Process(rec["pid"])
+    try:
+        assert grid_cli("allocator", "status", home=home).returncode == 0
+        again = grid_cli("up", "--detach", "--port", "0", home=home)
+        assert again.returncode == 1 and "already running" in again.stderr
+        r = grid_cli("down", home=home)
+        assert r.returncode == 0, r.stderr
+        assert not proc.is_running() or proc.status() == psutil.STATUS_ZOMBIE
+        assert not (home / "server.json").exists()
+        assert "no local server" in grid_cli("down", home=home).stdout
+    finally:
+        if proc.is_running():
+            proc.terminate()
+            proc.wait(10)
+
+
+def test_down_refuses_an_unproven_pid(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        (home / "server.json").write_text(json.dumps({
+            "url": "http://127.0.0.1:1", "pid": sleeper.pid,
+            "create_time": psutil.Process(sleeper.pid).create_time()}))
+        r = grid_cli("down", home=home)
+        assert r.returncode == 1 and "not provably" in r.stderr
+        time.sleep(0.2)
+        assert sleeper.poll() is None
+    finally:
+        sleeper.kill()
+        sleeper.wait()
