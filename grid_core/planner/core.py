@@ -16,6 +16,8 @@ order of decisions (see docs/planner.md):
 
 from __future__ import annotations
 
+import msgspec
+
 from grid_core.demand.types import ModelDemand
 from grid_core.planner.eligibility import SERVING_STATES, host_signature, incompatibility
 from grid_core.planner.ledger import Ledger, Placed
@@ -76,14 +78,17 @@ class PlanState:
         self.fail_reasons: list[set[str]] = [set() for _ in self.profiles]
         self.budget_hit: set[int] = set()
         self.repair_steps = 0
+        self.victim_cache: dict[tuple[int, int], tuple[int, object, object]] = {}
+        """(beneficiary, host) → (host version, ranked victim pool, selector answer)."""
         self.last_round: list[int | None] = []
         """Host chosen per model in the latest fair round (``None`` = not placed)."""
-        self._static: dict[tuple[int, int], float] = {}
+        self._static: dict[tuple[int, int, float], float] = {}
+        self.host_class, self.class_rep = _host_classes(self.hosts)
         self._fit: dict[tuple[int, int], tuple[int, str | None, bool, float | None]] = {}
         """(model, host) → (host book version, fit failure, domain novelty, score)."""
         self.res_maps = [{r.model_id: r for r in h.residencies} for h in self.hosts]
         self.alloc = [h.allocatable_mb for h in self.hosts]
-        self._dynamic: dict[tuple[int, int, int, bool], float] = {}
+        self._dynamic: dict[tuple[int, int, float, int, bool], float] = {}
 
     # --- static indexes -------------------------------------------------------------------
     def _candidates(self) -> list[list[int]]:
@@ -109,7 +114,7 @@ class PlanState:
         return out
 
     # --- scoring --------------------------------------------------------------------------
-    def _context(self, mi: int, hi: int, domain_new: bool) -> ScoreContext:
+    def _context(self, mi: int, hi: int, domain_new: bool, scarcity: float) -> ScoreContext:
         p, host, book = self.profiles[mi], self.hosts[hi], self.ledger.books[hi]
         perf = host.performance.get(p.model_id)
         cached = self.ledger.cached(mi, hi)
@@ -122,7 +127,7 @@ class PlanState:
             allocatable_mb=self.alloc[hi], free_mb=min(book.inc_free, book.raw_free),
             domain_new=domain_new, speed_weight=self.weights[mi], cached=cached,
             resident=self.res_maps[hi].get(p.model_id), startup_s=warm + (0.0 if cached else load),
-            scarcity=self._scarcity(mi, hi))
+            scarcity=scarcity)
 
     def prepare_scarcity(self) -> None:
         """Index, per host, the constrained models still short after incumbents are seeded."""
@@ -138,25 +143,34 @@ class PlanState:
                    if o != mi and len(self.cands[o]) < mine)
 
     def score(self, mi: int, hi: int, domain_new: bool) -> float:
-        """Summed term score of a new replica of ``mi`` on ``hi`` (memoised per state)."""
-        key = (mi, hi)
+        """Summed term score of a new replica of ``mi`` on ``hi`` (memoised per state).
+
+        Terms see the host's facts, not its identity: hosts identical apart from id,
+        heartbeat age and failure domain form one class and share every evaluation (the
+        domain reaches terms only as ``ctx.domain_new``). Static terms run once per
+        model/class; dynamic terms once per model/class/free-memory/domain-novelty state.
+        """
+        cls = self.host_class[hi]
+        scar = self._scarcity(mi, hi) if self.scarce else 0.0
+        key = (mi, cls, scar)
         static = self._static.get(key)
         ctx = None
+        rep = self.hosts[self.class_rep[cls]]
         if static is None:
-            ctx = self._context(mi, hi, domain_new)
-            p, host = self.profiles[mi], self.hosts[hi]
-            static = float(sum(t.score(p, host, ctx) for t in self.static_terms))
+            ctx = self._context(mi, hi, domain_new, scar)
+            p = self.profiles[mi]
+            static = float(sum(t.score(p, rep, ctx) for t in self.static_terms))
             self._static[key] = static
         if not self.dynamic_terms:
             return static
         book = self.ledger.books[hi]
-        dkey = (mi, hi, min(book.inc_free, book.raw_free), domain_new)
+        dkey = (mi, cls, scar, min(book.inc_free, book.raw_free), domain_new)
         dyn = self._dynamic.get(dkey)
         if dyn is None:
-            ctx = ctx if ctx is not None and ctx.domain_new == domain_new else \
-                self._context(mi, hi, domain_new)
-            p, host = self.profiles[mi], self.hosts[hi]
-            dyn = float(sum(t.score(p, host, ctx) for t in self.dynamic_terms))
+            if ctx is None or ctx.domain_new != domain_new:
+                ctx = self._context(mi, hi, domain_new, scar)
+            p = self.profiles[mi]
+            dyn = float(sum(t.score(p, rep, ctx) for t in self.dynamic_terms))
             self._dynamic[dkey] = dyn
         return static + dyn
 
@@ -231,6 +245,22 @@ class PlanState:
                           host_id=self.hosts[pl.hi].host_id, incumbent=pl.incumbent,
                           runtime=pl.runtime, memory_mb=pl.memory_mb, reason=pl.reason,
                           score=pl.score)
+
+
+def _host_classes(hosts: list[HostSnapshot]) -> tuple[list[int], list[int]]:
+    """(class per host, representative host per class): hosts identical apart from id,
+    heartbeat age and failure domain share a class, in first-seen (host id) order."""
+    keys: dict[bytes, int] = {}
+    host_class: list[int] = []
+    reps: list[int] = []
+    for hi, h in enumerate(hosts):
+        key = msgspec.json.encode(msgspec.structs.replace(
+            h, host_id="", heartbeat_age_s=None, failure_domain=None))
+        cls = keys.setdefault(key, len(keys))
+        if cls == len(reps):
+            reps.append(hi)
+        host_class.append(cls)
+    return host_class, reps
 
 
 def serving_incumbents(state: PlanState, mi: int) -> list[tuple[int, object]]:

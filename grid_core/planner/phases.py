@@ -62,6 +62,8 @@ def _converge_ceilings(state: PlanState) -> None:
     ledger = state.ledger
     for hi, host in enumerate(state.hosts):
         book = ledger.books[hi]
+        if not book.eligible:
+            continue  # a fenced host converges when it returns; no commands go there now
         live = [r for r in host.residencies if r.state in MEMORY_STATES]
         over = book.max_models and len(live) > book.max_models
         kept = {state.profiles[mi].model_id for mi in book.models}
@@ -215,21 +217,15 @@ def preempt_on(state: PlanState, mi: int, hosts: list[int]) -> bool:
         return False
     options = []
     for hi in hosts:
-        got = _victim_pool(state, mi, hi)
+        got = _cached_pool(state, mi, hi)
         if got is not None:
-            options.append((hi, *got))
-    options.sort(key=lambda o: (sum(c.disruption for c in o[1]), o[0]))
+            options.append((got[0], hi))
+    options.sort()
     best = None
-    for hi, cands, need in options[:MAX_PREEMPTION_HOSTS]:
-        ctx = VictimContext(host_id=state.hosts[hi].host_id,
-                            beneficiary=state.profiles[mi].model_id,
-                            beneficiary_priority=state.profiles[mi].priority)
-        chosen = state.select_victims(tuple(cands), need, ctx)
-        if not chosen:
+    for _, hi in options[:MAX_PREEMPTION_HOSTS]:
+        chosen = _cached_choice(state, mi, hi)
+        if chosen is None:
             continue
-        chosen = tuple(chosen)
-        if not all(c in cands for c in chosen) or not need.satisfied_by(chosen):
-            continue  # a selector that answers unsafely is ignored (fail closed)
         key = (set_cost(chosen), hi)
         if best is None or key < best[0]:
             best = (key, hi, chosen)
@@ -249,6 +245,44 @@ def preempt_on(state: PlanState, mi: int, hosts: list[int]) -> bool:
     state.ledger.books[hi].version += 1
     state.staged[mi] = state.staged.get(mi, 0) + 1
     return True
+
+
+def _cached_pool(state: PlanState, mi: int, hi: int):
+    """(rank, candidates, need) for beneficiary ``mi`` on ``hi``, memoised per host version."""
+    version = state.ledger.books[hi].version
+    got = state.victim_cache.get((mi, hi))
+    if got is not None and got[0] == version:
+        return got[1]
+    pool = _victim_pool(state, mi, hi)
+    ranked = None
+    if pool is not None:
+        cands, need = pool
+        ranked = ((min(c.priority for c in cands), sum(c.disruption for c in cands)),
+                  cands, need)
+    state.victim_cache[(mi, hi)] = (version, ranked, _UNASKED)
+    return ranked
+
+
+_UNASKED = object()
+"""Marker: the victim selector has not been asked about this host version yet."""
+
+
+def _cached_choice(state: PlanState, mi: int, hi: int):
+    """The selector's validated answer for ``mi`` on ``hi`` (asked once per host version)."""
+    version, ranked, answer = state.victim_cache[(mi, hi)]
+    if answer is not _UNASKED:
+        return answer
+    _, cands, need = ranked
+    ctx = VictimContext(host_id=state.hosts[hi].host_id,
+                        beneficiary=state.profiles[mi].model_id,
+                        beneficiary_priority=state.profiles[mi].priority)
+    chosen = state.select_victims(tuple(cands), need, ctx)
+    chosen = tuple(chosen) if chosen else None
+    if chosen is not None and (not all(c in cands for c in chosen)
+                               or not need.satisfied_by(chosen)):
+        chosen = None  # a selector that answers unsafely is ignored (fail closed)
+    state.victim_cache[(mi, hi)] = (version, ranked, chosen)
+    return chosen
 
 
 def _victim_pool(state: PlanState, mi: int, hi: int):

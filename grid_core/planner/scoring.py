@@ -6,10 +6,12 @@ per plan through :meth:`grid_core.plugins.Plugins.score_terms` and sums them.
 
 Memoisation contract (specification, "Reconciliation and modes": planning memoizes
 compatibility, fit and the exact dynamic score of a node/model/remaining-capacity/domain state
-within one tick): a term's result may depend only on the profile, the host snapshot and the
-fields of :class:`ScoreContext`. A term with ``dynamic = False`` promises it ignores
-``free_mb`` and ``domain_new`` too, so it is evaluated once per model/host pair; dynamic terms
-are evaluated once per model/host/free-memory/domain-novelty state.
+within one tick): a term's result may depend only on the profile, the host's *facts* and the
+fields of :class:`ScoreContext` — never on host identity. Hosts identical apart from
+``host_id``, ``heartbeat_age_s`` and ``failure_domain`` form one class, and the term sees the
+class's first host (the failure domain reaches terms only as ``ctx.domain_new``). A term with
+``dynamic = False`` promises it ignores ``free_mb`` and ``domain_new`` too, so it is evaluated
+once per model/host class; dynamic terms once per model/class/free-memory/domain state.
 """
 
 from __future__ import annotations

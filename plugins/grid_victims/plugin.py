@@ -19,13 +19,22 @@ def cheapest_sufficient_set(
 ) -> tuple[VictimCandidate, ...] | None:
     """Exhaustively the cheapest sufficient subset (by :func:`set_cost`), smallest first.
 
-    Candidates are bounded by the planner (at most 12), so at most 4096 subsets are checked;
-    a set is only compared when every smaller size found nothing cheaper at its priority.
+    Candidates are bounded by the planner (at most 12), so at most 4096 subsets are checked,
+    and only among candidates at or below the lowest sufficient priority level.
     """
+    # The highest victim priority is compared first, so only candidates up to the lowest
+    # priority level whose members together suffice can be in the best set.
+    pool: list[VictimCandidate] = []
+    for level in sorted({c.priority for c in candidates}):
+        pool = [c for c in candidates if c.priority <= level]
+        if need.satisfied_by(pool):
+            break
+    else:
+        return None
     best: tuple[VictimCandidate, ...] | None = None
     best_cost = None
-    for size in range(1, len(candidates) + 1):
-        for combo in combinations(candidates, size):
+    for size in range(1, len(pool) + 1):
+        for combo in combinations(pool, size):
             if not need.satisfied_by(combo):
                 continue
             cost = set_cost(combo)
