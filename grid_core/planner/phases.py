@@ -302,7 +302,7 @@ def _victim_pool(state: PlanState, mi: int, hi: int):
         if vmi is not None and host.host_id in state.profiles[vmi].pins and kept:
             continue
         prio = state.profiles[vmi].priority if kept else OBSOLETE_PRIORITY
-        if prio >= p.priority or (kept and state.protected(vmi, r.loaded_at, r.state)):
+        if prio >= p.priority or state.protected(vmi, r.loaded_at, r.state):
             continue
         warm = 0.0
         if kept:

@@ -499,3 +499,12 @@ def test_inferred_only_demand_waits_behind_direct_demand():
             [demand("a-guess", 1, direct=False, inferred_rps=5.0, queue_depth=0.0),
              demand("z-real", 1, request_rate_rps=0.1)])
     assert placed(p) == {("z-real", "h")}
+
+
+def test_unwanted_replica_inside_min_residency_is_not_preempted():
+    fresh = res("surplus", 8, loaded_at=NOW - 30.0)
+    h = host("a", 8, residencies=(fresh,))
+    profiles = [model("vip", 8, min_replicas=1, priority=3), model("surplus", 8)]
+    assert run(profiles, [h]).evictions == ()
+    old = host("a", 8, residencies=(res("surplus", 8),))
+    assert [e.model_id for e in run(profiles, [old]).evictions] == ["surplus"]
