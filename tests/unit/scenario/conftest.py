@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import tempfile
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from grid_lab.env import scratch_dir
 
 from grid_core.scenario.config import ScenarioConfig
 from grid_core.scenario.run import LabEnv, run_scenario
@@ -23,17 +25,19 @@ def plugin_sets():
 
 
 @pytest.fixture
-def lab(plugin_sets, tmp_path: Path) -> LabEnv:
-    """A lab environment whose controller stores are real files under ``tmp_path``."""
+def lab(plugin_sets) -> Iterator[LabEnv]:
+    """A lab environment whose controller stores are real files in a private scratch
+    directory (memory-backed when available), removed after the test even on failure."""
     counter = iter(range(1, 1 << 20))
+    with tempfile.TemporaryDirectory(prefix="grid-scenario-test-", dir=scratch_dir()) as tmp:
 
-    def factory() -> FileStateStore:
-        path = tmp_path / f"ctl-{next(counter)}" / "controller.json"
-        path.parent.mkdir(mode=0o700)
-        return FileStateStore(path)
+        def factory() -> FileStateStore:
+            path = Path(tmp) / f"ctl-{next(counter)}" / "controller.json"
+            path.parent.mkdir(mode=0o700)
+            return FileStateStore(path)
 
-    full, reactive = plugin_sets
-    return LabEnv(full, reactive, factory)
+        full, reactive = plugin_sets
+        yield LabEnv(full, reactive, factory)
 
 
 @pytest.fixture
