@@ -8,6 +8,7 @@ same percentile of the direct one (milliseconds), with the throughput of each pa
 from __future__ import annotations
 
 import json
+import os
 import statistics
 import tempfile
 import threading
@@ -17,6 +18,7 @@ from pathlib import Path
 import anyio
 import httpx
 import msgspec
+import psutil
 import typer
 
 from grid_core.table import render_table
@@ -43,6 +45,11 @@ class BenchResult(msgspec.Struct):
     proxy_rps: float
     direct_p50_ms: float
     proxy_p50_ms: float
+    proxy_cpu_us_per_request: float
+    """Server-process CPU (user+system) per proxied request, in microseconds: the hot
+    path's cost independent of how busy the machine's scheduler is."""
+    load_avg_1m: float
+    """The machine's one-minute load average when this level finished (noise indicator)."""
 
 
 def _pct(values: list[float], q: float) -> float:
@@ -73,11 +80,17 @@ async def _block(client: httpx.AsyncClient, url: str, headers: dict[str, str], n
     return time.perf_counter() - t0
 
 
-async def _measure(engine_url: str, key: str, grid_url: str, requests: int,
+def _cpu_s(proc: psutil.Process) -> float:
+    t = proc.cpu_times()
+    return t.user + t.system
+
+
+async def _measure(engine_url: str, key: str, grid_url: str, server_pid: int, requests: int,
                    concurrency: int) -> BenchResult:
     direct: list[float] = []
     proxied: list[float] = []
-    direct_s = proxy_s = 0.0
+    direct_s = proxy_s = cpu_s = 0.0
+    server = psutil.Process(server_pid)
     limits = httpx.Limits(max_connections=concurrency * 2,
                           max_keepalive_connections=concurrency * 2)
     transport = httpx.AsyncHTTPTransport(socket_options=NO_DELAY, limits=limits)
@@ -92,8 +105,10 @@ async def _measure(engine_url: str, key: str, grid_url: str, requests: int,
             n = min(BLOCK, requests - done)
             direct_s += await _block(client, engine_url + "/v1/chat/completions", d_headers, n,
                                      concurrency, direct)
+            cpu0 = _cpu_s(server)
             proxy_s += await _block(client, grid_url + "/v1/chat/completions", ctype, n,
                                     concurrency, proxied)
+            cpu_s += _cpu_s(server) - cpu0
             done += n
     return BenchResult(
         concurrency=concurrency, requests=requests,
@@ -102,6 +117,8 @@ async def _measure(engine_url: str, key: str, grid_url: str, requests: int,
         direct_rps=round(requests / direct_s, 1), proxy_rps=round(requests / proxy_s, 1),
         direct_p50_ms=round(statistics.median(direct), 3),
         proxy_p50_ms=round(statistics.median(proxied), 3),
+        proxy_cpu_us_per_request=round(cpu_s / requests * 1e6, 1),
+        load_avg_1m=round(os.getloadavg()[0], 2),
     )
 
 
@@ -127,8 +144,8 @@ def run_bench(requests: int, concurrencies: list[int]) -> list[BenchResult]:
             beat = threading.Thread(target=keep_alive, daemon=True)
             beat.start()
             gc.wait_ready(BENCH_MODEL)
-            results = [anyio.run(_measure, engine.url, key, server.url, requests, c)
-                       for c in concurrencies]
+            results = [anyio.run(_measure, engine.url, key, server.url, server.proc.pid,
+                                 requests, c) for c in concurrencies]
             stop.set()
             beat.join()
             gc.close()
@@ -154,6 +171,7 @@ def bench_proxy(
         return
     typer.echo(render_table(
         ["concurrency", "requests", "p50 added ms", "p99 added ms", "direct rps", "proxy rps",
-         "direct p50 ms", "proxy p50 ms"],
+         "direct p50 ms", "proxy p50 ms", "proxy cpu us/req", "load 1m"],
         [[r.concurrency, r.requests, r.p50_added_ms, r.p99_added_ms, r.direct_rps,
-          r.proxy_rps, r.direct_p50_ms, r.proxy_p50_ms] for r in results]))
+          r.proxy_rps, r.direct_p50_ms, r.proxy_p50_ms, r.proxy_cpu_us_per_request,
+          r.load_avg_1m] for r in results]))
