@@ -25,12 +25,13 @@ LIVE_SAMPLES_FOR_AUTHORITY = 4
 """Learned load/warm times replace the profile's estimate after this many samples."""
 
 
-def _eligible(host: HostSnapshot, planner_policy: object | None) -> bool:
+def eligible_hosts(hosts: list[HostSnapshot], planner_policy: object | None) -> list[bool]:
+    """Per host, whether it may receive new work (the planner's own eligibility rule)."""
     from grid_core.planner.eligibility import host_ineligible_reason
     from grid_core.planner.types import PlannerPolicy
 
     policy = planner_policy if isinstance(planner_policy, PlannerPolicy) else PlannerPolicy()
-    return host_ineligible_reason(host, policy) is None
+    return [host_ineligible_reason(h, policy) is None for h in hosts]
 
 
 def startup_horizon_s(profile: ModelProfile, hosts: list[HostSnapshot],
@@ -124,6 +125,7 @@ def desired_for(
     policy: ForecastPolicy,
     watermark: object | None,
     planner_policy: object | None = None,
+    eligible: list[bool] | None = None,
 ) -> tuple[ModelDemand, object | None]:
     """Demand and desired replicas of one model, plus its new scale-down watermark.
 
@@ -135,12 +137,14 @@ def desired_for(
         policy: demand tunables.
         watermark: the model's persisted :class:`~grid_core.demand.tracker.Watermark` or None.
         planner_policy: planner policy deciding host eligibility (defaults when None).
+        eligible: precomputed :func:`eligible_hosts` (one per host) to skip recomputing it.
 
     Returns:
         ``(ModelDemand, watermark)``; watermark ``None`` when nothing needs remembering.
     """
     mid = profile.model_id
-    eligible = [_eligible(h, planner_policy) for h in hosts]
+    if eligible is None:
+        eligible = eligible_hosts(hosts, planner_policy)
     ready, recent_ready, engine_queue = _live_replicas(profile, hosts, eligible, now)
     service = fc.service_time_s if fc.service_time_s else profile.expected_service_time_s
     queue = engine_queue + fc.queued

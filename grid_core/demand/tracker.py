@@ -151,12 +151,15 @@ class DemandTracker:
         Returns:
             model id → :class:`ModelDemand`, for every profile.
         """
-        from grid_core.demand.desired import desired_for  # late: planner imports demand types
+        # late: the planner imports demand types
+        from grid_core.demand.desired import desired_for, eligible_hosts
 
         fpolicy = policy if isinstance(policy, ForecastPolicy) else self.policy
         profiles = sorted(profiles, key=lambda p: p.model_id)
         hosts = sorted(hosts, key=lambda h: h.host_id)
         self.set_configured(p.model_id for p in profiles)
+        planner_policy = policy if not isinstance(policy, ForecastPolicy) else None
+        eligible = eligible_hosts(hosts, planner_policy)
         out: dict[str, ModelDemand] = {}
         for profile in profiles:
             series = self._series.get(profile.model_id)
@@ -169,7 +172,7 @@ class DemandTracker:
                 fc = fallback_forecast(series, now, fpolicy)
             demand, watermark = desired_for(
                 profile, fc, hosts, now, fpolicy, self._watermarks.get(profile.model_id),
-                policy if not isinstance(policy, ForecastPolicy) else None,
+                planner_policy, eligible,
             )
             if watermark is None:
                 self._watermarks.pop(profile.model_id, None)
