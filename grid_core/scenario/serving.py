@@ -11,6 +11,8 @@ to the controller as ordinary request features.
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import math
 import random
 from collections.abc import Callable
@@ -111,6 +113,14 @@ def cost_s(entry: CatalogEntry, a: Arrival) -> float:
 Classifier = Callable[[RequestFeatures, str], str | None]
 
 
+@functools.lru_cache(maxsize=4096)
+def session_hash(persona: str, project: int) -> str:
+    """The double-hashed session key of a synthetic project (what the server would derive
+    from ``X-Grid-Affinity-Key``; the raw key never exists in the lab at all)."""
+    once = hashlib.sha256(f"scenario-session/{persona}/{project}".encode()).digest()
+    return hashlib.sha256(once).hexdigest()[:32]
+
+
 def serve_minute(fleet: SimFleet, batch: tuple[Arrival, ...], texts: Callable[[Arrival], str],
                  classify: Classifier, jitter: random.Random) -> tuple[list[Served],
                                                                         list[RequestFeatures],
@@ -149,7 +159,8 @@ def serve_minute(fleet: SimFleet, batch: tuple[Arrival, ...], texts: Callable[[A
             served_model=served.model, modality=a.modality, input_units=a.input_units,
             output_units=a.output_units, workload=workload,
             service_time_s=round(served.service_s, 6) if served.model else None,
-            queue_s=round(served.queue_s, 6), outcome=served.outcome))
+            queue_s=round(served.queue_s, 6), outcome=served.outcome,
+            affinity_hash=session_hash(a.persona, a.project)))
     _update_activity(fleet, pools, now)
     return results, features, pools
 

@@ -166,3 +166,16 @@ def test_every_machine_class_reports_a_consistent_snapshot(kind: str) -> None:
     (snap,) = fleet.snapshots()
     assert snap.max_models == 1 and snap.capacity_mb > snap.reserved_mb
     assert snap.artifact_disk_free_mb is not None and snap.artifact_disk_free_mb > 0
+
+
+def test_features_carry_only_bounded_fields_and_a_hashed_session() -> None:
+    fleet = _fleet("rtx-4090")
+    fleet.advance(0)
+    batch = (_arrival(1.0), _arrival(2.0),
+             Arrival(0, 3.0, 9, "coding", "auto", "chat", "text", 800, 250, 0, 1))
+    _, features, _ = serve_minute(fleet, batch, lambda a: "secret prompt text",
+                                  lambda f, t: "coding", random.Random(3))
+    hashes = [f.affinity_hash for f in features]
+    assert hashes[0] == hashes[1] != hashes[2] and len(hashes[0]) == 32
+    assert all("secret" not in repr(f) for f in features)
+    assert [f.outcome for f in features] == ["unavailable"] * 3
