@@ -105,7 +105,7 @@ class Controller:
         self.tombstones: dict[str, float] = {}
         self.book = ActionBook()
         self.blocks: dict[str, list[str]] = {}
-        self.demand = DemandTracker()
+        self.demand = DemandTracker(self.policy.forecast)
         self.epoch = secrets.token_hex(8)
         self.sequence = 0
         self.generation = ""

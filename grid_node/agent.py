@@ -122,7 +122,9 @@ class NodeAgent:
         self.plugins = plugins
         self.instance = instance
         self.store = StateFile(config.state_dir)
-        self.policy = ProtectionPolicy(dedicated=config.dedicated)
+        self.policy = ProtectionPolicy(dedicated=config.dedicated) \
+            if config.throttle_fraction is None else ProtectionPolicy(
+                dedicated=config.dedicated, throttle_fraction=config.throttle_fraction)
         self.decision: ProtectionDecision | None = None
         self.actuator: Actuator | None = None
         self.credential: Credential | None = None

@@ -91,6 +91,9 @@ def start(
     tag: Annotated[list[str] | None, typer.Option("--tag", help="Placement tag.")] = None,
     heartbeat_interval: Annotated[float, typer.Option(
         "--heartbeat-interval", help="Seconds between heartbeats.")] = 5.0,
+    throttle_fraction: Annotated[float | None, typer.Option(
+        "--throttle-fraction", min=0.0, max=1.0,
+        help="Share of capacity offered while CPU-throttled (default 0.5).")] = None,
 ) -> None:
     """Start this machine's node agent in the background and wait until it has registered."""
     parse_port_range(port_range)
@@ -115,6 +118,8 @@ def start(
             argv += [flag, value]
     if dedicated:
         argv.append("--dedicated")
+    if throttle_fraction is not None:
+        argv += ["--throttle-fraction", str(throttle_fraction)]
     for d in models_dir or ():
         argv += ["--models-dir", str(d.resolve())]
     for t in tag or ():

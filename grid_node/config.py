@@ -77,8 +77,13 @@ class NodeConfig:
     tags: tuple[str, ...] = ()
     heartbeat_interval_s: float = HEARTBEAT_INTERVAL_S
     bind_host: str = "127.0.0.1"
+    throttle_fraction: float | None = None
+    """Share of capacity offered while throttled (None: the protection default)."""
 
     def __post_init__(self) -> None:
+        if self.throttle_fraction is not None and not 0.0 <= self.throttle_fraction <= 1.0:
+            msg = f"--throttle-fraction {self.throttle_fraction}: use 0..1"
+            raise ValidationError(msg)
         if not MIN_CAPACITY_SHARE <= self.capacity_share <= 1.0:
             msg = (f"--capacity-share {self.capacity_share}: use {MIN_CAPACITY_SHARE}..1 "
                    "(fraction of this machine offered by this agent)")

@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterable, Mapping
 
 import msgspec
 
+from grid_core.demand.series import ForecastPolicy
 from grid_core.planner.types import Plan, PlannerPolicy
 from grid_core.reconcile.actions import Action, ActionBook, action_id
 from grid_core.reconcile.policy import GovernorPolicy
@@ -41,10 +42,12 @@ POSTCONDITION = {"drain": frozenset({"draining", "cached"}),
 
 
 class ControllerPolicy(msgspec.Struct, frozen=True, kw_only=True):
-    """Controller tunables: the planner's and the governor's, plus persistence cadence."""
+    """Controller tunables: the planner's, the governor's and the demand side's (window,
+    bucket width), plus persistence cadence."""
 
     planner: PlannerPolicy = PlannerPolicy()
     governor: GovernorPolicy = GovernorPolicy()
+    forecast: ForecastPolicy = ForecastPolicy()
     persist_every_ticks: int = PERSIST_EVERY_TICKS
 
 

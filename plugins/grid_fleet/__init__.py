@@ -1,0 +1,1 @@
+"""Logical fleet on one machine: ``grid test start|status|watch|stop|demo|replay``."""

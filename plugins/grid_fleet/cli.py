@@ -1,0 +1,217 @@
+"""``grid test start|status|watch|stop|demo|replay`` — the logical fleet's commands."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+import httpx
+import typer
+
+from grid_core.errors import UnavailableError, ValidationError
+from grid_core.table import render_table
+from grid_fleet import layout, lifecycle, observe
+
+Json = Annotated[bool, typer.Option("--json", help="One JSON document.")]
+
+
+def _running_record() -> layout.FleetRecord:
+    rec = layout.load_record(layout.fleet_dir())
+    if rec is None or lifecycle.server_proof(rec.server) != "proven":
+        msg = "no logical fleet is running here; start one with 'grid test start --machines 4'"
+        raise UnavailableError(msg)
+    return rec
+
+
+def start(
+    machines: Annotated[int, typer.Option("--machines", help="Logical hosts (1-32).")] = 4,
+    text_capacities_gib: Annotated[str | None, typer.Option(
+        "--text-capacities-gib", help="Per-host memory in GiB, e.g. 6,4,4,2 (default: an "
+                                      "equal split of usable memory).")] = None,
+    model: Annotated[list[Path] | None, typer.Option(
+        "--model", help="A GGUF to serve instead of the generated tiny models (repeatable; "
+                        "the first is the baseline).")] = None,
+    port: Annotated[int, typer.Option("--port", help="Fleet API port.")] = layout.DEFAULT_PORT,
+    engine_port_base: Annotated[int, typer.Option(
+        "--engine-port-base", help="First engine port; each host gets "
+                                   f"{layout.ENGINE_PORTS_PER_HOST}.")]
+    = layout.DEFAULT_ENGINE_PORT_BASE,
+) -> None:
+    """Start one Grid server plus N logical hosts with real llama-server children."""
+    caps = layout.plan_capacities(machines, text_capacities_gib)
+    root = layout.fleet_dir()
+    existing = layout.load_record(root)
+    if existing is not None and not text_capacities_gib and existing.settings.machines == machines:
+        # An equal split depends on free memory at start time; a re-run with the same
+        # request means the same fleet.
+        caps = existing.settings.capacities_mb
+    settings = layout.FleetSettings(
+        machines=machines, port=port, engine_port_base=engine_port_base, capacities_mb=caps,
+        models=tuple(str(p.expanduser().resolve()) for p in model or ()))
+    rec = lifecycle.start(settings, typer.echo, root)
+    names = ", ".join(m.model_id for m in rec.models)
+    typer.echo(f"""
+grid: the fleet API is {rec.url}
+grid: operator token (owner-only): {root / 'server' / 'operator-token'}
+grid: models: {names}
+next:
+  grid test status                 # hosts, shares, residencies
+  grid test watch                  # residency transitions as they happen (Ctrl-C stops watching)
+  grid chat --grid {rec.url} -m {rec.models[0].model_id} 'Reply with OK'
+  grid test demo                   # the self-checking workday
+  grid test stop                   # drain and stop everything the fleet started""")
+
+
+def status(as_json: Json = False) -> None:
+    """Show the fleet: settings, hosts with shares and residencies, models, mode."""
+    doc = lifecycle.status_document()
+    if as_json:
+        typer.echo(json.dumps(doc, indent=2, sort_keys=True))
+        return
+    if not doc.get("settings"):
+        typer.echo("grid: no logical fleet here; start one with 'grid test start --machines 4'")
+        return
+    typer.echo(render_status(doc))
+
+
+def render_status(doc: dict[str, Any]) -> str:
+    """The readable fleet status."""
+    alloc = doc.get("allocator") or {}
+    ctl = alloc.get("controller") or {}
+    by_host = {h["host_id"]: h for h in ctl.get("hosts") or ()}
+    lines = [f"fleet: {'running' if doc['running'] else 'STOPPED'} at {doc['url']} "
+             f"(server pid {doc['server_pid']}, mode {alloc.get('mode', '-')})",
+             f"operator token: {doc['token_file']}", ""]
+    rows = []
+    for h in doc["hosts"]:
+        view = by_host.get(h["host_id"], {})
+        res = ", ".join(f"{r['model_id']}:{r['state']}" for r in view.get("residencies") or ()
+                        if r.get("state") != "cached")
+        rows.append([h["host_id"], h["failure_domain"], h["capacity_mb"],
+                     f"{h['port_low']}-{h['port_high']}",
+                     "yes" if h["agent_running"] else "NO", view.get("state", "-"),
+                     view.get("free_mb", "-"), res or "-"])
+    lines.append(render_table(["host", "domain", "MB", "ports", "agent", "state", "free MB",
+                               "residencies"], rows))
+    ready = observe.ready_counts(alloc) if alloc else {}
+    raw = ctl.get("forecasts") or {}
+    forecasts = raw if isinstance(raw, dict) else {}
+    mrows = []
+    for m in doc["models"]:
+        fc = forecasts.get(m["model_id"], {})
+        mrows.append([m["model_id"], m["priority"], m["memory_mb"],
+                      f"{m['min_replicas']}..{m['max_replicas']}", ready.get(m["model_id"], 0),
+                      fc.get("desired_replicas", "-")])
+    lines += ["", render_table(["model", "priority", "MB", "replicas", "ready", "desired"],
+                               mrows)]
+    if doc.get("allocator_error"):
+        lines.append(f"allocator status unavailable: {doc['allocator_error']}")
+    return "\n".join(lines)
+
+
+def watch() -> None:
+    """Follow residency transitions and command outcomes (Ctrl-C stops watching only)."""
+    rec = _running_record()
+    obs = observe.Observer(rec.url)
+    t0 = time.time()
+    typer.echo(f"grid: watching {rec.url} (Ctrl-C stops watching; the fleet keeps running)")
+    try:
+        with httpx.Client(timeout=30.0, trust_env=False) as client:
+            while True:
+                try:
+                    for ev in obs.poll(client):
+                        typer.echo(ev.line(t0))
+                except httpx.HTTPError as exc:
+                    typer.echo(f"(status read failed: {type(exc).__name__}; retrying)")
+                time.sleep(observe.POLL_S)
+    except KeyboardInterrupt:
+        typer.echo("\ngrid: stopped watching; the fleet is still running")
+
+
+def stop() -> None:
+    """Drain and stop every host agent and engine the fleet started, then its server."""
+    root = layout.fleet_dir()
+    left = lifecycle.stop(typer.echo, root)
+    if left:
+        msg = f"processes still running after stop: {left}; run 'grid test stop' again"
+        raise UnavailableError(msg)
+    stray = lifecycle.stray_processes(root)
+    if stray:
+        msg = f"processes referring to {root} still run: {stray}; inspect them by hand"
+        raise UnavailableError(msg)
+    typer.echo("grid: fleet stopped; no process it started is left (checked by PID)")
+
+
+def demo(
+    users: Annotated[int, typer.Option("--users", min=1, max=64,
+                                       help="Concurrent users in the scale-out phase.")] = 6,
+    requests: Annotated[int, typer.Option("--requests", min=1, max=1000,
+                                          help="Requests per phase at least.")] = 12,
+    max_tokens: Annotated[int, typer.Option("--max-tokens", min=1, max=512,
+                                            help="Completion tokens per request.")] = 16,
+    as_json: Json = False,
+) -> None:
+    """Run the self-checking workday against the running fleet (real requests only)."""
+    import anyio
+
+    from grid_fleet.demo import Demo
+
+    rec = _running_record()
+    t0 = time.monotonic()
+    d = Demo(rec, users=users, requests=requests, max_tokens=max_tokens, echo=typer.echo)
+    report = anyio.run(d.run)
+    total = time.monotonic() - t0
+    if as_json:
+        typer.echo(json.dumps({"phases": report, "seconds": round(total, 1)}, indent=2))
+        return
+    typer.echo("\n" + render_table(
+        ["phase", "s", "requests", "answered", "retried 503", "p50 ms", "p95 ms", "tokens"],
+        [[p["phase"], p["seconds"], p["requests"], p["served"], p["retried_after_503"],
+          _ms(p["p50_ms"]), _ms(p["p95_ms"]), p["completion_tokens"]] for p in report]))
+    typer.echo(f"grid: demo passed: every phase converged ({total:.0f} s)")
+
+
+def _ms(v: object) -> str:
+    return f"{v:.0f}" if isinstance(v, int | float) else "-"
+
+
+def replay(
+    trace: Annotated[list[Path], typer.Option("--trace", help="Azure LLM trace CSV "
+                                                             "(repeatable).")],
+    speedup: Annotated[float, typer.Option("--speedup", help="Time compression.")] = 10.0,
+    model_map: Annotated[list[str] | None, typer.Option(
+        "--model-map", help="TRACE=MODEL; TRACE is 'conv', 'code' or the file's stem.")] = None,
+    duration: Annotated[str, typer.Option(
+        "--duration", help="Trace time to replay from its start: 600, 10m, 1h.")] = "10m",
+    max_prompt_tokens: Annotated[int, typer.Option("--max-prompt-tokens", min=1)] = 256,
+    max_tokens: Annotated[int, typer.Option("--max-tokens", min=1,
+                                            help="Cap on GeneratedTokens.")] = 32,
+    as_json: Json = False,
+) -> None:
+    """Replay a real request trace against the running fleet and report what it served."""
+    import anyio
+
+    from grid_fleet.replay import Replay, load_trace, parse_duration, render_report
+
+    rec = _running_record()
+    span = parse_duration(duration)
+    if speedup <= 0:
+        raise ValidationError("--speedup must be positive")
+    mapping = {}
+    for item in model_map or ():
+        key, sep, model_id = item.partition("=")
+        if not sep or not key or not model_id:
+            raise ValidationError(f"--model-map {item!r}: use TRACE=MODEL")
+        mapping[key] = model_id
+    arrivals = []
+    for path in trace:
+        arrivals += load_trace(path, span, mapping, rec)
+    r = Replay(rec, arrivals, speedup=speedup, max_prompt_tokens=max_prompt_tokens,
+               max_tokens=max_tokens, echo=(lambda s: None) if as_json else typer.echo)
+    report = anyio.run(r.run)
+    if as_json:
+        typer.echo(json.dumps(report, indent=2))
+    else:
+        typer.echo(render_report(report))

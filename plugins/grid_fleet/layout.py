@@ -1,0 +1,256 @@
+"""The logical fleet's settings, files and capacity arithmetic (no processes here).
+
+Source: the specification's "Single-machine scenario lab and logical fleet test" (persistent
+fixture): one server plus N logical hosts on this machine, each with its own host id, failure
+domain, state directory, node credential, engine port range and capacity share; the shares
+partition the machine's usable memory instead of multiplying it.
+
+Everything lives under ``$GRID_HOME/fleet`` so the fixture never touches the operator's own
+Grid configuration::
+
+    fleet/fleet.json            settings + identity-proof records of the processes started
+    fleet/policy.json           the demo fleet's controller policy (short windows/cooldowns)
+    fleet/server/               the fleet server's own GRID_HOME (operator-token 0600, state/)
+    fleet/tokens/<host>.token   node credentials (0600, written through the token-write path)
+    fleet/hosts/<host>/         node agent state directories (0700)
+    fleet/models/*.gguf         generated tiny models (or nothing when --model is given)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+import msgspec
+import psutil
+
+from grid_core.errors import ValidationError
+
+MIN_MACHINES = 1
+MAX_MACHINES = 32
+"""Spec bound: 1–32 logical machines; the real limit is memory and process capacity."""
+DEFAULT_PORT = 22100
+"""The fleet's API port (the documented Grid default)."""
+DEFAULT_ENGINE_PORT_BASE = 22200
+"""First engine port; host i gets ``base + i * ENGINE_PORTS_PER_HOST`` onwards."""
+ENGINE_PORTS_PER_HOST = 10
+"""Engine ports per logical host: a few models plus restarts without reusing a busy port."""
+OS_RESERVE_MB = 2048
+"""Memory kept back from the shares for the server, the agents and the rest of the machine."""
+MIN_HOST_MB = 1024
+"""Smallest logical host: one tiny replica plus the planner's 512 MB admission headroom."""
+MB = 1024 * 1024
+GIB_MB = 1024
+
+# Demo fleet policy. Every number is a fleet setting sent to the real server; none of it is a
+# shortcut inside the controller. Short, but long enough that each decision is honest.
+HEARTBEAT_INTERVAL_S = 1.0
+"""Node heartbeats every second: loopback is cheap and the demo's phases take seconds."""
+DEMAND_BUCKET_S = 5.0
+"""Demand buckets of 5 s: a request burst shows within one bucket."""
+DEMAND_WINDOW_BUCKETS = 6
+"""30 s of demand history: demand expires half a minute after the last request."""
+MUTATION_COOLDOWN_S = 5.0
+"""Gap between different mutations of one (host, model): a few 1 s heartbeats, so the
+next decision sees the previous result."""
+MIN_RESIDENCY_S = 15.0
+"""A fresh replica is protected from preemption and scale-down for 15 s (anti-flap)."""
+SCALE_DOWN_COOLDOWN_S = 15.0
+"""Replicas used within the last 15 s, and the recent demand high-water mark, are kept."""
+THROTTLED_FRACTION = 1.0
+"""All logical hosts share one CPU, so one host's CPU throttle is mostly its siblings' load;
+a throttled logical host still offers its whole memory share (the state stays visible)."""
+
+# Default models: three distinct tiny GGUFs of clearly different sizes. Budgets are declared
+# as fractions of the smallest host so that any two replicas never share a host (the fleet
+# genuinely fills up and a high-priority burst needs preemption) while one always fits.
+DEFAULT_MODELS: tuple[dict[str, object], ...] = (
+    {"name": "tiny-general", "embedding": 64, "layers": 2, "share": 0.44, "priority": 50,
+     "min_replicas": 1, "max_replicas": 3},
+    {"name": "tiny-coder", "embedding": 128, "layers": 2, "share": 0.50, "priority": 10,
+     "min_replicas": 0, "max_replicas": 1},
+    {"name": "tiny-writer", "embedding": 192, "layers": 3, "share": 0.56, "priority": 100,
+     "min_replicas": 0, "max_replicas": 1},
+)
+"""Baseline ``tiny-general`` (min 1), low-priority ``tiny-coder`` and high-priority
+``tiny-writer`` (min 0). Shares of the smallest host's memory: any pair exceeds one host's
+free memory after the 512 MB headroom, each alone fits with room for other programs."""
+MODEL_CONTEXT = 2048
+"""Context of the generated models: room for a replayed prompt plus the generated tokens."""
+OPERATOR_MODEL_SHARE = 0.44
+"""Budget share of the smallest host for an operator-supplied ``--model`` GGUF."""
+
+
+class HostSpec(msgspec.Struct, frozen=True, kw_only=True):
+    """One logical host (MB, ports inclusive)."""
+
+    host_id: str
+    failure_domain: str
+    capacity_mb: int
+    capacity_share: float
+    port_low: int
+    port_high: int
+
+
+class ModelSpec(msgspec.Struct, frozen=True, kw_only=True):
+    """One model the fleet serves and the profile it is registered with."""
+
+    model_id: str
+    path: str
+    sha256: str
+    memory_mb: int
+    priority: int
+    min_replicas: int
+    max_replicas: int
+
+
+class FleetSettings(msgspec.Struct, frozen=True, kw_only=True):
+    """What ``grid test start`` was asked for; a second start must match it exactly."""
+
+    machines: int
+    port: int
+    engine_port_base: int
+    capacities_mb: tuple[int, ...]
+    models: tuple[str, ...]
+    """Operator GGUF paths (resolved), empty for the generated defaults."""
+
+
+class ProcessRecord(msgspec.Struct, frozen=True, kw_only=True):
+    """Identity proof of a process the fleet started: PID plus birth time plus a marker."""
+
+    pid: int
+    birth: float
+    marker: tuple[str, str]
+    """A ``(flag, value)`` pair that must appear in the process's command line."""
+
+
+class FleetRecord(msgspec.Struct, kw_only=True):
+    """``fleet.json``."""
+
+    settings: FleetSettings
+    url: str
+    hosts: tuple[HostSpec, ...]
+    models: tuple[ModelSpec, ...]
+    server: ProcessRecord | None = None
+    started_at: float = 0.0
+
+
+def fleet_dir() -> Path:
+    """``$GRID_HOME/fleet`` (the fixture's whole world)."""
+    home = Path(os.environ.get("GRID_HOME") or Path.home() / ".grid").expanduser()
+    return home / "fleet"
+
+
+def record_path(root: Path) -> Path:
+    return root / "fleet.json"
+
+
+def load_record(root: Path) -> FleetRecord | None:
+    """The fleet record, or ``None`` when no fleet was started here."""
+    try:
+        return msgspec.json.decode(record_path(root).read_bytes(), type=FleetRecord)
+    except FileNotFoundError:
+        return None
+    except (OSError, msgspec.DecodeError, msgspec.ValidationError) as exc:
+        msg = f"{record_path(root)} is unreadable ({exc}); inspect it, then delete it"
+        raise ValidationError(msg) from None
+
+
+def save_record(root: Path, rec: FleetRecord) -> None:
+    """Write ``fleet.json`` atomically."""
+    path = record_path(root)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_bytes(msgspec.json.format(msgspec.json.encode(rec)))
+    os.replace(tmp, path)
+
+
+def usable_memory_mb() -> int:
+    """Memory this machine can give the fleet now: available minus the OS reserve (MB)."""
+    return int(psutil.virtual_memory().available / MB) - OS_RESERVE_MB
+
+
+def plan_capacities(machines: int, capacities_gib: str | None) -> tuple[int, ...]:
+    """Per-host memory (MB): explicit GiB values, or an equal split of usable memory.
+
+    Raises:
+        ValidationError: wrong count, a non-positive or too small value, or a sum that does
+            not fit this machine's usable memory (names the numbers and the fix).
+    """
+    if not MIN_MACHINES <= machines <= MAX_MACHINES:
+        msg = f"--machines {machines}: use {MIN_MACHINES}..{MAX_MACHINES}"
+        raise ValidationError(msg)
+    usable = usable_memory_mb()
+    if capacities_gib:
+        try:
+            values = [float(v) for v in capacities_gib.split(",")]
+        except ValueError:
+            msg = f"--text-capacities-gib {capacities_gib!r}: use comma-separated GiB, e.g. 4,4,2"
+            raise ValidationError(msg) from None
+        if len(values) != machines:
+            msg = (f"--text-capacities-gib has {len(values)} values for --machines {machines}; "
+                   "give one capacity per logical machine")
+            raise ValidationError(msg)
+        caps = tuple(int(v * GIB_MB) for v in values)
+    else:
+        caps = tuple([usable // machines] * machines)
+    small = [i + 1 for i, c in enumerate(caps) if c < MIN_HOST_MB]
+    if small:
+        msg = (f"logical hosts {small} would get less than {MIN_HOST_MB} MB; use fewer "
+               f"--machines or larger --text-capacities-gib")
+        raise ValidationError(msg)
+    if sum(caps) > usable:
+        msg = (f"the shares add up to {sum(caps)} MB but this machine can give only "
+               f"{usable} MB (available memory minus {OS_RESERVE_MB} MB reserve); "
+               "lower --text-capacities-gib or --machines")
+        raise ValidationError(msg)
+    return caps
+
+
+def host_specs(caps: tuple[int, ...], engine_port_base: int) -> tuple[HostSpec, ...]:
+    """Host ids ``host-01``…, one failure domain each, disjoint engine port ranges.
+
+    Raises:
+        ValidationError: the port ranges would leave 1024..65535.
+    """
+    total_mb = psutil.virtual_memory().total / MB
+    last = engine_port_base + len(caps) * ENGINE_PORTS_PER_HOST - 1
+    if engine_port_base < 1024 or last > 65535:
+        msg = (f"--engine-port-base {engine_port_base}: the {len(caps)} hosts need ports "
+               f"{engine_port_base}..{last} inside 1024..65535")
+        raise ValidationError(msg)
+    out = []
+    for i, cap in enumerate(caps):
+        low = engine_port_base + i * ENGINE_PORTS_PER_HOST
+        out.append(HostSpec(host_id=f"host-{i + 1:02d}", failure_domain=f"rack-{i + 1:02d}",
+                            capacity_mb=cap, capacity_share=round(cap / total_mb, 6),
+                            port_low=low, port_high=low + ENGINE_PORTS_PER_HOST - 1))
+    return tuple(out)
+
+
+def sha256_of(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def policy_document() -> dict[str, object]:
+    """The demo fleet's ``ControllerPolicy`` (JSON for ``grid_server.serve --policy``)."""
+    return {
+        "planner": {"throttled_fraction": THROTTLED_FRACTION},
+        "governor": {"mutation_cooldown_s": MUTATION_COOLDOWN_S},
+        "forecast": {"bucket_s": DEMAND_BUCKET_S, "window_buckets": DEMAND_WINDOW_BUCKETS},
+    }
+
+
+def profile_document(m: ModelSpec) -> dict[str, object]:
+    """The placement profile registered for ``m`` (short demo residency and cooldown)."""
+    return {
+        "model_id": m.model_id, "memory_mb": m.memory_mb, "artifact_sha256": m.sha256,
+        "min_replicas": m.min_replicas, "max_replicas": m.max_replicas,
+        "priority": m.priority, "expected_service_time_s": 0.5,
+        "load_estimate_s": 2.0, "warm_estimate_s": 3.0,
+        "min_residency_s": MIN_RESIDENCY_S, "scale_down_cooldown_s": SCALE_DOWN_COOLDOWN_S,
+    }

@@ -1,0 +1,405 @@
+"""Start and stop the logical fleet: one real server, N real node agents, real engines.
+
+Source: the specification's "Single-machine scenario lab and logical fleet test" and "CLI
+workflow" (token write, node start/stop). The fleet drives the shipped pieces exactly as an
+operator would: ``python -m grid_server.serve`` for the API, ``POST /allocator/tokens`` +
+an owner-only file for each host credential, ``grid allocator node start/stop`` for each
+logical host, ``PUT /allocator/models/…`` and ``PUT /allocator/mode``.
+
+Processes are only ever signalled after an identity proof (PID + birth time + a command-line
+marker); node agents and their engine children are stopped by the node's own graceful stop.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import httpx
+import msgspec
+
+from grid_core.errors import ConflictError, UnavailableError, ValidationError
+from grid_fleet import layout
+from grid_fleet.layout import FleetRecord, FleetSettings, HostSpec, ModelSpec, ProcessRecord
+from grid_node.identity import is_gone, prove, signal_proven
+
+SERVER_START_S = 30.0
+"""The server binds and answers /healthz within a second or two; 30 s covers a busy machine."""
+SERVER_STOP_S = 20.0
+"""Graceful server shutdown budget before SIGKILL (the server has no children of its own)."""
+NODE_CMD_TIMEOUT_S = 240.0
+"""``node start`` waits up to 60 s to register; ``node stop`` drains up to 180 s."""
+HTTP_TIMEOUT_S = 30.0
+TOKEN_TTL_S = 7 * 86400.0
+"""Fleet node credentials last a week: a persistent fixture survives a working week."""
+POLL_S = 0.2
+
+Echo = Callable[[str], None]
+
+
+def grid_exe() -> list[str]:
+    """How to run the ``grid`` CLI of this very installation."""
+    return [sys.executable, "-c", "from grid_core.cli import main; main()"]
+
+
+def operator_token(root: Path) -> str:
+    return (root / "server" / "operator-token").read_text().strip()
+
+
+def _api(url: str, root: Path, method: str, path: str, body: object | None = None) -> dict:
+    headers = {"X-Grid-Allocator-Token": operator_token(root)}
+    with httpx.Client(timeout=HTTP_TIMEOUT_S, trust_env=False) as client:
+        resp = client.request(method, url + path, json=body, headers=headers)
+    if resp.status_code >= 400:
+        msg = f"{method} {path} → {resp.status_code}: {resp.text[:300]}"
+        raise UnavailableError(msg)
+    return resp.json()
+
+
+# --- models -----------------------------------------------------------------------------
+def prepare_models(root: Path, settings: FleetSettings, echo: Echo) -> tuple[ModelSpec, ...]:
+    """Generate the three default tiny models (or describe the operator's GGUFs).
+
+    Raises:
+        ValidationError: an operator ``--model`` path is missing or not a ``.gguf``.
+    """
+    small = min(settings.capacities_mb)
+    models_dir = root / "models"
+    models_dir.mkdir(parents=True, exist_ok=True)
+    out: list[ModelSpec] = []
+    if settings.models:
+        for i, raw in enumerate(settings.models):
+            path = Path(raw)
+            if path.suffix != ".gguf" or not path.is_file():
+                msg = f"--model {raw}: not an existing .gguf file"
+                raise ValidationError(msg)
+            link = models_dir / path.name
+            if not link.exists():
+                link.symlink_to(path)
+            out.append(ModelSpec(
+                model_id=path.name, path=str(path), sha256=layout.sha256_of(path),
+                memory_mb=int(small * layout.OPERATOR_MODEL_SHARE), priority=50 - 10 * i,
+                min_replicas=1 if i == 0 else 0,
+                max_replicas=min(3, settings.machines) if i == 0 else 1))
+        return tuple(out)
+    from grid_llamacpp.tinymodel import TinyModelSpec, make_model
+
+    for i, m in enumerate(layout.DEFAULT_MODELS):
+        path = models_dir / f"{m['name']}.gguf"
+        if not path.exists():
+            size = make_model(path, TinyModelSpec(
+                name=str(m["name"]), layers=int(m["layers"]),  # type: ignore[call-overload]
+                embedding=int(m["embedding"]),  # type: ignore[call-overload]
+                context=layout.MODEL_CONTEXT, seed=i))
+            echo(f"  made {path.name} ({size / 1e6:.1f} MB file)")
+        out.append(ModelSpec(
+            model_id=path.name, path=str(path), sha256=layout.sha256_of(path),
+            memory_mb=int(small * float(m["share"])),  # type: ignore[arg-type]
+            priority=int(m["priority"]),  # type: ignore[call-overload]
+            min_replicas=int(m["min_replicas"]),  # type: ignore[call-overload]
+            max_replicas=min(int(m["max_replicas"]), settings.machines)))  # type: ignore[call-overload]
+    return tuple(out)
+
+
+# --- server -----------------------------------------------------------------------------
+def server_proof(rec: ProcessRecord | None) -> str:
+    """``proven``, ``dead`` or ``unproven`` for the recorded server process."""
+    if rec is None:
+        return "dead"
+    return prove(rec.pid, birth=rec.birth, args=(rec.marker,)).status
+
+
+def _start_server(root: Path, port: int) -> tuple[ProcessRecord, str]:
+    home = root / "server"
+    home.mkdir(mode=0o700, parents=True, exist_ok=True)
+    url_file = root / "server-url.json"
+    url_file.unlink(missing_ok=True)
+    policy = root / "policy.json"
+    policy.write_text(json.dumps(layout.policy_document(), indent=2) + "\n")
+    argv = [sys.executable, "-m", "grid_server.serve", "--host", "127.0.0.1",
+            "--port", str(port), "--url-file", str(url_file), "--policy", str(policy),
+            "--tick-interval", "2"]
+    env = dict(os.environ, GRID_HOME=str(home))
+    log = (root / "server.log").open("ab")
+    try:
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env,
+                                start_new_session=True, close_fds=True)
+    finally:
+        log.close()
+    deadline = time.monotonic() + SERVER_START_S
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            tail = (root / "server.log").read_text(errors="replace").splitlines()[-5:]
+            msg = f"the fleet server exited ({proc.returncode}):\n" + "\n".join(tail)
+            raise UnavailableError(msg)
+        try:
+            doc = json.loads(url_file.read_text())
+            if doc.get("pid") == proc.pid:
+                rec = ProcessRecord(pid=proc.pid, birth=float(doc["create_time"]),
+                                    marker=("--url-file", str(url_file)))
+                return rec, str(doc["url"])
+        except (OSError, ValueError, KeyError):
+            pass
+        time.sleep(POLL_S)
+    proc.terminate()
+    proc.wait(SERVER_STOP_S)
+    msg = f"the fleet server did not start within {SERVER_START_S:.0f} s; see {root}/server.log"
+    raise UnavailableError(msg)
+
+
+def _stop_server(rec: ProcessRecord | None, echo: Echo) -> None:
+    if rec is None:
+        return
+    proof = prove(rec.pid, birth=rec.birth, args=(rec.marker,))
+    if proof.status == "dead":
+        return
+    if proof.status != "proven":
+        echo(f"  not signalling pid {rec.pid}: {proof.reason} (inspect it by hand)")
+        return
+    signal_proven(rec.pid, signal.SIGTERM, proof)
+    deadline = time.monotonic() + SERVER_STOP_S
+    while time.monotonic() < deadline and not is_gone(rec.pid):
+        time.sleep(POLL_S)
+    if not is_gone(rec.pid):
+        again = prove(rec.pid, birth=rec.birth, args=(rec.marker,))
+        signal_proven(rec.pid, signal.SIGKILL, again)
+    echo(f"  server pid {rec.pid} stopped")
+
+
+# --- hosts --------------------------------------------------------------------------------
+def _run(argv: list[str], env: dict[str, str]) -> tuple[int, str]:
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, env=env,
+                              timeout=NODE_CMD_TIMEOUT_S, check=False)
+    except subprocess.TimeoutExpired:
+        return 124, f"timed out after {NODE_CMD_TIMEOUT_S:.0f} s"
+    return done.returncode, (done.stdout + done.stderr).strip()
+
+
+def _start_host(root: Path, url: str, host: HostSpec) -> tuple[str, int, str]:
+    tokens = root / "tokens"
+    tokens.mkdir(mode=0o700, exist_ok=True)
+    token_file = tokens / f"{host.host_id}.token"
+    env = dict(os.environ, GRID_HOME=str(root / "server"))
+    if not token_file.exists():
+        code, out = _run([*grid_exe(), "allocator", "token", "write", str(token_file),
+                          "--host-id", host.host_id, "--ttl-days", str(TOKEN_TTL_S / 86400),
+                          "--grid", url], env)
+        if code:
+            return host.host_id, code, out
+    code, out = _run([
+        *grid_exe(), "allocator", "node", "start", "--grid", url,
+        "--token-file", str(token_file), "--state-dir", str(root / "hosts" / host.host_id),
+        "--host-id", host.host_id, "--failure-domain", host.failure_domain,
+        "--port-range", f"{host.port_low}-{host.port_high}",
+        "--capacity-share", str(host.capacity_share),
+        "--models-dir", str(root / "models"), "--dedicated",
+        "--heartbeat-interval", str(layout.HEARTBEAT_INTERVAL_S),
+        "--throttle-fraction", str(layout.THROTTLED_FRACTION)], env)
+    return host.host_id, code, out
+
+
+def node_record(root: Path, host_id: str) -> dict | None:
+    """The node agent's own record (pid, birth, instance) from its state directory."""
+    try:
+        return json.loads((root / "hosts" / host_id / "agent.json").read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def node_running(root: Path, host_id: str) -> bool:
+    rec = node_record(root, host_id)
+    if not rec or "pid" not in rec:
+        return False
+    return prove(int(rec["pid"]), birth=rec.get("birth"),
+                 args=(("--instance", str(rec.get("instance"))),)).status == "proven"
+
+
+# --- start / stop -------------------------------------------------------------------------
+def start(settings: FleetSettings, echo: Echo, root: Path | None = None) -> FleetRecord:
+    """Start (or confirm) the fleet described by ``settings``.
+
+    Idempotent: a running fleet with identical settings is reused (missing host agents are
+    restarted); different settings are refused with the differing fields named.
+
+    Raises:
+        ConflictError: a fleet with other settings runs here.
+        UnavailableError: the server or a host did not come up (everything started by this
+            call is stopped again before raising).
+    """
+    root = root or layout.fleet_dir()
+    root.mkdir(parents=True, exist_ok=True)
+    existing = layout.load_record(root)
+    if existing is not None and server_proof(existing.server) == "proven":
+        if existing.settings != settings:
+            diff = [f"{f}: running {getattr(existing.settings, f)!r}, asked {getattr(settings, f)!r}"
+                    for f in existing.settings.__struct_fields__
+                    if getattr(existing.settings, f) != getattr(settings, f)]
+            msg = ("a fleet with different settings is running ("
+                   + "; ".join(diff) + "); run 'grid test stop' first")
+            raise ConflictError(msg)
+        missing = [h for h in existing.hosts if not node_running(root, h.host_id)]
+        if not missing:
+            echo(f"grid: the fleet is already running at {existing.url} (same settings)")
+            return existing
+        echo(f"grid: restarting {len(missing)} stopped host agent(s)")
+        _start_hosts(root, existing.url, tuple(missing), echo)
+        return existing
+    if existing is not None and server_proof(existing.server) == "unproven":
+        msg = (f"pid {existing.server.pid if existing.server else '?'} in "
+               f"{layout.record_path(root)} is alive but not provably the fleet server; "
+               "inspect it by hand")
+        raise ConflictError(msg)
+    hosts = layout.host_specs(settings.capacities_mb, settings.engine_port_base)
+    echo(f"grid: starting a logical fleet of {settings.machines} host(s) in {root}")
+    models = prepare_models(root, settings, echo)
+    server, url = _start_server(root, settings.port)
+    rec = FleetRecord(settings=settings, url=url, hosts=hosts, models=models, server=server,
+                      started_at=time.time())
+    layout.save_record(root, rec)
+    echo(f"  server pid {server.pid} on {url}")
+    try:
+        for m in models:
+            _api(url, root, "PUT", f"/allocator/models/{m.model_id}", layout.profile_document(m))
+            echo(f"  profile {m.model_id}: {m.memory_mb} MB, priority {m.priority}, "
+                 f"replicas {m.min_replicas}..{m.max_replicas}")
+        _start_hosts(root, url, hosts, echo)
+        mode = _api(url, root, "PUT", "/allocator/mode", {"mode": "automatic"})
+        if mode.get("mode") != "automatic":
+            msg = f"the server refused automatic mode: {mode}"
+            raise UnavailableError(msg)
+    except BaseException:
+        echo("grid: start failed; stopping what was started")
+        stop(echo, root)
+        raise
+    return rec
+
+
+def _start_hosts(root: Path, url: str, hosts: tuple[HostSpec, ...], echo: Echo) -> None:
+    with ThreadPoolExecutor(max_workers=min(8, len(hosts))) as pool:
+        results = list(pool.map(lambda h: _start_host(root, url, h), hosts))
+    failed = [(hid, out) for hid, code, out in results if code]
+    for h in hosts:
+        if not any(hid == h.host_id for hid, _ in failed):
+            echo(f"  {h.host_id}: {h.capacity_mb} MB ({h.capacity_share:.3f} of RAM), "
+                 f"domain {h.failure_domain}, ports {h.port_low}-{h.port_high}")
+    if failed:
+        lines = "\n".join(f"  {hid}: {out.splitlines()[-1] if out else '?'}" for hid, out in failed)
+        msg = f"{len(failed)} logical host(s) did not start:\n{lines}"
+        raise UnavailableError(msg)
+
+
+def stop(echo: Echo, root: Path | None = None) -> list[int]:
+    """Drain and stop every host agent (and its engines), then the server.
+
+    Returns:
+        PIDs (agents, engines, server) that still run afterwards; empty when clean.
+    """
+    root = root or layout.fleet_dir()
+    rec = layout.load_record(root)
+    if rec is None:
+        echo("grid: no fleet here; nothing to stop")
+        return []
+    pids = _owned_pids(root, rec)
+    env = dict(os.environ, GRID_HOME=str(root / "server"))
+
+    def stop_host(h: HostSpec) -> tuple[str, int, str]:
+        sdir = root / "hosts" / h.host_id
+        if not sdir.exists():
+            return h.host_id, 0, "never started"
+        code, out = _run([*grid_exe(), "allocator", "node", "stop", "--state-dir", str(sdir)],
+                         env)
+        return h.host_id, code, out
+
+    with ThreadPoolExecutor(max_workers=min(8, max(1, len(rec.hosts)))) as pool:
+        for hid, code, out in pool.map(stop_host, rec.hosts):
+            last = out.splitlines()[-1] if out else ""
+            echo(f"  {hid}: {'stopped' if code == 0 else f'stop failed ({code})'} {last}")
+    _stop_server(rec.server, echo)
+    left = [pid for pid, birth in pids if not is_gone(pid) and _same(pid, birth)]
+    if not left:
+        layout.record_path(root).unlink(missing_ok=True)
+    return left
+
+
+def _same(pid: int, birth: float | None) -> bool:
+    from grid_node.identity import birth_of
+
+    got = birth_of(pid)
+    return got is not None and birth is not None and abs(got - birth) < 0.05
+
+
+def _owned_pids(root: Path, rec: FleetRecord) -> list[tuple[int, float | None]]:
+    """Every (pid, birth) the fleet started: server, agents, engine children."""
+    out: list[tuple[int, float | None]] = []
+    if rec.server is not None:
+        out.append((rec.server.pid, rec.server.birth))
+    for h in rec.hosts:
+        agent = node_record(root, h.host_id)
+        if agent and "pid" in agent:
+            out.append((int(agent["pid"]), agent.get("birth")))
+        out.extend(engine_pids(root, h.host_id))
+    return out
+
+
+def engine_pids(root: Path, host_id: str) -> list[tuple[int, float | None]]:
+    """Engine children recorded in a host's durable node state."""
+    try:
+        doc = json.loads((root / "hosts" / host_id / "node.json").read_text())
+    except (OSError, ValueError):
+        return []
+    out = []
+    for child in (doc.get("children") or {}).values():
+        if isinstance(child, dict) and child.get("pid"):
+            out.append((int(child["pid"]), child.get("birth")))
+    return out
+
+
+def status_document(root: Path | None = None) -> dict:
+    """Fleet settings, processes and the server's allocator status (plain data)."""
+    root = root or layout.fleet_dir()
+    rec = layout.load_record(root)
+    if rec is None:
+        return {"running": False, "fleet_dir": str(root)}
+    server = server_proof(rec.server)
+    doc: dict = {
+        "running": server == "proven", "fleet_dir": str(root), "url": rec.url,
+        "token_file": str(root / "server" / "operator-token"),
+        "settings": msgspec.to_builtins(rec.settings),
+        "models": msgspec.to_builtins(rec.models),
+        "hosts": [dict(msgspec.to_builtins(h), agent_running=node_running(root, h.host_id))
+                  for h in rec.hosts],
+        "server_pid": rec.server.pid if rec.server else None,
+    }
+    if server == "proven":
+        try:
+            with httpx.Client(timeout=HTTP_TIMEOUT_S, trust_env=False) as client:
+                doc["allocator"] = client.get(rec.url + "/allocator/status",
+                                              params={"detail": "1"}).json()
+        except (httpx.HTTPError, ValueError) as exc:
+            doc["allocator_error"] = f"{type(exc).__name__}: {exc}"
+    return doc
+
+
+def stray_processes(root: Path) -> list[int]:
+    """PIDs whose command line mentions the fleet directory (verification only: never
+    signalled). After a clean stop this is empty: no server, agent or engine is left."""
+    import psutil
+
+    marker = str(root)
+    out = []
+    for proc in psutil.process_iter(["pid", "cmdline"]):
+        try:
+            cmd = proc.info.get("cmdline") or []
+        except (psutil.Error, AttributeError):
+            continue
+        if proc.pid != os.getpid() and any(marker in part for part in cmd):
+            out.append(proc.pid)
+    return out

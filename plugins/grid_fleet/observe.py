@@ -1,0 +1,132 @@
+"""Residency transitions and command outcomes, derived from successive allocator status reads.
+
+``grid test watch``, the demo and the replay all use one :class:`Observer`: it reads
+``GET /allocator/status?detail=1``, compares each host's residencies and the action history
+with the previous read, and yields one event per change. Nothing here decides anything.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+POLL_S = 0.5
+"""Status reads per second while watching: residency states last seconds, so 0.5 s catches
+each one; a read costs the server a few milliseconds."""
+GONE = "absent"
+"""Pseudo-state of a residency that disappeared from its host (unloaded)."""
+
+
+@dataclass(frozen=True)
+class Event:
+    """One observed change.
+
+    Attributes:
+        at: wall-clock Unix seconds of the read that saw it.
+        kind: ``residency`` (a state change) or ``command`` (an action's status change).
+        host_id / model_id: where.
+        before / after: residency states (``absent`` when missing), or action statuses.
+        detail: action kind and reason for commands.
+    """
+
+    at: float
+    kind: str
+    host_id: str
+    model_id: str
+    before: str
+    after: str
+    detail: str = ""
+
+    def line(self, t0: float) -> str:
+        """One human-readable line, time relative to ``t0``."""
+        what = "residency" if self.kind == "residency" else f"command {self.detail}"
+        return (f"[{self.at - t0:7.1f}s] {self.host_id:<8} {self.model_id:<20} "
+                f"{what}: {self.before} -> {self.after}")
+
+
+def residencies(status: dict[str, Any]) -> dict[tuple[str, str], str]:
+    """``(host_id, model_id) → state`` from a detailed status document."""
+    out: dict[tuple[str, str], str] = {}
+    ctl = status.get("controller") or {}
+    for host in ctl.get("hosts") or ():
+        for r in host.get("residencies") or ():
+            out[(host["host_id"], r["model_id"])] = str(r.get("state"))
+    return out
+
+
+def actions(status: dict[str, Any]) -> dict[str, tuple[str, str, str, str, str]]:
+    """``action_id → (kind, host, model, status, reason)`` from history and pending lists."""
+    ctl = status.get("controller") or {}
+    out: dict[str, tuple[str, str, str, str, str]] = {}
+    for key in ("history", "pending_commands"):
+        for a in ctl.get(key) or ():
+            if isinstance(a, dict) and a.get("action_id"):
+                out[a["action_id"]] = (str(a.get("kind")), str(a.get("host_id")),
+                                       str(a.get("model_id")), str(a.get("status", "pending")),
+                                       str(a.get("reason", "")))
+    return out
+
+
+def ready_counts(status: dict[str, Any]) -> dict[str, int]:
+    """Model id → ready replicas."""
+    out: dict[str, int] = {}
+    for (_host, model), state in residencies(status).items():
+        if state == "ready":
+            out[model] = out.get(model, 0) + 1
+    return out
+
+
+@dataclass
+class Observer:
+    """Polls the fleet's status and turns differences into :class:`Event` values.
+
+    Attributes:
+        url: the fleet API.
+        events: every event seen so far (the demo checks phases against them).
+        last: the latest status document.
+    """
+
+    url: str
+    events: list[Event] = field(default_factory=list)
+    last: dict[str, Any] = field(default_factory=dict)
+    _res: dict[tuple[str, str], str] | None = None
+    _acts: dict[str, tuple[str, str, str, str, str]] = field(default_factory=dict)
+
+    def read(self, client: httpx.Client) -> dict[str, Any]:
+        resp = client.get(self.url + "/allocator/status", params={"detail": "1"})
+        resp.raise_for_status()
+        return resp.json()
+
+    def update(self, status: dict[str, Any], now: float | None = None) -> list[Event]:
+        """Fold one status document in; return the new events.
+
+        The first read reports the live residencies as a snapshot (cached weights and past
+        commands are history, not news); later reads report every change.
+        """
+        now = time.time() if now is None else now
+        self.last = status
+        res = residencies(status)
+        acts = actions(status)
+        new: list[Event] = []
+        first = self._res is None
+        prev = self._res or {}
+        for key in sorted(set(prev) | set(res)):
+            before, after = prev.get(key, GONE), res.get(key, GONE)
+            if before != after and not (first and after == "cached"):
+                new.append(Event(now, "residency", key[0], key[1], before, after))
+        self._res = res
+        for aid, (kind, host, model, st, reason) in sorted(acts.items()):
+            old = self._acts.get(aid)
+            if not first and (old is None or old[3] != st):
+                new.append(Event(now, "command", host, model, old[3] if old else "new", st,
+                                 f"{kind} ({reason})" if reason else kind))
+        self._acts.update(acts)
+        self.events.extend(new)
+        return new
+
+    def poll(self, client: httpx.Client) -> list[Event]:
+        """Read once and fold it in."""
+        return self.update(self.read(client))
