@@ -18,6 +18,7 @@ from grid_core.planner.phases import (
     place_class,
     place_pins,
     preempt_for,
+    readmit_deferred,
     round_key,
     seed_incumbents,
 )
@@ -142,6 +143,7 @@ def _solve(state: PlanState, digest: str) -> Plan:
                         key=lambda mi: round_key(state, mi))
         place_class(state, models)
         repair_class(state, models, homogeneous)
+        readmit_deferred(state, models)
         for mi in models:
             missing = state.desired[mi] - state.ledger.count[mi]
             for _ in range(missing):

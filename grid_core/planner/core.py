@@ -78,6 +78,8 @@ class PlanState:
         self.fail_reasons: list[set[str]] = [set() for _ in self.profiles]
         self.budget_hit: set[int] = set()
         self.repair_steps = 0
+        self.deferred: dict[int, list[tuple[int, object]]] = {}
+        """Per model, incumbents held back so a missing failure domain can be filled."""
         self.victim_cache: dict[tuple[int, int], tuple[int, object, object]] = {}
         """(beneficiary, host) → (host version, ranked victim pool, selector answer)."""
         self.last_round: list[int | None] = []

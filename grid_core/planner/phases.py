@@ -47,14 +47,39 @@ def seed_incumbents(state: PlanState) -> None:
     ledger = state.ledger
     for mi in class_order(state, list(range(len(state.profiles)))):
         want = state.desired[mi]
+        domains_needed = min(state.required_domains(mi),
+                             len({ledger.domain_list[hi] for hi in state.cands[mi]}))
         kept = 0
+        seen: set[str] = set()
         for hi, res in serving_incumbents(state, mi):
             if kept >= want:
                 break
+            dom = ledger.domain_list[hi]
+            if dom in seen and want - kept - 1 < domains_needed - len(seen):
+                # Keeping a second replica in this domain would leave no room for a domain
+                # the model still needs: defer it, re-admitted if no new domain works out.
+                state.deferred.setdefault(mi, []).append((hi, res))
+                continue
             if ledger.fit_incumbent(mi, hi, res) is None:
                 ledger.keep(mi, hi, res, "incumbent")
                 kept += 1
+                seen.add(dom)
     _converge_ceilings(state)
+
+
+def readmit_deferred(state: PlanState, models: list[int]) -> None:
+    """Keep deferred incumbents of models that are still short after their rounds.
+
+    A replica set that stays in too few domains is better than a missing replica: the
+    failure-domain shortfall is reported instead.
+    """
+    ledger = state.ledger
+    for mi in models:
+        for hi, res in state.deferred.get(mi, ()):
+            if ledger.count[mi] >= state.desired[mi]:
+                break
+            if mi not in ledger.books[hi].models and ledger.fit_incumbent(mi, hi, res) is None:
+                ledger.keep(mi, hi, res, "incumbent")
 
 
 def _converge_ceilings(state: PlanState) -> None:

@@ -508,3 +508,21 @@ def test_unwanted_replica_inside_min_residency_is_not_preempted():
     assert run(profiles, [h]).evictions == ()
     old = host("a", 8, residencies=(res("surplus", 8),))
     assert [e.model_id for e in run(profiles, [old]).evictions] == ["surplus"]
+
+
+def test_incumbents_in_one_domain_make_room_for_a_required_second_domain():
+    hosts = [host("a1", 16, residencies=(res("m", 4),)), host("a2", 16, residencies=(res("m", 4),)),
+             host("b1", 16, failure_domain="fd-2")]
+    profile = model("m", 4, min_replicas=2, max_replicas=2, min_failure_domains=2)
+    p = run([profile], hosts)
+    assert placed(p) == {("m", "a1"), ("m", "b1")}
+    assert p.unmet == ()
+    # Without room in the other domain both incumbents stay and the shortfall is reported.
+    full = [*hosts[:2], host("b1", 16, failure_domain="fd-2", state="paused")]
+    p = run([profile], full)
+    assert placed(p) == {("m", "a1"), ("m", "a2")}
+    assert codes(p, "m") == ["failure_domain_shortfall"]
+    tight = [*hosts[:2], host("b1", 2, failure_domain="fd-2")]
+    p = run([profile], tight)
+    assert placed(p) == {("m", "a1"), ("m", "a2")}
+    assert codes(p, "m") == ["failure_domain_shortfall"]
