@@ -165,22 +165,29 @@ class Actuator:
 
     # --- health -------------------------------------------------------------------------------
     async def refresh(self) -> bool:
-        """Probe every child; a vanished one becomes ``failed``. Returns True if routes changed."""
+        """Probe every child in parallel; a vanished one becomes ``failed``.
+
+        Runs without the command lock so heartbeats stay responsive during a long warm or
+        drain; a result is committed only if the child's record is still the one probed and
+        no running command is working on that model. Returns True when a child was lost.
+        """
+        snapshot = [(m, c) for m, c in self.state.children.items() if c.state != "failed"]
+        probes = await asyncio.gather(*(
+            self.adapter_for(c.runtime).probe(self.host, c)  # type: ignore[attr-defined]
+            for _, c in snapshot))
         changed = False
-        async with self._lock:
-            for model_id, child in list(self.state.children.items()):
-                if child.state == "failed":
-                    continue
-                adapter = self.adapter_for(child.runtime)
-                probe = await adapter.probe(self.host, child)  # type: ignore[attr-defined]
-                self.probes[model_id] = probe
-                if not probe.alive and child.state in ("ready", "draining"):
-                    child.state = "failed"
-                    child.failure = f"process lost: {probe.detail}"
-                    self.note(f"{model_id} pid {child.pid} exited unexpectedly ({probe.detail})")
-                    changed = True
-            if changed:
-                self.save()
+        for (model_id, child), probe in zip(snapshot, probes, strict=True):
+            if self.state.children.get(model_id) is not child:
+                continue  # replaced or removed while probing: the result is stale
+            self.probes[model_id] = probe
+            busy_here = self._lock.locked() and self.state.running_model == model_id
+            if not probe.alive and child.state in ("ready", "draining") and not busy_here:
+                child.state = "failed"
+                child.failure = f"process lost: {probe.detail}"
+                self.note(f"{model_id} pid {child.pid} exited unexpectedly ({probe.detail})")
+                changed = True
+        if changed:
+            self.save()
         return changed
 
     # --- inventory ----------------------------------------------------------------------------
