@@ -62,3 +62,23 @@ def test_named_and_unclassified_requests_are_unchanged() -> None:
 def test_the_map_agrees_with_the_single_lookup() -> None:
     mapping = projection_map(("coding", "general", "video"), PROFILES, [HOST])
     assert mapping == {"coding": "small-coder", "general": "generalist"}
+
+
+def test_the_lab_hands_unbound_requests_raw_to_a_portfolio_plugin(lab) -> None:
+    from grid_core import hookimpl
+    from grid_core.scenario.catalog import build_catalog
+    from grid_core.scenario.strategies import ControllerControl
+    from grid_core.testing import plugins_with
+
+    class Portfolio:
+        @hookimpl
+        def grid_search_portfolio(self, snapshot, ctx):
+            return None
+
+    profiles = tuple(e.profile for e in build_catalog(3))
+    plain = ControllerControl("smart", lab.plugins, lab.store_factory(), profiles, 0.0)
+    assert plain.pre_project
+    with_portfolio = plugins_with(("portfolio", Portfolio()),
+                                  builtins=("grid_scoring", "grid_victims"))
+    switched = ControllerControl("smart", with_portfolio, lab.store_factory(), profiles, 0.0)
+    assert not switched.pre_project
