@@ -1,0 +1,78 @@
+"""Telemetry reports unknown sensors as None; local overrides are durable and expire."""
+
+from __future__ import annotations
+
+import os
+import stat
+import time
+
+import psutil
+import pytest
+from typer.testing import CliRunner
+
+from grid_core.cli import build_app
+from grid_core.protection import ProtectionPolicy, ProtectionState, step
+from grid_core.testing import plugins_with
+from grid_node import telemetry
+from grid_node.agent import read_override
+
+
+def test_missing_sensors_are_unknown_not_zero(monkeypatch):
+    monkeypatch.setattr(psutil, "sensors_battery", lambda: None)
+    monkeypatch.setattr(psutil, "sensors_temperatures", lambda: {})
+    s = telemetry.sample(at=1.0)
+    assert s.battery_pct is None and s.charging is None
+    assert s.temperature_c is None
+    assert s.user_idle_s is None
+    assert s.memory_pct is not None and 0 < s.memory_pct <= 100
+
+
+def test_resources_scale_with_capacity_share_and_exclude_managed_memory(tmp_path):
+    whole = telemetry.resources(capacity_share=1.0, managed_pids=[], artifact_dir=tmp_path,
+                                runtimes=["llama.cpp"], throttle_fraction=1.0)
+    quarter = telemetry.resources(capacity_share=0.25, managed_pids=[], artifact_dir=tmp_path,
+                                  runtimes=["llama.cpp"], throttle_fraction=0.5)
+    assert abs(quarter.capacity_mb - whole.capacity_mb / 4) <= 1
+    assert quarter.throttle_fraction == 0.5
+    mine = telemetry.resources(capacity_share=1.0, managed_pids=[os.getpid()],
+                               artifact_dir=tmp_path, runtimes=[], throttle_fraction=1.0)
+    # This process's memory counts as managed, so external use is smaller by about its RSS.
+    assert mine.external_used_mb <= whole.external_used_mb + 64
+
+
+@pytest.fixture
+def runner_app(tmp_path, monkeypatch):
+    monkeypatch.setenv("GRID_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("GRID_NODE_STATE_DIR", str(tmp_path / "node"))
+    app = build_app(plugins_with(builtins=("grid_node",)))
+    return CliRunner(), app, tmp_path / "node"
+
+
+def test_override_commands_are_durable_owner_only_and_expire(runner_app):
+    runner, app, sdir = runner_app
+    r = runner.invoke(app, ["allocator", "node", "pause", "--reason", "battery use",
+                            "--for-seconds", "3600"])
+    assert r.exit_code == 0, r.output
+    o = read_override(sdir)
+    assert o is not None and o.kind == "pause" and o.reason == "battery use"
+    assert o.expires_at is not None and o.expires_at > time.time() + 3000
+    assert stat.S_IMODE(os.stat(sdir / "override.json").st_mode) == 0o600
+    _, decision = step(ProtectionState(), telemetry.sample(at=0.0),
+                       ProtectionPolicy(dedicated=True), override=o, wall_now=time.time(),
+                       active_requests=0)
+    assert decision.state == "paused"
+    _, later = step(ProtectionState(), telemetry.sample(at=0.0),
+                    ProtectionPolicy(dedicated=True), override=o,
+                    wall_now=o.expires_at + 1, active_requests=0)
+    assert later.override is None
+    r = runner.invoke(app, ["allocator", "node", "quarantine", "--reason", "thermal fault"])
+    assert r.exit_code == 0 and read_override(sdir).kind == "quarantine"
+    r = runner.invoke(app, ["allocator", "node", "resume"])
+    assert r.exit_code == 0 and read_override(sdir) is None
+
+
+def test_override_needs_a_reason(runner_app):
+    runner, app, sdir = runner_app
+    r = runner.invoke(app, ["allocator", "node", "drain", "--reason", "  "])
+    assert r.exit_code != 0
+    assert read_override(sdir) is None
