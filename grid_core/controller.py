@@ -165,6 +165,9 @@ class Controller:
                 self._enter_automatic(self._restore_time())
             except GridError as exc:
                 self.warnings.append(f"automatic mode not resumed after restart: {exc}")
+                at = self._restore_time()
+                for a in self.book.active():
+                    self.book.close(a, "cancelled", at, "automatic mode not resumed")
         else:
             self.mode = state.mode
 
@@ -499,7 +502,7 @@ class Controller:
             return Delivery(mode=self.mode, commands=(), lease_ttl_s=self._ttl(now))
         retired = frozenset(self.tombstones)
         unsafe = {a.model_id for a in chosen if a.destructive and destructive_problem(
-            a, self.last_plan, host_map, retired, gp) is not None}
+            a, self.last_plan, host_map, self.profiles, retired, gp) is not None}
         if unsafe:
             undo = [a for a in fresh_marks if a.destructive and a.model_id in unsafe]
             for a in undo:

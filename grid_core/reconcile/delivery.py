@@ -12,8 +12,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 
 from grid_core.planner.types import Plan
+from grid_core.profile import ModelProfile
 from grid_core.reconcile.actions import Action
 from grid_core.reconcile.policy import GovernorPolicy
+from grid_core.reconcile.reconciler import required_replicas
 from grid_core.reconcile.view import admitting, reachable, replacement_problem
 from grid_core.snapshot import HostSnapshot
 
@@ -60,6 +62,7 @@ def destructive_problem(
     a: Action,
     plan: Plan | None,
     hosts: Mapping[str, HostSnapshot],
+    profiles: Mapping[str, ModelProfile],
     retired: frozenset[str],
     policy: GovernorPolicy,
 ) -> str | None:
@@ -69,6 +72,7 @@ def destructive_problem(
         a: a drain, unload or evict.
         plan: the latest plan (its assignments are the replacements).
         hosts: the fresh registry snapshot.
+        profiles: configured profiles (their ``min_replicas`` is a floor on replacements).
         retired: retired model ids (target zero: no replacement needed).
         policy: bounds, including the route lease and its margin.
     """
@@ -92,5 +96,5 @@ def destructive_problem(
     assigned = [x for x in plan.assignments if x.model_id == a.model_id]
     if any(x.host_id == a.host_id for x in assigned):
         return "desired_again"
-    return replacement_problem(a.model_id, assigned, plan.desired.get(a.model_id, 0), hosts,
-                               policy, lease_margin=True)
+    need = required_replicas(a.model_id, plan, profiles, retired)
+    return replacement_problem(a.model_id, assigned, need, hosts, policy, lease_margin=True)

@@ -129,6 +129,21 @@ class ReconcileResult:
     ready: dict[str, int] = field(default_factory=dict)
 
 
+def required_replicas(model_id: str, plan: Plan, profiles: Mapping[str, ModelProfile],
+                      retired: frozenset[str]) -> int:
+    """Replicas that must be proven READY before an obsolete one may drain.
+
+    The plan's desired count, but never below the profile's ``min_replicas``: a plan that
+    (by bug or by shortage) asks for fewer than the baseline cannot authorize draining the
+    last required replica. A retired model needs none.
+    """
+    if model_id in retired:
+        return 0
+    profile = profiles.get(model_id)
+    floor = profile.min_replicas if profile is not None else 0
+    return max(plan.desired.get(model_id, 0), floor)
+
+
 def _cached_exact(host: HostSnapshot, profile: ModelProfile, r: ResidencySnapshot | None) -> bool:
     """The host holds exactly the profile's weights on disk (a digest mismatch is not cached)."""
     want = profile.artifact_sha256
@@ -212,8 +227,9 @@ def reconcile(inp: ReconcileInputs) -> ReconcileResult:
 
     _constructive(inp, gate, by_model, out)
     proof = {
-        m: replacement_problem(m, by_model.get(m, ()), inp.plan.desired.get(m, 0), inp.hosts,
-                               inp.policy, lease_margin=False)
+        m: replacement_problem(m, by_model.get(m, ()),
+                               required_replicas(m, inp.plan, inp.profiles, inp.retired),
+                               inp.hosts, inp.policy, lease_margin=False)
         for m in {r.model_id for h in inp.hosts.values() for r in h.residencies}
     }
     _destructive(inp, gate, desired_pairs, evictions, proof, out)

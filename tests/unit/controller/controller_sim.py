@@ -14,6 +14,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from grid_core.controller import Controller
+from grid_core.errors import ConflictError
+from grid_core.planner import plan
+from grid_core.planner.types import Assignment, Plan, PlanInputs
 from grid_core.profile import ModelProfile
 from grid_core.snapshot import HostSnapshot, ResidencySnapshot
 from grid_core.store import MemoryStore
@@ -25,9 +28,25 @@ PLANNER_PLUGINS = ("grid_scoring", "grid_victims", "grid_forecast_ewma")
 
 class DurableMemoryStore(MemoryStore):
     """An in-memory store that claims durability, standing in for the file store in pure
-    unit tests (the file store itself is tested against real files)."""
+    unit tests (the file store itself is tested against real files).
+
+    Its lease behaves like the file store's: a live holder's unexpired lease cannot be
+    taken over; a holder marked dead (its process is gone) can be replaced at once.
+    """
 
     durable = True
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.dead: set[str] = set()
+
+    def acquire_lease(self, controller_id: str, now: float, ttl_s: float) -> tuple[int, float]:
+        holder = self._holder
+        if (holder is not None and holder != controller_id and holder not in self.dead
+                and self._expires > now):
+            msg = f"controller '{holder}' holds the lease for {self._expires - now:.0f} s"
+            raise ConflictError(msg)
+        return super().acquire_lease(controller_id, now, ttl_s)
 
 
 @dataclass
@@ -83,7 +102,8 @@ class SimFleet:
         self.nodes = {h: SimNode(host_id=h, capacity_mb=mb) for h, mb in hosts.items()}
         self.store = DurableMemoryStore()
         self.plugins = plugins_with(builtins=PLANNER_PLUGINS)
-        self.plan_fn = plan_fn
+        self.override: dict[str, list[str]] | None = None
+        self.plan_fn = plan_fn or self._plan
         self.ctl = self._new_controller()
         self.zombies: list[Controller] = []
         self.violations: list[str] = []
@@ -95,6 +115,29 @@ class SimFleet:
     def _new_controller(self) -> Controller:
         return Controller(plugins=self.plugins, store=self.store,
                           plan_fn=self.plan_fn)  # type: ignore[arg-type]
+
+    def _plan(self, inputs: PlanInputs, plugins: object) -> Plan:
+        """The real planner, unless a test forces an arbitrary (even unsafe) placement."""
+        if self.override is None:
+            return plan(inputs, plugins)
+        mem = {p.model_id: p.memory_mb for p in inputs.profiles}
+        assigned = tuple(
+            Assignment(model_id=m, host_id=h, incumbent=False, runtime="llama.cpp",
+                       memory_mb=mem[m], reason="score")
+            for m, hosts in sorted(self.override.items()) if m in mem for h in hosts)
+        return Plan(assignments=assigned,
+                    desired={m: len(h) for m, h in self.override.items() if m in mem},
+                    digest="override")
+
+    def stale_heartbeat(self, host_id: str) -> None:
+        """Receipts arrive, but with the node's previous (older) inventory report."""
+        node = self.nodes[host_id]
+        if not node.up or node.last_report is None:
+            return
+        acks, node.outbox = node.outbox, []
+        if acks:
+            self.ctl.acknowledge(host_id, acks, self.now)
+        self.ctl.note_input(self.now, safety_changed=True)
 
     # --- controller-side inputs ----------------------------------------------------------
     def hosts(self) -> list[HostSnapshot]:
@@ -116,15 +159,19 @@ class SimFleet:
         self.retired.add(model_id)
 
     def restart(self, keep_zombie: bool = False) -> None:
+        """Start a new controller on the same store; the old one dies or lingers (zombie)."""
         if keep_zombie:
             self.zombies.append(self.ctl)
+        else:
+            self.store.dead.add(self.ctl.controller_id)
         self.ctl = self._new_controller()
 
     def tick(self) -> None:
         self.ctl.tick(self.now, self.hosts())
 
     # --- heartbeats ----------------------------------------------------------------------
-    def heartbeat(self, host_id: str, *, ack_order: str = "all", tick: bool = True) -> list[Command]:
+    def heartbeat(self, host_id: str, *, ack_order: str = "all",
+                  tick: bool = True) -> list[Command]:
         """One command-bearing heartbeat of ``host_id`` (a no-op while it is down)."""
         node = self.nodes[host_id]
         if not node.up:
@@ -177,6 +224,9 @@ class SimFleet:
                 self._check_target(node, c)
             if c.node_id != node.host_id or not c.executable or ttl_s <= 0:
                 continue
+            if c.controller_term < node.highest_term:
+                self.violations.append(f"term {c.controller_term} command reached "
+                                       f"{node.host_id} after term {node.highest_term}")
             if c.controller_term < node.highest_term or (
                     c.controller_term == node.highest_term and node.term_owner
                     and c.controller_id != node.term_owner):
