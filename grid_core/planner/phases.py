@@ -29,6 +29,7 @@ def round_key(state: PlanState, mi: int) -> tuple:
 
 
 def harm_neg(state: PlanState, mi: int) -> tuple[float, ...]:
+    """Attributable harm of a model, negated so that sorting puts the most harmed first."""
     d = state.demand[mi]
     if d is None:
         return (0.0, 0.0, 0.0, 0.0, 0.0)
@@ -153,7 +154,7 @@ def place_class(state: PlanState, models: list[int]) -> None:
     Required baselines come first and real (direct) demand before demand that is only
     inferred, so a prediction can use spare capacity but never take a slot real traffic needs.
     """
-    stuck: set[int] = set()
+    stuck = {mi for mi in models if not state.cands[mi]}  # no host could ever take them
     for phase in ("baseline", "direct", "inferred"):
         def target(mi: int, phase: str = phase) -> int:
             if phase == "baseline" or (phase == "direct" and _inferred_only(state, mi)):
