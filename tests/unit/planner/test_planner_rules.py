@@ -526,3 +526,32 @@ def test_incumbents_in_one_domain_make_room_for_a_required_second_domain():
     p = run([profile], tight)
     assert placed(p) == {("m", "a1"), ("m", "a2")}
     assert codes(p, "m") == ["failure_domain_shortfall"]
+
+
+def test_static_terms_run_once_per_model_and_host_class():
+    seen: list[tuple[str, str]] = []
+
+    class Term:
+        name = "recording"
+        dynamic = False
+
+        def score(self, model, host, ctx):
+            seen.append((model.model_id, host.host_id))
+            return 0.0
+
+    class Mod:
+        from grid_core import hookimpl
+
+        @staticmethod
+        @hookimpl
+        def grid_placement_score_terms(register):
+            register(Term())
+
+    hosts = [host(f"h{i}", 16, failure_domain=f"fd-{i % 3}") for i in range(6)]
+    hosts.append(host("odd", 32))
+    profiles = [model("a", 2, max_replicas=5), model("b", 2, max_replicas=5)]
+    p = run(profiles, hosts, [demand("a", 5), demand("b", 5)],
+            plugins=plugins_with(("recording", Mod)))
+    assert len(p.assignments) == 10
+    # two host classes (the six identical hosts, and "odd") x two models
+    assert sorted(set(seen)) == sorted(seen) and len(seen) == 4
