@@ -76,6 +76,8 @@ class Metrics:
     by_user: dict[int, _Tally] = field(default_factory=lambda: defaultdict(_Tally))
     user_persona: dict[int, str] = field(default_factory=dict)
     admission: dict[str, dict[str, int]] = field(default_factory=dict)
+    blockers: dict[str, dict[str, int]] = field(default_factory=dict)
+    """Workload → model occupying a usable machine → minutes the workload waited behind it."""
     overloaded: dict[str, int] = field(default_factory=dict)
     shortfall: dict[str, int] = field(default_factory=dict)
     memory_fraction: list[float] = field(default_factory=list)
@@ -143,7 +145,20 @@ class Metrics:
             states[w] = state
             row = self.admission.setdefault(w, {})
             row[state] = row.get(state, 0) + 1
+            if state in ("deferred", "planned") and model is not None:
+                self._blockers(w, model, fleet)
         return states
+
+    def _blockers(self, workload: str, model: str, fleet: SimFleet) -> None:
+        """Charge a minute to every model occupying a machine the waiting model could use."""
+        entry = fleet.entries[model]
+        row = self.blockers.setdefault(workload, {})
+        for node in fleet.nodes.values():
+            if not node.online or not compatible(entry, node.machine.kind):
+                continue
+            for occupant in node.residencies:
+                if occupant != model:
+                    row[occupant] = row.get(occupant, 0) + 1
 
     def _timeline(self, tick: int, changes: list[str], fleet: SimFleet, unmet: list[str],
                   pools: dict[str, Pool], states: dict[str, str]) -> None:
@@ -197,6 +212,8 @@ class Metrics:
             },
             "admission_minutes": {w: dict(sorted(v.items()))
                                   for w, v in sorted(self.admission.items())},
+            "admission_blocker_minutes": {w: dict(sorted(v.items()))
+                                          for w, v in sorted(self.blockers.items())},
             "overloaded_minutes": dict(sorted(self.overloaded.items())),
             "shortfall_minutes": dict(sorted(self.shortfall.items())),
             "capacity_recommendations": self._recommendations(),

@@ -120,10 +120,11 @@ def render_summary(report: dict, with_timeline: bool) -> str:
         lines.append(f"least-served workload: {w['workload']} {w['served_fraction']:.1%}")
     rows = [[w, x["requests"], x["served"], f"{x['served_fraction']:.1%}",
              f"{x['slo_attainment']:.1%}", "yes" if x["allocatable"] else "no",
-             ", ".join(f"{k}={v}" for k, v in report["admission_minutes"].get(w, {}).items())]
+             ", ".join(f"{k}={v}" for k, v in report["admission_minutes"].get(w, {}).items()),
+             _top_blocker(report["admission_blocker_minutes"].get(w, {}))]
             for w, x in d["by_workload"].items()]
     lines += ["", render_table(["workload", "requests", "served", "served%", "SLO%",
-                                "allocatable", "admission minutes"], rows), ""]
+                                "allocatable", "admission minutes", "waited behind"], rows), ""]
     for rec in report["capacity_recommendations"]:
         lines.append(f"recommendation: {rec}")
     sc = report["score"]
@@ -141,6 +142,13 @@ def render_summary(report: dict, with_timeline: bool) -> str:
                 f"overloaded {m}" for m in t["overloaded"]]
             lines.append(f"t+{t['tick']:>4} min  " + "; ".join(parts))
     return "\n".join(lines)
+
+
+def _top_blocker(row: dict[str, int]) -> str:
+    if not row:
+        return "-"
+    model, minutes = max(sorted(row.items()), key=lambda kv: kv[1])
+    return f"{model} ({minutes} min)"
 
 
 def graduate_cmd(

@@ -31,7 +31,8 @@ def test_scenario_json_is_the_complete_stable_report(app) -> None:
     assert first.exit_code == 0, first.output
     report = json.loads(first.stdout)
     assert report["scenario"]["machines"] == 3 and report["schema_version"] == 1
-    assert {"demand", "slo", "lifecycle", "safety", "score", "timeline"} <= set(report)
+    assert {"demand", "slo", "lifecycle", "safety", "score", "timeline", "admission_minutes",
+            "admission_blocker_minutes", "capacity_recommendations"} <= set(report)
     assert first.stdout == second.stdout
 
 
