@@ -139,19 +139,28 @@ class LlamaCppAdapter:
             host.publish(child)
         except (StateError, OSError, UnavailableError) as exc:
             self._kill_own(pid)
+            self._record_failure(host, child, str(exc))
             if isinstance(exc, GridError):
                 raise
             msg = f"could not record child of {alias} durably ({exc}); it was stopped"
             raise StateError(msg) from exc
         try:
             await self._wait_ready(host, child, log_path)
-        except GridError:
+        except GridError as exc:
             self._kill_own(pid)
-            child.state = "failed"
+            self._record_failure(host, child, str(exc))
             raise
         child.state = "ready"
         host.publish(child)
         return child
+
+    @staticmethod
+    def _record_failure(host: RuntimeHost, child: ChildRecord, why: str) -> None:
+        """Best-effort: mark a stopped child failed so the next warm can release it."""
+        child.state = "failed"
+        child.failure = why[:500]
+        with contextlib.suppress(GridError, OSError):
+            host.publish(child)
 
     def _spawn(self, argv: list[str], log_path: Path) -> int:
         """Start a child in its own session with stdout/stderr to ``log_path``; returns its pid.

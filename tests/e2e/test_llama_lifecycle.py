@@ -225,3 +225,19 @@ def test_qualify_runs_the_real_lifecycle_and_writes_evidence(models_dir, tmp_pat
          str(tmp_path / "bad.json")], capture_output=True, text=True, timeout=300, check=False)
     assert bad.returncode == 1
     assert json.loads((tmp_path / "bad.json").read_text())["passed"] is False
+
+
+async def test_a_model_that_cannot_start_fails_cleanly_and_can_be_retried(node, models_dir):
+    broken = models_dir.parent / "broken-models"
+    broken.mkdir(exist_ok=True)
+    (broken / "broken.gguf").write_bytes(b"GGUF but not really a model")
+    node.act.config.model_dirs = (*node.act.config.model_dirs, broken)
+    node.act.host.model_dirs = node.act.config.model_dirs
+    ack = await run(node, "warm", "broken.gguf")
+    assert ack.status == "failed" and "exited before ready" in ack.message
+    record = node.act.state.children["broken.gguf"]
+    assert record.state == "failed" and is_gone(record.pid)
+    # Nothing is left behind, and the next warm is not blocked by the failed record.
+    (broken / "broken.gguf").write_bytes((models_dir / "tiny.gguf").read_bytes())
+    again = await run(node, "warm", "broken.gguf")
+    assert again.status == "succeeded", again.message
