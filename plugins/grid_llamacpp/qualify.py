@@ -19,6 +19,8 @@ import httpx
 
 from grid_core.errors import GridError
 from grid_core.runtime import ChildRecord, LoadResult
+from grid_llamacpp.adapter import LlamaCppAdapter
+from grid_llamacpp.artifacts import sha256_file
 from grid_node.actuator import NodeRuntimeHost
 from grid_node.config import DEFAULT_PORT_RANGE, grid_home
 
@@ -26,32 +28,83 @@ COMPLETION_TIMEOUT_S = 120.0
 """Seconds one qualification completion may take on a slow CPU."""
 
 
-async def run_qualification(model: Path, sha256: str | None, evidence: Path | None) -> dict:
-    """Run the lifecycle and return the evidence document (also written to disk)."""
-    from grid_llamacpp.adapter import LlamaCppAdapter
-    from grid_llamacpp.artifacts import sha256_file
+class _Steps:
+    """Ordered qualification steps with their outcome."""
 
-    steps: list[dict] = []
+    def __init__(self) -> None:
+        self.rows: list[dict] = []
+
+    def __call__(self, name: str, ok: bool, detail: str) -> bool:
+        self.rows.append({"name": name, "ok": ok, "detail": detail, "at": time.time()})
+        return ok
+
+
+async def _exercise(adapter: LlamaCppAdapter, host: NodeRuntimeHost, child: ChildRecord,
+                    step: _Steps) -> None:
+    """Ownership, readiness, one completion, activity, drain and stop of a warm child."""
+    proof = adapter.proof(child)
+    step("ownership", proof.status == "proven", proof.reason or "identity proven")
+    probe = await adapter.probe(host, child)
+    step("readiness", probe.ready, probe.detail or "/health 200 and alias listed")
+    async with httpx.AsyncClient(timeout=COMPLETION_TIMEOUT_S) as client:
+        r = await client.post(f"{child.url}/v1/chat/completions",
+                              headers={"Authorization": f"Bearer {host.api_key}"},
+                              json={"model": child.alias, "max_tokens": 8,
+                                    "messages": [{"role": "user", "content": "hi"}]})
+        unauth = await client.get(f"{child.url}/slots")
+    usage = r.json().get("usage", {}) if r.status_code == 200 else {}
+    step("completion", r.status_code == 200 and usage.get("completion_tokens", 0) > 0,
+         f"HTTP {r.status_code}, {usage.get('completion_tokens', 0)} tokens")
+    active = await adapter.activity(host, child)
+    step("activity", active is not None and unauth.status_code == 401,
+         f"{active} busy slot(s); unauthenticated /slots -> {unauth.status_code}")
+    left = await adapter.drain(host, child, 30.0)
+    step("drain", left == 0, f"{left} request(s) left")
+    await adapter.unload(host, child, idle_wait_s=30.0)
+    step("stop", True, f"pid {child.pid} stopped")
+
+
+def _scratch_host(tmpdir: Path, model: Path) -> NodeRuntimeHost:
+    """A throw-away runtime host with its own owner-only engine key."""
+    key = secrets.token_urlsafe(32)
+    key_file = tmpdir / "engine-api-key"
+    fd = os.open(key_file, os.O_WRONLY | os.O_CREAT, 0o600)
+    os.write(fd, (key + "\n").encode())
+    os.close(fd)
+    return NodeRuntimeHost(
+        bind_host="127.0.0.1", state_dir=tmpdir, artifact_dir=tmpdir / "artifacts",
+        model_dirs=(model.resolve().parent,), api_key=key, api_key_file=key_file,
+        port_range=DEFAULT_PORT_RANGE, publish_fn=lambda _c: None, used_ports=set)
+
+
+def _write_evidence(path: Path, doc: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    tmp_path = path.with_name(f".{path.name}.tmp")
+    fd = os.open(tmp_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        json.dump(doc, f, indent=2)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp_path, path)
+
+
+async def run_qualification(model: Path, sha256: str | None, evidence: Path | None) -> dict:
+    """Run the lifecycle and return the evidence document (also written to disk).
+
+    Args:
+        model: the GGUF to run.
+        sha256: expected digest, if declared.
+        evidence: where to write the evidence (default ``$GRID_HOME/qualification/``).
+
+    Returns:
+        The evidence: steps with outcome and detail, ``passed`` and ``evidence_path``.
+    """
+    step = _Steps()
     adapter = LlamaCppAdapter()
     child: ChildRecord | None = None
     started = time.time()
-
-    def step(name: str, ok: bool, detail: str) -> bool:
-        steps.append({"name": name, "ok": ok, "detail": detail, "at": time.time()})
-        return ok
-
     with tempfile.TemporaryDirectory(prefix="grid-qualify-") as tmp:
-        tmpdir = Path(tmp)
-        key = secrets.token_urlsafe(32)
-        key_file = tmpdir / "engine-api-key"
-        fd = os.open(key_file, os.O_WRONLY | os.O_CREAT, 0o600)
-        os.write(fd, (key + "\n").encode())
-        os.close(fd)
-        records: list[ChildRecord] = []
-        host = NodeRuntimeHost(
-            bind_host="127.0.0.1", state_dir=tmpdir, artifact_dir=tmpdir / "artifacts",
-            model_dirs=(model.resolve().parent,), api_key=key, api_key_file=key_file,
-            port_range=DEFAULT_PORT_RANGE, publish_fn=records.append, used_ports=set)
+        host = _scratch_host(Path(tmp), model)
         try:
             exe = adapter.executable()
             digest = sha256_file(model)
@@ -64,26 +117,7 @@ async def run_qualification(model: Path, sha256: str | None, evidence: Path | No
                 child = await adapter.warm(host, loaded, 0)
                 step("warm", True, f"pid {child.pid} port {child.port} ready in "
                                    f"{time.monotonic() - t0:.2f} s")
-                proof = adapter.proof(child)
-                step("ownership", proof.status == "proven", proof.reason or "identity proven")
-                probe = await adapter.probe(host, child)
-                step("readiness", probe.ready, probe.detail or "/health 200 and alias listed")
-                async with httpx.AsyncClient(timeout=COMPLETION_TIMEOUT_S) as client:
-                    r = await client.post(f"{child.url}/v1/chat/completions",
-                                          headers={"Authorization": f"Bearer {key}"},
-                                          json={"model": child.alias, "max_tokens": 8,
-                                                "messages": [{"role": "user", "content": "hi"}]})
-                    unauth = await client.get(f"{child.url}/slots")
-                usage = r.json().get("usage", {}) if r.status_code == 200 else {}
-                step("completion", r.status_code == 200 and usage.get("completion_tokens", 0) > 0,
-                     f"HTTP {r.status_code}, {usage.get('completion_tokens', 0)} tokens")
-                active = await adapter.activity(host, child)
-                step("activity", active is not None and unauth.status_code == 401,
-                     f"{active} busy slot(s); unauthenticated /slots -> {unauth.status_code}")
-                left = await adapter.drain(host, child, 30.0)
-                step("drain", left == 0, f"{left} request(s) left")
-                await adapter.unload(host, child, idle_wait_s=30.0)
-                step("stop", True, f"pid {child.pid} stopped")
+                await _exercise(adapter, host, child, step)
                 child = None
         except GridError as exc:
             step("error", False, str(exc))
@@ -93,18 +127,12 @@ async def run_qualification(model: Path, sha256: str | None, evidence: Path | No
                     await adapter.unload(host, child, idle_wait_s=0.0, force=True)
                 except GridError as exc:
                     step("cleanup", False, str(exc))
-    passed = all(s["ok"] for s in steps) and any(s["name"] == "stop" for s in steps)
+    rows = step.rows
+    passed = all(s["ok"] for s in rows) and any(s["name"] == "stop" for s in rows)
     doc = {"runtime": "llama.cpp", "model": str(model), "artifact_sha256": sha256,
            "host": platform.node(), "started_at": started, "finished_at": time.time(),
-           "passed": passed, "steps": steps}
+           "passed": passed, "steps": rows}
     path = evidence or (grid_home() / "qualification" / f"llama.cpp-{int(started)}.json")
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    tmp_path = path.with_name(f".{path.name}.tmp")
-    fd = os.open(tmp_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        json.dump(doc, f, indent=2)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp_path, path)
+    _write_evidence(path, doc)
     doc["evidence_path"] = str(path)
     return doc
