@@ -187,6 +187,11 @@ def test_plan_never_breaks_a_hard_rule(inputs: PlanInputs):
             new_mb = sum(by_id[a.model_id].memory_for(h.runtimes) for a in new)
             limit = int(h.allocatable_mb * _fraction(h, inputs.policy))
             assert live_mb + new_mb + inputs.policy.admission_headroom_mb <= limit
+        # disk: uncached artifacts reserve their ceiling cumulatively against free disk
+        if new and h.artifact_disk_free_mb is not None:
+            disk = sum(by_id[a.model_id].artifact_size_mb or 0 for a in new
+                       if a.model_id not in h.cached)
+            assert disk <= h.artifact_disk_free_mb
         # model slots and colocation (reciprocal)
         desired_set = set(ids) | {r.model_id for r in unmanaged}
         present = desired_set | live_ids if new else desired_set
