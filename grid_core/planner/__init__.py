@@ -17,7 +17,7 @@ from grid_core.planner.core import PlanState, desired_count
 from grid_core.planner.phases import (
     place_class,
     place_pins,
-    preempt_for,
+    preempt_rounds,
     readmit_deferred,
     round_key,
     seed_incumbents,
@@ -144,11 +144,7 @@ def _solve(state: PlanState, digest: str) -> Plan:
         place_class(state, models)
         repair_class(state, models, homogeneous)
         readmit_deferred(state, models)
-        for mi in models:
-            missing = state.desired[mi] - state.ledger.count[mi]
-            for _ in range(missing):
-                if not preempt_for(state, mi):
-                    break
+        preempt_rounds(state, models)
     return Plan(
         assignments=tuple(state.assignments()),
         desired={p.model_id: state.desired[mi] for mi, p in enumerate(state.profiles)},

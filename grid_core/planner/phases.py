@@ -215,11 +215,25 @@ def _undo(state: PlanState, order: list[int], done: list[bool]) -> None:
 
 
 # --- staged preemption --------------------------------------------------------------------
+def preempt_rounds(state: PlanState, models: list[int]) -> None:
+    """Stage preemptions for a class's missing replicas, one replica per model per round,
+    so the eviction budget is shared fairly instead of spent on the first model."""
+    active = [mi for mi in models if state.ledger.count[mi] + state.staged.get(mi, 0)
+              < state.desired[mi]]
+    while active:
+        still = []
+        for mi in active:
+            if preempt_for(state, mi) and (state.ledger.count[mi] + state.staged.get(mi, 0)
+                                           < state.desired[mi]):
+                still.append(mi)
+        active = still
+
+
 def may_preempt(state: PlanState, mi: int) -> bool:
     """Destructive authority needs a baseline, a pin or direct evidence (never inference)."""
     p, d = state.profiles[mi], state.demand[mi]
-    return bool(p.pins) or state.ledger.count[mi] < p.min_replicas or (d is not None
-                                                                        and d.direct)
+    baseline = state.ledger.count[mi] + state.staged.get(mi, 0) < p.min_replicas
+    return bool(p.pins) or baseline or (d is not None and d.direct)
 
 
 def preempt_for(state: PlanState, mi: int) -> bool:

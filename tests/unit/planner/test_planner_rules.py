@@ -555,3 +555,13 @@ def test_static_terms_run_once_per_model_and_host_class():
     assert len(p.assignments) == 10
     # two host classes (the six identical hosts, and "odd") x two models
     assert sorted(set(seen)) == sorted(seen) and len(seen) == 4
+
+
+def test_eviction_budget_is_shared_one_replica_per_model_per_round():
+    hosts = [host(f"h{i}", 8, failure_domain=f"fd-{i}", residencies=(res(f"lo{i}", 8),))
+             for i in range(4)]
+    profiles = [model("a", 8, min_replicas=2, max_replicas=2, priority=3),
+                model("b", 8, min_replicas=2, max_replicas=2, priority=3)] + [
+        model(f"lo{i}", 8, min_replicas=1) for i in range(4)]
+    p = run(profiles, hosts, policy=PlannerPolicy(admission_headroom_mb=0, max_evictions=2))
+    assert sorted(e.beneficiary for e in p.evictions) == ["a", "b"]
