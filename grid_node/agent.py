@@ -137,6 +137,7 @@ class NodeAgent:
         self._send = asyncio.Lock()
         self._client: httpx.AsyncClient | None = None
         self._queued: set[str] = set()
+        self._cpu = telemetry.CpuMeter()
 
     # --- lifecycle ------------------------------------------------------------------------
     @property
@@ -209,7 +210,8 @@ class NodeAgent:
     def protect(self) -> ProtectionDecision:
         """Take a sample and advance the protection state machine (persisting changes)."""
         gpus = self.plugins.gpu_devices()
-        sample = telemetry.sample(gpus=gpus)
+        pids = [c.pid for c in self.state.children.values()]
+        sample = telemetry.sample(gpus=gpus, cpu=self._cpu, managed_pids=pids)
         override = read_override(self.config.state_dir)
         probes = self.actuator.probes.values() if self.actuator else ()
         actives = [getattr(p, "active_requests", None) for p in probes]

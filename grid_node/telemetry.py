@@ -49,12 +49,46 @@ def _user_idle_s() -> float | None:
     return None
 
 
-def sample(at: float | None = None, gpus: list[object] | None = None) -> Sample:
+class CpuMeter:
+    """System CPU utilisation minus what Grid's own children use.
+
+    Protection should react to the owner's work, not to the inference Grid itself runs, or a
+    busy engine would throttle its own host. psutil measures CPU between two calls, so the
+    meter keeps one ``psutil.Process`` per child between samples.
+    """
+
+    def __init__(self) -> None:
+        self._procs: dict[int, psutil.Process] = {}
+        psutil.cpu_percent(interval=None)  # prime the system-wide counter
+
+    def percent(self, managed_pids: list[int]) -> float:
+        """Percent of all CPUs busy with work other than ``managed_pids`` since last call."""
+        total = psutil.cpu_percent(interval=None)
+        ours = 0.0
+        for pid in managed_pids:
+            proc = self._procs.get(pid)
+            try:
+                if proc is None:
+                    self._procs[pid] = proc = psutil.Process(pid)
+                    proc.cpu_percent(interval=None)  # first call only primes the counter
+                    continue
+                ours += proc.cpu_percent(interval=None)
+            except psutil.Error:
+                self._procs.pop(pid, None)
+        for pid in set(self._procs) - set(managed_pids):
+            del self._procs[pid]
+        return max(0.0, total - ours / (psutil.cpu_count() or 1))
+
+
+def sample(at: float | None = None, gpus: list[object] | None = None,
+           cpu: CpuMeter | None = None, managed_pids: list[int] | None = None) -> Sample:
     """Read every sensor once.
 
     Args:
         at: the sample time (monotonic seconds); defaults to now.
         gpus: devices from the ``grid_gpu_devices`` hook, for GPU memory pressure.
+        cpu: a meter that subtracts Grid's own children (system-wide CPU without one).
+        managed_pids: Grid's children, for ``cpu``.
     """
     battery = None
     with contextlib.suppress(OSError, RuntimeError, AttributeError):
@@ -70,7 +104,7 @@ def sample(at: float | None = None, gpus: list[object] | None = None) -> Sample:
         gpu_pct = max(100.0 * g.memory_used_mb / g.memory_total_mb for g in known)  # type: ignore[attr-defined]
     return Sample(
         at=time.monotonic() if at is None else at,
-        cpu_pct=psutil.cpu_percent(interval=None),
+        cpu_pct=cpu.percent(managed_pids or []) if cpu else psutil.cpu_percent(interval=None),
         memory_pct=psutil.virtual_memory().percent,
         gpu_memory_pct=gpu_pct,
         load_per_cpu=load,

@@ -76,3 +76,4 @@ def test_override_needs_a_reason(runner_app):
     r = runner.invoke(app, ["allocator", "node", "drain", "--reason", "  "])
     assert r.exit_code != 0
     assert read_override(sdir) is None
+
