@@ -565,3 +565,9 @@ def test_eviction_budget_is_shared_one_replica_per_model_per_round():
         model(f"lo{i}", 8, min_replicas=1) for i in range(4)]
     p = run(profiles, hosts, policy=PlannerPolicy(admission_headroom_mb=0, max_evictions=2))
     assert sorted(e.beneficiary for e in p.evictions) == ["a", "b"]
+
+
+def test_host_reported_throttle_fraction_limits_new_placement():
+    h = host("a", 16, throttle_fraction=0.25)  # 4 GB offered for new work
+    assert run([model("m", 6, min_replicas=1)], [h]).assignments == ()
+    assert placed(run([model("m", 3, min_replicas=1)], [h])) == {("m", "a")}
