@@ -86,8 +86,9 @@ class PlanState:
         """Host chosen per model in the latest fair round (``None`` = not placed)."""
         self._static: dict[tuple[int, int, float], float] = {}
         self.host_class, self.class_rep = _host_classes(self.hosts)
-        self._fit: dict[tuple[int, int], tuple[int, str | None, bool, float | None]] = {}
-        """(model, host) → (host book version, fit failure, domain novelty, score)."""
+        self._fit: list[dict[int, tuple[int, str | None, bool, float | None]]] = [
+            {} for _ in self.profiles]
+        """Per model, host → (host book version, fit failure, domain novelty, score)."""
         self.res_maps = [{r.model_id: r for r in h.residencies} for h in self.hosts]
         self.alloc = [h.allocatable_mb for h in self.hosts]
         self._dynamic: dict[tuple[int, int, float, int, bool], float] = {}
@@ -196,12 +197,12 @@ class PlanState:
         best_new: tuple[float, int] | None = None
         best_any: tuple[float, int] | None = None
         mems = self.mem_rows[mi]
-        cache = self._fit
+        cache = self._fit[mi]
+        last_why = None
         for hi in self.cands[mi]:
             book = books[hi]
             domain_new = domain_list[hi] not in domains
-            key = (mi, hi)
-            got = cache.get(key)
+            got = cache.get(hi)
             s = None
             if got is not None and got[0] == book.version:
                 why = got[1]
@@ -214,13 +215,15 @@ class PlanState:
                 else:
                     why = ledger.fit_new(mi, hi)
                 if why is not None:
-                    cache[key] = (book.version, why, domain_new, None)
+                    cache[hi] = (book.version, why, domain_new, None)
             if why is not None:
-                reasons.add(why)
+                if why is not last_why:
+                    reasons.add(why)
+                    last_why = why
                 continue
             if s is None:
                 s = self.score(mi, hi, domain_new)
-                cache[key] = (book.version, None, domain_new, s)
+                cache[hi] = (book.version, None, domain_new, s)
             if domain_new and (best_new is None or s > best_new[0]):
                 best_new = (s, hi)
             if best_any is None or s > best_any[0]:

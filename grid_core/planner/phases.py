@@ -179,8 +179,14 @@ def _fair_round(state: PlanState, active: list[int], stuck: set[int]) -> None:
     failed = [mi for mi, ok in zip(order, done, strict=True) if not ok]
     if failed and len(failed) < len(order):
         # Capacity ended partway through the round: attributable harm decides who keeps it.
-        by_harm = sorted(active, key=lambda mi: (harm_neg(state, mi), round_key(state, mi)))
-        if by_harm != order:
+        # When every model that got a replica is more harmed than every model that did not,
+        # the round already agrees with harm and needs no replay.
+        def harm_key(mi: int) -> tuple:
+            return (harm_neg(state, mi), round_key(state, mi))
+        by_harm = sorted(active, key=harm_key)
+        placed_keys = [harm_key(mi) for mi, ok in zip(order, done, strict=True) if ok]
+        agrees = min(harm_key(mi) for mi in failed) > max(placed_keys)
+        if not agrees and by_harm != order:
             _undo(state, order, done)
             done2 = _try_round(state, by_harm)
             if sum(done2) >= sum(done):
