@@ -23,6 +23,15 @@ QUEUE_PRESSURE = 0.5
 half a request waiting on average is real backlog, millisecond routing waits are not."""
 LIVE_SAMPLES_FOR_AUTHORITY = 4
 """Learned load/warm times replace the profile's estimate after this many samples."""
+MAX_LEARNED_S = 3600.0
+"""Learned durations above an hour are implausible reports and are ignored."""
+
+
+def learned_s(value: float | None, prior: float) -> float:
+    """A learned duration when it is plausible (finite, 0..1 hour), else the profile prior."""
+    if value is None or not math.isfinite(value) or not 0.0 <= value <= MAX_LEARNED_S:
+        return prior
+    return value
 
 
 def eligible_hosts(hosts: list[HostSnapshot], planner_policy: object | None) -> list[bool]:
@@ -53,8 +62,8 @@ def startup_horizon_s(profile: ModelProfile, hosts: list[HostSnapshot],
             continue
         perf = host.performance.get(profile.model_id)
         learned = perf is not None and perf.samples >= LIVE_SAMPLES_FOR_AUTHORITY
-        warm = perf.warm_s if learned and perf.warm_s is not None else profile.warm_estimate_s
-        load = perf.load_s if learned and perf.load_s is not None else profile.load_estimate_s
+        warm = learned_s(perf.warm_s if learned else None, profile.warm_estimate_s)
+        load = learned_s(perf.load_s if learned else None, profile.load_estimate_s)
         cached = profile.model_id in host.cached and (
             profile.artifact_sha256 is None
             or host.cached[profile.model_id] == profile.artifact_sha256)

@@ -255,3 +255,12 @@ def test_millisecond_routing_waits_are_not_queue_pressure():
     ready = [host("a", ResidencySnapshot(model_id="m", memory_mb=4096, state="ready"))]
     d = t.forecast(NOW, [prof()], ready, EWMA)["m"]
     assert "queue_pressure" not in d.reasons and d.desired_replicas == 1
+
+
+@pytest.mark.parametrize("bad", [float("nan"), -5.0, 86_400.0])
+def test_implausible_learned_startup_times_fall_back_to_the_profile(bad):
+    perf = ModelPerformance(warm_s=bad, load_s=bad, samples=8)
+    t = tracker_for()
+    d = t.forecast(NOW, [prof(load_estimate_s=30.0, warm_estimate_s=10.0)],
+                   [host(performance={"m": perf})], EWMA)["m"]
+    assert d.projection_horizon_s == 40.0
