@@ -6,11 +6,13 @@ order of decisions (see docs/planner.md):
 1. canonicalise inputs (sorted) and hash them;
 2. desired replica counts (demand clamped to min/max; a pinned model wants its pins);
 3. seed healthy incumbents (priority high to low) within the desired ledger, model-slot
-   ceilings and colocation; surplus live work on a host whose ceiling was lowered is evicted;
+   ceilings and colocation (holding back same-domain surplus while a domain is missing);
+   surplus live work on a host whose ceiling was lowered is evicted;
 4. reserve hard pins (exact host; staged preemption on that host; never a substitute);
-5. per priority class, high to low: baseline rounds then demand rounds, one replica per model
-   per round (max-min fair), failure-domain diversity reserved before scoring; a round cut
-   short by capacity is re-decided by attributable harm; bounded repair; staged preemption;
+5. per priority class, high to low: baseline, direct-demand, then inferred-only rounds, one
+   replica per model per round (max-min fair), failure-domain diversity reserved before
+   scoring; a round cut short by capacity is re-decided by attributable harm; bounded repair;
+   held-back incumbents re-admitted; staged preemption in fair rounds;
 6. unmet constraints for every shortfall.
 """
 
