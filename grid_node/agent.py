@@ -122,9 +122,10 @@ class NodeAgent:
         self.plugins = plugins
         self.instance = instance
         self.store = StateFile(config.state_dir)
-        self.policy = ProtectionPolicy(dedicated=config.dedicated) \
-            if config.throttle_fraction is None else ProtectionPolicy(
-                dedicated=config.dedicated, throttle_fraction=config.throttle_fraction)
+        policy = {"dedicated": config.dedicated, "unknown": config.unknown_sensors}
+        if config.throttle_fraction is not None:
+            policy["throttle_fraction"] = config.throttle_fraction
+        self.policy = ProtectionPolicy(**policy)  # type: ignore[arg-type]
         self.decision: ProtectionDecision | None = None
         self.actuator: Actuator | None = None
         self.credential: Credential | None = None

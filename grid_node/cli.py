@@ -94,9 +94,14 @@ def start(
     throttle_fraction: Annotated[float | None, typer.Option(
         "--throttle-fraction", min=0.0, max=1.0,
         help="Share of capacity offered while CPU-throttled (default 0.5).")] = None,
+    unknown_sensors: Annotated[str, typer.Option(
+        "--unknown-sensors", help="Missing sensors: ignore, or throttle conservatively.")
+    ] = "ignore",
 ) -> None:
     """Start this machine's node agent in the background and wait until it has registered."""
     parse_port_range(port_range)
+    if unknown_sensors not in ("ignore", "throttle"):
+        raise ValidationError(f"--unknown-sensors {unknown_sensors!r}: use ignore or throttle")
     if not 0.01 <= capacity_share <= 1.0:
         raise ValidationError(f"--capacity-share {capacity_share}: use 0.01..1")
     sdir = _state_dir(state_dir)
@@ -109,7 +114,7 @@ def start(
     argv = [sys.executable, "-m", "grid_node.daemon", "--instance", instance,
             "--state-dir", str(sdir), "--grid", _grid_url(grid), "--port-range", port_range,
             "--capacity-share", str(capacity_share), "--heartbeat-interval",
-            str(heartbeat_interval)]
+            str(heartbeat_interval), "--unknown-sensors", unknown_sensors]
     if token_file is not None:
         argv += ["--token-file", str(token_file.resolve())]
     for flag, value in (("--host-id", host_id), ("--llama-server", llama_server),

@@ -62,6 +62,7 @@ class NodeConfig:
         failure_domain / tags: placement facts reported in resources.
         heartbeat_interval_s: seconds between heartbeats.
         bind_host: address engine children listen on.
+        unknown_sensors: ``ignore`` or ``throttle`` (how protection treats missing sensors).
     """
 
     state_dir: Path = field(default_factory=lambda: grid_home() / "node")
@@ -77,6 +78,7 @@ class NodeConfig:
     tags: tuple[str, ...] = ()
     heartbeat_interval_s: float = HEARTBEAT_INTERVAL_S
     bind_host: str = "127.0.0.1"
+    unknown_sensors: str = "ignore"
     throttle_fraction: float | None = None
     """Share of capacity offered while throttled (None: the protection default)."""
 
@@ -87,6 +89,9 @@ class NodeConfig:
         if not MIN_CAPACITY_SHARE <= self.capacity_share <= 1.0:
             msg = (f"--capacity-share {self.capacity_share}: use {MIN_CAPACITY_SHARE}..1 "
                    "(fraction of this machine offered by this agent)")
+            raise ValidationError(msg)
+        if self.unknown_sensors not in ("ignore", "throttle"):
+            msg = f"--unknown-sensors {self.unknown_sensors!r}: use ignore or throttle"
             raise ValidationError(msg)
         self.state_dir = Path(self.state_dir).expanduser().resolve()
         if not self.model_dirs:

@@ -35,6 +35,7 @@ def parse_args(argv: list[str]) -> tuple[NodeConfig, str]:
     p.add_argument("--failure-domain")
     p.add_argument("--tag", action="append", default=[])
     p.add_argument("--heartbeat-interval", type=float, default=5.0)
+    p.add_argument("--unknown-sensors", choices=("ignore", "throttle"), default="ignore")
     p.add_argument("--throttle-fraction", type=float, default=None)
     a = p.parse_args(argv)
     config = NodeConfig(
@@ -43,7 +44,8 @@ def parse_args(argv: list[str]) -> tuple[NodeConfig, str]:
         dedicated=a.dedicated, port_range=parse_port_range(a.port_range),
         capacity_share=a.capacity_share, model_dirs=tuple(Path(d) for d in a.models_dir),
         llama_server=a.llama_server, failure_domain=a.failure_domain, tags=tuple(a.tag),
-        heartbeat_interval_s=a.heartbeat_interval, throttle_fraction=a.throttle_fraction)
+        heartbeat_interval_s=a.heartbeat_interval, throttle_fraction=a.throttle_fraction,
+        unknown_sensors=a.unknown_sensors)
     return config, a.instance
 
 
