@@ -22,6 +22,7 @@ from grid_core.planner.phases import (
     round_key,
     seed_incumbents,
 )
+from grid_core.planner.relocation import relocate_for
 from grid_core.planner.repair import homogeneous_empty, repair_class
 from grid_core.planner.report import unmet
 from grid_core.planner.types import (
@@ -145,6 +146,7 @@ def _solve(state: PlanState, digest: str) -> Plan:
         repair_class(state, models, homogeneous)
         readmit_deferred(state, models)
         preempt_rounds(state, models)
+        relocate_for(state, [mi for mi, p in enumerate(state.profiles) if p.priority == prio])
     return Plan(
         assignments=tuple(state.assignments()),
         desired={p.model_id: state.desired[mi] for mi, p in enumerate(state.profiles)},

@@ -81,6 +81,8 @@ class PlanState:
         self.fail_reasons: list[set[str]] = [set() for _ in self.profiles]
         self.budget_hit: set[int] = set()
         self.repair_steps = 0
+        self.relocations: dict[int, tuple[str, str, str]] = {}
+        """Per blocked model, the staged relocation (incumbent, from host, to host)."""
         self.deferred: dict[int, list[tuple[int, object]]] = {}
         """Per model, incumbents held back so a missing failure domain can be filled."""
         self.victim_cache: dict[tuple[int, int], tuple[int, object, object]] = {}

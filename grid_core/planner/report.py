@@ -47,6 +47,13 @@ def _replica_unmet(state: PlanState, mi: int, missing: int) -> list[Unmet]:
                                  "evictions to free memory (placed after a later heartbeat "
                                  "proves it free)"))
     rest = missing - staged
+    if rest > 0 and mi in state.relocations:
+        moved, src, dst = state.relocations[mi]
+        out.append(Unmet(code="relocation_staged", model_id=p.model_id, host_id=src, missing=1,
+                         message=f"model '{p.model_id}': '{moved}' moves from '{src}' to "
+                                 f"'{dst}' first; this replica is placed on '{src}' once the "
+                                 "old copy is unloaded"))
+        rest -= 1
     if rest <= 0:
         return out
     if mi in state.budget_hit:
@@ -90,6 +97,12 @@ def _pin_unmet(state: PlanState, mi: int) -> list[Unmet]:
             out.append(Unmet(code="preemption_staged", model_id=p.model_id, host_id=pin,
                              missing=1, message=f"model '{p.model_id}' pinned to '{pin}' "
                              "waits for staged evictions there"))
+            continue
+        elif state.relocations.get(mi, ("", "", ""))[1] == pin:
+            moved, _, dst = state.relocations[mi]
+            out.append(Unmet(code="relocation_staged", model_id=p.model_id, host_id=pin,
+                             missing=1, message=f"model '{p.model_id}' pinned to '{pin}' "
+                             f"waits for '{moved}' to move to '{dst}'"))
             continue
         else:
             why = f"the host lacks room ({ledger.fit_new(mi, hi) or 'capacity'})"

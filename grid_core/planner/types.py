@@ -34,6 +34,7 @@ UnmetCode = Literal[
     "disk_shortage",
     "slot_limit",
     "eviction_budget",
+    "relocation_staged",
 ]
 
 

@@ -571,3 +571,36 @@ def test_host_reported_throttle_fraction_limits_new_placement():
     h = host("a", 16, throttle_fraction=0.25)  # 4 GB offered for new work
     assert run([model("m", 6, min_replicas=1)], [h]).assignments == ()
     assert placed(run([model("m", 3, min_replicas=1)], [h])) == {("m", "a")}
+
+
+def test_sole_feasible_host_relocates_an_equal_priority_incumbent_make_before_break():
+    profiles = [model("gpu", 10, min_replicas=1, backends=("cuda",)),
+                model("flex", 10, min_replicas=1)]
+    cuda = {"backends": ("cuda",)}
+    # Tick 1: "flex" holds the only cuda host; it is assigned a new home, nothing is evicted.
+    hosts = [host("cuda-1", 16, residencies=(res("flex", 10),), **cuda), host("mac", 32)]
+    p = run(profiles, hosts)
+    assert placed(p) == {("flex", "mac")}
+    assert p.evictions == ()
+    [u] = p.unmet
+    assert (u.code, u.model_id, u.host_id) == ("relocation_staged", "gpu", "cuda-1")
+    # Tick 2: the new copy is ready; the plan keeps it and still keeps cuda-1 for "gpu".
+    hosts = [host("cuda-1", 16, residencies=(res("flex", 10),), **cuda),
+             host("mac", 32, residencies=(res("flex", 10),))]
+    p = run(profiles, hosts)
+    assert placed(p) == {("flex", "mac")}
+    assert [u.code for u in p.unmet] == ["relocation_staged"]
+    # Tick 3: the old copy is gone: "gpu" lands on its only host.
+    hosts = [host("cuda-1", 16, **cuda), host("mac", 32, residencies=(res("flex", 10),))]
+    p = run(profiles, hosts)
+    assert placed(p) == {("flex", "mac"), ("gpu", "cuda-1")} and p.unmet == ()
+
+
+def test_relocation_needs_a_destination():
+    profiles = [model("gpu", 10, min_replicas=1, backends=("cuda",)),
+                model("flex", 10, min_replicas=1)]
+    hosts = [host("cuda-1", 16, backends=("cuda",), residencies=(res("flex", 10),)),
+             host("mac", 8)]
+    p = run(profiles, hosts)
+    assert placed(p) == {("flex", "cuda-1")}
+    assert codes(p, "gpu") == ["capacity_shortage"]
