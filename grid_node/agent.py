@@ -351,10 +351,12 @@ class NodeAgent:
         ready = {m: c for m, c in self.state.children.items() if c.state == "ready"}
         for model_id in list(self.routes):
             if model_id not in ready:
-                rid = self.routes.pop(model_id)
+                rid = self.routes[model_id]
                 async with self._send:
-                    with contextlib.suppress(httpx.HTTPStatusError):
+                    with contextlib.suppress(httpx.HTTPStatusError):  # already gone: fine
                         await self._request("DELETE", f"/nodes/{rid}")
+                # Forgotten only after the server answered; a transport error retries next beat.
+                self.routes.pop(model_id, None)
         for model_id, child in ready.items():
             probe = self.actuator.probes.get(model_id)
             if probe is not None and not getattr(probe, "ready", False):
