@@ -2,8 +2,9 @@
 
 Sixteen base entries are listed in an order that covers every workload of the vocabulary
 within the first nine (so small scenarios still see every kind of model); entries 17–32 are
-quantised variants with smaller footprints and slightly lower suitability. Artifact identities
-are derived from the model id, so they are immutable and identical across seeds and fleets.
+quantised variants with smaller footprints and slightly lower suitability. Artifact identities (SHA-256
+and an exact ``hf://`` source) are derived from the model id, so they are immutable and
+identical across seeds and fleets; nothing is ever fetched from them.
 """
 
 from __future__ import annotations
@@ -109,6 +110,7 @@ def _entry(row: tuple, quant: bool) -> CatalogEntry:
         memory_mb=mem,
         runtime_memory_mb={"vllm": int(mem * VLLM_MEMORY_FACTOR)} if "vllm" in runtimes else {},
         artifact_sha256=_sha(mid),
+        artifact_source=f"hf://grid-scenario/catalog/{mid}.gguf",
         artifact_size_mb=max(1, int(mem * 0.9)),
         runtimes=tuple(runtimes),
         backends=tuple(backends),
