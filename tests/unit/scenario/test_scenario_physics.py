@@ -5,6 +5,8 @@ from __future__ import annotations
 import random
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from grid_core.demand.features import RequestFeatures
 from grid_core.scenario.arrivals import Arrival, FleetEvents
@@ -179,3 +181,34 @@ def test_features_carry_only_bounded_fields_and_a_hashed_session() -> None:
     assert hashes[0] == hashes[1] != hashes[2] and len(hashes[0]) == 32
     assert all("secret" not in repr(f) for f in features)
     assert [f.outcome for f in features] == ["unavailable"] * 3
+
+
+MODELS = [e.model_id for e in build_catalog(16)]
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["load", "warm", "drain", "unload", "evict", "tick"]),
+                          st.integers(0, 2), st.sampled_from(MODELS)), max_size=60))
+def test_no_order_sequence_breaks_the_node_fences(steps) -> None:
+    events = FleetEvents(("h1",), ("h2",), (3, 9), (5, 8))
+    fleet = _fleet("mac-mini-24", "rtx-4090", "media-48", events=events)
+    tick = 0
+    fleet.advance(tick)
+    profiles = _profiles(fleet)
+    for n, (kind, host, model) in enumerate(steps):
+        if kind == "tick":
+            tick += 1
+            fleet.advance(tick)
+        else:
+            fleet.apply(Order(f"a{n}", kind, f"h{host}", model), profiles)
+        for node in fleet.nodes.values():
+            k = node.machine.kind
+            assert len(node.residencies) <= 1
+            assert node.used_mb() <= k.capacity_mb - k.reserved_mb
+            assert node.disk_used_mb <= k.disk_mb
+            assert node.online or not node.residencies
+            for r in node.residencies.values():
+                assert r.state != "ready" or fleet.tick >= r.ready_tick
+                # A removal never materialises before the model's minimum residency.
+                assert r.unload_after is None or r.unload_after >= r.loaded_at + profiles[
+                    r.model_id].min_residency_s
