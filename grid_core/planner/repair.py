@@ -70,12 +70,19 @@ def repair_class(state: PlanState, models: list[int], homogeneous: bool) -> None
 def _repair_one(state: PlanState, mi: int, peers: list[int]) -> bool:
     ledger = state.ledger
     peer_set = set(peers)
+    # Exact pruning: a move only helps when it frees enough memory on the host and the moved
+    # replica fits somewhere else; both are cheap to rule out before trying.
+    most_free = max((min(b.inc_free, b.raw_free) for b in ledger.books
+                     if b.eligible and not b.blocked), default=0)
     for hi in state.cands[mi]:
         if ledger.fit_new(mi, hi) not in REPAIRABLE:
             continue
-        movable = [pl for pl in ledger.books[hi].models.values()
+        book = ledger.books[hi]
+        need = state.mem_rows[mi][hi] - min(book.inc_free, book.raw_free)
+        movable = [pl for pl in book.models.values()
                    if not pl.incumbent and pl.mi != mi and pl.mi in peer_set
-                   and not state.profiles[pl.mi].pins]
+                   and not state.profiles[pl.mi].pins and pl.memory_mb >= need
+                   and min(state.mem_rows[pl.mi].values()) <= most_free]
         for pl in sorted(movable, key=lambda pl: (-pl.memory_mb, pl.mi)):
             state.repair_steps += 1
             if state.repair_steps > state.policy.repair_budget:
