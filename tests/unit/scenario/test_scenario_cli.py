@@ -91,3 +91,19 @@ def test_graduate_prints_every_gate(app) -> None:
                  "least_workload_largest_fleet", "predictive_startup_savings"):
         assert gate in result.stdout
     assert ("FAIL" in result.stdout) == (result.exit_code == 1)
+
+
+def test_reports_are_identical_across_processes_with_different_hash_seeds() -> None:
+    import os
+    import subprocess
+    import sys
+
+    args = [sys.executable, "-c", "from grid_core.cli import main; main()", "test", "scenario",
+            "--machines", "3", "--models", "5", "--users", "30", "--duration", "8m",
+            "--seed", "11", "--json"]
+    outputs = []
+    for hash_seed in ("1", "2"):
+        env = {**os.environ, "PYTHONHASHSEED": hash_seed}
+        done = subprocess.run(args, capture_output=True, env=env, timeout=120, check=True)
+        outputs.append(done.stdout)
+    assert outputs[0] == outputs[1] and json.loads(outputs[0])["demand"]["requests"] > 0
