@@ -7,6 +7,7 @@ serving through the server's proxy, a local drain override reaching the server, 
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -169,3 +170,59 @@ def test_node_stop_refuses_an_unprovable_daemon_pid(tmp_path):
     finally:
         other.kill()
         other.wait()
+
+
+@pytest.mark.anyio
+async def test_lease_and_fence_heartbeats_never_consume_commands(tmp_path):
+    from grid_core.testing import plugins_with
+    from grid_node.agent import NodeAgent
+    from grid_node.config import NodeConfig
+
+    home = tmp_path / "home"
+    server = start_server(home, tick_interval_s=0.3)
+    client = GridClient(server.url, home)
+    models = tmp_path / "models"
+    make_model(models / "tiny.gguf", TinyModelSpec(name="tiny", seed=4))
+    token_file = tmp_path / "token"
+    fd = os.open(token_file, os.O_WRONLY | os.O_CREAT, 0o600)
+    os.write(fd, json.dumps({"host_id": "host-lease", "token": client.node_token(
+        "host-lease")}).encode())
+    os.close(fd)
+    agent = NodeAgent(NodeConfig(state_dir=tmp_path / "node", grid_url=server.url,
+                                 token_file=token_file, model_dirs=(models,),
+                                 port_range=(22650, 22659)),
+                      plugins_with(builtins=("grid_llamacpp",)))
+    try:
+        await agent.open()
+        agent.protect()
+        await agent._register()
+        ops = client.operator()
+        client.http.put(f"{server.url}/allocator/models/tiny.gguf", headers=ops, json={
+            "model_id": "tiny.gguf", "memory_mb": 64, "min_replicas": 1}).raise_for_status()
+        client.http.put(f"{server.url}/allocator/mode", headers=ops,
+                        json={"mode": "automatic"}).raise_for_status()
+        def pending() -> list[dict]:
+            doc = client.http.get(f"{server.url}/allocator/status?detail=1",
+                                  headers=ops).json()
+            ctl = doc.get("controller", doc)
+            return [a for a in ctl.get("pending_commands", []) if a["host_id"] == "host-lease"]
+
+        for _ in range(15):  # several controller ticks happen meanwhile
+            await agent._heartbeat(request_commands=False)
+            await asyncio.sleep(0.2)
+        assert agent._queue.empty()
+        waiting = pending()
+        assert waiting and all(a.get("delivered_at") is None for a in waiting)
+
+        for _ in range(50):
+            await agent._heartbeat(request_commands=True)
+            if not agent._queue.empty():
+                break
+            await asyncio.sleep(0.2)
+        cmd, deadline = agent._queue.get_nowait()
+        assert cmd.kind == "load" and cmd.model_id == "tiny.gguf" and cmd.executable
+        assert deadline > time.monotonic()  # authority measured on the node's own clock
+    finally:
+        await agent.close()
+        client.close()
+        server.stop()
