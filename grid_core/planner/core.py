@@ -87,6 +87,8 @@ class PlanState:
         """Per model, incumbents held back so a missing failure domain can be filled."""
         self.victim_cache: dict[tuple[int, int], tuple[int, object, object]] = {}
         """(beneficiary, host) → (host version, ranked victim pool, selector answer)."""
+        self.round_keys: dict[int, tuple] = {}
+        """Memoised fair-round order key per model (fixed within one plan)."""
         self.last_round: list[int | None] = []
         """Host chosen per model in the latest fair round (``None`` = not placed)."""
         self._static: dict[tuple[int, int, float], float] = {}
@@ -144,8 +146,11 @@ class PlanState:
                     self.scarce.setdefault(hi, []).append(mi)
 
     def _scarcity(self, mi: int, hi: int) -> float:
+        others = self.scarce.get(hi)
+        if not others:
+            return 0.0
         mine = len(self.cands[mi])
-        return sum(1.0 / len(self.cands[o]) for o in self.scarce.get(hi, ())
+        return sum(1.0 / len(self.cands[o]) for o in others
                    if o != mi and len(self.cands[o]) < mine)
 
     def score(self, mi: int, hi: int, domain_new: bool) -> float:

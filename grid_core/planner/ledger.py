@@ -91,6 +91,7 @@ class Ledger:
             for other in p.colocation_excludes:
                 self.excludes.setdefault(other, set()).add(p.model_id)
         self._mem: dict[tuple[int, tuple[str, ...]], tuple[str, int]] = {}
+        self._pair: list[dict[int, tuple[str, int]]] = [{} for _ in profiles]
         self._compat: dict[tuple[int, int], str | None] = {}
         for host in hosts:
             self._add_host(host)
@@ -138,12 +139,16 @@ class Ledger:
 
     def memory(self, mi: int, hi: int) -> tuple[str, int]:
         """(runtime, MB) of a new replica of ``mi`` on ``hi`` (memoised)."""
-        host = self.hosts[hi]
-        key = (mi, host.runtimes)  # the answer depends on the host's runtimes only
-        got = self._mem.get(key)
+        row = self._pair[mi]
+        got = row.get(hi)
         if got is None:
-            got = runtime_for(self.profiles[mi], host)
-            self._mem[key] = got
+            host = self.hosts[hi]
+            key = (mi, host.runtimes)  # the answer depends on the host's runtimes only
+            got = self._mem.get(key)
+            if got is None:
+                got = runtime_for(self.profiles[mi], host)
+                self._mem[key] = got
+            row[hi] = got
         return got
 
     def cached(self, mi: int, hi: int) -> bool:

@@ -24,8 +24,13 @@ def class_order(state: PlanState, models: list[int]) -> list[int]:
 def round_key(state: PlanState, mi: int) -> tuple:
     """Round order inside a class: constrained (fewer candidate hosts) and larger first,
     then more attributable harm, model id last."""
-    p = state.profiles[mi]
-    return (-p.priority, len(state.cands[mi]), -p.memory_mb, harm_neg(state, mi), p.model_id)
+    key = state.round_keys.get(mi)
+    if key is None:  # fixed for the whole plan: candidates, size, harm and id never change
+        p = state.profiles[mi]
+        key = (-p.priority, len(state.cands[mi]), -p.memory_mb, harm_neg(state, mi),
+               p.model_id)
+        state.round_keys[mi] = key
+    return key
 
 
 def harm_neg(state: PlanState, mi: int) -> tuple[float, ...]:
