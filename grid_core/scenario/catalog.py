@@ -2,9 +2,9 @@
 
 Sixteen base entries are listed in an order that covers every workload of the vocabulary
 within the first nine (so small scenarios still see every kind of model); entries 17–32 are
-quantised variants with smaller footprints and slightly lower suitability. Artifact identities (SHA-256
-and an exact ``hf://`` source) are derived from the model id, so they are immutable and
-identical across seeds and fleets; nothing is ever fetched from them.
+quantised variants with smaller footprints and slightly lower suitability. Artifact
+identities (SHA-256 and an exact ``hf://`` source) are derived from the model id, so they are
+immutable and identical across seeds and fleets; nothing is ever fetched from them.
 """
 
 from __future__ import annotations

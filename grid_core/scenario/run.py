@@ -11,9 +11,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from grid_core.demand.features import RequestFeatures
 from grid_core.demand.workloads import projection_map
+from grid_core.planner.types import Plan, PlanInputs
 from grid_core.plugins import Plugins
+from grid_core.profile import ModelProfile
 from grid_core.scenario.arrivals import (
+    Arrival,
     DemandCurves,
     TraceDigest,
     build_events,
@@ -23,7 +27,7 @@ from grid_core.scenario.arrivals import (
 from grid_core.scenario.catalog import BASELINE_MODEL, WORKLOADS, build_catalog
 from grid_core.scenario.config import TICK_S, ScenarioConfig
 from grid_core.scenario.fleet import SimFleet
-from grid_core.scenario.personas import PERSONAS, build_users, persona_named
+from grid_core.scenario.personas import PERSONAS, User, build_users, persona_named
 from grid_core.scenario.report import SCHEMA_VERSION, Metrics, allocatable_workloads
 from grid_core.scenario.serving import serve_minute
 from grid_core.scenario.strategies import (
@@ -54,13 +58,13 @@ class LabEnv:
     store_factory: Callable[[], StateStore]
 
 
-def _plan_fn():
-    from grid_core import planner
+def _plan_fn() -> Callable[[PlanInputs, object], Plan]:
+    from grid_core import planner  # late: keeps importing the lab light
 
     return planner.plan
 
 
-def _static_mix(users) -> tuple[dict[str, float], dict[str, float]]:
+def _static_mix(users: tuple[User, ...]) -> tuple[dict[str, float], dict[str, float]]:
     """Average requests/s per workload (and per named model) of the declared population."""
     mix: dict[str, float] = {}
     direct: dict[str, float] = {}
@@ -74,8 +78,12 @@ def _static_mix(users) -> tuple[dict[str, float], dict[str, float]]:
     return mix, direct
 
 
-def make_control(cfg: ScenarioConfig, env: LabEnv, profiles, users):
-    """The control object for ``cfg.strategy``."""
+Control = ControllerControl | GreedyControl | StaticControl
+
+
+def make_control(cfg: ScenarioConfig, env: LabEnv, profiles: tuple[ModelProfile, ...],
+                 users: tuple[User, ...]) -> Control:
+    """The control object for ``cfg.strategy`` (smart/reactive get a fresh durable store)."""
     if cfg.strategy == "smart":
         return ControllerControl("smart", env.plugins, env.store_factory(), profiles, START)
     if cfg.strategy == "reactive":
@@ -100,7 +108,7 @@ def run_scenario(cfg: ScenarioConfig, env: LabEnv) -> dict[str, object]:
     curves = DemandCurves(cfg.traces)
     ticks = cfg.ticks
     digest = TraceDigest()
-    kept: list = []  # only the oracle needs the whole trace (bounded to 240 minutes)
+    kept: list[tuple[Arrival, ...]] = []  # only the oracle keeps the trace (<= 240 minutes)
     events = build_events(cfg.seed, tuple(m.host_id for m in machines), ticks)
     fleet = SimFleet(machines, catalog, events, START)
     profiles = tuple(e.profile for e in catalog)
@@ -108,10 +116,10 @@ def run_scenario(cfg: ScenarioConfig, env: LabEnv) -> dict[str, object]:
     metrics = Metrics(catalog, machines, allocatable_workloads(catalog, machines))
     jitter = stream(cfg.seed, "outcomes")
 
-    def classify(features, text):
+    def classify(features: RequestFeatures, text: str) -> str | None:
         return env.plugins.classify_request(features, text, WORKLOADS)
 
-    def texts(a):
+    def texts(a: Arrival) -> str:
         return persona_named(a.persona).texts[a.template]
 
     for tick, batch in enumerate(iter_arrivals(cfg.seed, users, ticks, curves)):

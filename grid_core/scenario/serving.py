@@ -121,10 +121,11 @@ def session_hash(persona: str, project: int) -> str:
     return hashlib.sha256(once).hexdigest()[:32]
 
 
+MinuteResult = tuple[list["Served"], list[RequestFeatures], dict[str, "Pool"]]
+
+
 def serve_minute(fleet: SimFleet, batch: tuple[Arrival, ...], texts: Callable[[Arrival], str],
-                 classify: Classifier, jitter: random.Random) -> tuple[list[Served],
-                                                                        list[RequestFeatures],
-                                                                        dict[str, Pool]]:
+                 classify: Classifier, jitter: random.Random) -> MinuteResult:
     """Serve one minute of arrivals with the fleet's current READY set.
 
     Args:
