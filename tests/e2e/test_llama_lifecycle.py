@@ -241,3 +241,39 @@ async def test_a_model_that_cannot_start_fails_cleanly_and_can_be_retried(node, 
     (broken / "broken.gguf").write_bytes((models_dir / "tiny.gguf").read_bytes())
     again = await run(node, "warm", "broken.gguf")
     assert again.status == "succeeded", again.message
+
+
+async def test_a_failed_durable_publication_stops_the_child(node):
+    from grid_core.errors import StateError
+
+    seen: list[int] = []
+    original = node.act.host.publish_fn
+
+    def failing(child):
+        seen.append(child.pid)
+        if len(seen) == 2:  # the enrichment write (executable + birth marker) fails
+            raise StateError("disk full")
+        original(child)
+
+    node.act.host.publish_fn = failing
+    ack = await run(node, "warm")
+    assert ack.status == "failed" and "disk full" in ack.message
+    assert seen and is_gone(seen[0])  # no orphan engine keeps running
+
+
+async def test_warm_rehashes_a_declared_digest_before_launch(node, models_dir, tmp_path):
+    from grid_llamacpp.artifacts import sha256_file
+
+    private = tmp_path / "own-models"
+    private.mkdir()
+    (private / "own.gguf").write_bytes((models_dir / "tiny.gguf").read_bytes())
+    node.act.config.model_dirs = (private,)
+    node.act.host.model_dirs = (private,)
+    digest = sha256_file(private / "own.gguf")
+    load = await run(node, "load", "own.gguf", artifact_sha256=digest)
+    assert load.status == "succeeded"
+    with open(private / "own.gguf", "ab") as f:
+        f.write(b"tampered after the load")
+    warm = await run(node, "warm", "own.gguf", artifact_sha256=digest)
+    assert warm.status == "failed" and "SHA-256" in warm.message
+    assert "own.gguf" not in node.act.state.children  # nothing was launched
