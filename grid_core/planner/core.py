@@ -96,7 +96,7 @@ class PlanState:
         self._fit: list[dict[int, tuple[int, str | None, bool, float | None]]] = [
             {} for _ in self.profiles]
         """Per model, host → (host book version, fit failure, domain novelty, score)."""
-        self.res_maps = [{r.model_id: r for r in h.residencies} for h in self.hosts]
+        self.res_maps = [_residency_map(h) for h in self.hosts]
         self.alloc = [h.allocatable_mb for h in self.hosts]
         self._dynamic: dict[tuple[int, int, float, int, bool], float] = {}
 
@@ -260,6 +260,15 @@ class PlanState:
                           score=pl.score)
 
 
+def _residency_map(host: HostSnapshot) -> dict[str, object]:
+    """Model id → its residency on the host, a serving one when several copies are listed."""
+    out: dict[str, object] = {}
+    for r in host.residencies:
+        if r.model_id not in out or r.state in SERVING_STATES:
+            out[r.model_id] = r
+    return out
+
+
 def _host_classes(hosts: list[HostSnapshot]) -> tuple[list[int], list[int]]:
     """(class per host, representative host per class): hosts identical apart from id,
     heartbeat age and failure domain share a class, in first-seen (host id) order."""
@@ -285,8 +294,9 @@ def serving_incumbents(state: PlanState, mi: int) -> list[tuple[int, object]]:
     mid = state.profiles[mi].model_id
     out = []
     for hi in state.cands[mi]:
-        res = state.hosts[hi].residency(mid)
-        if res is None or res.state not in SERVING_STATES:
+        res = next((r for r in state.hosts[hi].residencies
+                    if r.model_id == mid and r.state in SERVING_STATES), None)
+        if res is None:
             continue
         rank = {"ready": 0, "warming": 1, "loading": 2}[res.state]
         sticky = state.protected(mi, res.loaded_at, res.state)

@@ -604,3 +604,9 @@ def test_relocation_needs_a_destination():
     p = run(profiles, hosts)
     assert placed(p) == {("flex", "cuda-1")}
     assert codes(p, "gpu") == ["capacity_shortage"]
+
+
+def test_a_loading_copy_beside_a_draining_one_is_the_incumbent():
+    h = host("a", 16, residencies=(res("m", 4, state="draining"), res("m", 4, state="loading")))
+    p = run([model("m", 4, min_replicas=1)], [h])
+    assert placed(p) == {("m", "a")} and p.assignments[0].incumbent
