@@ -76,16 +76,17 @@ def _live_replicas(profile: ModelProfile, hosts: list[HostSnapshot], eligible: l
                    now: float) -> tuple[int, int, int]:
     """(ready replicas on eligible hosts, those used within the cooldown, engine queue)."""
     ready = recent = queue = 0
+    mid = profile.model_id
     for host, ok in zip(hosts, eligible, strict=True):
-        res = host.residency(profile.model_id)
-        if res is None:
-            continue
-        queue += res.queue_depth
-        if res.state == "ready" and ok:
-            ready += 1
-            last = res.last_used_at if res.last_used_at is not None else res.loaded_at
-            if last is not None and now - last < profile.scale_down_cooldown_s:
-                recent += 1
+        for res in host.residencies:
+            if res.model_id != mid:
+                continue
+            queue += res.queue_depth
+            if res.state == "ready" and ok:
+                ready += 1
+                last = res.last_used_at if res.last_used_at is not None else res.loaded_at
+                if last is not None and now - last < profile.scale_down_cooldown_s:
+                    recent += 1
     return ready, recent, queue
 
 
