@@ -18,8 +18,9 @@ from grid_core.scenario.traces import (
     rates_from_request_log,
 )
 
-AZURE_CODE = Path("/work/shared/traces/azure_llm_2023_code.csv")
-"""Azure LLM inference trace 2023 (CC-BY 4.0): Patel et al., "Splitwise", ISCA 2024."""
+AZURE_CODE_RATES = Path(__file__).parent / "data" / "azure_llm_2023_code_rates.csv"
+"""Per-minute rates from the Azure LLM inference trace 2023 (CC-BY 4.0): Patel et al.,
+"Splitwise", ISCA 2024. See data/README.md."""
 
 
 def test_a_headerless_two_column_csv_parses_and_ignores_extra_columns() -> None:
@@ -71,9 +72,8 @@ def test_a_trace_replaces_only_its_workload_and_keeps_the_builtin_scale() -> Non
     assert curves.level("coding", 0.25) == DemandCurves().level("coding", 0.25)
 
 
-def test_the_real_azure_code_trace_converts_and_replays(run, tmp_path: Path) -> None:
-    data = rates_from_request_log(AZURE_CODE.read_bytes(), bucket_s=60.0)
-    series = parse_trace("coding", data)
+def test_the_real_azure_code_trace_replays_at_the_builtin_scale(run) -> None:
+    series = parse_trace("coding", AZURE_CODE_RATES.read_bytes())
     assert 50 <= len(series) <= 70  # one hour of per-minute buckets
     builtin = run(duration_s=30 * 60.0)
     replay = run(duration_s=30 * 60.0, traces={"coding": series})
@@ -82,6 +82,14 @@ def test_the_real_azure_code_trace_converts_and_replays(run, tmp_path: Path) -> 
     coding = replay["demand"]["by_workload"]["coding"]["requests"]
     baseline = builtin["demand"]["by_workload"]["coding"]["requests"]
     assert 0.5 * baseline < coding < 2.0 * baseline  # same offered-demand scale
+
+
+def test_a_request_log_becomes_per_bucket_rates() -> None:
+    log = b"TIMESTAMP,ContextTokens,GeneratedTokens\n" + b"".join(
+        f"2023-11-16 18:{m:02d}:{s:02d}.5000000,100,10\n".encode()
+        for m, count in ((0, 3), (1, 0), (2, 6)) for s in range(count))
+    rows = parse_trace("coding", rates_from_request_log(log, bucket_s=60.0))
+    assert rows == ((0.0, 3 / 60), (60.0, 0.0), (120.0, 6 / 60))
 
 
 def test_request_log_without_timestamps_is_refused() -> None:
