@@ -83,6 +83,7 @@ def build_app(
     tick_interval_s: float = TICK_INTERVAL_S,
     state_dir: Path | None = None,
     on_ready: Callable[[ServerContext], None] | None = None,
+    on_stopped: Callable[[], None] | None = None,
     policy: Any | None = None,
 ) -> GridApp:
     """Assemble the server.

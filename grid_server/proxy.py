@@ -46,7 +46,9 @@ NO_ROUTE_RETRY_AFTER_S = 5
 AUTO_MODEL = "auto"
 """Model name for unbound work: Grid chooses the model from the workload."""
 JSON_HEADERS = [(b"content-type", b"application/json")]
-_FORWARD_RESPONSE_HEADERS = frozenset({b"content-type", b"cache-control"})
+_FORWARD_RESPONSE_HEADERS = frozenset({b"content-type", b"cache-control", b"content-length"})
+"""Response headers passed back to the caller; the body is relayed byte for byte, so its
+length stays true (the upstream hop asks for identity encoding)."""
 
 
 def error_body(status: int, message: str, kind: str, code: str | None = None) -> bytes:
@@ -237,7 +239,9 @@ class Proxy:
         ctx = self.ctx
         router = ctx.router
         eng = route.engine
-        headers = {"content-type": "application/json",
+        # identity: the body is relayed raw and scanned for usage, so it must not be
+        # compressed on the upstream hop (httpx would otherwise offer gzip/br).
+        headers = {"content-type": "application/json", "accept-encoding": "identity",
                    "accept": "text/event-stream" if shape.stream else "application/json"}
         key = ctx.registry.engine_key(eng.record_id)
         if key:

@@ -205,3 +205,25 @@ def test_requests_feed_demand_without_prompts(
     forecast = status.json()["controller"]["forecasts"]["m-demand"]
     assert forecast["request_rate_rps"] > 0
     assert secret_prompt not in status.text
+
+
+def test_auto_model_goes_to_the_best_scored_ready_model(
+        grid: Grid, engines: Callable[[str], Engine]) -> None:
+    coder, general = engines("m-coder"), engines("m-general")
+    op = grid.client.operator()
+    grid.client.http.put(grid.url + "/allocator/models/m-coder", headers=op, json={
+        "memory_mb": 1000, "workload_scores": {"coding": 1.0, "general": 0.2}}
+    ).raise_for_status()
+    grid.client.http.put(grid.url + "/allocator/models/m-general", headers=op, json={
+        "memory_mb": 1000, "workload_scores": {"coding": 0.3, "general": 1.0}}
+    ).raise_for_status()
+    serve_model(grid, coder, "host-c")
+    serve_model(grid, general, "host-g")
+    code = {"model": "auto", "messages": [
+        {"role": "user", "content": "please debug this python function, it raises KeyError"}]}
+    chat = {"model": "auto", "messages": [{"role": "user", "content": "how was your weekend"}]}
+    r = post(grid, code)
+    assert r.status_code == 200 and r.json()["model"] == "m-coder"
+    r = post(grid, chat)
+    assert r.status_code == 200 and r.json()["model"] == "m-general"
+    assert coder.requests() == 1 and general.requests() == 1
