@@ -19,7 +19,6 @@ from grid_llamacpp.adapter import LlamaCppAdapter
 from grid_llamacpp.install import find_llama_server
 from grid_llamacpp.tinymodel import TinyModelSpec, make_model
 
-from grid_core.protection import ProtectionDecision
 from grid_core.wire import Command
 from grid_node.actuator import Actuator
 from grid_node.config import NodeConfig
@@ -28,10 +27,6 @@ from grid_node.state import StateFile
 
 E2E_PORTS = (22400, 22499)
 """Ports for e2e children: apart from the default managed range used by a developer's node."""
-
-ACCEPTING = ProtectionDecision(state="accepting", reason="", sensor_state="accepting",
-                               sensor_reason="", raw_state="accepting")
-
 
 @pytest.fixture(scope="session")
 def llama_server() -> Path:

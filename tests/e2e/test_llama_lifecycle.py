@@ -12,11 +12,13 @@ import msgspec
 import psutil
 import pytest
 
+from grid_core.protection import ProtectionDecision
 from grid_node.identity import is_gone, prove
-from tests.e2e.conftest import ACCEPTING
 
 pytestmark = [pytest.mark.e2e, pytest.mark.anyio]
 
+ACCEPTING = ProtectionDecision(state="accepting", reason="", sensor_state="accepting",
+                               sensor_reason="", raw_state="accepting")
 LONG_TOKENS = 400
 """Long enough that the request is still running when drain/unload begin (~1.5 s idle)."""
 REQUEST_TIMEOUT_S = 600.0
@@ -189,8 +191,6 @@ async def test_wrong_birth_marker_is_fenced(node):
 
 
 async def test_local_protection_cancels_a_warm(node):
-    from grid_core.protection import ProtectionDecision
-
     paused = ProtectionDecision(state="paused", reason="battery", sensor_state="paused",
                                 sensor_reason="battery", raw_state="paused")
     ack = await node.act.execute(node.command("warm", "tiny.gguf"),
