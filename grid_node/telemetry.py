@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import contextlib
 import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -44,8 +46,28 @@ def _network_up() -> bool | None:
     return any(s.isup for s in others.values())
 
 
+IDLE_PROBE_TIMEOUT_S = 2.0
+"""Seconds the platform idle-time probe may take; it answers in milliseconds normally."""
+
+
 def _user_idle_s() -> float | None:
-    """Seconds since the last user input where detectable (not on a headless Linux host)."""
+    """Seconds since the last user input where detectable (macOS HID idle time).
+
+    Other platforms report ``None`` (unknown) rather than guessing from terminals.
+    """
+    if sys.platform != "darwin":
+        return None
+    try:
+        out = subprocess.run(["ioreg", "-c", "IOHIDSystem"], capture_output=True, text=True,
+                             timeout=IDLE_PROBE_TIMEOUT_S, check=False).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    for line in out.splitlines():
+        if '"HIDIdleTime"' in line:
+            try:
+                return int(line.rsplit("=", 1)[1].strip()) / 1e9  # nanoseconds
+            except ValueError:
+                return None
     return None
 
 
