@@ -32,6 +32,8 @@ unload that follows waits again, so a long request is never cut."""
 UNLOAD_IDLE_WAIT_S = 120.0
 """Seconds an unload waits for the child to go idle before failing safe (left running)."""
 MB = 1024 * 1024
+MAX_EVENTS = 50
+"""Notable events kept in memory for status: the last few minutes of a busy node."""
 
 RESIDENCY_OF_CHILD = {"starting": "warming", "ready": "ready", "draining": "draining",
                       "failed": "failed"}
@@ -114,7 +116,7 @@ class Actuator:
     def note(self, line: str) -> None:
         """Keep a bounded list of notable events for status."""
         self.events.append(f"{time.strftime('%H:%M:%S')} {line}")
-        del self.events[:-50]
+        del self.events[:-MAX_EVENTS]
 
     def adapter_for(self, runtime: str | None) -> object:
         """The adapter for ``runtime`` (default llama.cpp).

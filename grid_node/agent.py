@@ -27,6 +27,7 @@ from grid_core.plugins import Plugins
 from grid_core.protection import Override, ProtectionDecision, ProtectionPolicy, step
 from grid_core.wire import (
     CONTROL_HEADER,
+    MAX_LIST,
     OPERATOR_HEADER,
     AllocatorEnvelope,
     Command,
@@ -324,12 +325,12 @@ class NodeAgent:
         hb = Heartbeat(node_id=self.node_id, host_id=self.state.host_id,
                        load=Load(active_tasks=active), resources=self._resources(),
                        allocator=self._envelope(), request_commands=request_commands,
-                       acknowledgements=[r.ack for r in pending[:256]])
+                       acknowledgements=[r.ack for r in pending[:MAX_LIST]])
         async with self._send:
             sent = time.monotonic()
             r = await self._request("POST", f"/nodes/{self.node_id}/heartbeat", encode(hb))
         resp = decode(r.content, HeartbeatResponse).document
-        for receipt in pending[:256]:
+        for receipt in pending[:MAX_LIST]:
             receipt.delivered = True
         if resp.model_last_used_at:
             for model, at in resp.model_last_used_at.items():
