@@ -163,6 +163,10 @@ def render_status(data: dict[str, Any]) -> str:
         lines += ["", render_table(["controller", "value"],
                                    [[k, _cell(v)] for k, v in scalars.items()])]
     for key, value in sorted(ctl.items()):
+        if isinstance(value, dict) and value and all(
+                isinstance(v, str | int | float | bool) for v in value.values()):
+            lines.append(f"{key}: " + "  ".join(f"{k}={_cell(v)}" for k, v in value.items()))
+    for key, value in sorted(ctl.items()):
         if isinstance(value, list) and value and all(isinstance(r, dict) for r in value):
             cols = list(value[0].keys())[:8]
             lines += ["", f"{key}:", render_table(cols, [[_cell(r.get(c)) for c in cols]

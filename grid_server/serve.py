@@ -82,18 +82,24 @@ def serve(host: str, port: int, home: Path, state_dir: Path | None, url_file: Pa
                 os.replace(tmp, path)
         print(f"grid: serving on {url}", flush=True)
 
+    def stopped() -> None:
+        # uvicorn re-raises SIGTERM after a graceful shutdown, so clean up here, not later.
+        for path in (record_path, url_file):
+            try:
+                if path is not None and json.loads(path.read_text()).get("pid") == os.getpid():
+                    path.unlink()
+            except (OSError, ValueError):
+                pass
+
     app = build_app(home, get_plugins(), state_dir=state_dir, on_ready=ready,
-                    tick_interval_s=tick_interval_s or TICK_INTERVAL_S, policy=policy)
+                    on_stopped=stopped, tick_interval_s=tick_interval_s or TICK_INTERVAL_S,
+                    policy=policy)
     config = uvicorn.Config(app, lifespan="on", access_log=False, log_level="warning",
                             timeout_graceful_shutdown=10)
     try:
         uvicorn.Server(config).run(sockets=[sock])
     finally:
-        try:
-            if json.loads(record_path.read_text()).get("pid") == os.getpid():
-                record_path.unlink()
-        except (OSError, ValueError):
-            pass
+        stopped()
 
 
 def load_policy(path: Path) -> object:

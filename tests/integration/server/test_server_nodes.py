@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from server_testbed import Grid
 
 from grid_core.wire import CONTROL_HEADER, HeartbeatResponse, control_record_id, decode
+from grid_server.harness import server_url, start_server
 
 pytestmark = pytest.mark.integration
 
@@ -97,3 +100,15 @@ def test_delete_removes_the_record(grid: Grid) -> None:
     r = grid.client.http.delete(f"{grid.url}/nodes/{node}", headers={CONTROL_HEADER: token})
     assert r.status_code == 200
     assert grid.client.http.get(grid.url + "/nodes").json()["nodes"] == []
+
+
+def test_graceful_stop_removes_the_server_record(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    child = start_server(home)
+    try:
+        assert server_url(home) == child.url
+    finally:
+        child.stop()
+    assert child.proc.returncode is not None
+    assert server_url(home) is None
+    assert not (home / "server.json").exists()
