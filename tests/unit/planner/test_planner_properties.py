@@ -212,6 +212,12 @@ def test_plan_never_breaks_a_hard_rule(inputs: PlanInputs):
     for e in result.evictions:
         r = hosts[e.host_id].residency(e.model_id)
         assert r is not None and r.ownership == "managed"
+        victim = by_id.get(e.model_id)
+        if victim is not None:
+            assert e.host_id not in victim.pins
+            if r.state in ("loading", "warming", "ready") and r.loaded_at is not None:
+                assert inputs.now - r.loaded_at >= victim.min_residency_s
+
         if e.beneficiary is not None:
             assert (e.beneficiary, e.host_id) not in {(a.model_id, a.host_id)
                                                       for a in result.assignments}
