@@ -168,6 +168,7 @@ async def status_document(ctx: ServerContext, detail: bool) -> dict[str, Any]:
             "warnings": list(ctx.warnings),
             "nodes": ctx.registry.public(now),
             "open_breakers": ctx.router.public_breakers(time.monotonic()),
+            "inflight_requests": sum(ctx.router.inflight.values()),
             "profiles": sorted(runner.profile_ids),
         },
     }

@@ -6,8 +6,9 @@ It speaks the llama-server HTTP shape Grid relies on: ``GET /health`` and ``GET 
 usage chunk and ``data: [DONE]``. Replies are deterministic filler text, not inference.
 
 Test controls (require the key too): ``POST /fake/behaviour`` with
-``{"status": 500, "count": 2, "delay_ms": 0, "tokens": 8}`` makes the next ``count`` requests
-answer ``status``; ``GET /fake/stats`` returns request counts by path.
+``{"status": 500, "count": 2, "delay_ms": 0, "token_delay_ms": 0, "tokens": 8}`` makes the
+next ``count`` requests answer ``status`` (and sets response delay, per-token stream delay and
+default length); ``GET /fake/stats`` returns request counts by path.
 
 Run: ``python -m grid_server.fake_engine --model NAME --api-key-file F --url-file F``.
 """
@@ -45,6 +46,7 @@ class FakeEngine:
         self.fail_status = 0
         self.fail_count = 0
         self.delay_ms = 0.0
+        self.token_delay_ms = 0.0
         self.tokens = DEFAULT_TOKENS
         self._auth = f"Bearer {api_key}".encode() if api_key else None
 
@@ -81,6 +83,7 @@ class FakeEngine:
             self.fail_status = int(cfg.get("status", 0))
             self.fail_count = int(cfg.get("count", 0))
             self.delay_ms = float(cfg.get("delay_ms", 0.0))
+            self.token_delay_ms = float(cfg.get("token_delay_ms", 0.0))
             self.tokens = min(MAX_FAKE_TOKENS, int(cfg.get("tokens", DEFAULT_TOKENS)))
             await respond(send, 200, b'{"ok":true}', JSON)
             return
@@ -145,6 +148,8 @@ class FakeEngine:
                         "more_body": True})
 
         for i in range(n):
+            if self.token_delay_ms:
+                await anyio.sleep(self.token_delay_ms / 1000.0)
             if chat:
                 delta: dict[str, Any] = {"content": f"tok{i} "}
                 if i == 0:

@@ -21,6 +21,7 @@ import time
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import TYPE_CHECKING, Any
 
+import anyio
 import httpx
 import msgspec
 
@@ -177,7 +178,8 @@ class Proxy:
             self._observe(now, endpoint, model, None, shape, None, workload, None,
                           time.perf_counter() - t0, outcome, affinity_hash)
             return
-        await self._forward(scope, send, path, endpoint, body, model, route, shape, workload,
+        await self._forward(scope, receive, send, path, endpoint, body, model, route, shape,
+                            workload,
                             affinity_hash, t0)
 
     def _pick(self, model: str, shape: telemetry.Shape, affinity_hash: str | None,
@@ -232,7 +234,8 @@ class Proxy:
         return min(ready, key=score)
 
     async def _forward(
-        self, scope: Scope, send: Send, path: str, endpoint: EndpointFamily, body: bytes,
+        self, scope: Scope, receive: Receive, send: Send, path: str, endpoint: EndpointFamily,
+        body: bytes,
         model: str, route: Route, shape: telemetry.Shape, workload: str | None,
         affinity_hash: str | None, t0: float,
     ) -> None:
@@ -282,21 +285,25 @@ class Proxy:
                 started = True
                 streaming = b"text/event-stream" in upstream.headers.get(
                     "content-type", "").encode()
-                scanner = UsageScanner() if streaming else None
-                whole: list[bytes] = []
-                size = 0
-                async for chunk in upstream.aiter_raw():
-                    if scanner is not None:
-                        scanner.feed(chunk)
-                    elif size <= MAX_JSON_BODY_BYTES:
-                        whole.append(chunk)
-                        size += len(chunk)
-                    await send({"type": "http.response.body", "body": chunk, "more_body": True})
-                await send({"type": "http.response.body", "body": b""})
-                if 200 <= status < 300:
-                    if scanner is not None:
+                if streaming:
+                    scanner = UsageScanner()
+                    gone = await _relay_watching(upstream, scanner, send, receive)
+                    if gone:
+                        # The caller hung up: closing the upstream stream stops generation.
+                        outcome = "client_error"
+                    elif 200 <= status < 300:
                         tokens = scanner.completion_tokens
-                    elif whole:
+                else:
+                    whole: list[bytes] = []
+                    size = 0
+                    async for chunk in upstream.aiter_raw():
+                        if size <= MAX_JSON_BODY_BYTES:
+                            whole.append(chunk)
+                            size += len(chunk)
+                        await send({"type": "http.response.body", "body": chunk,
+                                    "more_body": True})
+                    await send({"type": "http.response.body", "body": b""})
+                    if 200 <= status < 300 and whole:
                         tokens, _ = usage_from_json(b"".join(whole))
             finally:
                 await upstream.aclose()
@@ -332,6 +339,32 @@ class Proxy:
                 queue_s=queue_s, outcome=outcome, affinity_hash=affinity_hash))
         except Exception:  # observation is best effort
             log.exception("request observation failed")
+
+
+async def _relay_watching(upstream: httpx.Response, scanner: UsageScanner, send: Send,
+                          receive: Receive) -> bool:
+    """Relay an SSE stream chunk by chunk; stop early when the caller disconnects.
+
+    Returns:
+        True when the caller went away before the stream ended.
+    """
+    gone = False
+    async with anyio.create_task_group() as tg:
+
+        async def watch() -> None:
+            nonlocal gone
+            while (await receive())["type"] != "http.disconnect":
+                pass
+            gone = True
+            tg.cancel_scope.cancel()
+
+        tg.start_soon(watch)
+        async for chunk in upstream.aiter_raw():
+            scanner.feed(chunk)
+            await send({"type": "http.response.body", "body": chunk, "more_body": True})
+        await send({"type": "http.response.body", "body": b""})
+        tg.cancel_scope.cancel()
+    return gone
 
 
 def _classify_status(status: int) -> routing.BreakerOutcome:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable
 
 import httpx
@@ -227,3 +228,24 @@ def test_auto_model_goes_to_the_best_scored_ready_model(
     r = post(grid, chat)
     assert r.status_code == 200 and r.json()["model"] == "m-general"
     assert coder.requests() == 1 and general.requests() == 1
+
+
+def test_client_hangup_stops_relaying_a_stream(
+        grid: Grid, engines: Callable[[str], Engine]) -> None:
+    eng = engines("m-hang")
+    serve_model(grid, eng, "host-1")
+    eng.behave(token_delay_ms=50)  # 4000 tokens would take over three minutes
+    with grid.client.http.stream("POST", grid.url + "/v1/chat/completions", json={
+            "model": "m-hang", "stream": True, "max_tokens": 4000,
+            "messages": [{"role": "user", "content": "go"}]}) as r:
+        first = next(r.iter_lines())
+        assert first.startswith("data: ")
+
+    def inflight() -> int:
+        st = grid.client.http.get(grid.url + "/allocator/status").json()
+        return int(st["server"]["inflight_requests"])
+
+    deadline = time.monotonic() + 30.0
+    while inflight() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert inflight() == 0
