@@ -29,13 +29,41 @@ HOST_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 """Host ids: simple, log-safe names (they appear in record ids and status)."""
 
 
+def _operator(ctx: ServerContext, request: Request) -> None:
+    token = request.headers.get(OPERATOR_HEADER) or bearer(request.headers.get("authorization"))
+    ctx.credentials.check_operator(token)
+
+
+def token_routes(ctx: ServerContext) -> list[HTTPRouteHandler]:
+    """``POST /allocator/tokens`` bound to ``ctx``."""
+
+    @post("/allocator/tokens", status_code=200)
+    async def tokens(request: Request) -> Response:
+        """Issue an expiring node credential scoped to one host id (operator only)."""
+        _operator(ctx, request)
+        doc = decode_object(await read_limited(request, MAX_CONTROL_BODY_BYTES), "token")
+        host_id = doc.get("host_id") or new_host_id()
+        ttl = doc.get("ttl_s", NODE_CREDENTIAL_TTL_S)
+        if not isinstance(host_id, str) or not HOST_ID.match(host_id):
+            msg = "token: host_id must be 1-128 characters of letters, digits, '.', '_', '-'"
+            raise ValidationError(msg)
+        if (not isinstance(ttl, int | float) or isinstance(ttl, bool) or not math.isfinite(ttl)
+                or not 0 < ttl <= MAX_NODE_CREDENTIAL_TTL_S):
+            msg = f"token: ttl_s must be in (0, {MAX_NODE_CREDENTIAL_TTL_S:.0f}] seconds"
+            raise ValidationError(msg)
+        now = time.time()
+        token = ctx.credentials.issue_node(host_id, now, float(ttl))
+        return json_response({"host_id": host_id, "token": token,
+                              "expires_at": now + float(ttl)})
+
+    return [tokens]
+
+
 def allocator_routes(ctx: ServerContext) -> list[HTTPRouteHandler]:
     """The ``/allocator`` handlers bound to ``ctx``."""
 
     def operator(request: Request) -> None:
-        token = request.headers.get(OPERATOR_HEADER) or bearer(
-            request.headers.get("authorization"))
-        ctx.credentials.check_operator(token)
+        _operator(ctx, request)
 
     @get("/allocator/status")
     async def status(request: Request) -> Response:
@@ -111,26 +139,7 @@ def allocator_routes(ctx: ServerContext) -> list[HTTPRouteHandler]:
         return json_response({"model_id": model_id, "workload": workload, "score": score,
                               "artifact_sha256": sha, "recorded": True})
 
-    @post("/allocator/tokens", status_code=200)
-    async def tokens(request: Request) -> Response:
-        """Issue an expiring node credential scoped to one host id (operator only)."""
-        operator(request)
-        doc = decode_object(await read_limited(request, MAX_CONTROL_BODY_BYTES), "token")
-        host_id = doc.get("host_id") or new_host_id()
-        ttl = doc.get("ttl_s", NODE_CREDENTIAL_TTL_S)
-        if not isinstance(host_id, str) or not HOST_ID.match(host_id):
-            msg = "token: host_id must be 1-128 characters of letters, digits, '.', '_', '-'"
-            raise ValidationError(msg)
-        if (not isinstance(ttl, int | float) or isinstance(ttl, bool) or not math.isfinite(ttl)
-                or not 0 < ttl <= MAX_NODE_CREDENTIAL_TTL_S):
-            msg = f"token: ttl_s must be in (0, {MAX_NODE_CREDENTIAL_TTL_S:.0f}] seconds"
-            raise ValidationError(msg)
-        now = time.time()
-        token = ctx.credentials.issue_node(host_id, now, float(ttl))
-        return json_response({"host_id": host_id, "token": token,
-                              "expires_at": now + float(ttl)})
-
-    return [status, put_model, delete_model, put_mode, tick, evaluations, tokens]
+    return [status, put_model, delete_model, put_mode, tick, evaluations, *token_routes(ctx)]
 
 
 def _evaluation_fields(doc: dict[str, Any]) -> tuple[str, str, float, str | None]:

@@ -283,28 +283,10 @@ class Proxy:
                 await send({"type": "http.response.start", "status": status,
                             "headers": resp_headers})
                 started = True
-                streaming = b"text/event-stream" in upstream.headers.get(
-                    "content-type", "").encode()
-                if streaming:
-                    scanner = UsageScanner()
-                    gone = await _relay_watching(upstream, scanner, send, receive)
-                    if gone:
-                        # The caller hung up: closing the upstream stream stops generation.
-                        outcome = "client_error"
-                    elif 200 <= status < 300:
-                        tokens = scanner.completion_tokens
-                else:
-                    whole: list[bytes] = []
-                    size = 0
-                    async for chunk in upstream.aiter_raw():
-                        if size <= MAX_JSON_BODY_BYTES:
-                            whole.append(chunk)
-                            size += len(chunk)
-                        await send({"type": "http.response.body", "body": chunk,
-                                    "more_body": True})
-                    await send({"type": "http.response.body", "body": b""})
-                    if 200 <= status < 300 and whole:
-                        tokens, _ = usage_from_json(b"".join(whole))
+                gone, tokens = await _relay(upstream, status, send, receive)
+                if gone:
+                    # The caller hung up: closing the upstream stream stops generation.
+                    outcome = "client_error"
             finally:
                 await upstream.aclose()
         except httpx.HTTPError:
@@ -339,6 +321,27 @@ class Proxy:
                 queue_s=queue_s, outcome=outcome, affinity_hash=affinity_hash))
         except Exception:  # observation is best effort
             log.exception("request observation failed")
+
+
+async def _relay(upstream: httpx.Response, status: int, send: Send,
+                 receive: Receive) -> tuple[bool, int | None]:
+    """Relay the upstream body; returns (caller hung up, completion tokens if known)."""
+    if b"text/event-stream" in upstream.headers.get("content-type", "").encode():
+        scanner = UsageScanner()
+        gone = await _relay_watching(upstream, scanner, send, receive)
+        ok = 200 <= status < 300 and not gone
+        return gone, scanner.completion_tokens if ok else None
+    whole: list[bytes] = []
+    size = 0
+    async for chunk in upstream.aiter_raw():
+        if size <= MAX_JSON_BODY_BYTES:
+            whole.append(chunk)
+            size += len(chunk)
+        await send({"type": "http.response.body", "body": chunk, "more_body": True})
+    await send({"type": "http.response.body", "body": b""})
+    if 200 <= status < 300 and whole:
+        return False, usage_from_json(b"".join(whole))[0]
+    return False, None
 
 
 async def _relay_watching(upstream: httpx.Response, scanner: UsageScanner, send: Send,
