@@ -21,7 +21,7 @@ from grid_core.plugins import Plugins
 from grid_server.api_allocator import allocator_routes
 from grid_server.api_nodes import node_routes
 from grid_server.auth import Credentials
-from grid_server.context import ServerContext, upstream_client
+from grid_server.context import ServerContext, upstream_transport
 from grid_server.home import STATE_DIR
 from grid_server.http import error_response, json_response
 from grid_server.proxy import Proxy, Receive, Scope, Send
@@ -112,7 +112,7 @@ def build_app(
 
     @asynccontextmanager
     async def lifespan(_app: Litestar) -> AsyncIterator[None]:
-        ctx.client = upstream_client()
+        ctx.client = upstream_transport()
         try:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(runner.run)

@@ -28,6 +28,7 @@ import msgspec
 from grid_core import routing
 from grid_core.demand.features import EndpointFamily, Outcome
 from grid_server import telemetry
+from grid_server.context import UPSTREAM_EXTENSIONS
 from grid_server.sse import MAX_JSON_BODY_BYTES, UsageScanner, usage_from_json
 
 if TYPE_CHECKING:
@@ -258,10 +259,10 @@ class Proxy:
         tokens: int | None = None
         started = False
         try:
-            request = ctx.client.build_request("POST", eng.url + path, content=body,
-                                               headers=headers)
+            request = httpx.Request("POST", _upstream_url(eng.url, path), content=body,
+                                    headers=headers, extensions=UPSTREAM_EXTENSIONS)
             try:
-                upstream = await ctx.client.send(request, stream=True)
+                upstream = await ctx.client.handle_async_request(request)
             except httpx.HTTPError as exc:
                 await respond(send, 502, error_body(
                     502, f"engine for '{route.model_id}' could not be reached "
@@ -368,6 +369,21 @@ async def _relay_watching(upstream: httpx.Response, scanner: UsageScanner, send:
         await send({"type": "http.response.body", "body": b""})
         tg.cancel_scope.cancel()
     return gone
+
+
+_URLS: dict[tuple[str, str], httpx.URL] = {}
+MAX_CACHED_URLS = 4096
+"""Parsed upstream URLs kept (engines × endpoints); cleared when full."""
+
+
+def _upstream_url(base: str, path: str) -> httpx.URL:
+    key = (base, path)
+    url = _URLS.get(key)
+    if url is None:
+        if len(_URLS) >= MAX_CACHED_URLS:
+            _URLS.clear()
+        url = _URLS[key] = httpx.URL(base + path)
+    return url
 
 
 def _classify_status(status: int) -> routing.BreakerOutcome:
