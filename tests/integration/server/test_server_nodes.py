@@ -80,8 +80,12 @@ def test_automatic_mode_delivers_a_command_once_marked(grid: Grid) -> None:
              ).raise_for_status()
     r = http.put(grid.url + "/allocator/mode", headers=c.operator(), json={"mode": "automatic"})
     assert r.status_code == 200 and r.json()["mode"] == "automatic"
+    http.post(grid.url + "/allocator/tick", headers=c.operator()).raise_for_status()
     early = heartbeat(grid, token, "host-5", request_commands=False)
     assert early.allocator is not None and early.allocator.commands == []
+    before = http.get(grid.url + "/allocator/status?detail=1").json()["controller"]
+    assert before["pending_commands"], "the plan must have work pending for this host"
+    assert before["delivered_pending"] == []  # the early heartbeat marked nothing delivered
     resp = heartbeat(grid, token, "host-5", request_commands=True)
     assert resp.allocator is not None and resp.allocator.mode == "automatic"
     kinds = [(cmd.kind, cmd.model_id) for cmd in resp.allocator.commands]
