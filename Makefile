@@ -20,8 +20,16 @@ venv: $(STAMP)
 engine: venv
 	$(BIN)/grid engine install llama.cpp
 
+# The main job: a 4-host logical fleet of real llama-server engines, the self-checking demo
+# and its report, then a clean stop. KEEP=1 leaves the fleet running (stop: grid test stop).
 demo: engine
-	$(BIN)/python -m grid_server.smoke
+	$(BIN)/grid test start --machines 4
+	@status=0; $(BIN)/grid test demo || status=$$?; \
+	if [ -z "$(KEEP)" ]; then $(BIN)/grid test stop || status=$$?; \
+	else echo "grid: the fleet keeps running (KEEP=1); try '$(BIN)/grid test status'," \
+	  "'$(BIN)/grid chat -m tiny-general.gguf hello --grid http://127.0.0.1:22100'," \
+	  "and stop it with '$(BIN)/grid test stop'"; fi; \
+	exit $$status
 
 test: engine
 	$(BIN)/python -m pytest -q

@@ -314,25 +314,26 @@ class Demo:
         """Run every phase in order; raise :class:`DemoFailure` naming the failing phase."""
         limits = httpx.Limits(max_connections=64, max_keepalive_connections=32)
         async with httpx.AsyncClient(trust_env=False, limits=limits,
-                                     timeout=traffic.REQUEST_TIMEOUT_S) as client:
-            async with anyio.create_task_group() as watch:
-                watch.start_soon(self._watch, client)
-                await anyio.sleep(OBSERVE_S * 2)
-                try:
-                    await self.phase_a(client)
-                    await self.phase_b(client)
-                    stop = anyio.Event()
-                    background: list[traffic.Outcome] = []
-                    async with anyio.create_task_group() as users:
-                        await self.phase_c(client, users, stop, background)
-                        await self.phase_d(client)
-                        stop.set()
-                        # Requests still waiting (e.g. the trickle retrying a preempted
-                        # model) are abandoned, not counted: the phase is over.
-                        users.cancel_scope.cancel()
-                    self._check("d", [o for o in self.phases[2].outcomes + background
-                                      if o.status != 503])
-                    await self.phase_e()
-                finally:
-                    watch.cancel_scope.cancel()
+                                     timeout=traffic.REQUEST_TIMEOUT_S) as client, \
+                httpx.AsyncClient(trust_env=False, timeout=30.0) as status_client, \
+                anyio.create_task_group() as watch:
+            watch.start_soon(self._watch, status_client)
+            await anyio.sleep(OBSERVE_S * 2)
+            try:
+                await self.phase_a(client)
+                await self.phase_b(client)
+                stop = anyio.Event()
+                background: list[traffic.Outcome] = []
+                async with anyio.create_task_group() as users:
+                    await self.phase_c(client, users, stop, background)
+                    await self.phase_d(client)
+                    stop.set()
+                    # Requests still waiting (e.g. the trickle retrying a preempted
+                    # model) are abandoned, not counted: the phase is over.
+                    users.cancel_scope.cancel()
+                self._check("d", [o for o in self.phases[2].outcomes + background
+                                  if o.status != 503])
+                await self.phase_e()
+            finally:
+                watch.cancel_scope.cancel()
         return [p.as_dict() for p in self.phases]

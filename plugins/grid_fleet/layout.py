@@ -66,19 +66,20 @@ a throttled logical host still offers its whole memory share (the state stays vi
 # as fractions of the smallest host so that any two replicas never share a host (the fleet
 # genuinely fills up and a high-priority burst needs preemption) while one always fits.
 DEFAULT_MODELS: tuple[dict[str, object], ...] = (
-    {"name": "tiny-general", "embedding": 64, "layers": 2, "share": 0.44, "priority": 50,
+    {"name": "tiny-general", "embedding": 64, "layers": 2, "share": 0.51, "priority": 50,
      "min_replicas": 1, "max_replicas": 3},
-    {"name": "tiny-coder", "embedding": 128, "layers": 2, "share": 0.50, "priority": 10,
+    {"name": "tiny-coder", "embedding": 128, "layers": 2, "share": 0.56, "priority": 10,
      "min_replicas": 0, "max_replicas": 1},
-    {"name": "tiny-writer", "embedding": 192, "layers": 3, "share": 0.56, "priority": 100,
+    {"name": "tiny-writer", "embedding": 192, "layers": 3, "share": 0.62, "priority": 100,
      "min_replicas": 0, "max_replicas": 1},
 )
 """Baseline ``tiny-general`` (min 1), low-priority ``tiny-coder`` and high-priority
-``tiny-writer`` (min 0). Shares of the smallest host's memory: any pair exceeds one host's
-free memory after the 512 MB headroom, each alone fits with room for other programs."""
+``tiny-writer`` (min 0). Budgets are shares of the smallest host's memory: any two exceed a
+whole host (shares sum above 1), each alone leaves 38 % of the host for the 512 MB admission
+headroom and other programs' memory."""
 MODEL_CONTEXT = 2048
 """Context of the generated models: room for a replayed prompt plus the generated tokens."""
-OPERATOR_MODEL_SHARE = 0.44
+OPERATOR_MODEL_SHARE = 0.51
 """Budget share of the smallest host for an operator-supplied ``--model`` GGUF."""
 
 

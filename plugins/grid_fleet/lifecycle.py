@@ -40,6 +40,12 @@ HTTP_TIMEOUT_S = 30.0
 TOKEN_TTL_S = 7 * 86400.0
 """Fleet node credentials last a week: a persistent fixture survives a working week."""
 POLL_S = 0.2
+BASELINE_READY_S = 120.0
+"""Start waits this long for the baseline replica: a tiny model warms in seconds."""
+ENGINE_THREADS_ENV = "LLAMA_ARG_THREADS"
+ENGINE_THREADS = 1
+"""Threads per engine child: logical hosts share the physical cores, and a tiny model gains
+nothing from a second thread that only contends with the sibling engines."""
 
 Echo = Callable[[str], None]
 
@@ -188,6 +194,9 @@ def _start_host(root: Path, url: str, host: HostSpec) -> tuple[str, int, str]:
     tokens.mkdir(mode=0o700, exist_ok=True)
     token_file = tokens / f"{host.host_id}.token"
     env = dict(os.environ, GRID_HOME=str(root / "server"))
+    # Every logical host's engines share this machine's few cores: one thread per engine
+    # keeps N engines from spinning against each other (llama-server reads this variable).
+    env.setdefault(ENGINE_THREADS_ENV, str(ENGINE_THREADS))
     if not token_file.exists():
         code, out = _run([*grid_exe(), "allocator", "token", "write", str(token_file),
                           "--host-id", host.host_id, "--ttl-days", str(TOKEN_TTL_S / 86400),
@@ -239,9 +248,10 @@ def start(settings: FleetSettings, echo: Echo, root: Path | None = None) -> Flee
     existing = layout.load_record(root)
     if existing is not None and server_proof(existing.server) == "proven":
         if existing.settings != settings:
-            diff = [f"{f}: running {getattr(existing.settings, f)!r}, asked {getattr(settings, f)!r}"
-                    for f in existing.settings.__struct_fields__
-                    if getattr(existing.settings, f) != getattr(settings, f)]
+            running = existing.settings
+            diff = [f"{f}: running {getattr(running, f)!r}, asked {getattr(settings, f)!r}"
+                    for f in running.__struct_fields__
+                    if getattr(running, f) != getattr(settings, f)]
             msg = ("a fleet with different settings is running ("
                    + "; ".join(diff) + "); run 'grid test stop' first")
             raise ConflictError(msg)
@@ -258,6 +268,7 @@ def start(settings: FleetSettings, echo: Echo, root: Path | None = None) -> Flee
                "inspect it by hand")
         raise ConflictError(msg)
     hosts = layout.host_specs(settings.capacities_mb, settings.engine_port_base)
+    _fresh(root)
     echo(f"grid: starting a logical fleet of {settings.machines} host(s) in {root}")
     models = prepare_models(root, settings, echo)
     server, url = _start_server(root, settings.port)
@@ -275,11 +286,51 @@ def start(settings: FleetSettings, echo: Echo, root: Path | None = None) -> Flee
         if mode.get("mode") != "automatic":
             msg = f"the server refused automatic mode: {mode}"
             raise UnavailableError(msg)
+        _wait_baseline(url, models, echo)
     except BaseException:
         echo("grid: start failed; stopping what was started")
         stop(echo, root)
         raise
     return rec
+
+
+def _fresh(root: Path) -> None:
+    """Forget a stopped fleet's controller and node state (a new start is a new fleet).
+
+    Old node state would carry the previous controller's term and receipts, and old
+    controller state a restart grace; the operator token, signing key and models stay.
+
+    Raises:
+        ConflictError: a process from an earlier fleet still runs here.
+    """
+    import shutil
+
+    stray = stray_processes(root)
+    if stray:
+        msg = (f"processes of an earlier fleet still run ({stray}); run 'grid test stop' "
+               "or inspect them by hand")
+        raise ConflictError(msg)
+    for sub in (root / "server" / "state", root / "hosts", root / "tokens"):
+        shutil.rmtree(sub, ignore_errors=True)
+
+
+def _wait_baseline(url: str, models: tuple[ModelSpec, ...], echo: Echo) -> None:
+    """Wait until every baseline model answers on ``/v1/models`` (a ready route)."""
+    want = {m.model_id for m in models if m.min_replicas > 0}
+    deadline = time.monotonic() + BASELINE_READY_S
+    with httpx.Client(timeout=HTTP_TIMEOUT_S, trust_env=False) as client:
+        while time.monotonic() < deadline:
+            try:
+                ready = {m["id"] for m in client.get(url + "/v1/models").json()["data"]}
+            except (httpx.HTTPError, ValueError, KeyError, TypeError):
+                ready = set()
+            if want <= ready:
+                echo(f"  baseline ready: {', '.join(sorted(want))}")
+                return
+            time.sleep(POLL_S * 2)
+    msg = (f"the baseline {sorted(want)} has no ready engine after {BASELINE_READY_S:.0f} s; "
+           "see 'grid test status' and the host logs under hosts/*/logs")
+    raise UnavailableError(msg)
 
 
 def _start_hosts(root: Path, url: str, hosts: tuple[HostSpec, ...], echo: Echo) -> None:

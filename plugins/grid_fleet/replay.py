@@ -30,8 +30,9 @@ from grid_fleet.layout import FleetRecord
 
 MAX_TRACE_BYTES = 16 * 1024 * 1024
 """A trace larger than 16 MiB is refused (the shipped ones are well under 1 MiB)."""
-MAX_IN_FLIGHT = 256
-"""Connections the replay client opens at most; later arrivals queue in the client pool."""
+MAX_IN_FLIGHT = 64
+"""Requests the replay client has in flight at most (the fleet has 4 slots per engine);
+a later arrival waits in the client, and that wait counts in its latency."""
 SAMPLE_S = 2.0
 """Replica counts are sampled this often for the replicas-over-time report."""
 DRAIN_S = 120.0
@@ -153,12 +154,15 @@ class Replay:
                 pass
             await anyio.sleep(observe.POLL_S)
 
-    async def _one(self, client: httpx.AsyncClient, a: Arrival, salt: int) -> None:
-        out = await traffic.chat(
-            client, self.fleet.url, a.model,
-            prompt=traffic.prompt_of(min(max(1, a.context_tokens), self.max_prompt_tokens),
-                                     salt),
-            max_tokens=min(max(1, a.generated_tokens), self.max_tokens))
+    async def _one(self, client: httpx.AsyncClient, limiter: anyio.CapacityLimiter,
+                   a: Arrival, salt: int, scheduled: float) -> None:
+        async with limiter:
+            out = await traffic.chat(
+                client, self.fleet.url, a.model,
+                prompt=traffic.prompt_of(min(max(1, a.context_tokens),
+                                             self.max_prompt_tokens), salt),
+                max_tokens=min(max(1, a.generated_tokens), self.max_tokens))
+        out.latency_s = time.monotonic() - scheduled  # from the arrival, client wait included
         self.outcomes.append((a, out))
 
     async def run(self) -> dict[str, Any]:
@@ -171,22 +175,25 @@ class Replay:
         span = arrivals[-1].offset_s / self.speedup if arrivals else 0.0
         self.echo(f"grid: replaying {len(arrivals)} requests over {span:.0f} s "
                   f"({self.speedup:g}x) against {self.fleet.url}")
+        limiter = anyio.CapacityLimiter(MAX_IN_FLIGHT)
         async with httpx.AsyncClient(trust_env=False, limits=limits,
-                                     timeout=traffic.REQUEST_TIMEOUT_S) as client:
-            async with anyio.create_task_group() as bg:
-                bg.start_soon(self._sample, client, obs, t0)
-                await anyio.sleep(observe.POLL_S)
-                start = time.monotonic()
-                with anyio.move_on_after(span + DRAIN_S):
-                    async with anyio.create_task_group() as tg:
-                        for i, a in enumerate(arrivals):
-                            delay = start + a.offset_s / self.speedup - time.monotonic()
-                            if delay > 0:
-                                await anyio.sleep(delay)
-                            tg.start_soon(self._one, client, a, i)
-                wall = time.monotonic() - start
-                await anyio.sleep(observe.POLL_S * 2)
-                bg.cancel_scope.cancel()
+                                     timeout=traffic.REQUEST_TIMEOUT_S) as client, \
+                httpx.AsyncClient(trust_env=False, timeout=30.0) as status_client, \
+                anyio.create_task_group() as bg:
+            bg.start_soon(self._sample, status_client, obs, t0)
+            await anyio.sleep(observe.POLL_S)
+            start = time.monotonic()
+            with anyio.move_on_after(span + DRAIN_S):
+                async with anyio.create_task_group() as tg:
+                    for i, a in enumerate(arrivals):
+                        at = start + a.offset_s / self.speedup
+                        delay = at - time.monotonic()
+                        if delay > 0:
+                            await anyio.sleep(delay)
+                        tg.start_soon(self._one, client, limiter, a, i, at)
+            wall = time.monotonic() - start
+            await anyio.sleep(observe.POLL_S * 2)
+            bg.cancel_scope.cancel()
         done = {id(a) for a, _ in self.outcomes}
         for a in arrivals:  # cut off by the drain deadline
             if id(a) not in done:

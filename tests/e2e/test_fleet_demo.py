@@ -1,0 +1,132 @@
+"""The logical fleet end to end: real server, real node agents, real llama-server children.
+
+One two-host fleet is started through the shipped CLI (``grid test start``) for the whole
+module; the tests use it as an operator would (status, idempotent start, the official
+``openai`` client, the shortened self-checking demo) and the teardown stops it and proves
+from the process table that nothing it started is left.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import openai
+import psutil
+import pytest
+
+pytestmark = pytest.mark.e2e
+
+ENGINE_PORT_BASE = 23100
+"""Engine ports for this module's fleet: clear of the default range and the other e2e tests."""
+CLI_TIMEOUT_S = 900
+"""Start waits for registration and the baseline; the demo has per-phase deadlines inside."""
+
+
+def grid(home: Path, *args: str, timeout: float = CLI_TIMEOUT_S) -> subprocess.CompletedProcess:
+    """Run the installed ``grid`` CLI with the test's GRID_HOME."""
+    env = dict(os.environ, GRID_HOME=str(home))
+    return subprocess.run([sys.executable, "-c", "from grid_core.cli import main; main()",
+                           *args], capture_output=True, text=True, env=env, timeout=timeout,
+                          check=False)
+
+
+def _owned(home: Path) -> list[psutil.Process]:
+    """Processes whose command line names this test's fleet directory."""
+    marker = str(home / "fleet")
+    out = []
+    for p in psutil.process_iter(["cmdline"]):
+        try:
+            if any(marker in part for part in p.info["cmdline"] or ()):
+                out.append(p)
+        except (psutil.Error, TypeError):
+            continue
+    return out
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, dict]]:
+    home = tmp_path_factory.mktemp("fleet-home")
+    started = grid(home, "test", "start", "--machines", "2", "--text-capacities-gib", "3,3",
+                   "--port", "0", "--engine-port-base", str(ENGINE_PORT_BASE))
+    try:
+        assert started.returncode == 0, started.stdout + started.stderr
+        doc = json.loads(grid(home, "test", "status", "--json").stdout)
+        yield home, doc
+    finally:
+        before = [(p.pid, p.create_time()) for p in _owned(home)]
+        stopped = grid(home, "test", "stop")
+        left = [pid for pid, born in before
+                if psutil.pid_exists(pid) and psutil.Process(pid).create_time() == born
+                and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE]
+        assert stopped.returncode == 0, stopped.stdout + stopped.stderr
+        assert before, "the fleet started no process at all"
+        assert not left, f"processes left after 'grid test stop': {left}"
+        assert not _owned(home)
+
+
+def test_each_logical_host_has_its_own_identity_share_ports_and_credential(fleet):
+    home, doc = fleet
+    hosts = doc["hosts"]
+    assert [h["host_id"] for h in hosts] == ["host-01", "host-02"]
+    assert len({h["failure_domain"] for h in hosts}) == 2
+    assert hosts[0]["port_high"] < hosts[1]["port_low"]
+    assert all(h["capacity_mb"] == 3 * 1024 and h["agent_running"] for h in hosts)
+    for h in hosts:
+        token = home / "fleet" / "tokens" / f"{h['host_id']}.token"
+        assert stat.S_IMODE(token.stat().st_mode) == 0o600
+        state = home / "fleet" / "hosts" / h["host_id"]
+        assert stat.S_IMODE(state.stat().st_mode) == 0o700
+    registered = {n["host_id"] for n in doc["allocator"]["server"]["nodes"]
+                  if n["role"] == "allocator"}
+    assert registered == {"host-01", "host-02"}
+    sizes = [Path(m["path"]).stat().st_size for m in doc["models"]]
+    assert len(set(sizes)) == 3, "the three default models must differ in size"
+    assert sorted(m["min_replicas"] for m in doc["models"]) == [0, 0, 1]
+    assert len({m["priority"] for m in doc["models"]}) == 3
+
+
+def test_start_is_idempotent_and_refuses_conflicting_settings(fleet):
+    home, doc = fleet
+    again = grid(home, "test", "start", "--machines", "2", "--text-capacities-gib", "3,3",
+                 "--port", "0", "--engine-port-base", str(ENGINE_PORT_BASE))
+    assert again.returncode == 0, again.stderr
+    assert "already running" in again.stdout
+    other = grid(home, "test", "start", "--machines", "2", "--text-capacities-gib", "3,2",
+                 "--port", "0", "--engine-port-base", str(ENGINE_PORT_BASE))
+    assert other.returncode != 0
+    assert "capacities_mb" in other.stderr and "grid test stop" in other.stderr
+    still = json.loads(grid(home, "test", "status", "--json").stdout)
+    assert still["server_pid"] == doc["server_pid"] and still["running"]
+
+
+def test_official_openai_client_lists_models_and_streams_a_completion(fleet):
+    _home, doc = fleet
+    client = openai.OpenAI(base_url=doc["url"] + "/v1", api_key="unused", max_retries=0)
+    ids = [m.id for m in client.models.list()]
+    baseline = next(m["model_id"] for m in doc["models"] if m["min_replicas"] == 1)
+    assert baseline in ids
+    chunks = list(client.chat.completions.create(
+        model=baseline, stream=True, max_tokens=8,
+        messages=[{"role": "user", "content": "Reply with OK"}],
+        extra_body={"ignore_eos": True}))
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text.strip()
+    assert len({c.id for c in chunks}) == 1
+
+
+def test_shortened_demo_passes_every_phase_with_real_requests(fleet):
+    home, _doc = fleet
+    run = grid(home, "test", "demo", "--users", "3", "--requests", "6", "--max-tokens", "8")
+    out = run.stdout + run.stderr
+    assert run.returncode == 0, out[-4000:]
+    for phase in "abcde":
+        assert f"phase ({phase}) passed" in out, out[-4000:]
+    assert "503 with Retry-After" in out
+    assert "preempted" in out and "drained before unload" in out
+    assert "-> draining" in out

@@ -1,0 +1,139 @@
+"""Logical fleet pieces that need no process: shares, hosts, model budgets, trace parsing,
+transition detection."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from grid_fleet import layout, observe, replay
+from grid_fleet.layout import FleetRecord, FleetSettings, ModelSpec
+from hypothesis import given
+from hypothesis import strategies as st
+
+from grid_core.errors import ValidationError
+from grid_core.planner.types import ADMISSION_HEADROOM_MB
+
+TRACES = Path(__file__).resolve().parents[2] / "data" / "traces"
+
+
+@pytest.fixture
+def usable(monkeypatch: pytest.MonkeyPatch) -> int:
+    monkeypatch.setattr(layout, "usable_memory_mb", lambda: 20_000)
+    return 20_000
+
+
+def test_equal_split_partitions_usable_memory(usable):
+    caps = layout.plan_capacities(4, None)
+    assert caps == (5000,) * 4 and sum(caps) <= usable
+
+
+def test_explicit_capacities_must_fit_and_match_the_host_count(usable):
+    assert layout.plan_capacities(3, "6,4,2") == (6144, 4096, 2048)
+    with pytest.raises(ValidationError, match="can give only"):
+        layout.plan_capacities(2, "12,12")
+    with pytest.raises(ValidationError, match="one capacity per logical machine"):
+        layout.plan_capacities(3, "4,4")
+    with pytest.raises(ValidationError, match="less than"):
+        layout.plan_capacities(2, "4,0.5")
+    with pytest.raises(ValidationError, match="comma-separated"):
+        layout.plan_capacities(2, "4,x")
+
+
+@pytest.mark.parametrize("machines", [0, 33])
+def test_machine_count_is_bounded(usable, machines):
+    with pytest.raises(ValidationError, match=r"1\.\.32"):
+        layout.plan_capacities(machines, None)
+
+
+@given(st.integers(1, 32), st.integers(1024, 60000))
+def test_hosts_get_distinct_ids_domains_and_disjoint_port_ranges(n, base):
+    caps = (2048,) * n
+    if base + n * layout.ENGINE_PORTS_PER_HOST - 1 > 65535:
+        with pytest.raises(ValidationError):
+            layout.host_specs(caps, base)
+        return
+    hosts = layout.host_specs(caps, base)
+    assert len({h.host_id for h in hosts}) == n
+    assert len({h.failure_domain for h in hosts}) == n
+    ports = [p for h in hosts for p in range(h.port_low, h.port_high + 1)]
+    assert len(ports) == len(set(ports)) and min(ports) == base
+
+
+@given(st.integers(layout.MIN_HOST_MB * 3, 64_000), st.integers(0, 1_000))
+def test_default_budgets_fill_a_host_with_exactly_one_replica(cap, external):
+    """Any two default replicas exceed one host's whole share; each alone fits while other
+    programs use up to 30 % of it (the fleet fills up, and preemption is really needed)."""
+    budgets = [int(cap * float(m["share"])) for m in layout.DEFAULT_MODELS]
+    assert all(a + b > cap for a in budgets for b in budgets)
+    if external <= 0.3 * cap - ADMISSION_HEADROOM_MB:
+        assert all(b <= cap - ADMISSION_HEADROOM_MB - external for b in budgets)
+
+
+def _record(tmp_path: Path) -> FleetRecord:
+    models = tuple(ModelSpec(model_id=f"{n}.gguf", path=str(tmp_path / n), sha256="0" * 64,
+                             memory_mb=100, priority=p, min_replicas=r, max_replicas=1)
+                   for n, p, r in (("gen", 50, 1), ("cod", 10, 0), ("wri", 100, 0)))
+    settings = FleetSettings(machines=1, port=0, engine_port_base=23000, capacities_mb=(2048,),
+                             models=())
+    return FleetRecord(settings=settings, url="http://127.0.0.1:1", hosts=(), models=models)
+
+
+def test_trace_rows_become_arrivals_on_the_mapped_model(tmp_path):
+    rec = _record(tmp_path)
+    conv = replay.load_trace(TRACES / "azure_llm_2023_conv.csv", 60.0, {}, rec)
+    code = replay.load_trace(TRACES / "azure_llm_2023_code.csv", 60.0, {}, rec)
+    assert conv and all(a.model == "gen.gguf" and a.offset_s <= 60.0 for a in conv)
+    assert code and all(a.model == "cod.gguf" for a in code)
+    assert conv[0].offset_s == 0.0 and conv[0].context_tokens == 374
+    mapped = replay.load_trace(TRACES / "azure_llm_2023_conv.csv", 5.0, {"conv": "wri.gguf"},
+                               rec)
+    assert {a.model for a in mapped} == {"wri.gguf"}
+    with pytest.raises(ValidationError, match="not served"):
+        replay.load_trace(TRACES / "azure_llm_2023_conv.csv", 5.0, {"conv": "nope"}, rec)
+
+
+def test_a_malformed_trace_row_is_named(tmp_path):
+    bad = tmp_path / "conv.csv"
+    bad.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.68,1,2\n"
+                   "yesterday,3,4\n")
+    with pytest.raises(ValidationError, match="line 3"):
+        replay.load_trace(bad, 60.0, {}, _record(tmp_path))
+
+
+@pytest.mark.parametrize(("text", "seconds"), [("600", 600.0), ("90s", 90.0), ("10m", 600.0),
+                                               ("1h", 3600.0), ("2.5m", 150.0)])
+def test_durations(text, seconds):
+    assert replay.parse_duration(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["", "0", "-1m", "10 minutes", "m"])
+def test_bad_durations(text):
+    with pytest.raises(ValidationError):
+        replay.parse_duration(text)
+
+
+def _status(res: dict[str, list[tuple[str, str]]], history=()) -> dict:
+    return {"controller": {
+        "hosts": [{"host_id": h, "residencies": [{"model_id": m, "state": s} for m, s in rs]}
+                  for h, rs in res.items()],
+        "history": list(history)}}
+
+
+def test_observer_reports_each_transition_and_command_outcome_once():
+    obs = observe.Observer("http://x")
+    first = obs.update(_status({"h1": [("a", "ready"), ("b", "cached")]},
+                               [{"action_id": "1", "kind": "load", "host_id": "h1",
+                                 "model_id": "a", "status": "succeeded"}]), now=1.0)
+    assert [(e.model_id, e.before, e.after) for e in first] == [("a", "absent", "ready")]
+    drain = {"action_id": "2", "kind": "drain", "host_id": "h1", "model_id": "a",
+             "status": "delivered", "reason": "eviction"}
+    evs = obs.update(_status({"h1": [("a", "draining"), ("b", "cached")]}, [drain]), now=2.0)
+    assert {(e.kind, e.before, e.after) for e in evs} == {("residency", "ready", "draining"),
+                                                          ("command", "new", "delivered")}
+    assert obs.update(_status({"h1": [("a", "draining"), ("b", "cached")]}, [drain])) == []
+    gone = obs.update(_status({"h1": [("b", "cached")]}, [dict(drain, status="succeeded")]))
+    assert {(e.kind, e.after) for e in gone} == {("residency", "absent"),
+                                                 ("command", "succeeded")}
+    assert observe.ready_counts(_status({"h1": [("a", "ready")], "h2": [("a", "ready")]})) == {
+        "a": 2}
