@@ -200,7 +200,9 @@ def install(
     if not works(target):
         msg = f"{target} was built but does not run; see {log}"
         raise EngineInstallError(msg)
+    # Keep the verified archive (a rebuild needs no download); drop the bulky trees.
     shutil.rmtree(build, ignore_errors=True)
+    shutil.rmtree(workdir / f"llama_cpp_python-{LLAMA_CPP_PYTHON_VERSION}", ignore_errors=True)
     return target, True, time.monotonic() - started
 
 
