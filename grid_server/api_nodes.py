@@ -7,6 +7,7 @@ except ``GET /nodes`` needs the host-scoped node credential in ``X-Grid-Allocato
 from __future__ import annotations
 
 import time
+from typing import TypeVar
 
 from litestar import Request, Response, delete, get, post, put
 from litestar.handlers import HTTPRouteHandler
@@ -15,15 +16,19 @@ from grid_core.hosts import LEASE_TTL_S
 from grid_core.wire import (
     CONTROL_HEADER,
     AllocatorResponse,
+    Decoded,
     Heartbeat,
     HeartbeatResponse,
     NodeRegistration,
+    WireError,
     decode,
     encode,
 )
 from grid_server.auth import NodeClaims
 from grid_server.context import ServerContext
 from grid_server.http import json_response, read_limited
+
+T = TypeVar("T")
 
 MAX_NODE_BODY_BYTES = 1024 * 1024
 """A registration or heartbeat with 256 residencies is ~100 KiB; 1 MiB leaves headroom."""
@@ -35,13 +40,24 @@ def node_routes(ctx: ServerContext) -> list[HTTPRouteHandler]:
     def claims_of(request: Request) -> NodeClaims:
         return ctx.credentials.verify_node(request.headers.get(CONTROL_HEADER), time.time())
 
+    async def decoded(request: Request, host_id: str, node_id: str, kind: type[T]) -> Decoded[T]:
+        body = await read_limited(request, MAX_NODE_BODY_BYTES)
+        try:
+            return decode(body, kind)
+        except WireError as exc:
+            # An invalid lifecycle or document from a known host fails closed at once
+            # instead of leaving its last (possibly accepting) report in force.
+            if ctx.registry.mark_invalid(host_id, node_id, str(exc)):
+                ctx.runner.input_changed(time.time(), safety_changed=True)
+            raise
+
     @put("/nodes/{node_id:str}", status_code=200)
     async def register(request: Request, node_id: str) -> Response:
         """Register or refresh a record (control or engine) of the authenticated host."""
         claims = claims_of(request)
-        decoded = decode(await read_limited(request, MAX_NODE_BODY_BYTES), NodeRegistration)
+        doc = await decoded(request, claims.host_id, node_id, NodeRegistration)
         now = time.time()
-        rec = ctx.registry.register(claims.host_id, node_id, decoded, now)
+        rec = ctx.registry.register(claims.host_id, node_id, doc, now)
         ctx.runner.input_changed(now)
         return json_response({
             "node_id": rec.record_id, "host_id": rec.host_id, "role": rec.role,
@@ -52,10 +68,10 @@ def node_routes(ctx: ServerContext) -> list[HTTPRouteHandler]:
     async def heartbeat(request: Request, node_id: str) -> Response:
         """Refresh a lease; deliver commands when asked (control records only)."""
         claims = claims_of(request)
-        decoded = decode(await read_limited(request, MAX_NODE_BODY_BYTES), Heartbeat)
+        doc = await decoded(request, claims.host_id, node_id, Heartbeat)
         now = time.time()
-        rec = ctx.registry.heartbeat(claims.host_id, node_id, decoded, now)
-        hb = decoded.document
+        rec = ctx.registry.heartbeat(claims.host_id, node_id, doc, now)
+        hb = doc.document
         ctx.runner.acknowledge(claims.host_id, hb.acknowledgements)
         ctx.runner.input_changed(now)
         if hb.request_commands and rec.role == "allocator":

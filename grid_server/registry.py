@@ -143,6 +143,20 @@ class Registry:
         self.revision += 1
         return rec
 
+    def mark_invalid(self, host_id: str, node_id: str, problem: str) -> bool:
+        """Fail a known record closed after its host sent an invalid document.
+
+        The lease is not refreshed; the record stays visible but its snapshot is unhealthy
+        and it stops routing until a valid report arrives. Returns whether a record changed.
+        """
+        rec = self.records.get(node_id)
+        if rec is None or rec.host_id != host_id:
+            return False
+        self.records[node_id] = msgspec.structs.replace(
+            rec, rejected_rows=(f"invalid report: {problem[:500]}",))
+        self.revision += 1
+        return True
+
     def remove(self, host_id: str, node_id: str) -> None:
         """Delete a record the host owns.
 

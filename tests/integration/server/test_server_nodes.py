@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from server_testbed import Grid
+from server_testbed import Engine, Grid, serve_model
 
 from grid_core.wire import CONTROL_HEADER, HeartbeatResponse, control_record_id, decode
 from grid_server.harness import server_url, start_server
@@ -116,3 +117,24 @@ def test_graceful_stop_removes_the_server_record(tmp_path: Path) -> None:
     assert child.proc.returncode is not None
     assert server_url(home) is None
     assert not (home / "server.json").exists()
+
+
+def test_invalid_report_from_a_known_host_fails_it_closed(
+        grid: Grid, engines: Callable[[str], Engine]) -> None:
+    eng = engines("m-fc")
+    token = serve_model(grid, eng, "host-fc")
+    http = grid.client.http
+    assert http.post(grid.url + "/v1/chat/completions", json={
+        "model": "m-fc", "messages": [{"role": "user", "content": "x"}]}).status_code == 200
+    node = control_record_id("host-fc")
+    r = http.post(f"{grid.url}/nodes/{node}/heartbeat", headers={CONTROL_HEADER: token},
+                  json={"node_id": node, "allocator": {"state": "sleeping"}})
+    assert r.status_code == 400
+    assert http.post(grid.url + "/v1/chat/completions", json={
+        "model": "m-fc", "messages": [{"role": "user", "content": "x"}]}).status_code == 503
+    assert eng.requests() == 1
+    # A valid report restores service.
+    grid.client.register_host(token, "host-fc", residencies=[
+        {"model_id": "m-fc", "memory_mb": 1024, "state": "ready"}]).raise_for_status()
+    assert http.post(grid.url + "/v1/chat/completions", json={
+        "model": "m-fc", "messages": [{"role": "user", "content": "x"}]}).status_code == 200
