@@ -159,23 +159,19 @@ class Controller:
             except GridError as exc:
                 self.warnings.append(f"demand history discarded: {exc}")
         self._restored = True
-        self.mode = "recommend"
+        self.mode = state.mode
         if state.mode == "automatic":
-            try:
-                self._enter_automatic(self._restore_time())
-            except GridError as exc:
-                self.warnings.append(f"automatic mode not resumed after restart: {exc}")
-                at = self._restore_time()
+            if self.automatic_refusal is not None:
+                self.mode = "recommend"
+                self.warnings.append("automatic mode not resumed after restart: "
+                                     f"{self.automatic_refusal}")
+                stamps = [a.completed_at or a.created_at for a in self.book]
                 for a in self.book.active():
-                    self.book.close(a, "cancelled", at, "automatic mode not resumed")
-        else:
-            self.mode = state.mode
-
-    def _restore_time(self) -> float:
-        # No clock in the core: the restored lease starts at the newest recorded instant and
-        # is renewed on the first tick with the caller's clock.
-        stamps = [a.completed_at or a.created_at for a in self.book]
-        return max(stamps, default=0.0)
+                    self.book.close(a, "cancelled", max(stamps, default=0.0),
+                                    "automatic mode not resumed")
+            else:
+                # No clock here: the lease is taken (term + 1) on the first tick or poll.
+                self.authority = "pending"
 
     def _quarantine(self, cause: str) -> None:
         try:
@@ -279,7 +275,7 @@ class Controller:
         if mode not in MODES:
             msg = f"mode '{mode}' is unknown; use one of {', '.join(MODES)}"
             raise ValidationError(msg)
-        if mode == self.mode:
+        if mode == self.mode and (mode != "automatic" or self.authority == "held"):
             return
         if mode == "automatic":
             self._enter_automatic(now)

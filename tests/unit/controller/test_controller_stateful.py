@@ -113,7 +113,7 @@ class FleetMachine(RuleBasedStateMachine):
         except ConflictError:
             # A live superseded controller still holds the lease: refusal is the safe answer.
             assert mode == "automatic" and self.fleet.zombies
-            assert self.fleet.ctl.mode != "automatic"
+            assert self.fleet.ctl.authority != "held"
 
     @rule(keep_zombie=st.booleans(), zombie_sends_to=host_ids)
     def restart_controller(self, keep_zombie: bool, zombie_sends_to: str) -> None:
