@@ -65,15 +65,19 @@ MeasurementKey = tuple[str, str]
 """(host_id, model_id) of a server-owned measurement."""
 
 
-def _residency(
-    raw: Residency, received_at: float, routable_models: set[str]
-) -> ResidencySnapshot:
+def _residency(raw: Residency, received_at: float, routable_models: set[str]) -> ResidencySnapshot:
     # Ages are relative to the sender's clock; rebuilding from the server's receipt time
     # means node clock skew cannot stretch minimum residency or cooldowns.
-    loaded_at = (received_at - raw.loaded_age_s if raw.loaded_age_s is not None
-                 else _clamp(raw.loaded_at, received_at))
-    last_used = (received_at - raw.last_used_age_s if raw.last_used_age_s is not None
-                 else _clamp(raw.last_used_at, received_at))
+    loaded_at = (
+        received_at - raw.loaded_age_s
+        if raw.loaded_age_s is not None
+        else _clamp(raw.loaded_at, received_at)
+    )
+    last_used = (
+        received_at - raw.last_used_age_s
+        if raw.last_used_age_s is not None
+        else _clamp(raw.last_used_at, received_at)
+    )
     return ResidencySnapshot(
         model_id=raw.model_id,
         memory_mb=raw.memory_mb,
@@ -111,7 +115,8 @@ def _performance(
         if r.artifact_sha256 is not None and m.artifact_sha256 != r.artifact_sha256:
             continue
         out[r.model_id] = ModelPerformance(
-            latency_ms=m.latency_ms, tokens_per_s=m.tokens_per_s,
+            latency_ms=m.latency_ms,
+            tokens_per_s=m.tokens_per_s,
             samples=effective_samples(m, now),
         )
     return out
@@ -163,19 +168,30 @@ def _snapshot(
 ) -> HostSnapshot:
     if control is None:
         residencies = tuple(
-            ResidencySnapshot(model_id=m, memory_mb=0, state="ready", ownership="external",
-                              routable=True)
-            for m in sorted(routable))
-        return HostSnapshot(host_id=host_id, capacity_mb=0, healthy=False,
-                            state="unhealthy", residencies=residencies)
+            ResidencySnapshot(
+                model_id=m, memory_mb=0, state="ready", ownership="external", routable=True
+            )
+            for m in sorted(routable)
+        )
+        return HostSnapshot(
+            host_id=host_id,
+            capacity_mb=0,
+            healthy=False,
+            state="unhealthy",
+            residencies=residencies,
+        )
     res = control.resources
     env = control.allocator
     healthy = res is not None and env is not None and not control.rejected_rows
     rows = [_residency(r, control.received_at, routable) for r in (env.residencies if env else [])]
     listed = {r.model_id for r in rows}
     # Engines the control record does not list are someone else's (external) routes.
-    rows += [ResidencySnapshot(model_id=m, memory_mb=0, state="ready", ownership="external",
-                               routable=True) for m in sorted(routable - listed)]
+    rows += [
+        ResidencySnapshot(
+            model_id=m, memory_mb=0, state="ready", ownership="external", routable=True
+        )
+        for m in sorted(routable - listed)
+    ]
     cached: dict[str, str | None] = {}
     if env is not None:
         for m in env.cached_models:

@@ -136,8 +136,12 @@ def record_sample(
             tps, tps_n = _fold(m.tokens_per_s, _decayed(m.tokens_samples, m.tokens_at, now), rate)
             tps_at = now
     return Measurement(
-        latency_ms=lat, latency_samples=lat_n, latency_at=lat_at,
-        tokens_per_s=tps, tokens_samples=tps_n, tokens_at=tps_at,
+        latency_ms=lat,
+        latency_samples=lat_n,
+        latency_at=lat_at,
+        tokens_per_s=tps,
+        tokens_samples=tps_n,
+        tokens_at=tps_at,
         artifact_sha256=m.artifact_sha256,
     )
 
@@ -290,8 +294,7 @@ class RouteEstimate(msgspec.Struct, frozen=True, kw_only=True):
 
     def key(self) -> tuple[int, bool, float, float, str]:
         """Sort key: best first."""
-        return (self.protection, self.saturated, self.completion, self.lease_age_s,
-                self.engine_id)
+        return (self.protection, self.saturated, self.completion, self.lease_age_s, self.engine_id)
 
 
 def eligible(c: RouteCandidate) -> bool:
@@ -339,12 +342,16 @@ def estimate_routes(
     pool = [c for c in candidates if eligible(c)]
     lats = {c.engine_id: latency_confidence(c.measurement, now) for c in pool}
     tputs = {c.engine_id: throughput_confidence(c.measurement, now) for c in pool}
-    known_lat = [c.measurement.latency_ms for c in pool
-                 if c.measurement and c.measurement.latency_ms is not None
-                 and lats[c.engine_id] > 0]
-    known_tps = [c.measurement.tokens_per_s for c in pool
-                 if c.measurement and c.measurement.tokens_per_s is not None
-                 and tputs[c.engine_id] > 0]
+    known_lat = [
+        c.measurement.latency_ms
+        for c in pool
+        if c.measurement and c.measurement.latency_ms is not None and lats[c.engine_id] > 0
+    ]
+    known_tps = [
+        c.measurement.tokens_per_s
+        for c in pool
+        if c.measurement and c.measurement.tokens_per_s is not None and tputs[c.engine_id] > 0
+    ]
     median_lat = statistics.median(known_lat) if known_lat else None
     median_tps = statistics.median(known_tps) if known_tps else None
     hint = max_tokens if max_tokens and 0 < max_tokens <= MAX_TOKENS_HINT else None
@@ -361,15 +368,17 @@ def estimate_routes(
                 if tps:
                     completion += hint / tps * 1000.0
         saturated = c.max_concurrency is not None and c.active_requests >= c.max_concurrency
-        out.append(RouteEstimate(
-            engine_id=c.engine_id,
-            protection=protection_class(c.host_state) or 0,
-            saturated=saturated,
-            waves=waves,
-            completion=completion,
-            # A future-dated lease is clamped to zero age: skew cannot buy priority.
-            lease_age_s=max(0.0, c.lease_age_s),
-        ))
+        out.append(
+            RouteEstimate(
+                engine_id=c.engine_id,
+                protection=protection_class(c.host_state) or 0,
+                saturated=saturated,
+                waves=waves,
+                completion=completion,
+                # A future-dated lease is clamped to zero age: skew cannot buy priority.
+                lease_age_s=max(0.0, c.lease_age_s),
+            )
+        )
     out.sort(key=RouteEstimate.key)
     return out
 
@@ -423,7 +432,11 @@ def choose_route(
     if affinity_hash is None:
         return best.engine_id
     bound = best.completion * (1.0 + AFFINITY_SLACK)
-    near = [r.engine_id for r in ranked
-            if r.protection == best.protection and r.saturated == best.saturated
-            and r.completion <= bound]
+    near = [
+        r.engine_id
+        for r in ranked
+        if r.protection == best.protection
+        and r.saturated == best.saturated
+        and r.completion <= bound
+    ]
     return rendezvous_pick(affinity_hash, near)

@@ -47,14 +47,17 @@ def token_routes(ctx: ServerContext) -> list[HTTPRouteHandler]:
         if not isinstance(host_id, str) or not HOST_ID.match(host_id):
             msg = "token: host_id must be 1-128 characters of letters, digits, '.', '_', '-'"
             raise ValidationError(msg)
-        if (not isinstance(ttl, int | float) or isinstance(ttl, bool) or not math.isfinite(ttl)
-                or not 0 < ttl <= MAX_NODE_CREDENTIAL_TTL_S):
+        if (
+            not isinstance(ttl, int | float)
+            or isinstance(ttl, bool)
+            or not math.isfinite(ttl)
+            or not 0 < ttl <= MAX_NODE_CREDENTIAL_TTL_S
+        ):
             msg = f"token: ttl_s must be in (0, {MAX_NODE_CREDENTIAL_TTL_S:.0f}] seconds"
             raise ValidationError(msg)
         now = time.time()
         token = ctx.credentials.issue_node(host_id, now, float(ttl))
-        return json_response({"host_id": host_id, "token": token,
-                              "expires_at": now + float(ttl)})
+        return json_response({"host_id": host_id, "token": token, "expires_at": now + float(ttl)})
 
     return [tokens]
 
@@ -111,8 +114,7 @@ def allocator_routes(ctx: ServerContext) -> list[HTTPRouteHandler]:
         """Run one reconciliation pass now and return its result."""
         operator(request)
         result = await ctx.runner.tick()
-        return json_response({"tick": msgspec.to_builtins(result) if result is not None
-                              else None})
+        return json_response({"tick": msgspec.to_builtins(result) if result is not None else None})
 
     @post("/allocator/evaluations", status_code=200)
     async def evaluations(request: Request) -> Response:
@@ -125,8 +127,10 @@ def allocator_routes(ctx: ServerContext) -> list[HTTPRouteHandler]:
             msg = f"evaluation: model '{model_id}' has no profile; set one first"
             raise NotFoundError(msg)
         if sha is not None and sha != profile.artifact_sha256:
-            msg = (f"evaluation: artifact_sha256 does not match the configured revision of "
-                   f"'{model_id}'; evaluate the configured artifact")
+            msg = (
+                f"evaluation: artifact_sha256 does not match the configured revision of "
+                f"'{model_id}'; evaluate the configured artifact"
+            )
             raise ConflictError(msg)
         record = getattr(ctx.runner.ctl, "record_evaluation", None)
         if record is None:
@@ -136,8 +140,15 @@ def allocator_routes(ctx: ServerContext) -> list[HTTPRouteHandler]:
         sha = sha or profile.artifact_sha256
         await ctx.runner.call(lambda: record(model_id, workload, sha, score, now))
         ctx.runner.poke()
-        return json_response({"model_id": model_id, "workload": workload, "score": score,
-                              "artifact_sha256": sha, "recorded": True})
+        return json_response(
+            {
+                "model_id": model_id,
+                "workload": workload,
+                "score": score,
+                "artifact_sha256": sha,
+                "recorded": True,
+            }
+        )
 
     return [status, put_model, delete_model, put_mode, tick, evaluations, *token_routes(ctx)]
 
@@ -149,8 +160,12 @@ def _evaluation_fields(doc: dict[str, Any]) -> tuple[str, str, float, str | None
         raise ValidationError("evaluation: 'model_id' is required")
     if not isinstance(workload, str) or not WORKLOAD_NAME.match(workload):
         raise ValidationError("evaluation: 'workload' must be a simple lowercase name")
-    if (not isinstance(score, int | float) or isinstance(score, bool)
-            or not math.isfinite(score) or not 0.0 <= score <= 1.0):
+    if (
+        not isinstance(score, int | float)
+        or isinstance(score, bool)
+        or not math.isfinite(score)
+        or not 0.0 <= score <= 1.0
+    ):
         raise ValidationError("evaluation: 'score' must be a number in [0, 1]")
     if sha is not None and (not isinstance(sha, str) or not re.fullmatch(r"[0-9a-fA-F]{64}", sha)):
         raise ValidationError("evaluation: 'artifact_sha256' must be 64 hex digits")

@@ -59,10 +59,15 @@ def node_routes(ctx: ServerContext) -> list[HTTPRouteHandler]:
         now = time.time()
         rec = ctx.registry.register(claims.host_id, node_id, doc, now)
         ctx.runner.input_changed(now)
-        return json_response({
-            "node_id": rec.record_id, "host_id": rec.host_id, "role": rec.role,
-            "ttl_seconds": LEASE_TTL_S, "rejected_rows": list(rec.rejected_rows),
-        })
+        return json_response(
+            {
+                "node_id": rec.record_id,
+                "host_id": rec.host_id,
+                "role": rec.role,
+                "ttl_seconds": LEASE_TTL_S,
+                "rejected_rows": list(rec.rejected_rows),
+            }
+        )
 
     @post("/nodes/{node_id:str}/heartbeat", status_code=200)
     async def heartbeat(request: Request, node_id: str) -> Response:
@@ -76,8 +81,9 @@ def node_routes(ctx: ServerContext) -> list[HTTPRouteHandler]:
         ctx.runner.input_changed(now)
         if hb.request_commands and rec.role == "allocator":
             d = await ctx.runner.deliver(claims.host_id)
-            allocator = AllocatorResponse(mode=d.mode, controller_lease_ttl_seconds=d.lease_ttl_s,
-                                          commands=list(d.commands))
+            allocator = AllocatorResponse(
+                mode=d.mode, controller_lease_ttl_seconds=d.lease_ttl_s, commands=list(d.commands)
+            )
         else:
             # Early lease/fence heartbeat: registry truth only, nothing marked delivered.
             allocator = AllocatorResponse(mode=ctx.runner.mode())

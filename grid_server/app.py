@@ -35,7 +35,9 @@ STATE_FILE = "controller.json"
 
 
 def make_controller(
-    home: Path, plugins: Plugins | None, state_dir: Path | None = None,
+    home: Path,
+    plugins: Plugins | None,
+    state_dir: Path | None = None,
     policy: Any | None = None,
 ) -> tuple[Any, list[str]]:
     """The controller with a durable file store under ``$GRID_HOME/state``.
@@ -107,8 +109,15 @@ def build_app(
     registry = Registry()
     router = RouterState(registry)
     runner = ControllerRunner(controller, registry, router, interval_s=tick_interval_s)
-    ctx = ServerContext(home=home, credentials=Credentials(home), registry=registry,
-                        router=router, runner=runner, plugins=plugins, warnings=warnings)
+    ctx = ServerContext(
+        home=home,
+        credentials=Credentials(home),
+        registry=registry,
+        router=router,
+        runner=runner,
+        plugins=plugins,
+        warnings=warnings,
+    )
 
     @asynccontextmanager
     async def lifespan(_app: Litestar) -> AsyncIterator[None]:

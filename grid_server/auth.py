@@ -65,8 +65,10 @@ class Credentials:
             AuthError: missing or wrong capability.
         """
         if not presented:
-            msg = ("operator capability required: send X-Grid-Allocator-Token or "
-                   "Authorization: Bearer (see $GRID_HOME/operator-token)")
+            msg = (
+                "operator capability required: send X-Grid-Allocator-Token or "
+                "Authorization: Bearer (see $GRID_HOME/operator-token)"
+            )
             raise AuthError(msg)
         if not hmac.compare_digest(presented.encode(), self._operator.encode()):
             msg = "operator capability is wrong; use the token from $GRID_HOME/operator-token"
@@ -94,8 +96,10 @@ class Credentials:
             msg = "node credential is invalid; write a new one with 'grid allocator token write'"
             raise AuthError(msg) from None
         if now >= claims.expires_at:
-            msg = (f"node credential for host '{claims.host_id}' expired; write a new one with "
-                   "'grid allocator token write'")
+            msg = (
+                f"node credential for host '{claims.host_id}' expired; write a new one with "
+                "'grid allocator token write'"
+            )
             raise AuthError(msg)
         return claims
 
@@ -107,8 +111,10 @@ class Credentials:
             ForbiddenError: the credential belongs to a different host id.
         """
         if claims.host_id != host_id:
-            msg = (f"node credential is scoped to host '{claims.host_id}', not '{host_id}'; "
-                   "use that host's own credential")
+            msg = (
+                f"node credential is scoped to host '{claims.host_id}', not '{host_id}'; "
+                "use that host's own credential"
+            )
             raise ForbiddenError(msg)
 
 

@@ -30,8 +30,9 @@ BLOCK = 100
 """Requests per alternating block: long enough to amortize switching, short enough to mix."""
 HEARTBEAT_EVERY_S = 15.0
 """Keeps the bench host's 60 s leases alive during a long run."""
-BODY = msgspec.json.encode({"model": BENCH_MODEL, "max_tokens": 4,
-                            "messages": [{"role": "user", "content": "ping"}]})
+BODY = msgspec.json.encode(
+    {"model": BENCH_MODEL, "max_tokens": 4, "messages": [{"role": "user", "content": "ping"}]}
+)
 
 
 class BenchResult(msgspec.Struct):
@@ -57,8 +58,14 @@ def _pct(values: list[float], q: float) -> float:
     return s[min(len(s) - 1, max(0, round(q * (len(s) - 1))))]
 
 
-async def _block(client: httpx.AsyncClient, url: str, headers: dict[str, str], n: int,
-                 concurrency: int, out: list[float]) -> float:
+async def _block(
+    client: httpx.AsyncClient,
+    url: str,
+    headers: dict[str, str],
+    n: int,
+    concurrency: int,
+    out: list[float],
+) -> float:
     """Send ``n`` requests with ``concurrency`` workers; returns wall seconds."""
     remaining = n
 
@@ -85,14 +92,16 @@ def _cpu_s(proc: psutil.Process) -> float:
     return t.user + t.system
 
 
-async def _measure(engine_url: str, key: str, grid_url: str, server_pid: int, requests: int,
-                   concurrency: int) -> BenchResult:
+async def _measure(
+    engine_url: str, key: str, grid_url: str, server_pid: int, requests: int, concurrency: int
+) -> BenchResult:
     direct: list[float] = []
     proxied: list[float] = []
     direct_s = proxy_s = cpu_s = 0.0
     server = psutil.Process(server_pid)
-    limits = httpx.Limits(max_connections=concurrency * 2,
-                          max_keepalive_connections=concurrency * 2)
+    limits = httpx.Limits(
+        max_connections=concurrency * 2, max_keepalive_connections=concurrency * 2
+    )
     transport = httpx.AsyncHTTPTransport(socket_options=NO_DELAY, limits=limits)
     async with httpx.AsyncClient(timeout=60.0, transport=transport, trust_env=False) as client:
         ctype = {"content-type": "application/json"}
@@ -103,18 +112,22 @@ async def _measure(engine_url: str, key: str, grid_url: str, server_pid: int, re
         done = 0
         while done < requests:
             n = min(BLOCK, requests - done)
-            direct_s += await _block(client, engine_url + "/v1/chat/completions", d_headers, n,
-                                     concurrency, direct)
+            direct_s += await _block(
+                client, engine_url + "/v1/chat/completions", d_headers, n, concurrency, direct
+            )
             cpu0 = _cpu_s(server)
-            proxy_s += await _block(client, grid_url + "/v1/chat/completions", ctype, n,
-                                    concurrency, proxied)
+            proxy_s += await _block(
+                client, grid_url + "/v1/chat/completions", ctype, n, concurrency, proxied
+            )
             cpu_s += _cpu_s(server) - cpu0
             done += n
     return BenchResult(
-        concurrency=concurrency, requests=requests,
+        concurrency=concurrency,
+        requests=requests,
         p50_added_ms=round(statistics.median(proxied) - statistics.median(direct), 3),
         p99_added_ms=round(_pct(proxied, 0.99) - _pct(direct, 0.99), 3),
-        direct_rps=round(requests / direct_s, 1), proxy_rps=round(requests / proxy_s, 1),
+        direct_rps=round(requests / direct_s, 1),
+        proxy_rps=round(requests / proxy_s, 1),
         direct_p50_ms=round(statistics.median(direct), 3),
         proxy_p50_ms=round(statistics.median(proxied), 3),
         proxy_cpu_us_per_request=round(cpu_s / requests * 1e6, 1),
@@ -137,15 +150,18 @@ def run_bench(requests: int, concurrencies: list[int]) -> list[BenchResult]:
             def keep_alive() -> None:
                 while not stop.is_set():
                     gc.register_host(token, "bench-host").raise_for_status()
-                    gc.register_engine(token, "bench-host", BENCH_MODEL, engine.url,
-                                       key).raise_for_status()
+                    gc.register_engine(
+                        token, "bench-host", BENCH_MODEL, engine.url, key
+                    ).raise_for_status()
                     stop.wait(HEARTBEAT_EVERY_S)
 
             beat = threading.Thread(target=keep_alive, daemon=True)
             beat.start()
             gc.wait_ready(BENCH_MODEL)
-            results = [anyio.run(_measure, engine.url, key, server.url, server.proc.pid,
-                                 requests, c) for c in concurrencies]
+            results = [
+                anyio.run(_measure, engine.url, key, server.url, server.proc.pid, requests, c)
+                for c in concurrencies
+            ]
             stop.set()
             beat.join()
             gc.close()
@@ -158,10 +174,14 @@ def run_bench(requests: int, concurrencies: list[int]) -> list[BenchResult]:
 
 
 def bench_proxy(
-    requests: int = typer.Option(2000, "--requests", min=100,
-                                 help="Requests per path per concurrency level."),
-    concurrency: list[int] = typer.Option([1, 32], "--concurrency",  # noqa: B008
-                                          help="Concurrency levels (repeatable)."),
+    requests: int = typer.Option(
+        2000, "--requests", min=100, help="Requests per path per concurrency level."
+    ),
+    concurrency: list[int] = typer.Option(  # noqa: B008
+        [1, 32],
+        "--concurrency",
+        help="Concurrency levels (repeatable).",
+    ),
     as_json: bool = typer.Option(False, "--json", help="One JSON object on stdout."),
 ) -> None:
     """Measure the proxy's added latency against a FAKE engine called directly."""
@@ -169,9 +189,34 @@ def bench_proxy(
     if as_json:
         typer.echo(json.dumps({"results": msgspec.to_builtins(results)}, indent=2))
         return
-    typer.echo(render_table(
-        ["concurrency", "requests", "p50 added ms", "p99 added ms", "direct rps", "proxy rps",
-         "direct p50 ms", "proxy p50 ms", "proxy cpu us/req", "load 1m"],
-        [[r.concurrency, r.requests, r.p50_added_ms, r.p99_added_ms, r.direct_rps,
-          r.proxy_rps, r.direct_p50_ms, r.proxy_p50_ms, r.proxy_cpu_us_per_request,
-          r.load_avg_1m] for r in results]))
+    typer.echo(
+        render_table(
+            [
+                "concurrency",
+                "requests",
+                "p50 added ms",
+                "p99 added ms",
+                "direct rps",
+                "proxy rps",
+                "direct p50 ms",
+                "proxy p50 ms",
+                "proxy cpu us/req",
+                "load 1m",
+            ],
+            [
+                [
+                    r.concurrency,
+                    r.requests,
+                    r.p50_added_ms,
+                    r.p99_added_ms,
+                    r.direct_rps,
+                    r.proxy_rps,
+                    r.direct_p50_ms,
+                    r.proxy_p50_ms,
+                    r.proxy_cpu_us_per_request,
+                    r.load_avg_1m,
+                ]
+                for r in results
+            ],
+        )
+    )

@@ -35,8 +35,11 @@ def _pairs(values: list[str], flag: str, cast: type) -> dict[str, Any]:
 def model_set(
     model_id: str = typer.Argument(..., help="Model id (e.g. the GGUF file name)."),
     memory_mb: int = typer.Option(..., "--memory-mb", help="Resident MB of one replica."),
-    runtime_memory_mb: list[str] = typer.Option([], "--runtime-memory-mb",  # noqa: B008
-                                                help="RUNTIME=MB, repeatable."),
+    runtime_memory_mb: list[str] = typer.Option(  # noqa: B008
+        [],
+        "--runtime-memory-mb",
+        help="RUNTIME=MB, repeatable.",
+    ),
     artifact_sha256: str | None = typer.Option(None, "--artifact-sha256"),
     artifact_source: str | None = typer.Option(None, "--artifact-source"),
     artifact_size_mb: int | None = typer.Option(None, "--artifact-size-mb"),
@@ -62,62 +65,97 @@ def model_set(
     warm_estimate_s: float = typer.Option(10.0, "--warm-estimate-s"),
     min_residency_s: float = typer.Option(300.0, "--min-residency-s"),
     scale_down_cooldown_s: float = typer.Option(600.0, "--scale-down-cooldown-s"),
-    workload_score: list[str] = typer.Option([], "--workload-score",  # noqa: B008
-                                             help="WORKLOAD=SCORE in (0, 1], repeatable."),
+    workload_score: list[str] = typer.Option(  # noqa: B008
+        [],
+        "--workload-score",
+        help="WORKLOAD=SCORE in (0, 1], repeatable.",
+    ),
     grid: str | None = GridOpt,
     token_file: Path | None = TokenOpt,
 ) -> None:
     """Create or replace a model's placement profile."""
     try:
-        profile = validate_profile(ModelProfile(
-            model_id=model_id, memory_mb=memory_mb,
-            runtime_memory_mb=_pairs(runtime_memory_mb, "--runtime-memory-mb", int),
-            artifact_sha256=artifact_sha256, artifact_source=artifact_source,
-            artifact_size_mb=artifact_size_mb,
-            runtimes=tuple(runtime) or (DEFAULT_RUNTIME,), backends=tuple(backend),
-            min_replicas=min_replicas, max_replicas=max_replicas, priority=priority,
-            data_tier=data_tier, required_tags=tuple(required_tag),
-            forbidden_tags=tuple(forbidden_tag), min_failure_domains=min_failure_domains,
-            max_colocated_models=max_colocated_models,
-            colocation_excludes=tuple(colocation_exclude), pins=tuple(pin),
-            min_gpu_count=min_gpu_count, min_gpu_memory_mb=min_gpu_memory_mb,
-            replica_concurrency=replica_concurrency, target_utilization=target_utilization,
-            expected_service_time_s=expected_service_time_s, latency_slo_ms=latency_slo_ms,
-            load_estimate_s=load_estimate_s, warm_estimate_s=warm_estimate_s,
-            min_residency_s=min_residency_s, scale_down_cooldown_s=scale_down_cooldown_s,
-            workload_scores=_pairs(workload_score, "--workload-score", float),
-        ))
+        profile = validate_profile(
+            ModelProfile(
+                model_id=model_id,
+                memory_mb=memory_mb,
+                runtime_memory_mb=_pairs(runtime_memory_mb, "--runtime-memory-mb", int),
+                artifact_sha256=artifact_sha256,
+                artifact_source=artifact_source,
+                artifact_size_mb=artifact_size_mb,
+                runtimes=tuple(runtime) or (DEFAULT_RUNTIME,),
+                backends=tuple(backend),
+                min_replicas=min_replicas,
+                max_replicas=max_replicas,
+                priority=priority,
+                data_tier=data_tier,
+                required_tags=tuple(required_tag),
+                forbidden_tags=tuple(forbidden_tag),
+                min_failure_domains=min_failure_domains,
+                max_colocated_models=max_colocated_models,
+                colocation_excludes=tuple(colocation_exclude),
+                pins=tuple(pin),
+                min_gpu_count=min_gpu_count,
+                min_gpu_memory_mb=min_gpu_memory_mb,
+                replica_concurrency=replica_concurrency,
+                target_utilization=target_utilization,
+                expected_service_time_s=expected_service_time_s,
+                latency_slo_ms=latency_slo_ms,
+                load_estimate_s=load_estimate_s,
+                warm_estimate_s=warm_estimate_s,
+                min_residency_s=min_residency_s,
+                scale_down_cooldown_s=scale_down_cooldown_s,
+                workload_scores=_pairs(workload_score, "--workload-score", float),
+            )
+        )
     except ValidationError as exc:
         raise CliError(str(exc), EXIT_USAGE) from None
     body = msgspec.to_builtins(profile)
-    request("PUT", grid, f"/allocator/models/{model_id}", operator=True,
-            token_file=token_file, body=body)
-    typer.echo(f"grid: profile for '{model_id}' set ({profile.memory_mb} MB, "
-               f"{profile.min_replicas}..{profile.max_replicas} replicas)")
+    request(
+        "PUT",
+        grid,
+        f"/allocator/models/{model_id}",
+        operator=True,
+        token_file=token_file,
+        body=body,
+    )
+    typer.echo(
+        f"grid: profile for '{model_id}' set ({profile.memory_mb} MB, "
+        f"{profile.min_replicas}..{profile.max_replicas} replicas)"
+    )
 
 
-def model_remove(model_id: str = typer.Argument(...), grid: str | None = GridOpt,
-                 token_file: Path | None = TokenOpt) -> None:
+def model_remove(
+    model_id: str = typer.Argument(...),
+    grid: str | None = GridOpt,
+    token_file: Path | None = TokenOpt,
+) -> None:
     """Retire a model's profile (converges to zero replicas safely)."""
-    request("DELETE", grid, f"/allocator/models/{model_id}", operator=True,
-            token_file=token_file)
+    request("DELETE", grid, f"/allocator/models/{model_id}", operator=True, token_file=token_file)
     typer.echo(f"grid: profile for '{model_id}' removed")
 
 
-def mode(value: str = typer.Argument(..., metavar="observe|recommend|automatic"),
-         grid: str | None = GridOpt, token_file: Path | None = TokenOpt) -> None:
+def mode(
+    value: str = typer.Argument(..., metavar="observe|recommend|automatic"),
+    grid: str | None = GridOpt,
+    token_file: Path | None = TokenOpt,
+) -> None:
     """Select the allocator mode (recommend is the default; automatic acts)."""
     if value not in ("observe", "recommend", "automatic"):
         raise CliError(f"mode {value!r}: use observe, recommend or automatic", EXIT_USAGE)
-    data = request("PUT", grid, "/allocator/mode", operator=True, token_file=token_file,
-                   body={"mode": value})
+    data = request(
+        "PUT", grid, "/allocator/mode", operator=True, token_file=token_file, body={"mode": value}
+    )
     typer.echo(f"grid: allocator mode is {data.get('mode')}")
     if data.get("mode") != value:
         raise CliError(f"mode {value} was refused; see 'grid allocator status'")
 
 
-def tick(grid: str | None = GridOpt, token_file: Path | None = TokenOpt,
-         as_json: bool = typer.Option(False, "--json")) -> None:
+def tick(
+    grid: str | None = GridOpt,
+    token_file: Path | None = TokenOpt,
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
     """Run one reconciliation pass now."""
     data = request("POST", grid, "/allocator/tick", operator=True, token_file=token_file)
     if as_json:
@@ -126,8 +164,10 @@ def tick(grid: str | None = GridOpt, token_file: Path | None = TokenOpt,
         typer.echo("grid: tick done")
 
 
-def status(grid: str | None = GridOpt,
-           as_json: bool = typer.Option(False, "--json", help="Full detail as JSON.")) -> None:
+def status(
+    grid: str | None = GridOpt,
+    as_json: bool = typer.Option(False, "--json", help="Full detail as JSON."),
+) -> None:
     """Show the allocator's state: mode, hosts, models, pending work, warnings."""
     params = {"detail": "1"} if as_json else None
     data = request("GET", grid, "/allocator/status", params=params)
@@ -151,36 +191,70 @@ def render_status(data: dict[str, Any]) -> str:
     """The readable status: summary lines, then a nodes table and controller scalars."""
     server = data.get("server", {})
     ctl = data.get("controller", {}) if isinstance(data.get("controller"), dict) else {}
-    lines = [f"mode: {data.get('mode')}",
-             f"profiles: {_cell(server.get('profiles'))}",
-             f"passes: {server.get('ticks')}  last error: {_cell(server.get('last_error'))}"]
-    for w in server.get("warnings", []) + ([ctl["state_warning"]]
-                                           if ctl.get("state_warning") else []):
+    lines = [
+        f"mode: {data.get('mode')}",
+        f"profiles: {_cell(server.get('profiles'))}",
+        f"passes: {server.get('ticks')}  last error: {_cell(server.get('last_error'))}",
+    ]
+    for w in server.get("warnings", []) + (
+        [ctl["state_warning"]] if ctl.get("state_warning") else []
+    ):
         lines.append(f"warning: {w}")
-    scalars = {k: v for k, v in sorted(ctl.items())
-               if isinstance(v, str | int | float | bool) and k != "mode"}
+    scalars = {
+        k: v
+        for k, v in sorted(ctl.items())
+        if isinstance(v, str | int | float | bool) and k != "mode"
+    }
     if scalars:
-        lines += ["", render_table(["controller", "value"],
-                                   [[k, _cell(v)] for k, v in scalars.items()])]
+        lines += [
+            "",
+            render_table(["controller", "value"], [[k, _cell(v)] for k, v in scalars.items()]),
+        ]
     for key, value in sorted(ctl.items()):
-        if isinstance(value, dict) and value and all(
-                isinstance(v, str | int | float | bool) for v in value.values()):
+        if (
+            isinstance(value, dict)
+            and value
+            and all(isinstance(v, str | int | float | bool) for v in value.values())
+        ):
             lines.append(f"{key}: " + "  ".join(f"{k}={_cell(v)}" for k, v in value.items()))
     for key, value in sorted(ctl.items()):
         if isinstance(value, list) and value and all(isinstance(r, dict) for r in value):
             cols = list(value[0].keys())[:8]
-            lines += ["", f"{key}:", render_table(cols, [[_cell(r.get(c)) for c in cols]
-                                                      for r in value[:50]])]
+            lines += [
+                "",
+                f"{key}:",
+                render_table(cols, [[_cell(r.get(c)) for c in cols] for r in value[:50]]),
+            ]
     nodes = server.get("nodes", [])
-    lines += ["", render_table(
-        ["node", "role", "host", "state", "models", "lease s"],
-        [[n["node_id"], n["role"], n["host_id"], _cell(n.get("state")), _cell(n["models"]),
-          _cell(n["lease_remaining_s"])] for n in nodes])]
+    lines += [
+        "",
+        render_table(
+            ["node", "role", "host", "state", "models", "lease s"],
+            [
+                [
+                    n["node_id"],
+                    n["role"],
+                    n["host_id"],
+                    _cell(n.get("state")),
+                    _cell(n["models"]),
+                    _cell(n["lease_remaining_s"]),
+                ]
+                for n in nodes
+            ],
+        ),
+    ]
     breakers = server.get("open_breakers", [])
     if breakers:
-        lines += ["", render_table(["open breaker", "model", "streak", "open for s"],
-                                   [[b["engine_id"], b["model_id"], b["streak"],
-                                     _cell(b["open_for_s"])] for b in breakers])]
+        lines += [
+            "",
+            render_table(
+                ["open breaker", "model", "streak", "open for s"],
+                [
+                    [b["engine_id"], b["model_id"], b["streak"], _cell(b["open_for_s"])]
+                    for b in breakers
+                ],
+            ),
+        ]
     return "\n".join(lines)
 
 
@@ -197,10 +271,10 @@ def token_write(
     body: dict[str, object] = {"ttl_s": ttl_days * 86400.0}
     if host_id:
         body["host_id"] = host_id
-    data = request("POST", grid, "/allocator/tokens", operator=True, token_file=token_file,
-                   body=body)
-    doc = {"host_id": data["host_id"], "token": data["token"],
-           "expires_at": data["expires_at"]}
+    data = request(
+        "POST", grid, "/allocator/tokens", operator=True, token_file=token_file, body=body
+    )
+    doc = {"host_id": data["host_id"], "token": data["token"], "expires_at": data["expires_at"]}
     write_secret_file(file, json.dumps(doc) + "\n")
     if not host_id:
         typer.echo(f"grid: generated host id {data['host_id']}")

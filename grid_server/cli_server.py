@@ -70,8 +70,14 @@ def up(
         return
     (home / SERVER_FILE).unlink(missing_ok=True)
     log = (home / "server.log").open("ab")
-    proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                            start_new_session=True, close_fds=True)
+    proc = subprocess.Popen(
+        args,
+        stdin=subprocess.DEVNULL,
+        stdout=log,
+        stderr=log,
+        start_new_session=True,
+        close_fds=True,
+    )
     deadline = time.monotonic() + START_TIMEOUT_S
     while time.monotonic() < deadline:
         rec = local_server()
@@ -102,8 +108,10 @@ def down() -> None:
             path.unlink(missing_ok=True)
             typer.echo("grid: the recorded server is gone; removed its stale record")
             return
-        msg = (f"pid {rec.get('pid')} in {path} is not provably the Grid server; "
-               "not signalling it — inspect it manually")
+        msg = (
+            f"pid {rec.get('pid')} in {path} is not provably the Grid server; "
+            "not signalling it — inspect it manually"
+        )
         raise CliError(msg)
     proc.send_signal(signal.SIGTERM)
     try:
@@ -115,8 +123,9 @@ def down() -> None:
     typer.echo(f"grid: stopped the server at {rec.get('url')} (pid {rec.get('pid')})")
 
 
-def models(grid: str | None = GridOpt,
-           as_json: bool = typer.Option(False, "--json", help="Raw JSON.")) -> None:
+def models(
+    grid: str | None = GridOpt, as_json: bool = typer.Option(False, "--json", help="Raw JSON.")
+) -> None:
     """List models with a ready route."""
     data = request("GET", grid, "/v1/models")
     if as_json:
@@ -134,13 +143,18 @@ def chat(
 ) -> None:
     """Send one chat message and stream the reply."""
     base = resolve_grid(grid)
-    body: dict[str, object] = {"model": model, "stream": True,
-                               "messages": [{"role": "user", "content": text}]}
+    body: dict[str, object] = {
+        "model": model,
+        "stream": True,
+        "messages": [{"role": "user", "content": text}],
+    }
     if max_tokens:
         body["max_tokens"] = max_tokens
     try:
-        with httpx.Client(timeout=CHAT_TIMEOUT_S, trust_env=False) as client, client.stream(
-                "POST", base + "/v1/chat/completions", json=body) as resp:
+        with (
+            httpx.Client(timeout=CHAT_TIMEOUT_S, trust_env=False) as client,
+            client.stream("POST", base + "/v1/chat/completions", json=body) as resp,
+        ):
             if resp.status_code >= 400:
                 resp.read()
                 try:

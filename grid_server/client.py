@@ -78,8 +78,10 @@ def operator_token(token_file: Path | None) -> str:
     try:
         return path.read_text().strip()
     except OSError:
-        msg = (f"no operator capability: pass --token-file, set {TOKEN_ENV}, or run this on "
-               f"the machine whose {path} the server created")
+        msg = (
+            f"no operator capability: pass --token-file, set {TOKEN_ENV}, or run this on "
+            f"the machine whose {path} the server created"
+        )
         raise CliError(msg) from None
 
 
@@ -90,9 +92,16 @@ def _check_transport(url: str) -> None:
         raise CliError(msg, EXIT_USAGE)
 
 
-def request(method: str, grid: str | None, path: str, *, token_file: Path | None = None,
-            operator: bool = False, body: object = None,
-            params: dict[str, str] | None = None) -> Any:
+def request(
+    method: str,
+    grid: str | None,
+    path: str,
+    *,
+    token_file: Path | None = None,
+    operator: bool = False,
+    body: object = None,
+    params: dict[str, str] | None = None,
+) -> Any:
     """Send one request and return the decoded JSON body.
 
     Raises:
@@ -104,10 +113,18 @@ def request(method: str, grid: str | None, path: str, *, token_file: Path | None
         _check_transport(base)
         headers[OPERATOR_HEADER] = operator_token(token_file)
     try:
-        with httpx.Client(timeout=CLI_TIMEOUT_S, trust_env=False,
-                          transport=httpx.HTTPTransport(socket_options=NO_DELAY)) as client:
-            resp = client.request(method, base + path, headers=headers, params=params,
-                                  content=None if body is None else json.dumps(body))
+        with httpx.Client(
+            timeout=CLI_TIMEOUT_S,
+            trust_env=False,
+            transport=httpx.HTTPTransport(socket_options=NO_DELAY),
+        ) as client:
+            resp = client.request(
+                method,
+                base + path,
+                headers=headers,
+                params=params,
+                content=None if body is None else json.dumps(body),
+            )
     except httpx.HTTPError as exc:
         msg = f"no Grid server answered at {base} ({type(exc).__name__}); start one with 'grid up'"
         raise CliError(msg) from None

@@ -32,8 +32,9 @@ NO_DELAY = [(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)]
 delayed ACK would add ~40 ms to every small request."""
 
 
-UPSTREAM_TIMEOUT = httpx.Timeout(UPSTREAM_READ_TIMEOUT_S, connect=UPSTREAM_CONNECT_TIMEOUT_S,
-                                 pool=UPSTREAM_POOL_TIMEOUT_S)
+UPSTREAM_TIMEOUT = httpx.Timeout(
+    UPSTREAM_READ_TIMEOUT_S, connect=UPSTREAM_CONNECT_TIMEOUT_S, pool=UPSTREAM_POOL_TIMEOUT_S
+)
 UPSTREAM_EXTENSIONS = {"timeout": UPSTREAM_TIMEOUT.as_dict()}
 """Per-request timeouts, given to the transport directly (there is no client layer)."""
 
@@ -46,9 +47,12 @@ def upstream_transport() -> httpx.AsyncHTTPTransport:
     The transport never retries (a failed POST is not replayed).
     """
     return httpx.AsyncHTTPTransport(
-        socket_options=NO_DELAY, retries=0,
-        limits=httpx.Limits(max_connections=UPSTREAM_MAX_CONNECTIONS,
-                            max_keepalive_connections=UPSTREAM_KEEPALIVE))
+        socket_options=NO_DELAY,
+        retries=0,
+        limits=httpx.Limits(
+            max_connections=UPSTREAM_MAX_CONNECTIONS, max_keepalive_connections=UPSTREAM_KEEPALIVE
+        ),
+    )
 
 
 @dataclass

@@ -69,13 +69,32 @@ class FakeEngine:
             await respond(send, 200, b'{"status":"ok"}', JSON)
             return
         if method == "GET" and path in ("/v1/models", "/models"):
-            await respond(send, 200, msgspec.json.encode({"object": "list", "data": [
-                {"id": self.model, "object": "model", "created": 0, "owned_by": "llamacpp"}]}),
-                JSON)
+            await respond(
+                send,
+                200,
+                msgspec.json.encode(
+                    {
+                        "object": "list",
+                        "data": [
+                            {
+                                "id": self.model,
+                                "object": "model",
+                                "created": 0,
+                                "owned_by": "llamacpp",
+                            }
+                        ],
+                    }
+                ),
+                JSON,
+            )
             return
         if not self._authorized(scope):
-            await respond(send, 401, b'{"error":{"code":401,"message":"Invalid API Key",'
-                                     b'"type":"authentication_error"}}', JSON)
+            await respond(
+                send,
+                401,
+                b'{"error":{"code":401,"message":"Invalid API Key","type":"authentication_error"}}',
+                JSON,
+            )
             return
         body = await read_body(scope, receive)
         if path == "/fake/behaviour" and method == "POST":
@@ -90,26 +109,49 @@ class FakeEngine:
         if path == "/fake/stats" and method == "GET":
             await respond(send, 200, msgspec.json.encode({"requests": dict(self.stats)}), JSON)
             return
-        if method != "POST" or path not in ("/v1/chat/completions", "/v1/completions",
-                                            "/v1/embeddings"):
-            await respond(send, 404, b'{"error":{"code":404,"message":"File Not Found",'
-                                     b'"type":"not_found_error"}}', JSON)
+        if method != "POST" or path not in (
+            "/v1/chat/completions",
+            "/v1/completions",
+            "/v1/embeddings",
+        ):
+            await respond(
+                send,
+                404,
+                b'{"error":{"code":404,"message":"File Not Found","type":"not_found_error"}}',
+                JSON,
+            )
             return
         self.stats[path] += 1
         if self.delay_ms:
             await anyio.sleep(self.delay_ms / 1000.0)
         if self.fail_count > 0:
             self.fail_count -= 1
-            await respond(send, self.fail_status, msgspec.json.encode({"error": {
-                "code": self.fail_status, "message": "fake failure",
-                "type": "server_error" if self.fail_status >= 500 else "invalid_request_error",
-            }}), JSON)
+            await respond(
+                send,
+                self.fail_status,
+                msgspec.json.encode(
+                    {
+                        "error": {
+                            "code": self.fail_status,
+                            "message": "fake failure",
+                            "type": "server_error"
+                            if self.fail_status >= 500
+                            else "invalid_request_error",
+                        }
+                    }
+                ),
+                JSON,
+            )
             return
         try:
             req: dict[str, Any] = msgspec.json.decode(body)
         except msgspec.DecodeError:
-            await respond(send, 400, b'{"error":{"code":400,"message":"invalid JSON",'
-                                     b'"type":"invalid_request_error"}}', JSON)
+            await respond(
+                send,
+                400,
+                b'{"error":{"code":400,"message":"invalid JSON","type":"invalid_request_error"}}',
+                JSON,
+            )
             return
         if path == "/v1/embeddings":
             await respond(send, 200, self._embedding(req), JSON)
@@ -129,23 +171,37 @@ class FakeEngine:
             choice["message"] = {"role": "assistant", "content": text}
         else:
             choice["text"] = text
-        return msgspec.json.encode({
-            "id": "chatcmpl-fake", "object": "chat.completion" if chat else "text_completion",
-            "created": int(time.time()), "model": self.model, "system_fingerprint": "fake",
-            "choices": [choice],
-            "usage": {"completion_tokens": n, "prompt_tokens": 4, "total_tokens": n + 4},
-        })
+        return msgspec.json.encode(
+            {
+                "id": "chatcmpl-fake",
+                "object": "chat.completion" if chat else "text_completion",
+                "created": int(time.time()),
+                "model": self.model,
+                "system_fingerprint": "fake",
+                "choices": [choice],
+                "usage": {"completion_tokens": n, "prompt_tokens": 4, "total_tokens": n + 4},
+            }
+        )
 
     async def _stream(self, send: Send, chat: bool, n: int) -> None:
         await send({"type": "http.response.start", "status": 200, "headers": SSE})
         obj = "chat.completion.chunk" if chat else "text_completion"
-        base = {"id": "chatcmpl-fake", "object": obj, "created": int(time.time()),
-                "model": self.model, "system_fingerprint": "fake"}
+        base = {
+            "id": "chatcmpl-fake",
+            "object": obj,
+            "created": int(time.time()),
+            "model": self.model,
+            "system_fingerprint": "fake",
+        }
 
         async def event(doc: dict[str, Any]) -> None:
-            await send({"type": "http.response.body",
-                        "body": b"data: " + msgspec.json.encode(doc) + b"\n\n",
-                        "more_body": True})
+            await send(
+                {
+                    "type": "http.response.body",
+                    "body": b"data: " + msgspec.json.encode(doc) + b"\n\n",
+                    "more_body": True,
+                }
+            )
 
         for i in range(n):
             if self.token_delay_ms:
@@ -161,17 +217,30 @@ class FakeEngine:
         end: dict[str, Any] = {"index": 0, "finish_reason": "length"}
         end.update({"delta": {}} if chat else {"text": ""})
         await event({**base, "choices": [end]})
-        await event({**base, "choices": [], "usage": {
-            "completion_tokens": n, "prompt_tokens": 4, "total_tokens": n + 4}})
+        await event(
+            {
+                **base,
+                "choices": [],
+                "usage": {"completion_tokens": n, "prompt_tokens": 4, "total_tokens": n + 4},
+            }
+        )
         await send({"type": "http.response.body", "body": b"data: [DONE]\n\n"})
 
     def _embedding(self, req: dict[str, Any]) -> bytes:
         raw = req.get("input", "")
         items = raw if isinstance(raw, list) else [raw]
-        data = [{"object": "embedding", "index": i, "embedding": [0.0, 0.5, 1.0]}
-                for i in range(len(items))]
-        return msgspec.json.encode({"object": "list", "data": data, "model": self.model,
-                                    "usage": {"prompt_tokens": 4, "total_tokens": 4}})
+        data = [
+            {"object": "embedding", "index": i, "embedding": [0.0, 0.5, 1.0]}
+            for i in range(len(items))
+        ]
+        return msgspec.json.encode(
+            {
+                "object": "list",
+                "data": data,
+                "model": self.model,
+                "usage": {"prompt_tokens": 4, "total_tokens": 4},
+            }
+        )
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -194,8 +263,9 @@ def main(argv: list[str] | None = None) -> None:
         tmp = args.url_file.with_suffix(".tmp")
         tmp.write_text(url)
         os.replace(tmp, args.url_file)
-    config = uvicorn.Config(FakeEngine(args.model, key), lifespan="on", access_log=False,
-                            log_level="warning")
+    config = uvicorn.Config(
+        FakeEngine(args.model, key), lifespan="on", access_log=False, log_level="warning"
+    )
     uvicorn.Server(config).run(sockets=[sock])
 
 

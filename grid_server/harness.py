@@ -61,17 +61,18 @@ def _wait_for_file(path: Path, proc: subprocess.Popen[bytes], log: Path) -> str:
     raise RuntimeError(msg)
 
 
-def _spawn(args: list[str], workdir: Path, name: str, env: dict[str, str]) -> tuple[
-        subprocess.Popen[bytes], Path]:
+def _spawn(
+    args: list[str], workdir: Path, name: str, env: dict[str, str]
+) -> tuple[subprocess.Popen[bytes], Path]:
     log = workdir / f"{name}.log"
     with log.open("wb") as fh:
-        proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=fh, stderr=fh,
-                                env=env, close_fds=True)
+        proc = subprocess.Popen(
+            args, stdin=subprocess.DEVNULL, stdout=fh, stderr=fh, env=env, close_fds=True
+        )
     return proc, log
 
 
-def start_fake_engine(workdir: Path, model: str, api_key: str | None = None) -> tuple[
-        Child, str]:
+def start_fake_engine(workdir: Path, model: str, api_key: str | None = None) -> tuple[Child, str]:
     """Start a FAKE engine for ``model``; returns the child and its API key."""
     api_key = api_key or secrets.token_urlsafe(24)
     tag = secrets.token_hex(4)
@@ -81,9 +82,22 @@ def start_fake_engine(workdir: Path, model: str, api_key: str | None = None) -> 
     os.close(fd)
     url_file = workdir / f"fake-{tag}.url"
     env = {k: v for k, v in os.environ.items() if not k.startswith("GRID_ALLOCATOR")}
-    proc, log = _spawn([sys.executable, "-m", "grid_server.fake_engine", "--model", model,
-                        "--api-key-file", str(key_file), "--url-file", str(url_file)],
-                       workdir, f"fake-{tag}", env)
+    proc, log = _spawn(
+        [
+            sys.executable,
+            "-m",
+            "grid_server.fake_engine",
+            "--model",
+            model,
+            "--api-key-file",
+            str(key_file),
+            "--url-file",
+            str(url_file),
+        ],
+        workdir,
+        f"fake-{tag}",
+        env,
+    )
     return Child(proc, _wait_for_file(url_file, proc, log), log), api_key
 
 
@@ -93,8 +107,7 @@ def start_server(home: Path, tick_interval_s: float | None = None) -> Child:
     url_file = home / "test-server.url"
     env = {k: v for k, v in os.environ.items() if not k.startswith("GRID_ALLOCATOR")}
     env["GRID_HOME"] = str(home)
-    args = [sys.executable, "-m", "grid_server.serve", "--port", "0", "--url-file",
-            str(url_file)]
+    args = [sys.executable, "-m", "grid_server.serve", "--port", "0", "--url-file", str(url_file)]
     if tick_interval_s is not None:
         args += ["--tick-interval", str(tick_interval_s)]
     proc, log = _spawn(args, home, "server", env)
@@ -108,8 +121,11 @@ class GridClient:
 
     url: str
     home: Path
-    http: httpx.Client = field(default_factory=lambda: httpx.Client(
-        timeout=30.0, trust_env=False, transport=httpx.HTTPTransport(socket_options=NO_DELAY)))
+    http: httpx.Client = field(
+        default_factory=lambda: httpx.Client(
+            timeout=30.0, trust_env=False, transport=httpx.HTTPTransport(socket_options=NO_DELAY)
+        )
+    )
 
     @property
     def operator_token(self) -> str:
@@ -122,32 +138,57 @@ class GridClient:
 
     def node_token(self, host_id: str, ttl_s: float = 3600.0) -> str:
         """Issue a node credential through the operator API."""
-        r = self.http.post(self.url + "/allocator/tokens", headers=self.operator(),
-                           json={"host_id": host_id, "ttl_s": ttl_s})
+        r = self.http.post(
+            self.url + "/allocator/tokens",
+            headers=self.operator(),
+            json={"host_id": host_id, "ttl_s": ttl_s},
+        )
         r.raise_for_status()
         return str(r.json()["token"])
 
-    def register_host(self, token: str, host_id: str, capacity_mb: int = 16384,
-                      residencies: list[dict[str, object]] | None = None,
-                      state: str = "accepting") -> httpx.Response:
+    def register_host(
+        self,
+        token: str,
+        host_id: str,
+        capacity_mb: int = 16384,
+        residencies: list[dict[str, object]] | None = None,
+        state: str = "accepting",
+    ) -> httpx.Response:
         """PUT the host's control record."""
-        body = {"role": "allocator", "host_id": host_id,
-                "resources": {"capacity_mb": capacity_mb, "runtimes": ["llama.cpp"]},
-                "allocator": {"schema_version": 1, "state": state,
-                              "residencies": residencies or [],
-                              "actuator_capabilities": ["load", "warm", "drain", "unload"]}}
-        return self.http.put(f"{self.url}/nodes/{control_record_id(host_id)}", json=body,
-                             headers={CONTROL_HEADER: token})
+        body = {
+            "role": "allocator",
+            "host_id": host_id,
+            "resources": {"capacity_mb": capacity_mb, "runtimes": ["llama.cpp"]},
+            "allocator": {
+                "schema_version": 1,
+                "state": state,
+                "residencies": residencies or [],
+                "actuator_capabilities": ["load", "warm", "drain", "unload"],
+            },
+        }
+        return self.http.put(
+            f"{self.url}/nodes/{control_record_id(host_id)}",
+            json=body,
+            headers={CONTROL_HEADER: token},
+        )
 
-    def register_engine(self, token: str, host_id: str, model: str, url: str,
-                        api_key: str | None) -> httpx.Response:
+    def register_engine(
+        self, token: str, host_id: str, model: str, url: str, api_key: str | None
+    ) -> httpx.Response:
         """PUT one engine record for ``model`` on ``host_id``."""
-        body: dict[str, object] = {"role": "engine", "host_id": host_id, "models": [model],
-                                   "url": url}
+        body: dict[str, object] = {
+            "role": "engine",
+            "host_id": host_id,
+            "models": [model],
+            "url": url,
+        }
         if api_key:
             body["engine_api_key"] = api_key
-        return self.http.put(f"{self.url}/nodes/{engine_record_id(host_id, model)}",
-                             json=body, headers={CONTROL_HEADER: token})
+        return self.http.put(
+            f"{self.url}/nodes/{engine_record_id(host_id, model)}",
+            json=body,
+            headers={CONTROL_HEADER: token},
+        )
 
     def wait_ready(self, model: str, timeout_s: float = 10.0) -> None:
         """Wait until ``/v1/models`` lists ``model``."""

@@ -70,8 +70,10 @@ def read_or_create_secret(path: Path) -> str:
     try:
         mode = path.stat().st_mode & 0o777
         if mode & 0o077:
-            msg = (f"{path} is readable by other users (mode {mode:o}); "
-                   f"run 'chmod 600 {path}' and retry")
+            msg = (
+                f"{path} is readable by other users (mode {mode:o}); "
+                f"run 'chmod 600 {path}' and retry"
+            )
             raise StateError(msg)
         value = path.read_text().strip()
     except OSError as exc:

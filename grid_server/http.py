@@ -16,8 +16,9 @@ class PayloadTooLarge(GridError):
 
 def json_response(data: object, status: int = 200) -> Response:
     """A JSON response from plain data or msgspec structs."""
-    return Response(content=msgspec.json.encode(data), status_code=status,
-                    media_type="application/json")
+    return Response(
+        content=msgspec.json.encode(data), status_code=status, media_type="application/json"
+    )
 
 
 async def read_limited(request: Request, limit: int) -> bytes:

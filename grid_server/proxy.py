@@ -60,12 +60,17 @@ def error_body(status: int, message: str, kind: str, code: str | None = None) ->
     )
 
 
-async def respond(send: Send, status: int, body: bytes,
-                  headers: list[tuple[bytes, bytes]] | None = None) -> None:
+async def respond(
+    send: Send, status: int, body: bytes, headers: list[tuple[bytes, bytes]] | None = None
+) -> None:
     """Send a complete small response."""
-    await send({"type": "http.response.start", "status": status,
-                "headers": (headers or JSON_HEADERS) +
-                [(b"content-length", str(len(body)).encode())]})
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": (headers or JSON_HEADERS) + [(b"content-length", str(len(body)).encode())],
+        }
+    )
     await send({"type": "http.response.body", "body": body})
 
 
@@ -107,8 +112,11 @@ class Proxy:
         elif path == "/v1/models" and method == "GET":
             await respond(send, 200, self._models())
         else:
-            await respond(send, 404, error_body(404, f"no route {method} {path}",
-                                                "invalid_request_error", "not_found"))
+            await respond(
+                send,
+                404,
+                error_body(404, f"no route {method} {path}", "invalid_request_error", "not_found"),
+            )
 
     # --- /v1/models ---------------------------------------------------------------------
     def _models(self) -> bytes:
@@ -130,20 +138,40 @@ class Proxy:
         try:
             body = await read_body(scope, receive)
         except BodyTooLarge:
-            await respond(send, 413, error_body(
-                413, f"request body exceeds {MAX_BODY_BYTES} bytes; send a smaller request",
-                "invalid_request_error", "request_too_large"))
+            await respond(
+                send,
+                413,
+                error_body(
+                    413,
+                    f"request body exceeds {MAX_BODY_BYTES} bytes; send a smaller request",
+                    "invalid_request_error",
+                    "request_too_large",
+                ),
+            )
             return
         try:
             doc = msgspec.json.decode(body)
         except msgspec.DecodeError:
-            await respond(send, 400, error_body(400, "request body is not valid JSON",
-                                                "invalid_request_error", "invalid_json"))
+            await respond(
+                send,
+                400,
+                error_body(
+                    400, "request body is not valid JSON", "invalid_request_error", "invalid_json"
+                ),
+            )
             return
         model = doc.get("model") if isinstance(doc, dict) else None
         if not isinstance(model, str) or not model:
-            await respond(send, 400, error_body(400, "request needs a string 'model' field",
-                                                "invalid_request_error", "missing_model"))
+            await respond(
+                send,
+                400,
+                error_body(
+                    400,
+                    "request needs a string 'model' field",
+                    "invalid_request_error",
+                    "missing_model",
+                ),
+            )
             return
         affinity_hash = None
         for name, value in scope["headers"]:
@@ -163,28 +191,66 @@ class Proxy:
         mono = time.monotonic()
         route = self._pick(served, shape, affinity_hash, now, mono) if served else None
         if route is None:
-            known = served is not None and (served in self.ctx.runner.profile_ids
-                                            or served in self.ctx.router.routed_models())
+            known = served is not None and (
+                served in self.ctx.runner.profile_ids or served in self.ctx.router.routed_models()
+            )
             if model != AUTO_MODEL and not known:
-                await respond(send, 404, error_body(
-                    404, f"model '{model}' is not served by this grid; see GET /v1/models",
-                    "invalid_request_error", "model_not_found"))
+                await respond(
+                    send,
+                    404,
+                    error_body(
+                        404,
+                        f"model '{model}' is not served by this grid; see GET /v1/models",
+                        "invalid_request_error",
+                        "model_not_found",
+                    ),
+                )
                 outcome: Outcome = "client_error"
             else:
-                await respond(send, 503, error_body(
-                    503, f"model '{model}' has no ready engine right now; retry later",
-                    "server_error", "model_not_ready"),
-                    [*JSON_HEADERS, (b"retry-after", str(NO_ROUTE_RETRY_AFTER_S).encode())])
+                await respond(
+                    send,
+                    503,
+                    error_body(
+                        503,
+                        f"model '{model}' has no ready engine right now; retry later",
+                        "server_error",
+                        "model_not_ready",
+                    ),
+                    [*JSON_HEADERS, (b"retry-after", str(NO_ROUTE_RETRY_AFTER_S).encode())],
+                )
                 outcome = "unavailable"
-            self._observe(now, endpoint, model, None, shape, None, workload, None,
-                          time.perf_counter() - t0, outcome, affinity_hash)
+            self._observe(
+                now,
+                endpoint,
+                model,
+                None,
+                shape,
+                None,
+                workload,
+                None,
+                time.perf_counter() - t0,
+                outcome,
+                affinity_hash,
+            )
             return
-        await self._forward(scope, receive, send, path, endpoint, body, model, route, shape,
-                            workload,
-                            affinity_hash, t0)
+        await self._forward(
+            scope,
+            receive,
+            send,
+            path,
+            endpoint,
+            body,
+            model,
+            route,
+            shape,
+            workload,
+            affinity_hash,
+            t0,
+        )
 
-    def _pick(self, model: str, shape: telemetry.Shape, affinity_hash: str | None,
-              now: float, mono: float) -> Route | None:
+    def _pick(
+        self, model: str, shape: telemetry.Shape, affinity_hash: str | None, now: float, mono: float
+    ) -> Route | None:
         router = self.ctx.router
         routes = router.routes(model)
         if not routes:
@@ -193,8 +259,9 @@ class Proxy:
             cands = router.candidates(routes, now, mono)
             return routes[0] if routing.eligible(cands[0]) else None
         cands = router.candidates(routes, now, mono)
-        chosen = routing.choose_route(cands, now, max_tokens=shape.max_tokens,
-                                      affinity_hash=affinity_hash)
+        chosen = routing.choose_route(
+            cands, now, max_tokens=shape.max_tokens, affinity_hash=affinity_hash
+        )
         if chosen is None:
             return None
         return next(r for r in routes if r.engine.record_id == chosen)
@@ -205,9 +272,18 @@ class Proxy:
         if plugins is None or not vocabulary:
             return None
         probe = telemetry.features(
-            at=time.time(), endpoint=endpoint, requested_model=AUTO_MODEL, served_model=None,
-            shape=shape, output_units=None, workload=None, service_time_s=None, queue_s=0.0,
-            outcome="ok", affinity_hash=None)
+            at=time.time(),
+            endpoint=endpoint,
+            requested_model=AUTO_MODEL,
+            served_model=None,
+            shape=shape,
+            output_units=None,
+            workload=None,
+            service_time_s=None,
+            queue_s=0.0,
+            outcome="ok",
+            affinity_hash=None,
+        )
         try:
             workload = plugins.classify_request(probe, shape.text_prefix, vocabulary)
         except Exception:  # a broken classifier must never fail inference
@@ -221,9 +297,11 @@ class Proxy:
         mono = time.monotonic()
         router = self.ctx.router
         profiles = self.ctx.runner.profiles
-        ready = [m for m in router.routed_models()
-                 if any(routing.eligible(c) for c in router.candidates(router.routes(m), now,
-                                                                        mono))]
+        ready = [
+            m
+            for m in router.routed_models()
+            if any(routing.eligible(c) for c in router.candidates(router.routes(m), now, mono))
+        ]
         if not ready:
             return None
 
@@ -235,18 +313,30 @@ class Proxy:
         return min(ready, key=score)
 
     async def _forward(
-        self, scope: Scope, receive: Receive, send: Send, path: str, endpoint: EndpointFamily,
+        self,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+        path: str,
+        endpoint: EndpointFamily,
         body: bytes,
-        model: str, route: Route, shape: telemetry.Shape, workload: str | None,
-        affinity_hash: str | None, t0: float,
+        model: str,
+        route: Route,
+        shape: telemetry.Shape,
+        workload: str | None,
+        affinity_hash: str | None,
+        t0: float,
     ) -> None:
         ctx = self.ctx
         router = ctx.router
         eng = route.engine
         # identity: the body is relayed raw and scanned for usage, so it must not be
         # compressed on the upstream hop (httpx would otherwise offer gzip/br).
-        headers = {"content-type": "application/json", "accept-encoding": "identity",
-                   "accept": "text/event-stream" if shape.stream else "application/json"}
+        headers = {
+            "content-type": "application/json",
+            "accept-encoding": "identity",
+            "accept": "text/event-stream" if shape.stream else "application/json",
+        }
         key = ctx.registry.engine_key(eng.record_id)
         if key:
             headers["authorization"] = f"Bearer {key}"
@@ -259,15 +349,27 @@ class Proxy:
         tokens: int | None = None
         started = False
         try:
-            request = httpx.Request("POST", _upstream_url(eng.url, path), content=body,
-                                    headers=headers, extensions=UPSTREAM_EXTENSIONS)
+            request = httpx.Request(
+                "POST",
+                _upstream_url(eng.url, path),
+                content=body,
+                headers=headers,
+                extensions=UPSTREAM_EXTENSIONS,
+            )
             try:
                 upstream = await ctx.client.handle_async_request(request)
             except httpx.HTTPError as exc:
-                await respond(send, 502, error_body(
-                    502, f"engine for '{route.model_id}' could not be reached "
-                    f"({type(exc).__name__}); the request was not retried", "server_error",
-                    "upstream_unreachable"))
+                await respond(
+                    send,
+                    502,
+                    error_body(
+                        502,
+                        f"engine for '{route.model_id}' could not be reached "
+                        f"({type(exc).__name__}); the request was not retried",
+                        "server_error",
+                        "upstream_unreachable",
+                    ),
+                )
                 return
             try:
                 status = upstream.status_code
@@ -275,14 +377,25 @@ class Proxy:
                 if status in (401, 403):
                     # The engine refused Grid's private key: a registry problem, not the
                     # caller's. Its body is not forwarded (it could echo credentials).
-                    await respond(send, 502, error_body(
-                        502, f"engine for '{route.model_id}' refused Grid's credential",
-                        "server_error", "upstream_auth"))
+                    await respond(
+                        send,
+                        502,
+                        error_body(
+                            502,
+                            f"engine for '{route.model_id}' refused Grid's credential",
+                            "server_error",
+                            "upstream_auth",
+                        ),
+                    )
                     return
-                resp_headers = [(k, v) for k, v in upstream.headers.raw
-                                if k.lower() in _FORWARD_RESPONSE_HEADERS]
-                await send({"type": "http.response.start", "status": status,
-                            "headers": resp_headers})
+                resp_headers = [
+                    (k, v)
+                    for k, v in upstream.headers.raw
+                    if k.lower() in _FORWARD_RESPONSE_HEADERS
+                ]
+                await send(
+                    {"type": "http.response.start", "status": status, "headers": resp_headers}
+                )
                 started = True
                 gone, tokens = await _relay(upstream, status, send, receive)
                 if gone:
@@ -293,9 +406,16 @@ class Proxy:
         except httpx.HTTPError:
             outcome = "failure"
             if not started:
-                await respond(send, 502, error_body(
-                    502, f"engine for '{route.model_id}' failed mid-response; not retried",
-                    "server_error", "upstream_error"))
+                await respond(
+                    send,
+                    502,
+                    error_body(
+                        502,
+                        f"engine for '{route.model_id}' failed mid-response; not retried",
+                        "server_error",
+                        "upstream_error",
+                    ),
+                )
         except OSError:
             # The client went away; the engine did nothing wrong.
             outcome = "client_error"
@@ -303,29 +423,62 @@ class Proxy:
             service_s = time.perf_counter() - t_up
             now = time.time()
             try:
-                router.finish(route, outcome, time.monotonic(), now, service_s * 1000.0,
-                              tokens, service_s)
+                router.finish(
+                    route, outcome, time.monotonic(), now, service_s * 1000.0, tokens, service_s
+                )
             except Exception:  # observation never fails a response
                 log.exception("router bookkeeping failed")
-            self._observe(now, endpoint, model, route.model_id, shape, tokens, workload,
-                          service_s, queue_s, _feature_outcome(outcome, status),
-                          affinity_hash)
+            self._observe(
+                now,
+                endpoint,
+                model,
+                route.model_id,
+                shape,
+                tokens,
+                workload,
+                service_s,
+                queue_s,
+                _feature_outcome(outcome, status),
+                affinity_hash,
+            )
 
-    def _observe(self, now: float, endpoint: EndpointFamily, requested: str,
-                 served: str | None, shape: telemetry.Shape, tokens: int | None,
-                 workload: str | None, service_s: float | None, queue_s: float,
-                 outcome: Outcome, affinity_hash: str | None) -> None:
+    def _observe(
+        self,
+        now: float,
+        endpoint: EndpointFamily,
+        requested: str,
+        served: str | None,
+        shape: telemetry.Shape,
+        tokens: int | None,
+        workload: str | None,
+        service_s: float | None,
+        queue_s: float,
+        outcome: Outcome,
+        affinity_hash: str | None,
+    ) -> None:
         try:
-            self.ctx.runner.observe(telemetry.features(
-                at=now, endpoint=endpoint, requested_model=requested, served_model=served,
-                shape=shape, output_units=tokens, workload=workload, service_time_s=service_s,
-                queue_s=queue_s, outcome=outcome, affinity_hash=affinity_hash))
+            self.ctx.runner.observe(
+                telemetry.features(
+                    at=now,
+                    endpoint=endpoint,
+                    requested_model=requested,
+                    served_model=served,
+                    shape=shape,
+                    output_units=tokens,
+                    workload=workload,
+                    service_time_s=service_s,
+                    queue_s=queue_s,
+                    outcome=outcome,
+                    affinity_hash=affinity_hash,
+                )
+            )
         except Exception:  # observation is best effort
             log.exception("request observation failed")
 
 
-async def _relay(upstream: httpx.Response, status: int, send: Send,
-                 receive: Receive) -> tuple[bool, int | None]:
+async def _relay(
+    upstream: httpx.Response, status: int, send: Send, receive: Receive
+) -> tuple[bool, int | None]:
     """Relay the upstream body; returns (caller hung up, completion tokens if known)."""
     if b"text/event-stream" in upstream.headers.get("content-type", "").encode():
         scanner = UsageScanner()
@@ -345,8 +498,9 @@ async def _relay(upstream: httpx.Response, status: int, send: Send,
     return False, None
 
 
-async def _relay_watching(upstream: httpx.Response, scanner: UsageScanner, send: Send,
-                          receive: Receive) -> bool:
+async def _relay_watching(
+    upstream: httpx.Response, scanner: UsageScanner, send: Send, receive: Receive
+) -> bool:
     """Relay an SSE stream chunk by chunk; stop early when the caller disconnects.
 
     Returns:

@@ -46,8 +46,10 @@ def check_engine_url(url: str | None) -> str:
         msg = f"engine registration: 'url' {url!r} must be http(s)://host:port with no path"
         raise ValidationError(msg)
     if parts.scheme == "http" and not is_loopback_host(parts.hostname):
-        msg = (f"engine registration: 'url' {url!r} is plain HTTP off loopback; "
-               "advertise an https:// engine address")
+        msg = (
+            f"engine registration: 'url' {url!r} is plain HTTP off loopback; "
+            "advertise an https:// engine address"
+        )
         raise ValidationError(msg)
     return url.rstrip("/")
 
@@ -87,8 +89,10 @@ class Registry:
         """
         reg = decoded.document
         if reg.host_id != host_id:
-            msg = (f"registration host_id '{reg.host_id}' does not match the credential's "
-                   f"host '{host_id}'")
+            msg = (
+                f"registration host_id '{reg.host_id}' does not match the credential's "
+                f"host '{host_id}'"
+            )
             raise ForbiddenError(msg)
         expected = expected_record_id(host_id, reg)
         if node_id != expected:
@@ -99,10 +103,15 @@ class Registry:
             msg = f"registry is full ({MAX_RECORDS} records); remove stale nodes"
             raise ValidationError(msg)
         rec = RegistryRecord(
-            record_id=node_id, role=reg.role, host_id=host_id,
-            models=tuple(dict.fromkeys(reg.models)), url=url,
-            resources=reg.resources, allocator=reg.allocator,
-            received_at=now, lease_expires_at=now + LEASE_TTL_S,
+            record_id=node_id,
+            role=reg.role,
+            host_id=host_id,
+            models=tuple(dict.fromkeys(reg.models)),
+            url=url,
+            resources=reg.resources,
+            allocator=reg.allocator,
+            received_at=now,
+            lease_expires_at=now + LEASE_TTL_S,
             rejected_rows=decoded.rejected_rows,
         )
         self.records[node_id] = rec
@@ -153,7 +162,8 @@ class Registry:
         if rec is None or rec.host_id != host_id:
             return False
         self.records[node_id] = msgspec.structs.replace(
-            rec, rejected_rows=(f"invalid report: {problem[:500]}",))
+            rec, rejected_rows=(f"invalid report: {problem[:500]}",)
+        )
         self.revision += 1
         return True
 
@@ -212,16 +222,18 @@ class Registry:
         out: list[dict[str, object]] = []
         for r in sorted(self.records.values(), key=lambda r: r.record_id):
             env = r.allocator
-            out.append({
-                "node_id": r.record_id,
-                "role": r.role,
-                "host_id": r.host_id,
-                "models": list(r.models),
-                "url": r.url,
-                "state": env.state if env else None,
-                "lease_remaining_s": round(max(0.0, r.lease_expires_at - now), 3),
-                "live": r.live(now),
-                "engine_key_registered": self.engine_key_known(r.record_id),
-                "rejected_rows": len(r.rejected_rows),
-            })
+            out.append(
+                {
+                    "node_id": r.record_id,
+                    "role": r.role,
+                    "host_id": r.host_id,
+                    "models": list(r.models),
+                    "url": r.url,
+                    "state": env.state if env else None,
+                    "lease_remaining_s": round(max(0.0, r.lease_expires_at - now), 3),
+                    "live": r.live(now),
+                    "engine_key_registered": self.engine_key_known(r.record_id),
+                    "rejected_rows": len(r.rejected_rows),
+                }
+            )
         return out

@@ -88,8 +88,7 @@ class RouterState:
             host_state = "accepting"
             if ctl is not None:
                 # A control record without an envelope, or with rejected rows, fails closed.
-                host_state = env.state if env is not None and not ctl.rejected_rows \
-                    else "unhealthy"
+                host_state = env.state if env is not None and not ctl.rejected_rows else "unhealthy"
                 admitted = eng.live(now) and ctl.live(now)
             else:
                 admitted = eng.live(now)
@@ -98,19 +97,21 @@ class RouterState:
             if m is not None and r.artifact is not None and m.artifact_sha256 != r.artifact:
                 m = None  # evidence from the previous revision is ignored after a rollout
             b = self.breakers.get((eng.record_id, r.model_id))
-            out.append(RouteCandidate(
-                engine_id=eng.record_id,
-                host_id=eng.host_id,
-                host_state=host_state,
-                residency_state=res.state if res else None,
-                admitted=admitted,
-                active_requests=self.inflight.get(eng.record_id, 0),
-                max_concurrency=res.max_concurrency if res else None,
-                queue_depth=res.queue_depth if res else 0,
-                lease_age_s=now - eng.received_at,
-                measurement=m,
-                breaker_open=b.is_open(mono) if b is not None else False,
-            ))
+            out.append(
+                RouteCandidate(
+                    engine_id=eng.record_id,
+                    host_id=eng.host_id,
+                    host_state=host_state,
+                    residency_state=res.state if res else None,
+                    admitted=admitted,
+                    active_requests=self.inflight.get(eng.record_id, 0),
+                    max_concurrency=res.max_concurrency if res else None,
+                    queue_depth=res.queue_depth if res else 0,
+                    lease_age_s=now - eng.received_at,
+                    measurement=m,
+                    breaker_open=b.is_open(mono) if b is not None else False,
+                )
+            )
         return out
 
     # --- request lifecycle ----------------------------------------------------------------
@@ -151,16 +152,26 @@ class RouterState:
             mkey = (route.engine.host_id, route.model_id)
             if len(self.measurements) < MAX_TRACKED or mkey in self.measurements:
                 self.measurements[mkey] = routing.record_sample(
-                    self.measurements.get(mkey), now, latency_ms, completion_tokens,
-                    service_s, route.artifact)
+                    self.measurements.get(mkey),
+                    now,
+                    latency_ms,
+                    completion_tokens,
+                    service_s,
+                    route.artifact,
+                )
             self.last_used[mkey] = now
 
     def public_breakers(self, mono: float) -> list[dict[str, object]]:
         """Open breakers for status (engine ids and timings only)."""
         return [
-            {"engine_id": eid, "model_id": model, "streak": b.streak,
-             "open_for_s": round(max(0.0, b.open_until - mono), 3)}
-            for (eid, model), b in sorted(self.breakers.items()) if b.is_open(mono)
+            {
+                "engine_id": eid,
+                "model_id": model,
+                "streak": b.streak,
+                "open_for_s": round(max(0.0, b.open_until - mono), 3),
+            }
+            for (eid, model), b in sorted(self.breakers.items())
+            if b.is_open(mono)
         ]
 
     def model_last_used(self, host_id: str) -> dict[str, float]:

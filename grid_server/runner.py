@@ -100,8 +100,9 @@ class ControllerRunner:
         if isinstance(profiles, dict):
             self.profiles = {k: v for k, v in profiles.items() if isinstance(v, ModelProfile)}
         self.profile_ids = frozenset(self.profiles)
-        self.vocabulary = tuple(sorted({w for p in self.profiles.values()
-                                        for w in p.workload_scores}))
+        self.vocabulary = tuple(
+            sorted({w for p in self.profiles.values() for w in p.workload_scores})
+        )
 
     def hosts(self, now: float) -> tuple[HostSnapshot, ...]:
         """Current host snapshots (call on the event loop: the registry lives there)."""
@@ -228,8 +229,11 @@ class ControllerRunner:
                 self.ticks += 1
             d = ctl.deliver(host_id, now, hosts, poll_revision)
             mode = str(getattr(d, "mode", None) or getattr(ctl, "mode", "recommend"))
-            return Delivery(mode, float(getattr(d, "lease_ttl_s", 0.0) or 0.0),
-                            tuple(getattr(d, "commands", ()) or ()))
+            return Delivery(
+                mode,
+                float(getattr(d, "lease_ttl_s", 0.0) or 0.0),
+                tuple(getattr(d, "commands", ()) or ()),
+            )
 
         return await self.call(work)
 

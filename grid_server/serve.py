@@ -13,11 +13,15 @@ import os
 import socket
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import psutil
 import uvicorn
 
 from grid_server.home import SERVER_FILE, grid_home
+
+if TYPE_CHECKING:
+    from grid_server.context import ServerContext
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 22100
@@ -49,12 +53,24 @@ def url_of(sock: socket.socket) -> str:
 def server_record(url: str, home: Path) -> dict[str, object]:
     """What ``server.json`` holds: enough to find and identity-check this process."""
     me = psutil.Process()
-    return {"url": url, "pid": me.pid, "create_time": me.create_time(), "home": str(home),
-            "marker": SERVER_MARKER}
+    return {
+        "url": url,
+        "pid": me.pid,
+        "create_time": me.create_time(),
+        "home": str(home),
+        "marker": SERVER_MARKER,
+    }
 
 
-def serve(host: str, port: int, home: Path, state_dir: Path | None, url_file: Path | None,
-          tick_interval_s: float | None = None, policy_file: Path | None = None) -> None:
+def serve(
+    host: str,
+    port: int,
+    home: Path,
+    state_dir: Path | None,
+    url_file: Path | None,
+    tick_interval_s: float | None = None,
+    policy_file: Path | None = None,
+) -> None:
     """Bind, announce the URL, serve until SIGINT/SIGTERM, then clean up the server file.
 
     ``policy_file`` is a JSON ``ControllerPolicy`` (planner, governor and demand tunables);
@@ -72,8 +88,8 @@ def serve(host: str, port: int, home: Path, state_dir: Path | None, url_file: Pa
     url = url_of(sock)
     record_path = home / SERVER_FILE
 
-    def ready(ctx: object) -> None:
-        setattr(ctx, "url", url)  # noqa: B010 - ServerContext is imported lazily
+    def ready(ctx: ServerContext) -> None:
+        ctx.url = url
         data = json.dumps(server_record(url, home))
         for path in (record_path, url_file):
             if path is not None:
@@ -91,11 +107,18 @@ def serve(host: str, port: int, home: Path, state_dir: Path | None, url_file: Pa
             except (OSError, ValueError):
                 pass
 
-    app = build_app(home, get_plugins(), state_dir=state_dir, on_ready=ready,
-                    on_stopped=stopped, tick_interval_s=tick_interval_s or TICK_INTERVAL_S,
-                    policy=policy)
-    config = uvicorn.Config(app, lifespan="on", access_log=False, log_level="warning",
-                            timeout_graceful_shutdown=10)
+    app = build_app(
+        home,
+        get_plugins(),
+        state_dir=state_dir,
+        on_ready=ready,
+        on_stopped=stopped,
+        tick_interval_s=tick_interval_s or TICK_INTERVAL_S,
+        policy=policy,
+    )
+    config = uvicorn.Config(
+        app, lifespan="on", access_log=False, log_level="warning", timeout_graceful_shutdown=10
+    )
     try:
         uvicorn.Server(config).run(sockets=[sock])
     finally:
@@ -128,15 +151,28 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--state-dir", type=Path, default=None)
     p.add_argument("--url-file", type=Path, default=None)
     p.add_argument("--tick-interval", type=float, default=None)
-    p.add_argument("--policy", type=Path, default=None,
-                   help="JSON ControllerPolicy file (planner, governor, forecast tunables)")
+    p.add_argument(
+        "--policy",
+        type=Path,
+        default=None,
+        help="JSON ControllerPolicy file (planner, governor, forecast tunables)",
+    )
     args = p.parse_args(argv)
     try:
-        serve(args.host, args.port, grid_home(), args.state_dir, args.url_file,
-              args.tick_interval, args.policy)
+        serve(
+            args.host,
+            args.port,
+            grid_home(),
+            args.state_dir,
+            args.url_file,
+            args.tick_interval,
+            args.policy,
+        )
     except OSError as exc:
-        print(f"grid: error: cannot listen on {args.host}:{args.port}: {exc.strerror}",
-              file=sys.stderr)
+        print(
+            f"grid: error: cannot listen on {args.host}:{args.port}: {exc.strerror}",
+            file=sys.stderr,
+        )
         raise SystemExit(1) from None
 
 

@@ -19,8 +19,13 @@ KEYS = {"concurrency", "requests", "p50_added_ms", "p99_added_ms", "direct_rps",
 
 
 def test_bench_proxy_json_shape() -> None:
-    r = subprocess.run([str(GRID_BIN), "bench", "proxy", "--requests", "200", "--json"],
-                       capture_output=True, text=True, timeout=600, check=False)
+    r = subprocess.run(
+        [str(GRID_BIN), "bench", "proxy", "--requests", "200", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
     assert r.returncode == 0, r.stderr
     results = json.loads(r.stdout)["results"]
     assert [x["concurrency"] for x in results] == [1, 32]

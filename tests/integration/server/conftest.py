@@ -45,5 +45,3 @@ def engines(tmp_path: Path) -> Iterator[Callable[[str], Engine]]:
     finally:
         for child in started:
             child.stop()
-
-

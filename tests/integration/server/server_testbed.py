@@ -24,14 +24,21 @@ class Engine:
 
     def behave(self, **cfg: object) -> None:
         """Configure the fake's next responses (status, count, delay_ms, tokens)."""
-        r = httpx.post(self.url + "/fake/behaviour", json=cfg,
-                       headers={"authorization": f"Bearer {self.key}"}, trust_env=False)
+        r = httpx.post(
+            self.url + "/fake/behaviour",
+            json=cfg,
+            headers={"authorization": f"Bearer {self.key}"},
+            trust_env=False,
+        )
         r.raise_for_status()
 
     def requests(self) -> int:
         """POSTs this engine has received on the inference endpoints."""
-        r = httpx.get(self.url + "/fake/stats", headers={"authorization": f"Bearer {self.key}"},
-                      trust_env=False)
+        r = httpx.get(
+            self.url + "/fake/stats",
+            headers={"authorization": f"Bearer {self.key}"},
+            trust_env=False,
+        )
         return sum(r.json()["requests"].values())
 
 
@@ -51,20 +58,33 @@ class Grid:
         return self.child.log.read_text(errors="replace")
 
 
-def serve_model(grid: Grid, engine: Engine, host_id: str, *, state: str = "accepting",
-                residency_state: str | None = "ready", max_concurrency: int | None = None,
-                key: str | None = None) -> str:
+def serve_model(
+    grid: Grid,
+    engine: Engine,
+    host_id: str,
+    *,
+    state: str = "accepting",
+    residency_state: str | None = "ready",
+    max_concurrency: int | None = None,
+    key: str | None = None,
+) -> str:
     """Register ``host_id`` (control record) and ``engine`` on it; returns the node token."""
     token = grid.client.node_token(host_id)
     residencies: list[dict[str, object]] = []
     if residency_state is not None:
-        row: dict[str, object] = {"model_id": engine.model, "memory_mb": 1024,
-                                  "state": residency_state, "active_requests": 0}
+        row: dict[str, object] = {
+            "model_id": engine.model,
+            "memory_mb": 1024,
+            "state": residency_state,
+            "active_requests": 0,
+        }
         if max_concurrency is not None:
             row["max_concurrency"] = max_concurrency
         residencies.append(row)
-    grid.client.register_host(token, host_id, residencies=residencies,
-                              state=state).raise_for_status()
-    grid.client.register_engine(token, host_id, engine.model, engine.url,
-                                key if key is not None else engine.key).raise_for_status()
+    grid.client.register_host(
+        token, host_id, residencies=residencies, state=state
+    ).raise_for_status()
+    grid.client.register_engine(
+        token, host_id, engine.model, engine.url, key if key is not None else engine.key
+    ).raise_for_status()
     return token

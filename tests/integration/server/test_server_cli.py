@@ -23,13 +23,20 @@ GRID_BIN = Path(sys.executable).parent / "grid"
 """The installed console script (the real entry point an operator runs)."""
 
 
-def grid_cli(*args: str, home: Path, env: dict[str, str] | None = None,
-             timeout: float = 60.0) -> subprocess.CompletedProcess[str]:
+def grid_cli(
+    *args: str, home: Path, env: dict[str, str] | None = None, timeout: float = 60.0
+) -> subprocess.CompletedProcess[str]:
     full = {k: v for k, v in os.environ.items() if not k.startswith("GRID_ALLOCATOR")}
     full["GRID_HOME"] = str(home)
     full.update(env or {})
-    return subprocess.run([str(GRID_BIN), *args], env=full,
-                          capture_output=True, text=True, timeout=timeout, check=False)
+    return subprocess.run(
+        [str(GRID_BIN), *args],
+        env=full,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
 
 
 def run(grid: Grid, *args: str, **kw: object) -> subprocess.CompletedProcess[str]:
@@ -37,9 +44,25 @@ def run(grid: Grid, *args: str, **kw: object) -> subprocess.CompletedProcess[str
 
 
 def test_profile_mode_tick_and_status(grid: Grid) -> None:
-    r = run(grid, "allocator", "model", "set", "qwen.gguf", "--memory-mb", "12000",
-            "--runtime-memory-mb", "llama.cpp=11000", "--workload-score", "coding=1",
-            "--workload-score", "research=.8", "--max-replicas", "3", "--pin", "h1")
+    r = run(
+        grid,
+        "allocator",
+        "model",
+        "set",
+        "qwen.gguf",
+        "--memory-mb",
+        "12000",
+        "--runtime-memory-mb",
+        "llama.cpp=11000",
+        "--workload-score",
+        "coding=1",
+        "--workload-score",
+        "research=.8",
+        "--max-replicas",
+        "3",
+        "--pin",
+        "h1",
+    )
     assert r.returncode == 0, r.stderr
     r = run(grid, "allocator", "mode", "observe")
     assert r.returncode == 0 and "observe" in r.stdout
@@ -56,12 +79,15 @@ def test_profile_mode_tick_and_status(grid: Grid) -> None:
     assert doc["server"]["profiles"] == []
 
 
-@pytest.mark.parametrize("args", [
-    ("allocator", "model", "set", "m", "--memory-mb", "0"),
-    ("allocator", "model", "set", "m", "--memory-mb", "10", "--workload-score", "coding=2"),
-    ("allocator", "model", "set", "m", "--memory-mb", "10", "--runtime-memory-mb", "nope"),
-    ("allocator", "mode", "turbo"),
-])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("allocator", "model", "set", "m", "--memory-mb", "0"),
+        ("allocator", "model", "set", "m", "--memory-mb", "10", "--workload-score", "coding=2"),
+        ("allocator", "model", "set", "m", "--memory-mb", "10", "--runtime-memory-mb", "nope"),
+        ("allocator", "mode", "turbo"),
+    ],
+)
 def test_bad_operator_input_exits_2_with_one_line(grid: Grid, args: tuple[str, ...]) -> None:
     r = run(grid, *args)
     assert r.returncode == 2
@@ -80,8 +106,9 @@ def test_wrong_token_file_and_env_are_refused(grid: Grid, tmp_path: Path) -> Non
     good = tmp_path / "good-token"
     good.write_text(grid.client.operator_token)
     empty_home = tmp_path / "empty-home"
-    r = grid_cli("allocator", "tick", "--grid", grid.url, "--token-file", str(good),
-                 home=empty_home)
+    r = grid_cli(
+        "allocator", "tick", "--grid", grid.url, "--token-file", str(good), home=empty_home
+    )
     assert r.returncode == 0, r.stderr
 
 
@@ -91,7 +118,7 @@ def test_token_write_is_owner_only_and_prints_no_secret(grid: Grid, tmp_path: Pa
     assert r.returncode == 0, r.stderr
     assert stat.S_IMODE(target.stat().st_mode) == 0o600
     doc = json.loads(target.read_text())
-    assert doc["host_id"] in r.stdout            # generated id printed once
+    assert doc["host_id"] in r.stdout  # generated id printed once
     assert r.stdout.count(doc["host_id"]) == 1
     assert doc["token"] not in r.stdout + r.stderr
     assert grid.client.register_host(doc["token"], doc["host_id"]).status_code == 200
@@ -147,9 +174,15 @@ def test_down_refuses_an_unproven_pid(tmp_path: Path) -> None:
     home.mkdir()
     sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
-        (home / "server.json").write_text(json.dumps({
-            "url": "http://127.0.0.1:1", "pid": sleeper.pid,
-            "create_time": psutil.Process(sleeper.pid).create_time()}))
+        (home / "server.json").write_text(
+            json.dumps(
+                {
+                    "url": "http://127.0.0.1:1",
+                    "pid": sleeper.pid,
+                    "create_time": psutil.Process(sleeper.pid).create_time(),
+                }
+            )
+        )
         r = grid_cli("down", home=home)
         assert r.returncode == 1 and "not provably" in r.stderr
         time.sleep(0.2)

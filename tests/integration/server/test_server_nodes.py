@@ -18,8 +18,11 @@ SHA = "c" * 64
 
 def heartbeat(grid: Grid, token: str, host: str, **body: object) -> HeartbeatResponse:
     node = control_record_id(host)
-    r = grid.client.http.post(f"{grid.url}/nodes/{node}/heartbeat",
-                              headers={CONTROL_HEADER: token}, json={"node_id": node, **body})
+    r = grid.client.http.post(
+        f"{grid.url}/nodes/{node}/heartbeat",
+        headers={CONTROL_HEADER: token},
+        json={"node_id": node, **body},
+    )
     assert r.status_code == 200, r.text
     return decode(r.content, HeartbeatResponse).document
 
@@ -27,8 +30,9 @@ def heartbeat(grid: Grid, token: str, host: str, **body: object) -> HeartbeatRes
 def test_heartbeat_response_follows_the_wire_contract(grid: Grid) -> None:
     token = grid.client.node_token("host-1")
     grid.client.register_host(token, "host-1").raise_for_status()
-    resp = heartbeat(grid, token, "host-1", load={"active_tasks": 1, "queue_depth": 0},
-                     request_commands=False)
+    resp = heartbeat(
+        grid, token, "host-1", load={"active_tasks": 1, "queue_depth": 0}, request_commands=False
+    )
     assert resp.ttl_seconds == 60.0
     assert resp.allocator is not None and resp.allocator.mode == "recommend"
     assert resp.allocator.commands == []
@@ -37,23 +41,31 @@ def test_heartbeat_response_follows_the_wire_contract(grid: Grid) -> None:
 def test_heartbeat_for_an_unregistered_record_is_404(grid: Grid) -> None:
     token = grid.client.node_token("host-2")
     node = control_record_id("host-2")
-    r = grid.client.http.post(f"{grid.url}/nodes/{node}/heartbeat",
-                              headers={CONTROL_HEADER: token}, json={"node_id": node})
+    r = grid.client.http.post(
+        f"{grid.url}/nodes/{node}/heartbeat",
+        headers={CONTROL_HEADER: token},
+        json={"node_id": node},
+    )
     assert r.status_code == 404
 
 
 def test_malformed_residency_rows_are_reported_and_fail_closed(grid: Grid) -> None:
     token = grid.client.node_token("host-3")
-    r = grid.client.register_host(token, "host-3", residencies=[
-        {"model_id": "ok", "memory_mb": 10, "state": "ready"},
-        {"model_id": "bad", "memory_mb": -5, "state": "ready"},
-    ])
+    r = grid.client.register_host(
+        token,
+        "host-3",
+        residencies=[
+            {"model_id": "ok", "memory_mb": 10, "state": "ready"},
+            {"model_id": "bad", "memory_mb": -5, "state": "ready"},
+        ],
+    )
     assert r.status_code == 200
     assert len(r.json()["rejected_rows"]) == 1
     nodes = grid.client.http.get(grid.url + "/nodes").json()["nodes"]
     assert nodes[0]["rejected_rows"] == 1
-    grid.client.http.post(grid.url + "/allocator/tick",
-                          headers=grid.client.operator()).raise_for_status()
+    grid.client.http.post(
+        grid.url + "/allocator/tick", headers=grid.client.operator()
+    ).raise_for_status()
     status = grid.client.http.get(grid.url + "/allocator/status?detail=1").json()
     hosts = status["controller"]["hosts"]
     assert [h["healthy"] for h in hosts if h["host_id"] == "host-3"] == [False]
@@ -69,16 +81,27 @@ def test_invalid_lifecycle_state_is_refused_whole(grid: Grid) -> None:
 def test_automatic_mode_delivers_a_command_once_marked(grid: Grid) -> None:
     c, http = grid.client, grid.client.http
     token = c.node_token("host-5")
-    body = {"role": "allocator", "host_id": "host-5",
-            "resources": {"capacity_mb": 32768, "runtimes": ["llama.cpp"]},
-            "allocator": {"schema_version": 1, "state": "accepting",
-                          "cached_artifacts": [{"model_id": "m-auto", "artifact_sha256": SHA}],
-                          "actuator_capabilities": ["load", "warm", "drain", "unload"]}}
-    http.put(f"{grid.url}/nodes/{control_record_id('host-5')}", json=body,
-             headers={CONTROL_HEADER: token}).raise_for_status()
-    http.put(grid.url + "/allocator/models/m-auto", headers=c.operator(),
-             json={"memory_mb": 4096, "min_replicas": 1, "artifact_sha256": SHA}
-             ).raise_for_status()
+    body = {
+        "role": "allocator",
+        "host_id": "host-5",
+        "resources": {"capacity_mb": 32768, "runtimes": ["llama.cpp"]},
+        "allocator": {
+            "schema_version": 1,
+            "state": "accepting",
+            "cached_artifacts": [{"model_id": "m-auto", "artifact_sha256": SHA}],
+            "actuator_capabilities": ["load", "warm", "drain", "unload"],
+        },
+    }
+    http.put(
+        f"{grid.url}/nodes/{control_record_id('host-5')}",
+        json=body,
+        headers={CONTROL_HEADER: token},
+    ).raise_for_status()
+    http.put(
+        grid.url + "/allocator/models/m-auto",
+        headers=c.operator(),
+        json={"memory_mb": 4096, "min_replicas": 1, "artifact_sha256": SHA},
+    ).raise_for_status()
     r = http.put(grid.url + "/allocator/mode", headers=c.operator(), json={"mode": "automatic"})
     assert r.status_code == 200 and r.json()["mode"] == "automatic"
     http.post(grid.url + "/allocator/tick", headers=c.operator()).raise_for_status()
@@ -93,8 +116,7 @@ def test_automatic_mode_delivers_a_command_once_marked(grid: Grid) -> None:
     assert kinds and kinds[0][1] == "m-auto"
     assert resp.allocator.controller_lease_ttl_seconds > 0
     status = http.get(grid.url + "/allocator/status?detail=1").json()["controller"]
-    delivered = {a["action_id"] if isinstance(a, dict) else a
-                 for a in status["delivered_pending"]}
+    delivered = {a["action_id"] if isinstance(a, dict) else a for a in status["delivered_pending"]}
     assert resp.allocator.commands[0].action_id in delivered
 
 
@@ -120,21 +142,41 @@ def test_graceful_stop_removes_the_server_record(tmp_path: Path) -> None:
 
 
 def test_invalid_report_from_a_known_host_fails_it_closed(
-        grid: Grid, engines: Callable[[str], Engine]) -> None:
+    grid: Grid, engines: Callable[[str], Engine]
+) -> None:
     eng = engines("m-fc")
     token = serve_model(grid, eng, "host-fc")
     http = grid.client.http
-    assert http.post(grid.url + "/v1/chat/completions", json={
-        "model": "m-fc", "messages": [{"role": "user", "content": "x"}]}).status_code == 200
+    assert (
+        http.post(
+            grid.url + "/v1/chat/completions",
+            json={"model": "m-fc", "messages": [{"role": "user", "content": "x"}]},
+        ).status_code
+        == 200
+    )
     node = control_record_id("host-fc")
-    r = http.post(f"{grid.url}/nodes/{node}/heartbeat", headers={CONTROL_HEADER: token},
-                  json={"node_id": node, "allocator": {"state": "sleeping"}})
+    r = http.post(
+        f"{grid.url}/nodes/{node}/heartbeat",
+        headers={CONTROL_HEADER: token},
+        json={"node_id": node, "allocator": {"state": "sleeping"}},
+    )
     assert r.status_code == 400
-    assert http.post(grid.url + "/v1/chat/completions", json={
-        "model": "m-fc", "messages": [{"role": "user", "content": "x"}]}).status_code == 503
+    assert (
+        http.post(
+            grid.url + "/v1/chat/completions",
+            json={"model": "m-fc", "messages": [{"role": "user", "content": "x"}]},
+        ).status_code
+        == 503
+    )
     assert eng.requests() == 1
     # A valid report restores service.
-    grid.client.register_host(token, "host-fc", residencies=[
-        {"model_id": "m-fc", "memory_mb": 1024, "state": "ready"}]).raise_for_status()
-    assert http.post(grid.url + "/v1/chat/completions", json={
-        "model": "m-fc", "messages": [{"role": "user", "content": "x"}]}).status_code == 200
+    grid.client.register_host(
+        token, "host-fc", residencies=[{"model_id": "m-fc", "memory_mb": 1024, "state": "ready"}]
+    ).raise_for_status()
+    assert (
+        http.post(
+            grid.url + "/v1/chat/completions",
+            json={"model": "m-fc", "messages": [{"role": "user", "content": "x"}]},
+        ).status_code
+        == 200
+    )

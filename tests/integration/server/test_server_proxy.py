@@ -19,8 +19,12 @@ pytestmark = pytest.mark.integration
 CHAT = {"messages": [{"role": "user", "content": "hello"}], "max_tokens": 5}
 
 
-def post(grid: Grid, body: object, path: str = "/v1/chat/completions",
-         headers: dict[str, str] | None = None) -> httpx.Response:
+def post(
+    grid: Grid,
+    body: object,
+    path: str = "/v1/chat/completions",
+    headers: dict[str, str] | None = None,
+) -> httpx.Response:
     return grid.client.http.post(grid.url + path, json=body, headers=headers)
 
 
@@ -37,11 +41,13 @@ def test_non_streaming_chat_through_httpx(grid: Grid, engines: Callable[[str], E
 
 
 def test_streaming_chat_arrives_as_sse_with_final_usage(
-        grid: Grid, engines: Callable[[str], Engine]) -> None:
+    grid: Grid, engines: Callable[[str], Engine]
+) -> None:
     eng = engines("m-sse")
     serve_model(grid, eng, "host-1")
-    with grid.client.http.stream("POST", grid.url + "/v1/chat/completions",
-                                 json={"model": "m-sse", "stream": True, **CHAT}) as r:
+    with grid.client.http.stream(
+        "POST", grid.url + "/v1/chat/completions", json={"model": "m-sse", "stream": True, **CHAT}
+    ) as r:
         assert r.status_code == 200
         assert r.headers["content-type"].startswith("text/event-stream")
         lines = [ln for ln in r.iter_lines() if ln.startswith("data: ")]
@@ -53,20 +59,30 @@ def test_streaming_chat_arrives_as_sse_with_final_usage(
 
 
 def test_official_openai_client_streaming_and_not(
-        grid: Grid, engines: Callable[[str], Engine]) -> None:
+    grid: Grid, engines: Callable[[str], Engine]
+) -> None:
     eng = engines("m-oai")
     serve_model(grid, eng, "host-1")
-    client = openai.OpenAI(base_url=grid.url + "/v1", api_key="unused-by-grid",
-                           http_client=httpx.Client(trust_env=False), max_retries=0)
+    client = openai.OpenAI(
+        base_url=grid.url + "/v1",
+        api_key="unused-by-grid",
+        http_client=httpx.Client(trust_env=False),
+        max_retries=0,
+    )
     try:
         assert [m.id for m in client.models.list()] == ["m-oai"]
         done = client.chat.completions.create(
-            model="m-oai", messages=[{"role": "user", "content": "hi"}], max_tokens=3)
+            model="m-oai", messages=[{"role": "user", "content": "hi"}], max_tokens=3
+        )
         assert done.choices[0].message.content == "tok0 tok1 tok2"
         assert done.usage is not None and done.usage.completion_tokens == 3
         stream = client.chat.completions.create(
-            model="m-oai", messages=[{"role": "user", "content": "hi"}], max_tokens=4,
-            stream=True, stream_options={"include_usage": True})
+            model="m-oai",
+            messages=[{"role": "user", "content": "hi"}],
+            max_tokens=4,
+            stream=True,
+            stream_options={"include_usage": True},
+        )
         parts, usage = [], None
         for chunk in stream:
             if chunk.choices and chunk.choices[0].delta.content:
@@ -80,8 +96,9 @@ def test_official_openai_client_streaming_and_not(
         emb = client.embeddings.create(model="m-oai", input=["a", "b"])
         assert len(emb.data) == 2 and emb.data[0].embedding == [0.0, 0.5, 1.0]
         with pytest.raises(openai.NotFoundError):
-            client.chat.completions.create(model="nope",
-                                           messages=[{"role": "user", "content": "x"}])
+            client.chat.completions.create(
+                model="nope", messages=[{"role": "user", "content": "x"}]
+            )
     finally:
         client.close()
 
@@ -89,8 +106,9 @@ def test_official_openai_client_streaming_and_not(
 def test_errors_are_honest_and_openai_shaped(grid: Grid) -> None:
     http = grid.client.http
     profile = {"memory_mb": 1000}
-    http.put(grid.url + "/allocator/models/m-cold", json=profile,
-             headers=grid.client.operator()).raise_for_status()
+    http.put(
+        grid.url + "/allocator/models/m-cold", json=profile, headers=grid.client.operator()
+    ).raise_for_status()
     r = post(grid, {"model": "m-cold", **CHAT})
     assert r.status_code == 503
     assert r.headers["retry-after"] == str(NO_ROUTE_RETRY_AFTER_S)
@@ -119,7 +137,8 @@ def test_failed_post_is_never_replayed(grid: Grid, engines: Callable[[str], Engi
 
 
 def test_unreachable_engine_gives_502_without_retry(
-        grid: Grid, engines: Callable[[str], Engine]) -> None:
+    grid: Grid, engines: Callable[[str], Engine]
+) -> None:
     eng = engines("m-gone")
     serve_model(grid, eng, "host-1")
     eng.child.stop()
@@ -129,7 +148,8 @@ def test_unreachable_engine_gives_502_without_retry(
 
 
 def test_breaker_steers_the_next_request_after_a_429(
-        grid: Grid, engines: Callable[[str], Engine]) -> None:
+    grid: Grid, engines: Callable[[str], Engine]
+) -> None:
     a, b = engines("m-cb"), engines("m-cb")
     serve_model(grid, a, "host-a")
     serve_model(grid, b, "host-b")
@@ -147,8 +167,7 @@ def test_breaker_steers_the_next_request_after_a_429(
     assert [br["model_id"] for br in status["server"]["open_breakers"]] == ["m-cb"]
 
 
-def test_caller_400_does_not_open_the_breaker(
-        grid: Grid, engines: Callable[[str], Engine]) -> None:
+def test_caller_400_does_not_open_the_breaker(grid: Grid, engines: Callable[[str], Engine]) -> None:
     eng = engines("m-400")
     serve_model(grid, eng, "host-1")
     eng.behave(status=400, count=5)
@@ -158,7 +177,8 @@ def test_caller_400_does_not_open_the_breaker(
 
 
 def test_loading_or_draining_engine_never_receives_a_request(
-        grid: Grid, engines: Callable[[str], Engine]) -> None:
+    grid: Grid, engines: Callable[[str], Engine]
+) -> None:
     loading, draining_host = engines("m-gate"), engines("m-gate")
     serve_model(grid, loading, "host-loading", residency_state="loading")
     serve_model(grid, draining_host, "host-draining", state="draining")
@@ -169,8 +189,7 @@ def test_loading_or_draining_engine_never_receives_a_request(
     assert loading.requests() == 0 and draining_host.requests() == 0
 
 
-def test_wrong_engine_key_is_a_502_not_a_leak(
-        grid: Grid, engines: Callable[[str], Engine]) -> None:
+def test_wrong_engine_key_is_a_502_not_a_leak(grid: Grid, engines: Callable[[str], Engine]) -> None:
     eng = engines("m-key")
     serve_model(grid, eng, "host-1", key="not-the-engine-key")
     r = post(grid, {"model": "m-key", **CHAT})
@@ -179,29 +198,37 @@ def test_wrong_engine_key_is_a_502_not_a_leak(
 
 
 def test_affinity_key_keeps_a_session_on_one_engine(
-        grid: Grid, engines: Callable[[str], Engine]) -> None:
+    grid: Grid, engines: Callable[[str], Engine]
+) -> None:
     engs = [engines("m-aff") for _ in range(3)]
     for i, e in enumerate(engs):
         serve_model(grid, e, f"host-{i}", max_concurrency=4)
     for _ in range(6):
-        assert post(grid, {"model": "m-aff", **CHAT},
-                    headers={AFFINITY_HEADER: "session-42"}).status_code == 200
+        assert (
+            post(
+                grid, {"model": "m-aff", **CHAT}, headers={AFFINITY_HEADER: "session-42"}
+            ).status_code
+            == 200
+        )
     counts = sorted(e.requests() for e in engs)
     assert counts == [0, 0, 6]
 
 
-def test_requests_feed_demand_without_prompts(
-        grid: Grid, engines: Callable[[str], Engine]) -> None:
+def test_requests_feed_demand_without_prompts(grid: Grid, engines: Callable[[str], Engine]) -> None:
     eng = engines("m-demand")
-    grid.client.http.put(grid.url + "/allocator/models/m-demand", json={"memory_mb": 1000},
-                         headers=grid.client.operator()).raise_for_status()
+    grid.client.http.put(
+        grid.url + "/allocator/models/m-demand",
+        json={"memory_mb": 1000},
+        headers=grid.client.operator(),
+    ).raise_for_status()
     serve_model(grid, eng, "host-1")
     secret_prompt = "my-private-prompt-text-123"
     for _ in range(5):
         body = {"model": "m-demand", "messages": [{"role": "user", "content": secret_prompt}]}
         assert post(grid, body).status_code == 200
-    grid.client.http.post(grid.url + "/allocator/tick",
-                          headers=grid.client.operator()).raise_for_status()
+    grid.client.http.post(
+        grid.url + "/allocator/tick", headers=grid.client.operator()
+    ).raise_for_status()
     status = grid.client.http.get(grid.url + "/allocator/status?detail=1")
     forecast = status.json()["controller"]["forecasts"]["m-demand"]
     assert forecast["request_rate_rps"] > 0
@@ -209,19 +236,28 @@ def test_requests_feed_demand_without_prompts(
 
 
 def test_auto_model_goes_to_the_best_scored_ready_model(
-        grid: Grid, engines: Callable[[str], Engine]) -> None:
+    grid: Grid, engines: Callable[[str], Engine]
+) -> None:
     coder, general = engines("m-coder"), engines("m-general")
     op = grid.client.operator()
-    grid.client.http.put(grid.url + "/allocator/models/m-coder", headers=op, json={
-        "memory_mb": 1000, "workload_scores": {"coding": 1.0, "general": 0.2}}
+    grid.client.http.put(
+        grid.url + "/allocator/models/m-coder",
+        headers=op,
+        json={"memory_mb": 1000, "workload_scores": {"coding": 1.0, "general": 0.2}},
     ).raise_for_status()
-    grid.client.http.put(grid.url + "/allocator/models/m-general", headers=op, json={
-        "memory_mb": 1000, "workload_scores": {"coding": 0.3, "general": 1.0}}
+    grid.client.http.put(
+        grid.url + "/allocator/models/m-general",
+        headers=op,
+        json={"memory_mb": 1000, "workload_scores": {"coding": 0.3, "general": 1.0}},
     ).raise_for_status()
     serve_model(grid, coder, "host-c")
     serve_model(grid, general, "host-g")
-    code = {"model": "auto", "messages": [
-        {"role": "user", "content": "please debug this python function, it raises KeyError"}]}
+    code = {
+        "model": "auto",
+        "messages": [
+            {"role": "user", "content": "please debug this python function, it raises KeyError"}
+        ],
+    }
     chat = {"model": "auto", "messages": [{"role": "user", "content": "how was your weekend"}]}
     r = post(grid, code)
     assert r.status_code == 200 and r.json()["model"] == "m-coder"
@@ -231,13 +267,21 @@ def test_auto_model_goes_to_the_best_scored_ready_model(
 
 
 def test_client_hangup_stops_relaying_a_stream(
-        grid: Grid, engines: Callable[[str], Engine]) -> None:
+    grid: Grid, engines: Callable[[str], Engine]
+) -> None:
     eng = engines("m-hang")
     serve_model(grid, eng, "host-1")
     eng.behave(token_delay_ms=50)  # 4000 tokens would take over three minutes
-    with grid.client.http.stream("POST", grid.url + "/v1/chat/completions", json={
-            "model": "m-hang", "stream": True, "max_tokens": 4000,
-            "messages": [{"role": "user", "content": "go"}]}) as r:
+    with grid.client.http.stream(
+        "POST",
+        grid.url + "/v1/chat/completions",
+        json={
+            "model": "m-hang",
+            "stream": True,
+            "max_tokens": 4000,
+            "messages": [{"role": "user", "content": "go"}],
+        },
+    ) as r:
         first = next(r.iter_lines())
         assert first.startswith("data: ")
 

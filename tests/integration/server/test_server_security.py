@@ -20,24 +20,31 @@ MUTATIONS: list[tuple[str, str, object]] = [
     ("DELETE", "/allocator/models/m-sec", None),
     ("PUT", "/allocator/mode", {"mode": "observe"}),
     ("POST", "/allocator/tick", None),
-    ("POST", "/allocator/evaluations", {"model_id": "m-sec", "workload": "coding",
-                                        "score": 0.9}),
+    ("POST", "/allocator/evaluations", {"model_id": "m-sec", "workload": "coding", "score": 0.9}),
     ("POST", "/allocator/tokens", {"host_id": "evil"}),
 ]
 
 
-def call(grid: Grid, method: str, path: str, body: object,
-         headers: dict[str, str]) -> httpx.Response:
-    return grid.client.http.request(method, grid.url + path, headers=headers,
-                                    json=body if body is not None else None)
+def call(
+    grid: Grid, method: str, path: str, body: object, headers: dict[str, str]
+) -> httpx.Response:
+    return grid.client.http.request(
+        method, grid.url + path, headers=headers, json=body if body is not None else None
+    )
 
 
 @pytest.mark.parametrize(("method", "path", "body"), MUTATIONS)
 def test_every_mutation_needs_the_operator_capability(
-        grid: Grid, method: str, path: str, body: object) -> None:
+    grid: Grid, method: str, path: str, body: object
+) -> None:
     good = grid.client.operator_token
-    for headers in ({}, {OPERATOR_HEADER: "wrong"}, {"authorization": "Bearer wrong"},
-                    {OPERATOR_HEADER: good + "x"}, {"authorization": good}):
+    for headers in (
+        {},
+        {OPERATOR_HEADER: "wrong"},
+        {"authorization": "Bearer wrong"},
+        {OPERATOR_HEADER: good + "x"},
+        {"authorization": good},
+    ):
         r = call(grid, method, path, body, headers)
         assert r.status_code == 401, (headers, r.text)
         assert good not in r.text
@@ -47,8 +54,11 @@ def test_every_mutation_needs_the_operator_capability(
 
 
 def test_bearer_form_of_the_operator_capability_works(grid: Grid) -> None:
-    r = grid.client.http.put(grid.url + "/allocator/mode", json={"mode": "observe"},
-                             headers={"authorization": f"Bearer {grid.client.operator_token}"})
+    r = grid.client.http.put(
+        grid.url + "/allocator/mode",
+        json={"mode": "observe"},
+        headers={"authorization": f"Bearer {grid.client.operator_token}"},
+    )
     assert r.status_code == 200 and r.json()["mode"] == "observe"
 
 
@@ -57,14 +67,24 @@ def test_node_routes_need_a_credential(grid: Grid) -> None:
     body = {"role": "allocator", "host_id": "h1", "resources": {"capacity_mb": 1}}
     node = control_record_id("h1")
     assert http.put(f"{grid.url}/nodes/{node}", json=body).status_code == 401
-    assert http.put(f"{grid.url}/nodes/{node}", json=body,
-                    headers={CONTROL_HEADER: "garbage"}).status_code == 401
+    assert (
+        http.put(
+            f"{grid.url}/nodes/{node}", json=body, headers={CONTROL_HEADER: "garbage"}
+        ).status_code
+        == 401
+    )
     hb = {"node_id": node}
     assert http.post(f"{grid.url}/nodes/{node}/heartbeat", json=hb).status_code == 401
     assert http.delete(f"{grid.url}/nodes/{node}").status_code == 401
     # The operator capability is not a node credential.
-    assert http.put(f"{grid.url}/nodes/{node}", json=body,
-                    headers={CONTROL_HEADER: grid.client.operator_token}).status_code == 401
+    assert (
+        http.put(
+            f"{grid.url}/nodes/{node}",
+            json=body,
+            headers={CONTROL_HEADER: grid.client.operator_token},
+        ).status_code
+        == 401
+    )
 
 
 def test_host_a_credential_is_refused_for_host_b(grid: Grid) -> None:
@@ -73,23 +93,35 @@ def test_host_a_credential_is_refused_for_host_b(grid: Grid) -> None:
     token_b = c.node_token("host-b")
     c.register_host(token_b, "host-b").raise_for_status()
     # Squatting B's control record: body naming B, or body naming A at B's derived id.
-    r = http.put(f"{grid.url}/nodes/{control_record_id('host-b')}", headers={CONTROL_HEADER:
-                 token_a}, json={"role": "allocator", "host_id": "host-b"})
+    r = http.put(
+        f"{grid.url}/nodes/{control_record_id('host-b')}",
+        headers={CONTROL_HEADER: token_a},
+        json={"role": "allocator", "host_id": "host-b"},
+    )
     assert r.status_code == 403
-    r = http.put(f"{grid.url}/nodes/{control_record_id('host-b')}", headers={CONTROL_HEADER:
-                 token_a}, json={"role": "allocator", "host_id": "host-a"})
+    r = http.put(
+        f"{grid.url}/nodes/{control_record_id('host-b')}",
+        headers={CONTROL_HEADER: token_a},
+        json={"role": "allocator", "host_id": "host-a"},
+    )
     assert r.status_code == 403
-    r = http.put(f"{grid.url}/nodes/{engine_record_id('host-b', 'm')}",
-                 headers={CONTROL_HEADER: token_a},
-                 json={"role": "engine", "host_id": "host-a", "models": ["m"],
-                       "url": "http://127.0.0.1:9"})
+    r = http.put(
+        f"{grid.url}/nodes/{engine_record_id('host-b', 'm')}",
+        headers={CONTROL_HEADER: token_a},
+        json={"role": "engine", "host_id": "host-a", "models": ["m"], "url": "http://127.0.0.1:9"},
+    )
     assert r.status_code == 403
     node_b = control_record_id("host-b")
-    r = http.post(f"{grid.url}/nodes/{node_b}/heartbeat", headers={CONTROL_HEADER: token_a},
-                  json={"node_id": node_b})
+    r = http.post(
+        f"{grid.url}/nodes/{node_b}/heartbeat",
+        headers={CONTROL_HEADER: token_a},
+        json={"node_id": node_b},
+    )
     assert r.status_code == 403
-    assert http.delete(f"{grid.url}/nodes/{node_b}",
-                       headers={CONTROL_HEADER: token_a}).status_code == 403
+    assert (
+        http.delete(f"{grid.url}/nodes/{node_b}", headers={CONTROL_HEADER: token_a}).status_code
+        == 403
+    )
     nodes = http.get(grid.url + "/nodes").json()["nodes"]
     assert [(n["node_id"], n["host_id"]) for n in nodes] == [(node_b, "host-b")]
 
@@ -108,18 +140,25 @@ def test_plain_http_engine_off_loopback_is_refused(grid: Grid) -> None:
     assert r.status_code == 400
 
 
-def test_no_secret_in_status_nodes_or_logs(
-        grid: Grid, engines: Callable[[str], Engine]) -> None:
+def test_no_secret_in_status_nodes_or_logs(grid: Grid, engines: Callable[[str], Engine]) -> None:
     eng = engines("m-secret")
     token = serve_model(grid, eng, "host-s")
     http = grid.client.http
     operator = grid.client.operator_token
     signing = (grid.home / SIGNING_KEY_FILE).read_text().strip()
-    assert http.post(grid.url + "/v1/chat/completions", json={
-        "model": "m-secret", "messages": [{"role": "user", "content": "hi"}]}).status_code == 200
+    assert (
+        http.post(
+            grid.url + "/v1/chat/completions",
+            json={"model": "m-secret", "messages": [{"role": "user", "content": "hi"}]},
+        ).status_code
+        == 200
+    )
     http.post(grid.url + "/allocator/tick", headers=grid.client.operator()).raise_for_status()
-    http.put(grid.url + "/allocator/mode", headers={OPERATOR_HEADER: "wrong-token"},
-             json={"mode": "automatic"})
+    http.put(
+        grid.url + "/allocator/mode",
+        headers={OPERATOR_HEADER: "wrong-token"},
+        json={"mode": "automatic"},
+    )
     outputs = [
         http.get(grid.url + "/allocator/status").text,
         http.get(grid.url + "/allocator/status?detail=1").text,

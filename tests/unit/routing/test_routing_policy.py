@@ -26,7 +26,7 @@ def cand(eid: str, **kw: object) -> RouteCandidate:
 
 # --- load fraction ------------------------------------------------------------------------
 def test_wide_engine_with_more_raw_requests_beats_a_narrow_busy_one() -> None:
-    wide = cand("vllm", active_requests=8, max_concurrency=32)   # 25% busy
+    wide = cand("vllm", active_requests=8, max_concurrency=32)  # 25% busy
     narrow = cand("llama", active_requests=1, max_concurrency=2)  # 50% busy
     assert choose_route([narrow, wide], NOW) == "vllm"
 
@@ -38,7 +38,7 @@ def test_advertised_queue_counts_against_an_engine() -> None:
 
 
 def test_missing_capacity_is_raw_load_and_zero_capacity_is_closed() -> None:
-    unknown = cand("unknown", active_requests=1)          # counts as 1 of 1 slot
+    unknown = cand("unknown", active_requests=1)  # counts as 1 of 1 slot
     known = cand("known", active_requests=1, max_concurrency=4)
     assert choose_route([unknown, known], NOW) == "known"
     closed = cand("closed", max_concurrency=0)
@@ -144,15 +144,17 @@ def test_affinity_key_is_validated_and_hashed() -> None:
     assert routing.hash_affinity_key("") is None
     assert routing.hash_affinity_key("bad\nkey") is None
     assert routing.hash_affinity_key("é" * 128) is not None  # 256 bytes
-    assert routing.hash_affinity_key("é" * 129) is None      # 258 bytes
+    assert routing.hash_affinity_key("é" * 129) is None  # 258 bytes
 
 
 def test_removing_one_of_five_engines_remaps_only_its_sessions() -> None:
     keys = [routing.hash_affinity_key(f"session-{i}") for i in range(2000)]
     before = {k: choose_route([cand(e) for e in ENGINES], NOW, affinity_hash=k) for k in keys}
     removed = "eng-2"
-    after = {k: choose_route([cand(e) for e in ENGINES if e != removed], NOW, affinity_hash=k)
-             for k in keys}
+    after = {
+        k: choose_route([cand(e) for e in ENGINES if e != removed], NOW, affinity_hash=k)
+        for k in keys
+    }
     moved = [k for k in keys if before[k] != after[k]]
     assert moved, "some sessions must have lived on the removed engine"
     assert all(before[k] == removed for k in moved)
@@ -162,8 +164,9 @@ def test_removing_one_of_five_engines_remaps_only_its_sessions() -> None:
 
 
 @settings(max_examples=200, deadline=None)
-@given(key=st.text(min_size=1, max_size=40).filter(str.isprintable),
-       removed=st.sampled_from(ENGINES))
+@given(
+    key=st.text(min_size=1, max_size=40).filter(str.isprintable), removed=st.sampled_from(ENGINES)
+)
 def test_rendezvous_is_stable_under_removal(key: str, removed: str) -> None:
     h = routing.hash_affinity_key(key)
     assert h is not None
@@ -185,8 +188,7 @@ def test_affinity_only_considers_routes_within_twenty_percent() -> None:
 def warm(latency_ms: float, tps: float | None = None, at: float = NOW) -> Measurement:
     m = None
     for _ in range(8):
-        m = record_sample(m, at, latency_ms, 100 if tps else None,
-                          100 / tps if tps else None)
+        m = record_sample(m, at, latency_ms, 100 if tps else None, 100 / tps if tps else None)
     assert m is not None
     return m
 

@@ -19,8 +19,7 @@ def stream(tokens: int, crlf: bool = False) -> bytes:
 
 
 @settings(max_examples=200, deadline=None)
-@given(cuts=st.lists(st.integers(min_value=0, max_value=2000), max_size=20),
-       crlf=st.booleans())
+@given(cuts=st.lists(st.integers(min_value=0, max_value=2000), max_size=20), crlf=st.booleans())
 def test_any_fragmentation_yields_the_same_count(cuts: list[int], crlf: bool) -> None:
     data = stream(42, crlf)
     points = sorted({c % (len(data) + 1) for c in cuts})
@@ -37,7 +36,7 @@ def test_oversized_event_is_skipped_and_the_next_one_still_counts() -> None:
     scanner = UsageScanner()
     junk = b"data: " + b"x" * (MAX_EVENT_BYTES * 2) + b' "completion_tokens": 999\n\n'
     for i in range(0, len(junk), 4096):
-        scanner.feed(junk[i:i + 4096])
+        scanner.feed(junk[i : i + 4096])
     assert scanner.completion_tokens is None
     scanner.feed(b'data: {"usage": {"completion_tokens": 7}}\n\n')
     assert scanner.completion_tokens == 7
