@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import stat
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import openai
 import psutil
 import pytest
@@ -130,3 +133,51 @@ def test_shortened_demo_passes_every_phase_with_real_requests(fleet):
     assert "503 with Retry-After" in out
     assert "preempted" in out and "drained before unload" in out
     assert "-> draining" in out
+
+
+def test_replaying_a_real_trace_serves_it_and_reports_the_fleet_over_time(fleet):
+    home, doc = fleet
+    trace = Path(__file__).resolve().parents[1] / "data" / "traces" / "azure_llm_2023_conv.csv"
+    run = grid(home, "test", "replay", "--trace", str(trace), "--speedup", "10",
+               "--duration", "30s", "--max-tokens", "8", "--json")
+    assert run.returncode == 0, run.stderr[-2000:]
+    report = json.loads(run.stdout)
+    assert report["requests"] > 50  # the trace's first 30 s, all of it
+    assert report["served"] >= 0.95 * report["requests"], report["errors_sample"]
+    assert report["served"] + report["unavailable_503"] + report["other_errors"] == \
+        report["requests"]
+    assert report["completion_tokens"] > 0 and report["tokens_per_s"] > 0
+    assert report["p50_ms"] <= report["p95_ms"] <= report["p99_ms"]
+    baseline = next(m["model_id"] for m in doc["models"] if m["min_replicas"] == 1)
+    assert set(report["per_model"]) == {baseline}
+    assert report["replicas_over_time"] and all(
+        s["ready"].get(baseline, 0) >= 1 for s in report["replicas_over_time"])
+
+
+def test_watch_follows_a_load_and_ctrl_c_stops_only_the_watch(fleet):
+    home, doc = fleet
+    high = max(doc["models"], key=lambda m: m["priority"])["model_id"]
+    env = dict(os.environ, GRID_HOME=str(home), PYTHONUNBUFFERED="1")
+    watch = subprocess.Popen([sys.executable, "-c", "from grid_core.cli import main; main()",
+                              "test", "watch"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                             text=True, env=env)
+    try:
+        with httpx.Client(timeout=120.0, trust_env=False) as client:
+            body = {"model": high, "max_tokens": 4, "ignore_eos": True,
+                    "messages": [{"role": "user", "content": "hello"}]}
+            deadline = time.monotonic() + 120.0
+            while time.monotonic() < deadline:
+                if client.post(doc["url"] + "/v1/chat/completions", json=body).status_code == 200:
+                    break
+                time.sleep(1.0)
+            else:
+                pytest.fail(f"{high} was never loaded for a real request")
+        time.sleep(2.0)  # a few status reads after the load
+    finally:
+        watch.send_signal(signal.SIGINT)
+        out, _ = watch.communicate(timeout=30)
+    assert watch.returncode == 0, out
+    assert f"{high}" in out and "-> ready" in out, out
+    assert "command warm" in out
+    assert "the fleet is still running" in out
+    assert json.loads(grid(home, "test", "status", "--json").stdout)["running"]
