@@ -233,12 +233,13 @@ def record_outcome(b: Breaker, outcome: BreakerOutcome, now: float) -> Breaker:
     if outcome == "client_error":
         return msgspec.structs.replace(b, probe_started=None)
     if outcome == "rate_limited":
-        return Breaker(streak=b.streak, open_until=now + RATE_LIMIT_COOLDOWN_S)
+        # Never shorten a longer backoff that an in-flight 429 reports into.
+        return Breaker(streak=b.streak, open_until=max(b.open_until, now + RATE_LIMIT_COOLDOWN_S))
     streak = b.streak + 1
     if streak < FAILURE_STREAK_TO_OPEN:
         return Breaker(streak=streak, open_until=b.open_until)
     backoff = min(BREAKER_MAX_S, BREAKER_BASE_S * 2.0 ** (streak - FAILURE_STREAK_TO_OPEN))
-    return Breaker(streak=streak, open_until=now + backoff)
+    return Breaker(streak=streak, open_until=max(b.open_until, now + backoff))
 
 
 # --- route choice -------------------------------------------------------------------------

@@ -123,6 +123,14 @@ def test_backoff_doubles_and_caps_at_thirty_seconds() -> None:
     assert max(periods) == routing.BREAKER_MAX_S
 
 
+def test_a_late_429_never_shortens_a_longer_backoff() -> None:
+    b = CLOSED
+    for _ in range(5):
+        b = record_outcome(b, "failure", 0.0)  # open for 8 s
+    late = record_outcome(b, "rate_limited", 0.5)
+    assert late.is_open(7.9)
+
+
 def test_half_open_admits_one_probe_and_success_resets() -> None:
     b = record_outcome(record_outcome(CLOSED, "failure", 0.0), "failure", 0.0)  # open 1 s
     assert b.is_open(0.5)
@@ -245,3 +253,31 @@ def test_stream_without_usage_refreshes_latency_not_throughput() -> None:
 def test_absurd_latency_samples_are_dropped(bad: float) -> None:
     m = record_sample(None, NOW, bad, None, None)
     assert m.latency_ms is None
+
+
+OUTCOMES = st.sampled_from(["success", "rate_limited", "failure", "client_error"])
+
+
+@settings(max_examples=300, deadline=None)
+@given(seq=st.lists(st.tuples(OUTCOMES, st.floats(0.0, 5.0)), max_size=30))
+def test_breaker_invariants(seq: list[tuple[str, float]]) -> None:
+    b, t = CLOSED, 0.0
+    streak = 0
+    cooldown_until = 0.0  # the last 429's one-second cooldown
+    for outcome, gap in seq:
+        t += gap
+        b = record_outcome(b, outcome, t)  # type: ignore[arg-type]
+        if outcome == "success":
+            streak, cooldown_until = 0, 0.0
+            assert b == CLOSED and not b.is_open(t)
+        elif outcome == "rate_limited":
+            cooldown_until = t + routing.RATE_LIMIT_COOLDOWN_S
+            assert b.is_open(t)
+        elif outcome == "failure":
+            streak += 1
+            expected = streak >= routing.FAILURE_STREAK_TO_OPEN or t < cooldown_until
+            assert b.is_open(t) == expected
+        assert b.open_until - t <= routing.BREAKER_MAX_S
+    # Whatever happened, an open breaker admits a probe once its period has passed.
+    later = max(t, b.open_until) + 1e-6
+    assert not b.is_open(later)
