@@ -43,6 +43,7 @@ from grid_core.reconcile.control import (
     build_actions,
     clear_proven_blocks,
     host_views,
+    penalise_failures,
 )
 from grid_core.reconcile.delivery import destructive_problem, select
 from grid_core.reconcile.governor import admit, service_key
@@ -381,8 +382,9 @@ class Controller:
         self.last_forecasts = self.demand.forecast(now, profiles, host_map.values(),
                                                    self.plugins, self.policy.planner)
         plan_fn = self._plan_fn or _default_plan_fn()
-        plan = plan_fn(PlanInputs(now=now, profiles=profiles,
-                                  hosts=tuple(host_map[k] for k in sorted(host_map)),
+        planned_hosts = penalise_failures((host_map[k] for k in sorted(host_map)), self.book,
+                                          self.profiles)
+        plan = plan_fn(PlanInputs(now=now, profiles=profiles, hosts=tuple(planned_hosts),
                                   demand=self.last_forecasts, policy=self.policy.planner),
                        self.plugins)
         self.sequence += 1

@@ -12,8 +12,9 @@ import msgspec
 
 from grid_core.demand.series import ForecastPolicy
 from grid_core.planner.types import Plan, PlannerPolicy
+from grid_core.profile import ModelProfile
 from grid_core.reconcile.actions import Action, ActionBook, action_id
-from grid_core.reconcile.policy import GovernorPolicy
+from grid_core.reconcile.policy import PENALTY_CAP, GovernorPolicy
 from grid_core.reconcile.reconciler import Proposal
 from grid_core.reconcile.status import HostView, ReconcileReport
 from grid_core.reconcile.view import (
@@ -23,7 +24,7 @@ from grid_core.reconcile.view import (
     reserved_by_actions,
     used_mb,
 )
-from grid_core.snapshot import HostSnapshot
+from grid_core.snapshot import HostSnapshot, ModelPerformance
 from grid_core.wire import Command
 
 CONTROLLER_LEASE_S = 30.0
@@ -34,6 +35,10 @@ LEASE_RENEW_FRACTION = 0.5
 PERSIST_EVERY_TICKS = 12
 """Outside automatic mode the plan sequence is persisted at least this often (a minute at the
 default cadence); profile and mode changes are always written at once."""
+
+FAILURE_PENALTY_S = 120.0
+"""Seconds of extra start-up time the planner sees per recent failed load/warm of a model on a
+host: two minutes is a clear preference for a healthy peer without hiding the failed host."""
 
 POSTCONDITION = {"drain": frozenset({"draining", "cached"}),
                  "unload": frozenset({"cached"}),
@@ -104,6 +109,35 @@ def build_actions(admitted: Iterable[Proposal], generation: str, now: float,
                                               generation),
                           kind=p.kind, memory_mb=p.memory_mb, dependencies=deps,
                           order=next_order(), **common))
+    return out
+
+
+def penalise_failures(hosts: Iterable[HostSnapshot], book: ActionBook,
+                      profiles: Mapping[str, ModelProfile]) -> list[HostSnapshot]:
+    """Snapshots in which recent load/warm failures make that host look slower to start.
+
+    The penalty is bounded (:data:`PENALTY_CAP` failures count), so after backoff a healthy
+    peer is tried next while the failed host remains a fallback when it is the only feasible
+    target (specification, "Global placement loop": persisted failed attempts).
+    """
+    extra: dict[tuple[str, str], int] = {}
+    for key, rec in book.failures.items():
+        kind, host_id, model_id = key.split("\x1f")
+        if kind in ("load", "warm") and rec.count > 0:
+            k = (host_id, model_id)
+            extra[k] = min(PENALTY_CAP, max(extra.get(k, 0), rec.count))
+    out = []
+    for h in hosts:
+        mine = {m: n for (hid, m), n in extra.items() if hid == h.host_id and m in profiles}
+        if not mine:
+            out.append(h)
+            continue
+        perf = dict(h.performance)
+        for m, n in mine.items():
+            cur = perf.get(m) or ModelPerformance()
+            base = cur.warm_s if cur.warm_s is not None else profiles[m].warm_estimate_s
+            perf[m] = msgspec.structs.replace(cur, warm_s=base + FAILURE_PENALTY_S * n)
+        out.append(msgspec.structs.replace(h, performance=perf))
     return out
 
 

@@ -236,3 +236,21 @@ def test_restored_store_keeps_profiles_actions_and_blocks(tmp_path: Path) -> Non
     assert list(b.profiles) == ["a"] and b.mode == "automatic" and b.authority == "pending"
     b.tick(NOW + 1, [fleet.nodes["h1"].snapshot(NOW + 1)])
     assert b.term == 2 and b.authority == "held"
+
+
+def test_failed_warms_steer_the_next_placement_to_a_healthy_peer() -> None:
+    fleet = SimFleet({"h1": 16_000, "h2": 16_000})
+    for h in fleet.nodes:
+        fleet.heartbeat(h)
+    fleet.put_profile(ModelProfile(model_id="a", memory_mb=4000, min_replicas=1))
+    fleet.ctl.set_mode("automatic", fleet.now)
+    fleet.heartbeat("h1")
+    fleet.heartbeat("h2")
+    (first,) = {a.host_id for a in fleet.ctl.book.active()}
+    other = "h2" if first == "h1" else "h1"
+    # The chosen host fails the load (and so its dependent warm).
+    fleet.complete(first, fail=True)
+    fleet.converge(rounds=6)
+    where = {h for h, n in fleet.nodes.items() if "a" in n.residencies}
+    assert where == {other}
+    assert fleet.violations == []
