@@ -233,6 +233,8 @@ def reconcile(inp: ReconcileInputs) -> ReconcileResult:
         for m in {r.model_id for h in inp.hosts.values() for r in h.residencies}
     }
     _destructive(inp, gate, desired_pairs, evictions, proof, out)
+    if inp.retired:
+        _evictions_of_retired(inp, gate, out)
     _withdrawals(inp, desired_pairs, evictions, proof, out)
     if inp.mutation_hold is not None:
         out.deferred.extend(
@@ -328,6 +330,21 @@ def _destructive(inp: ReconcileInputs, gate: _Gate, desired_pairs: set[tuple[str
                 eviction=eviction is not None,
                 beneficiary=getattr(eviction, "beneficiary", None),
             ))
+
+
+def _evictions_of_retired(inp: ReconcileInputs, gate: _Gate, out: ReconcileResult) -> None:
+    """Remove the cached weights of retired models from disk (hosts that can evict only)."""
+    for host in inp.hosts.values():
+        if "evict" not in host.actuator_capabilities or not reachable(host, inp.policy):
+            continue
+        held = {r.model_id for r in host.residencies if r.holds_memory}
+        cached = set(host.cached) | {r.model_id for r in host.residencies if r.state == "cached"}
+        for model_id in sorted(cached & inp.retired - held):
+            if gate.check("evict", host, model_id) is not None:
+                continue
+            out.proposals.append(Proposal(kind="evict", host_id=host.host_id,
+                                          model_id=model_id, reason="retired",
+                                          service_class="cleanup"))
 
 
 def _destructive_block(inp: ReconcileInputs, host: HostSnapshot, r: ResidencySnapshot,

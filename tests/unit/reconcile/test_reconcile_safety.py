@@ -118,3 +118,12 @@ def test_warm_waits_for_memory_including_in_flight_warms_the_snapshot_does_not_s
     assert r.free_mb["h1"] == 4000
     # The governor turns this into "awaiting_memory"; the reconciler reports the ledger.
     assert [p.memory_mb for p in r.proposals] == [4000]
+
+
+def test_cached_weights_of_a_retired_model_are_evicted_where_the_node_can() -> None:
+    able = host("h1", cached={"a": None}, actuator_capabilities=("load", "warm", "evict"))
+    unable = host("h2", cached={"a": None}, actuator_capabilities=("load", "warm"))
+    r = run(plan({}), [able, unable], [], retired={"a"})
+    assert kinds(r) == [("evict", "h1", "a")]
+    # Configured models keep their cache.
+    assert kinds(run(plan({}), [able], [profile("a")])) == []
