@@ -159,6 +159,10 @@ class RouterState:
                     service_s,
                     route.artifact,
                 )
+            if len(self.last_used) >= MAX_TRACKED and mkey not in self.last_used:
+                # Forget the least recently used half; hosts that left stop being tracked.
+                keep = sorted(self.last_used.items(), key=lambda kv: kv[1])[MAX_TRACKED // 2 :]
+                self.last_used = dict(keep)
             self.last_used[mkey] = now
 
     def public_breakers(self, mono: float) -> list[dict[str, object]]:

@@ -15,6 +15,8 @@ MAX_SCANNED_MESSAGES = 64
 """Messages inspected for size: a long history is sized by its last 64 turns."""
 MAX_SCANNED_CHARS = 1_000_000
 """Stop counting characters beyond this; the bucket is 'huge' either way."""
+MAX_MODEL_NAME = 200
+"""Longest model name kept in features (the wire id limit); longer caller names are cut."""
 TEXT_PREFIX_CHARS = 512
 """Text handed to the classifier for its keyword scan; it is dropped right after."""
 
@@ -106,7 +108,8 @@ def features(
     return RequestFeatures(
         at=at,
         endpoint=endpoint,
-        requested_model=requested_model,
+        # Caller-chosen names are bounded: an unknown model may be any string.
+        requested_model=requested_model[:MAX_MODEL_NAME],
         served_model=served_model,
         modality=shape.modality,
         input_units=shape.input_units,
