@@ -154,6 +154,7 @@ class Controller:
         self.book = ActionBook(state.actions, state.failures)
         self.blocks = {m: list(ids) for m, ids in state.blocks.items()}
         self._order = max((a.order for a in state.actions), default=0)
+        self.demand.set_configured(self.profiles)
         if state.demand is not None:
             try:
                 self.demand.from_state(state.demand)
@@ -240,6 +241,7 @@ class Controller:
         profile = validate_profile(profile)
         self.profiles[profile.model_id] = profile
         self.tombstones.pop(profile.model_id, None)
+        self.demand.set_configured(self.profiles)  # count its requests from now on
         self._dirty(True)
         self._save()
         return profile
@@ -255,7 +257,7 @@ class Controller:
             raise NotFoundError(msg)
         self.profiles.pop(model_id, None)
         self.tombstones.setdefault(model_id, now)
-        self.demand.forget(model_id)
+        self.demand.set_configured(self.profiles)  # also forgets the retired model's history
         for a in self.book.active():
             if a.model_id == model_id and not a.destructive:
                 self.book.close(a, "cancelled", now, "retired")

@@ -11,6 +11,7 @@ import pytest
 from controller_sim import DurableMemoryStore, SimFleet, SimResidency
 
 from grid_core.controller import Controller
+from grid_core.demand import RequestFeatures
 from grid_core.errors import ConflictError
 from grid_core.profile import ModelProfile
 from grid_core.testing import plugins_with
@@ -82,7 +83,11 @@ def test_generations_keep_increasing_across_restarts_within_one_epoch() -> None:
 
 def test_retirement_tombstone_is_durable_until_the_profile_returns() -> None:
     fleet = _fleet()
+    assert fleet.ctl.observe_request(RequestFeatures(at=fleet.now, endpoint="chat",
+                                                     requested_model="a")) is None
+    assert fleet.ctl.demand.series("a") is not None  # counted before any tick
     fleet.remove_profile("a")
+    assert fleet.ctl.demand.series("a") is None  # retirement clears demand history
     fleet.restart()
     assert "a" in fleet.ctl.status(fleet.now).retired
     fleet.put_profile(ModelProfile(model_id="a", memory_mb=4000))
