@@ -94,6 +94,11 @@ class FleetMachine(RuleBasedStateMachine):
         # hosts or moves every replica: the reconciler alone must keep it safe.
         self.fleet.override = placement
 
+    @rule(host=host_ids)
+    def planner_crowds_one_host(self, host: str) -> None:
+        # Every model on one host: more than any host here can hold.
+        self.fleet.override = {m: [host] for m in MODELS}
+
     # --- operator ---------------------------------------------------------------------------
     @rule(model=model_ids, lo=st.integers(0, 2), extra=st.integers(0, 1),
           prio=st.integers(0, 2), remove=st.booleans())

@@ -127,3 +127,16 @@ def test_cached_weights_of_a_retired_model_are_evicted_where_the_node_can() -> N
     assert kinds(r) == [("evict", "h1", "a")]
     # Configured models keep their cache.
     assert kinds(run(plan({}), [able], [profile("a")])) == []
+
+
+def test_a_warm_that_succeeded_after_the_last_report_still_holds_its_memory() -> None:
+    done = Action(action_id="w0", kind="warm", host_id="h1", model_id="b", memory_mb=8000,
+                  status="succeeded", delivered_at=NOW - 9, completed_at=NOW - 2,
+                  receipt_at=NOW - 2)
+    book = ActionBook([done])
+    p = plan({"a": ["h1"], "b": ["h1"]})
+    old_report = host("h1", 12_000, heartbeat_age_s=5.0)  # sent before the receipt
+    assert run(p, [old_report], [profile("a"), profile("b")], book=book).free_mb["h1"] == 4000
+    # A newer report without the process means it is gone: the memory is free again.
+    new_report = host("h1", 12_000, heartbeat_age_s=1.0)
+    assert run(p, [new_report], [profile("a"), profile("b")], book=book).free_mb["h1"] == 12_000
