@@ -21,7 +21,7 @@ import typer
 from grid_core.errors import ConflictError, UnavailableError, ValidationError
 from grid_core.protection import Override
 from grid_node.agent import AGENT_FILE, read_override, write_override
-from grid_node.config import DEFAULT_GRID_URL, grid_home, parse_port_range
+from grid_node.config import DEFAULT_GRID_URL, check_grid_url, grid_home, parse_port_range
 from grid_node.identity import Proof, is_gone, prove, signal_proven
 
 START_WAIT_S = 60.0
@@ -112,7 +112,7 @@ def start(
         raise ConflictError(msg)
     instance = uuid.uuid4().hex
     argv = [sys.executable, "-m", "grid_node.daemon", "--instance", instance,
-            "--state-dir", str(sdir), "--grid", _grid_url(grid), "--port-range", port_range,
+            "--state-dir", str(sdir), "--grid", check_grid_url(_grid_url(grid)), "--port-range", port_range,
             "--capacity-share", str(capacity_share), "--heartbeat-interval",
             str(heartbeat_interval), "--unknown-sensors", unknown_sensors]
     if token_file is not None:

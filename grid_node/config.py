@@ -6,9 +6,11 @@ directory, credential, port range and capacity share.
 
 from __future__ import annotations
 
+import ipaddress
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from grid_core.errors import ValidationError
 
@@ -19,6 +21,32 @@ HEARTBEAT_INTERVAL_S = 5.0
 """Seconds between heartbeats: well inside the server's 60 s record TTL, cheap on loopback."""
 MIN_CAPACITY_SHARE = 0.01
 """Smallest capacity share a logical node may claim (1% of the machine)."""
+
+
+def check_grid_url(url: str) -> str:
+    """Refuse a Grid URL over which the node credential would travel in clear text.
+
+    Plain HTTP is accepted only to a loopback address; any other host needs HTTPS
+    (specification, "CLI workflow": credentials never cross the network unencrypted).
+
+    Raises:
+        ValidationError: not http(s), no host, or plain HTTP off loopback.
+    """
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    if parts.scheme not in ("http", "https") or not host:
+        msg = f"--grid {url!r}: give http(s)://host:port, e.g. {DEFAULT_GRID_URL}"
+        raise ValidationError(msg)
+    if parts.scheme == "http":
+        try:
+            loopback = host == "localhost" or ipaddress.ip_address(host).is_loopback
+        except ValueError:
+            loopback = False
+        if not loopback:
+            msg = (f"--grid {url!r}: refusing to send the node credential over plain HTTP off "
+                   "loopback; use https://")
+            raise ValidationError(msg)
+    return url
 
 
 def grid_home() -> Path:
@@ -93,6 +121,7 @@ class NodeConfig:
         if self.unknown_sensors not in ("ignore", "throttle"):
             msg = f"--unknown-sensors {self.unknown_sensors!r}: use ignore or throttle"
             raise ValidationError(msg)
+        check_grid_url(self.grid_url)
         self.state_dir = Path(self.state_dir).expanduser().resolve()
         if not self.model_dirs:
             self.model_dirs = (grid_home() / "models",)

@@ -101,3 +101,17 @@ def test_highest_term_never_decreases_and_one_controller_per_term(seq):
             remember_authority(c, state)
             assert owners.setdefault(term, cid) == cid
         assert state.highest_term >= before
+
+
+def test_node_refuses_plain_http_off_loopback(tmp_path):
+    import pytest
+
+    from grid_core.errors import ValidationError
+    from grid_node.config import NodeConfig
+
+    for ok in ("http://127.0.0.1:22100", "http://[::1]:22100", "http://localhost:1",
+               "https://grid.company.internal"):
+        NodeConfig(state_dir=tmp_path, grid_url=ok)
+    for bad in ("http://10.0.0.5:22100", "http://grid.company.internal", "ftp://x", "nohost"):
+        with pytest.raises(ValidationError, match="--grid"):
+            NodeConfig(state_dir=tmp_path, grid_url=bad)
