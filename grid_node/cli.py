@@ -110,9 +110,10 @@ def start(
     if rec is not None and _daemon_proof(rec).status == "proven":
         msg = f"a node agent (pid {rec['pid']}) already runs for {sdir}; stop it first"
         raise ConflictError(msg)
+    url = check_grid_url(_grid_url(grid))
     instance = uuid.uuid4().hex
     argv = [sys.executable, "-m", "grid_node.daemon", "--instance", instance,
-            "--state-dir", str(sdir), "--grid", check_grid_url(_grid_url(grid)), "--port-range", port_range,
+            "--state-dir", str(sdir), "--grid", url, "--port-range", port_range,
             "--capacity-share", str(capacity_share), "--heartbeat-interval",
             str(heartbeat_interval), "--unknown-sensors", unknown_sensors]
     if token_file is not None:
