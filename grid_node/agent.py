@@ -323,7 +323,8 @@ class NodeAgent:
         active = sum(getattr(p, "active_requests", 0) or 0
                      for p in self.actuator.probes.values())
         hb = Heartbeat(node_id=self.node_id, host_id=self.state.host_id,
-                       load=Load(active_tasks=active), resources=self._resources(),
+                       load=Load(active_tasks=active, queue_depth=self._queue.qsize()),
+                       resources=self._resources(),
                        allocator=self._envelope(), request_commands=request_commands,
                        acknowledgements=[r.ack for r in pending[:MAX_LIST]])
         async with self._send:
