@@ -111,7 +111,8 @@ def admit(proposals: list[Proposal], actions: Iterable[Action], free_mb: dict[st
             defer(p, "awaiting_memory")
             continue
         art = _artifact(p.model_id, p.artifact_sha256)
-        if p.load_first and fanout[art] >= policy.artifact_fanout:
+        loads = p.load_first or p.kind == "load"
+        if loads and fanout[art] >= policy.artifact_fanout:
             defer(p, "artifact_fanout")
             continue
         host_full = host_used[p.host_id] >= policy.max_host_mutations
@@ -133,7 +134,7 @@ def admit(proposals: list[Proposal], actions: Iterable[Action], free_mb: dict[st
         out.admitted.append(p)
         host_used[p.host_id] += 1
         global_used += 1
-        if p.load_first:
+        if loads:
             fanout[art] += 1
         if p.kind == "warm":
             free[p.host_id] = free.get(p.host_id, 0) - p.memory_mb

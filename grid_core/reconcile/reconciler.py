@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 import msgspec
 
-from grid_core.planner.types import Assignment, Plan
+from grid_core.planner.types import Assignment, Eviction, Plan
 from grid_core.profile import ModelProfile
 from grid_core.reconcile.actions import Action, ActionBook, ServiceClass, failure_key
 from grid_core.reconcile.policy import GovernorPolicy
@@ -315,6 +315,8 @@ def _destructive(inp: ReconcileInputs, gate: _Gate, desired_pairs: set[tuple[str
                                                      model_id=r.model_id, reason=reason_gate[0],
                                                      until=reason_gate[1]))
                     continue
+            if reason is None and kind == "drain" and isinstance(eviction, Eviction):
+                reason = _prefetch_beneficiary(inp, gate, host, eviction, out)
             if reason is not None:
                 out.deferred.append(Deferred(kind=kind, host_id=host.host_id,
                                              model_id=r.model_id, reason=reason))
@@ -330,6 +332,34 @@ def _destructive(inp: ReconcileInputs, gate: _Gate, desired_pairs: set[tuple[str
                 eviction=eviction is not None,
                 beneficiary=getattr(eviction, "beneficiary", None),
             ))
+
+
+def _prefetch_beneficiary(inp: ReconcileInputs, gate: _Gate, host: HostSnapshot,
+                          eviction: Eviction, out: ReconcileResult) -> str | None:
+    """Before a preemption drain, fetch the beneficiary's authorized weights onto the host.
+
+    Only when the beneficiary's profile names an exact artifact source: the drain then waits
+    for the disk-only download (no memory, no model slot). A load in failure backoff does not
+    hold the drain back forever, and the warm still waits for a later plan (specification,
+    "Global placement loop", staged preemption).
+
+    Returns:
+        Why the drain waits (``prefetching_beneficiary``), or ``None``.
+    """
+    b = inp.profiles.get(eviction.beneficiary or "")
+    if b is None or b.artifact_source is None or _cached_exact(host, b, host.residency(b.model_id)):
+        return None
+    gated = gate.check("load", host, b.model_id)
+    if gated is None:
+        out.proposals.append(Proposal(
+            kind="load", host_id=host.host_id, model_id=b.model_id, reason="prefetch",
+            priority=eviction.priority, service_class="direct",
+            artifact_sha256=b.artifact_sha256, artifact_source=b.artifact_source,
+            artifact_size_mb=b.artifact_size_mb))
+        return "prefetching_beneficiary"
+    if gated[0] == "backoff":
+        return None
+    return "prefetching_beneficiary"
 
 
 def _evictions_of_retired(inp: ReconcileInputs, gate: _Gate, out: ReconcileResult) -> None:
@@ -396,9 +426,12 @@ def _withdrawals(inp: ReconcileInputs, desired_pairs: set[tuple[str, str]],
         key = (a.model_id, a.host_id)
         if a.kind in ("load", "warm"):
             reason = None
+            prefetch = a.reason == "prefetch" and any(
+                e.beneficiary == a.model_id and e.host_id == a.host_id
+                for e in inp.plan.evictions)
             if a.model_id in inp.retired:
                 reason = "retired"
-            elif key not in desired_pairs:
+            elif key not in desired_pairs and not prefetch:
                 reason = "no_longer_desired"
             elif host is not None and not admitting(host, inp.policy) and not a.delivered:
                 reason = "host_not_admitting"

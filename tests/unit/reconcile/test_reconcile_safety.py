@@ -140,3 +140,23 @@ def test_a_warm_that_succeeded_after_the_last_report_still_holds_its_memory() ->
     # A newer report without the process means it is gone: the memory is free again.
     new_report = host("h1", 12_000, heartbeat_age_s=1.0)
     assert run(p, [new_report], [profile("a"), profile("b")], book=book).free_mb["h1"] == 12_000
+
+
+def test_preemption_fetches_the_beneficiarys_authorized_weights_before_draining() -> None:
+    sha = "e" * 64
+    big = profile("b", artifact_sha256=sha, artifact_source="hf://o/r/b.gguf",
+                  artifact_size_mb=3000, priority=5)
+    ev = Eviction(model_id="a", host_id="h1", beneficiary="b", priority=5, reason="preempt")
+    p = plan({}, evictions=(ev,), desired={"b": 1})
+    r = run(p, [host("h1", 8000, ready("a"))], [profile("a"), big])
+    assert kinds(r) == [("load", "h1", "b")]
+    assert r.proposals[0].artifact_source == "hf://o/r/b.gguf"
+    assert deferred(r)[("drain", "h1", "a")] == "prefetching_beneficiary"
+    # The pending prefetch is not cancelled as "not desired" while the preemption stands.
+    book = ActionBook([Action(action_id="pf", kind="load", host_id="h1", model_id="b",
+                              reason="prefetch")])
+    assert run(p, [host("h1", 8000, ready("a"))], [profile("a"), big], book=book
+               ).withdrawals == []
+    # Once the exact weights are cached on disk the victim drains.
+    cached = host("h1", 8000, ready("a"), cached={"b": sha})
+    assert kinds(run(p, [cached], [profile("a"), big])) == [("drain", "h1", "a")]
