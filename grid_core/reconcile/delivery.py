@@ -14,6 +14,7 @@ from collections.abc import Iterable, Mapping
 from grid_core.planner.types import Plan
 from grid_core.profile import ModelProfile
 from grid_core.reconcile.actions import Action
+from grid_core.reconcile.governor import rank_of
 from grid_core.reconcile.policy import GovernorPolicy
 from grid_core.reconcile.reconciler import required_replicas
 from grid_core.reconcile.view import admitting, reachable, replacement_problem
@@ -42,12 +43,13 @@ def select(
         blocked_models: models whose destructive work waits for a withdrawn batch.
 
     Returns:
-        Actions ordered as the reconciler ordered them.
+        Actions in service order: priority and class first, then creation order.
     """
     if host is None or not reachable(host, policy):
         return []
     out: list[Action] = []
-    for a in sorted(actions, key=lambda a: (a.order, a.created_at)):
+    # Service class first (a higher class queued later still goes first), FIFO within it.
+    for a in sorted(actions, key=lambda a: (rank_of(a), a.order, a.created_at)):
         if not a.active or a.not_before > now:
             continue
         if a.destructive:

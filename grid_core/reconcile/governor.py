@@ -34,7 +34,8 @@ def service_key(p: Proposal) -> tuple[int, int, int, int, float, str, str]:
             p.model_id, p.host_id)
 
 
-def _rank_of(a: Action) -> tuple[int, int, int]:
+def rank_of(a: Action) -> tuple[int, int, int]:
+    """Service rank of a recorded action (lower is served first)."""
     cleanup = 1 if a.service_class == "cleanup" else 0
     return (cleanup, -a.priority, CLASS_RANK.get(a.service_class, 1))
 
@@ -99,7 +100,7 @@ def admit(proposals: list[Proposal], actions: Iterable[Action], free_mb: dict[st
     # Undelivered constructive holders are the only ones a higher class may displace.
     displaceable = sorted(
         (a for a in holders if a.active and not a.delivered and not a.destructive),
-        key=_rank_of, reverse=True)
+        key=rank_of, reverse=True)
     free = dict(free_mb)
 
     def defer(p: Proposal, reason: str) -> None:
@@ -147,7 +148,7 @@ def _displace(p: Proposal, candidates: list[Action], host_full: bool) -> Action 
         return None
     mine = (0, -p.priority, CLASS_RANK[p.service_class])
     for a in candidates:  # lowest class first
-        if _rank_of(a) <= mine:
+        if rank_of(a) <= mine:
             return None
         if host_full and a.host_id != p.host_id:
             continue  # only a holder on the same host frees the host slot

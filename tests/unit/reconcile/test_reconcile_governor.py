@@ -160,3 +160,16 @@ def test_failure_backoff_is_per_kind_host_and_model() -> None:
     assert kinds(r) == [("warm", "h2", "a")]
     later = run(plan({"a": ["h1"]}), [host("h1")], [profile("a")], book=book, now=NOW + 31)
     assert kinds(later) == [("warm", "h1", "a")]
+
+
+def test_delivery_puts_a_later_higher_class_before_an_older_lower_one_fifo_otherwise() -> None:
+    from grid_core.reconcile.delivery import select
+
+    acts = [Action(action_id="old-low", kind="warm", host_id="h1", model_id="a", order=1),
+            Action(action_id="new-high", kind="warm", host_id="h1", model_id="b", order=5,
+                   priority=3),
+            Action(action_id="old-high", kind="warm", host_id="h1", model_id="c", order=2,
+                   priority=3)]
+    got = select(acts, host("h1"), NOW, GovernorPolicy(), availability_ok=True,
+                 destructive_ok=True, blocked_models=frozenset())
+    assert [a.action_id for a in got] == ["old-high", "new-high", "old-low"]
