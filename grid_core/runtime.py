@@ -152,9 +152,7 @@ class RuntimeAdapter(Protocol):
         """Verify a local artifact or fetch the exact declared one."""
         ...
 
-    async def warm(
-        self, host: RuntimeHost, loaded: LoadResult, memory_mb: int
-    ) -> ChildRecord:
+    async def warm(self, host: RuntimeHost, loaded: LoadResult, memory_mb: int) -> ChildRecord:
         """Start the engine for ``loaded`` and wait until it is ready."""
         ...
 

@@ -35,8 +35,12 @@ MB = 1024 * 1024
 MAX_EVENTS = 50
 """Notable events kept in memory for status: the last few minutes of a busy node."""
 
-RESIDENCY_OF_CHILD = {"starting": "warming", "ready": "ready", "draining": "draining",
-                      "failed": "failed"}
+RESIDENCY_OF_CHILD = {
+    "starting": "warming",
+    "ready": "ready",
+    "draining": "draining",
+    "failed": "failed",
+}
 
 
 @dataclass
@@ -98,11 +102,16 @@ class Actuator:
 
     def __post_init__(self) -> None:
         self.host = NodeRuntimeHost(
-            bind_host=self.config.bind_host, state_dir=self.config.state_dir,
-            artifact_dir=self.config.artifact_dir, model_dirs=self.config.model_dirs,
-            api_key=self.state.engine_api_key, api_key_file=self.store.key_path,
-            port_range=self.config.port_range, publish_fn=self._publish,
-            used_ports=lambda: {c.port for c in self.state.children.values()})
+            bind_host=self.config.bind_host,
+            state_dir=self.config.state_dir,
+            artifact_dir=self.config.artifact_dir,
+            model_dirs=self.config.model_dirs,
+            api_key=self.state.engine_api_key,
+            api_key_file=self.store.key_path,
+            port_range=self.config.port_range,
+            publish_fn=self._publish,
+            used_ports=lambda: {c.port for c in self.state.children.values()},
+        )
 
     # --- persistence --------------------------------------------------------------------
     def save(self) -> None:
@@ -127,8 +136,9 @@ class Actuator:
         name = runtime or "llama.cpp"
         adapter = self.adapters.get(name)
         if adapter is None:
-            msg = (f"runtime {name!r} has no adapter on this node "
-                   f"(installed: {sorted(self.adapters)})")
+            msg = (
+                f"runtime {name!r} has no adapter on this node (installed: {sorted(self.adapters)})"
+            )
             raise UnavailableError(msg)
         return adapter
 
@@ -136,11 +146,15 @@ class Actuator:
     async def recover(self) -> None:
         """After a restart: fail the interrupted action, adopt proven children, fence the rest."""
         if self.state.running_action:
-            ack = Acknowledgement(action_id=self.state.running_action, status="failed",
-                                  message="interrupted by a node restart",
-                                  observed_at=time.time())
-            self.state.add_receipt(Receipt(ack=ack, kind=self.state.running_kind,
-                                           model_id=self.state.running_model))
+            ack = Acknowledgement(
+                action_id=self.state.running_action,
+                status="failed",
+                message="interrupted by a node restart",
+                observed_at=time.time(),
+            )
+            self.state.add_receipt(
+                Receipt(ack=ack, kind=self.state.running_kind, model_id=self.state.running_model)
+            )
             self.note(f"action {self.state.running_action} marked failed (interrupted)")
             self.state.running_action = None
         for model_id, child in list(self.state.children.items()):
@@ -174,9 +188,12 @@ class Actuator:
         no running command is working on that model. Returns True when a child was lost.
         """
         snapshot = [(m, c) for m, c in self.state.children.items() if c.state != "failed"]
-        probes = await asyncio.gather(*(
-            self.adapter_for(c.runtime).probe(self.host, c)  # type: ignore[attr-defined]
-            for _, c in snapshot))
+        probes = await asyncio.gather(
+            *(
+                self.adapter_for(c.runtime).probe(self.host, c)  # type: ignore[attr-defined]
+                for _, c in snapshot
+            )
+        )
         changed = False
         for (model_id, child), probe in zip(snapshot, probes, strict=True):
             if self.state.children.get(model_id) is not child:
@@ -200,28 +217,47 @@ class Actuator:
         for model_id, child in self.state.children.items():
             probe = self.probes.get(model_id)
             active = getattr(probe, "active_requests", None) if probe else None
-            rows.append(Residency(
-                model_id=model_id, memory_mb=child.memory_mb,
-                state=RESIDENCY_OF_CHILD[child.state], ownership="managed",
-                active_requests=active, max_concurrency=getattr(probe, "max_concurrency", None),
-                loaded_age_s=max(0.0, now - child.started_at) if child.started_at else None,
-                artifact_sha256=child.artifact_sha256, runtime=child.runtime, port=child.port,
-                route_url=child.url if child.state == "ready" else None))
+            rows.append(
+                Residency(
+                    model_id=model_id,
+                    memory_mb=child.memory_mb,
+                    state=RESIDENCY_OF_CHILD[child.state],
+                    ownership="managed",
+                    active_requests=active,
+                    max_concurrency=getattr(probe, "max_concurrency", None),
+                    loaded_age_s=max(0.0, now - child.started_at) if child.started_at else None,
+                    artifact_sha256=child.artifact_sha256,
+                    runtime=child.runtime,
+                    port=child.port,
+                    route_url=child.url if child.state == "ready" else None,
+                )
+            )
         for model_id, art in self.state.artifacts.items():
             if model_id not in self.state.children:
-                rows.append(Residency(model_id=model_id, memory_mb=0, state="cached",
-                                      artifact_sha256=art.sha256, runtime="llama.cpp"))
+                rows.append(
+                    Residency(
+                        model_id=model_id,
+                        memory_mb=0,
+                        state="cached",
+                        artifact_sha256=art.sha256,
+                        runtime="llama.cpp",
+                    )
+                )
         return rows
 
     def cached_artifacts(self) -> list[CachedArtifact]:
         """Artifacts verified on disk."""
-        return [CachedArtifact(model_id=m, artifact_sha256=a.sha256,
-                               size_mb=(a.size_bytes + MB - 1) // MB)
-                for m, a in self.state.artifacts.items()]
+        return [
+            CachedArtifact(
+                model_id=m, artifact_sha256=a.sha256, size_mb=(a.size_bytes + MB - 1) // MB
+            )
+            for m, a in self.state.artifacts.items()
+        ]
 
     # --- commands -----------------------------------------------------------------------------
-    async def execute(self, cmd: Command, *, deadline_mono: float,
-                      decision: ProtectionDecision) -> Acknowledgement:
+    async def execute(
+        self, cmd: Command, *, deadline_mono: float, decision: ProtectionDecision
+    ) -> Acknowledgement:
         """Admit and run one command; returns its acknowledgement (also kept as a receipt).
 
         A command already executed returns its stored acknowledgement (idempotent redelivery).
@@ -231,12 +267,22 @@ class Actuator:
             if prior is not None:
                 return prior.ack
             reason = admission.check(
-                cmd, host_id=self.state.host_id, node_id=f"ctl.{self.state.host_id}",
-                state=self.state, deadline_mono=deadline_mono, now_mono=time.monotonic(),
-                decision=decision)
+                cmd,
+                host_id=self.state.host_id,
+                node_id=f"ctl.{self.state.host_id}",
+                state=self.state,
+                deadline_mono=deadline_mono,
+                now_mono=time.monotonic(),
+                decision=decision,
+            )
             if reason is not None:
-                ack = Acknowledgement(action_id=cmd.action_id, status="rejected", message=reason,
-                                      duration_seconds=0.0, observed_at=time.time())
+                ack = Acknowledgement(
+                    action_id=cmd.action_id,
+                    status="rejected",
+                    message=reason,
+                    duration_seconds=0.0,
+                    observed_at=time.time(),
+                )
                 self.state.add_receipt(Receipt(ack=ack, kind=cmd.kind, model_id=cmd.model_id))
                 self.save()
                 self.note(f"rejected {cmd.kind} {cmd.model_id}: {reason}")
@@ -255,9 +301,14 @@ class Actuator:
                 message, status = str(exc), "failed"
             except OSError as exc:
                 message, status = f"{type(exc).__name__}: {exc}", "failed"
-            ack = Acknowledgement(action_id=cmd.action_id, status=status, message=message[:1900],
-                                  duration_seconds=time.monotonic() - started,
-                                  artifact_fetched=fetched, observed_at=time.time())
+            ack = Acknowledgement(
+                action_id=cmd.action_id,
+                status=status,
+                message=message[:1900],
+                duration_seconds=time.monotonic() - started,
+                artifact_fetched=fetched,
+                observed_at=time.time(),
+            )
             self.state.running_action = None
             self.state.add_receipt(Receipt(ack=ack, kind=cmd.kind, model_id=cmd.model_id))
             self.save()
@@ -268,8 +319,12 @@ class Actuator:
 
     async def _run(self, cmd: Command) -> tuple[str, bool]:
         adapter = self.adapter_for(cmd.runtime)
-        spec = ArtifactSpec(model_id=cmd.model_id, sha256=cmd.artifact_sha256,
-                            source=cmd.artifact_source, size_mb=cmd.artifact_size_mb)
+        spec = ArtifactSpec(
+            model_id=cmd.model_id,
+            sha256=cmd.artifact_sha256,
+            source=cmd.artifact_source,
+            size_mb=cmd.artifact_size_mb,
+        )
         if cmd.kind == "load":
             self._check_disk(cmd)
             loaded = await adapter.load(self.host, spec)  # type: ignore[attr-defined]
@@ -292,8 +347,10 @@ class Actuator:
         self.config.artifact_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         free_mb = psutil.disk_usage(str(self.config.artifact_dir)).free // MB
         if free_mb < cmd.artifact_size_mb:
-            msg = (f"only {free_mb} MB free in {self.config.artifact_dir}, the artifact may be "
-                   f"{cmd.artifact_size_mb} MB; free disk space first")
+            msg = (
+                f"only {free_mb} MB free in {self.config.artifact_dir}, the artifact may be "
+                f"{cmd.artifact_size_mb} MB; free disk space first"
+            )
             raise UnavailableError(msg)
 
     async def _warm(self, cmd: Command, adapter: object, spec: ArtifactSpec) -> str:
@@ -307,8 +364,10 @@ class Actuator:
             # A failed record of a dead process is released; a fenced live one blocks.
             outcome, why = await adapter.adopt(self.host, existing)  # type: ignore[attr-defined]
             if outcome != "dead":
-                msg = (f"{cmd.model_id} has a fenced child pid {existing.pid} ({why}); "
-                       "inspect it by hand before warming again")
+                msg = (
+                    f"{cmd.model_id} has a fenced child pid {existing.pid} ({why}); "
+                    "inspect it by hand before warming again"
+                )
                 raise UnavailableError(msg)
             del self.state.children[cmd.model_id]
         loaded = self.state.artifacts.get(cmd.model_id)
@@ -318,8 +377,10 @@ class Actuator:
             self.state.artifacts[cmd.model_id] = loaded
         available_mb = psutil.virtual_memory().available // MB
         if cmd.memory_mb and available_mb < cmd.memory_mb:
-            msg = (f"warm {cmd.model_id} needs {cmd.memory_mb} MB, only {available_mb} MB is "
-                   "free on this host now")
+            msg = (
+                f"warm {cmd.model_id} needs {cmd.memory_mb} MB, only {available_mb} MB is "
+                "free on this host now"
+            )
             raise UnavailableError(msg)
         child = await adapter.warm(self.host, loaded, cmd.memory_mb)  # type: ignore[attr-defined]
         return f"ready on port {child.port} (pid {child.pid})"
@@ -343,8 +404,9 @@ class Actuator:
         what = "unknown activity" if left is None else f"{left} request(s) still running"
         return f"route fenced; {what}"
 
-    async def unload(self, model_id: str, force: bool = False,
-                     idle_wait_s: float = UNLOAD_IDLE_WAIT_S) -> str:
+    async def unload(
+        self, model_id: str, force: bool = False, idle_wait_s: float = UNLOAD_IDLE_WAIT_S
+    ) -> str:
         """Stop the child of ``model_id`` (fence, wait idle, SIGTERM, bounded escalation)."""
         child = self.state.children.get(model_id)
         if child is None:
@@ -355,8 +417,12 @@ class Actuator:
             if self.on_route_change is not None:
                 await self.on_route_change()
         adapter = self.adapter_for(child.runtime)
-        await adapter.unload(self.host, child, idle_wait_s=idle_wait_s,  # type: ignore[attr-defined]
-                             force=force)
+        await adapter.unload(
+            self.host,
+            child,
+            idle_wait_s=idle_wait_s,  # type: ignore[attr-defined]
+            force=force,
+        )
         del self.state.children[model_id]
         self.probes.pop(model_id, None)
         self.save()

@@ -62,18 +62,24 @@ def check(
     if not cmd.executable:
         return "recommendation only (not executable)"
     if cmd.controller_term < state.highest_term:
-        return (f"controller term {cmd.controller_term} is below the highest seen "
-                f"{state.highest_term}")
-    if (cmd.controller_term == state.highest_term and state.term_controller_id
-            and cmd.controller_id != state.term_controller_id):
-        return (f"term {cmd.controller_term} already belongs to controller "
-                f"{state.term_controller_id!r}, not {cmd.controller_id!r}")
+        return (
+            f"controller term {cmd.controller_term} is below the highest seen {state.highest_term}"
+        )
+    if (
+        cmd.controller_term == state.highest_term
+        and state.term_controller_id
+        and cmd.controller_id != state.term_controller_id
+    ):
+        return (
+            f"term {cmd.controller_term} already belongs to controller "
+            f"{state.term_controller_id!r}, not {cmd.controller_id!r}"
+        )
     if now_mono >= deadline_mono:
         return "controller authority expired before the command could start"
     gen = parse_generation(cmd.plan_generation)
     if gen is None:
         return f"plan_generation {cmd.plan_generation!r} is malformed"
-    if (state.latest_generation and cmd.controller_term == state.highest_term):
+    if state.latest_generation and cmd.controller_term == state.highest_term:
         latest = parse_generation(state.latest_generation)
         if latest is not None and latest[0] == gen[0] and gen[1] < latest[1]:
             return f"plan generation {gen[1]} is older than {latest[1]}"

@@ -157,8 +157,13 @@ class NodeAgent:
         llama = adapters.get("llama.cpp")
         if llama is not None and self.config.llama_server:
             llama._configured = self.config.llama_server  # type: ignore[attr-defined]
-        self.actuator = Actuator(config=self.config, store=self.store, state=state,
-                                 adapters=adapters, on_route_change=self.fence)
+        self.actuator = Actuator(
+            config=self.config,
+            store=self.store,
+            state=state,
+            adapters=adapters,
+            on_route_change=self.fence,
+        )
         self._client = httpx.AsyncClient(base_url=self.config.grid_url, timeout=HTTP_TIMEOUT_S)
         await self.actuator.recover()
         self._write_agent_file(ready=False)
@@ -177,10 +182,12 @@ class NodeAgent:
                 await self.beat()
                 self._write_agent_file(ready=True)
                 self._wake.clear()
-                waiters = [asyncio.create_task(self._wake.wait()),
-                           asyncio.create_task(stop.wait())]
-                await asyncio.wait(waiters, timeout=self.config.heartbeat_interval_s,
-                                   return_when=asyncio.FIRST_COMPLETED)
+                waiters = [asyncio.create_task(self._wake.wait()), asyncio.create_task(stop.wait())]
+                await asyncio.wait(
+                    waiters,
+                    timeout=self.config.heartbeat_interval_s,
+                    return_when=asyncio.FIRST_COMPLETED,
+                )
                 for w in waiters:
                     w.cancel()
         finally:
@@ -218,8 +225,14 @@ class NodeAgent:
         probes = self.actuator.probes.values() if self.actuator else ()
         actives = [getattr(p, "active_requests", None) for p in probes]
         active = None if any(a is None for a in actives) else sum(a or 0 for a in actives)
-        new, decision = step(self.state.protection, sample, self.policy, override=override,
-                             wall_now=time.time(), active_requests=active)
+        new, decision = step(
+            self.state.protection,
+            sample,
+            self.policy,
+            override=override,
+            wall_now=time.time(),
+            active_requests=active,
+        )
         if new != self.state.protection or override != self.state.override:
             self.state.protection, self.state.override = new, override
             assert self.actuator is not None
@@ -242,8 +255,9 @@ class NodeAgent:
                 await self._register()
                 await self._heartbeat(request_commands=False)  # early lease
             await self._sync_routes()
-            fenced = previous is not None and previous.admits_new_work and \
-                not decision.admits_new_work
+            fenced = (
+                previous is not None and previous.admits_new_work and not decision.admits_new_work
+            )
             if fenced:
                 await self._heartbeat(request_commands=False)
             await self._heartbeat(request_commands=True)
@@ -271,12 +285,17 @@ class NodeAgent:
         try:
             operator = token_path.read_text().strip()
         except OSError:
-            msg = ("no node credential: pass --token-file (from 'grid allocator token write'), "
-                   "set GRID_ALLOCATOR_NODE_TOKEN, or run on the Grid's own machine")
+            msg = (
+                "no node credential: pass --token-file (from 'grid allocator token write'), "
+                "set GRID_ALLOCATOR_NODE_TOKEN, or run on the Grid's own machine"
+            )
             raise AuthError(msg) from None
         assert self._client is not None
-        r = await self._client.post("/allocator/tokens", headers={OPERATOR_HEADER: operator},
-                                    json={"host_id": self.state.host_id})
+        r = await self._client.post(
+            "/allocator/tokens",
+            headers={OPERATOR_HEADER: operator},
+            json={"host_id": self.state.host_id},
+        )
         r.raise_for_status()
         self.credential = Credential(token=r.json()["token"], host_id=self.state.host_id)
 
@@ -293,40 +312,52 @@ class NodeAgent:
     def _envelope(self) -> AllocatorEnvelope:
         assert self.actuator is not None and self.decision is not None
         return AllocatorEnvelope(
-            state=self.decision.state, state_reason=self.decision.reason[:1900],
+            state=self.decision.state,
+            state_reason=self.decision.reason[:1900],
             cached_models=sorted(self.state.artifacts),
             cached_artifacts=self.actuator.cached_artifacts(),
             residencies=self.actuator.residencies(),
             actuator_capabilities=CAPABILITIES,  # type: ignore[arg-type]
             highest_term=self.state.highest_term,
-            latest_generation=self.state.latest_generation)
+            latest_generation=self.state.latest_generation,
+        )
 
     def _resources(self) -> Resources:
         assert self.decision is not None
         return telemetry.resources(
             capacity_share=self.config.capacity_share,
             managed_pids=[c.pid for c in self.state.children.values()],
-            artifact_dir=self.config.artifact_dir, runtimes=sorted(self.actuator.adapters),
+            artifact_dir=self.config.artifact_dir,
+            runtimes=sorted(self.actuator.adapters),
             throttle_fraction=self.decision.throttle_fraction,
-            failure_domain=self.config.failure_domain, tags=self.config.tags,
-            gpus=self.plugins.gpu_devices())
+            failure_domain=self.config.failure_domain,
+            tags=self.config.tags,
+            gpus=self.plugins.gpu_devices(),
+        )
 
     async def _register(self) -> None:
-        reg = NodeRegistration(role="allocator", host_id=self.state.host_id,
-                               resources=self._resources(), allocator=self._envelope())
+        reg = NodeRegistration(
+            role="allocator",
+            host_id=self.state.host_id,
+            resources=self._resources(),
+            allocator=self._envelope(),
+        )
         async with self._send:
             await self._request("PUT", f"/nodes/{self.node_id}", encode(reg))
         self.registered = True
 
     async def _heartbeat(self, *, request_commands: bool) -> None:
         pending = [r for r in self.state.receipts if not r.delivered]
-        active = sum(getattr(p, "active_requests", 0) or 0
-                     for p in self.actuator.probes.values())
-        hb = Heartbeat(node_id=self.node_id, host_id=self.state.host_id,
-                       load=Load(active_tasks=active, queue_depth=self._queue.qsize()),
-                       resources=self._resources(),
-                       allocator=self._envelope(), request_commands=request_commands,
-                       acknowledgements=[r.ack for r in pending[:MAX_LIST]])
+        active = sum(getattr(p, "active_requests", 0) or 0 for p in self.actuator.probes.values())
+        hb = Heartbeat(
+            node_id=self.node_id,
+            host_id=self.state.host_id,
+            load=Load(active_tasks=active, queue_depth=self._queue.qsize()),
+            resources=self._resources(),
+            allocator=self._envelope(),
+            request_commands=request_commands,
+            acknowledgements=[r.ack for r in pending[:MAX_LIST]],
+        )
         async with self._send:
             sent = time.monotonic()
             r = await self._request("POST", f"/nodes/{self.node_id}/heartbeat", encode(hb))
@@ -372,8 +403,13 @@ class NodeAgent:
                     continue
                 except httpx.HTTPStatusError:
                     self.routes.pop(model_id, None)
-            reg = NodeRegistration(role="engine", host_id=self.state.host_id, models=[model_id],
-                                   url=child.url, engine_api_key=self.state.engine_api_key)
+            reg = NodeRegistration(
+                role="engine",
+                host_id=self.state.host_id,
+                models=[model_id],
+                url=child.url,
+                engine_api_key=self.state.engine_api_key,
+            )
             async with self._send:
                 await self._request("PUT", f"/nodes/{rid}", encode(reg))
             self.routes[model_id] = rid
@@ -404,17 +440,23 @@ class NodeAgent:
 
         now = time.time()
         doc = {
-            "instance": self.instance, "pid": os.getpid(), "birth": birth_of(os.getpid()),
-            "host_id": self.state.host_id, "grid_url": self.config.grid_url,
-            "ready": ready, "ready_until": now + READY_LEASE_BEATS *
-            self.config.heartbeat_interval_s if ready else None,
-            "registered": self.registered, "last_ok_at": self.last_ok_at,
-            "last_error": self.last_error, "written_at": now,
+            "instance": self.instance,
+            "pid": os.getpid(),
+            "birth": birth_of(os.getpid()),
+            "host_id": self.state.host_id,
+            "grid_url": self.config.grid_url,
+            "ready": ready,
+            "ready_until": now + READY_LEASE_BEATS * self.config.heartbeat_interval_s
+            if ready
+            else None,
+            "registered": self.registered,
+            "last_ok_at": self.last_ok_at,
+            "last_error": self.last_error,
+            "written_at": now,
             "state": self.decision.state if self.decision else "stopped",
             "reason": self.decision.reason if self.decision else "",
-            "routes": sorted(self.routes), "events": self.actuator.events[-10:]
-            if self.actuator else [],
+            "routes": sorted(self.routes),
+            "events": self.actuator.events[-10:] if self.actuator else [],
         }
         with contextlib.suppress(OSError):
             write_json_atomic(self.config.state_dir / AGENT_FILE, doc)
-

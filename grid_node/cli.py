@@ -30,9 +30,14 @@ STOP_WAIT_S = 180.0
 """Seconds ``node stop`` waits for the daemon to drain and exit (covers the unload idle wait)."""
 POLL_S = 0.2
 
-StateDir = Annotated[Path | None, typer.Option(
-    "--state-dir", envvar="GRID_NODE_STATE_DIR",
-    help="Node state directory (default $GRID_HOME/node).")]
+StateDir = Annotated[
+    Path | None,
+    typer.Option(
+        "--state-dir",
+        envvar="GRID_NODE_STATE_DIR",
+        help="Node state directory (default $GRID_HOME/node).",
+    ),
+]
 
 
 def _state_dir(value: Path | None) -> Path:
@@ -57,8 +62,9 @@ def _agent_record(state_dir: Path) -> dict | None:
 
 
 def _daemon_proof(rec: dict) -> Proof:
-    return prove(int(rec["pid"]), birth=rec.get("birth"),
-                 args=(("--instance", str(rec["instance"])),))
+    return prove(
+        int(rec["pid"]), birth=rec.get("birth"), args=(("--instance", str(rec["instance"])),)
+    )
 
 
 def _tail(path: Path, n: int = 8) -> str:
@@ -70,32 +76,61 @@ def _tail(path: Path, n: int = 8) -> str:
 
 def start(
     grid: Annotated[str | None, typer.Option("--grid", help="Grid URL or 'local'.")] = None,
-    token_file: Annotated[Path | None, typer.Option(
-        "--token-file", help="Node credential file from 'grid allocator token write'.")] = None,
-    dedicated: Annotated[bool, typer.Option(
-        "--dedicated", help="Always-on server: ignore battery and user activity.")] = False,
+    token_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--token-file", help="Node credential file from 'grid allocator token write'."
+        ),
+    ] = None,
+    dedicated: Annotated[
+        bool,
+        typer.Option("--dedicated", help="Always-on server: ignore battery and user activity."),
+    ] = False,
     state_dir: StateDir = None,
-    host_id: Annotated[str | None, typer.Option("--host-id", envvar="GRID_NODE_HOST_ID",
-                                                help="Stable host id override.")] = None,
-    port_range: Annotated[str, typer.Option(
-        "--port-range", envvar="GRID_NODE_PORT_RANGE",
-        help="Managed engine ports LOW-HIGH.")] = "22200-22299",
-    capacity_share: Annotated[float, typer.Option(
-        "--capacity-share", envvar="GRID_NODE_CAPACITY_SHARE",
-        help="Fraction of this machine's memory and disk this agent offers.")] = 1.0,
-    models_dir: Annotated[list[Path] | None, typer.Option(
-        "--models-dir", help="Directory of local GGUFs (repeatable).")] = None,
-    llama_server: Annotated[str | None, typer.Option(
-        "--llama-server", help="Explicit llama-server path.")] = None,
+    host_id: Annotated[
+        str | None,
+        typer.Option("--host-id", envvar="GRID_NODE_HOST_ID", help="Stable host id override."),
+    ] = None,
+    port_range: Annotated[
+        str,
+        typer.Option(
+            "--port-range", envvar="GRID_NODE_PORT_RANGE", help="Managed engine ports LOW-HIGH."
+        ),
+    ] = "22200-22299",
+    capacity_share: Annotated[
+        float,
+        typer.Option(
+            "--capacity-share",
+            envvar="GRID_NODE_CAPACITY_SHARE",
+            help="Fraction of this machine's memory and disk this agent offers.",
+        ),
+    ] = 1.0,
+    models_dir: Annotated[
+        list[Path] | None,
+        typer.Option("--models-dir", help="Directory of local GGUFs (repeatable)."),
+    ] = None,
+    llama_server: Annotated[
+        str | None, typer.Option("--llama-server", help="Explicit llama-server path.")
+    ] = None,
     failure_domain: Annotated[str | None, typer.Option("--failure-domain")] = None,
     tag: Annotated[list[str] | None, typer.Option("--tag", help="Placement tag.")] = None,
-    heartbeat_interval: Annotated[float, typer.Option(
-        "--heartbeat-interval", help="Seconds between heartbeats.")] = 5.0,
-    throttle_fraction: Annotated[float | None, typer.Option(
-        "--throttle-fraction", min=0.0, max=1.0,
-        help="Share of capacity offered while CPU-throttled (default 0.5).")] = None,
-    unknown_sensors: Annotated[str, typer.Option(
-        "--unknown-sensors", help="Missing sensors: ignore, or throttle conservatively.")
+    heartbeat_interval: Annotated[
+        float, typer.Option("--heartbeat-interval", help="Seconds between heartbeats.")
+    ] = 5.0,
+    throttle_fraction: Annotated[
+        float | None,
+        typer.Option(
+            "--throttle-fraction",
+            min=0.0,
+            max=1.0,
+            help="Share of capacity offered while CPU-throttled (default 0.5).",
+        ),
+    ] = None,
+    unknown_sensors: Annotated[
+        str,
+        typer.Option(
+            "--unknown-sensors", help="Missing sensors: ignore, or throttle conservatively."
+        ),
     ] = "ignore",
 ) -> None:
     """Start this machine's node agent in the background and wait until it has registered."""
@@ -112,14 +147,32 @@ def start(
         raise ConflictError(msg)
     url = check_grid_url(_grid_url(grid))
     instance = uuid.uuid4().hex
-    argv = [sys.executable, "-m", "grid_node.daemon", "--instance", instance,
-            "--state-dir", str(sdir), "--grid", url, "--port-range", port_range,
-            "--capacity-share", str(capacity_share), "--heartbeat-interval",
-            str(heartbeat_interval), "--unknown-sensors", unknown_sensors]
+    argv = [
+        sys.executable,
+        "-m",
+        "grid_node.daemon",
+        "--instance",
+        instance,
+        "--state-dir",
+        str(sdir),
+        "--grid",
+        url,
+        "--port-range",
+        port_range,
+        "--capacity-share",
+        str(capacity_share),
+        "--heartbeat-interval",
+        str(heartbeat_interval),
+        "--unknown-sensors",
+        unknown_sensors,
+    ]
     if token_file is not None:
         argv += ["--token-file", str(token_file.resolve())]
-    for flag, value in (("--host-id", host_id), ("--llama-server", llama_server),
-                        ("--failure-domain", failure_domain)):
+    for flag, value in (
+        ("--host-id", host_id),
+        ("--llama-server", llama_server),
+        ("--failure-domain", failure_domain),
+    ):
         if value:
             argv += [flag, value]
     if dedicated:
@@ -133,18 +186,33 @@ def start(
     log = sdir / "agent.log"
     fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     try:
-        pid = os.posix_spawn(sys.executable, argv, dict(os.environ), setsid=True, file_actions=[
-            (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
-            (os.POSIX_SPAWN_DUP2, fd, 1), (os.POSIX_SPAWN_DUP2, fd, 2)])
+        pid = os.posix_spawn(
+            sys.executable,
+            argv,
+            dict(os.environ),
+            setsid=True,
+            file_actions=[
+                (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
+                (os.POSIX_SPAWN_DUP2, fd, 1),
+                (os.POSIX_SPAWN_DUP2, fd, 2),
+            ],
+        )
     finally:
         os.close(fd)
     deadline = time.monotonic() + START_WAIT_S
     while time.monotonic() < deadline:
         rec = _agent_record(sdir)
-        if (rec and rec.get("instance") == instance and rec.get("ready")
-                and rec.get("registered") and (rec.get("ready_until") or 0) > time.time()):
-            typer.echo(f"node agent started: host {rec['host_id']} pid {pid} "
-                       f"grid {rec['grid_url']} state {sdir}")
+        if (
+            rec
+            and rec.get("instance") == instance
+            and rec.get("ready")
+            and rec.get("registered")
+            and (rec.get("ready_until") or 0) > time.time()
+        ):
+            typer.echo(
+                f"node agent started: host {rec['host_id']} pid {pid} "
+                f"grid {rec['grid_url']} state {sdir}"
+            )
             return
         done, _ = os.waitpid(pid, os.WNOHANG)
         if done:
@@ -152,8 +220,10 @@ def start(
             raise UnavailableError(msg)
         time.sleep(POLL_S)
     err = (rec or {}).get("last_error") or "no heartbeat yet"
-    msg = (f"node agent pid {pid} is running but has not registered within "
-           f"{START_WAIT_S:.0f} s ({err}); see {log}")
+    msg = (
+        f"node agent pid {pid} is running but has not registered within "
+        f"{START_WAIT_S:.0f} s ({err}); see {log}"
+    )
     raise UnavailableError(msg)
 
 
@@ -172,44 +242,74 @@ def status(
     override = read_override(sdir)
     doc = {
         "state_dir": str(sdir),
-        "daemon": {"pid": rec.get("pid"), "running": bool(proof and proof.status == "proven"),
-                   "proof": proof.reason if proof else "no agent record",
-                   "registered": rec.get("registered"), "last_error": rec.get("last_error"),
-                   "grid_url": rec.get("grid_url")},
+        "daemon": {
+            "pid": rec.get("pid"),
+            "running": bool(proof and proof.status == "proven"),
+            "proof": proof.reason if proof else "no agent record",
+            "registered": rec.get("registered"),
+            "last_error": rec.get("last_error"),
+            "grid_url": rec.get("grid_url"),
+        },
         "host_id": state.host_id if state else None,
         "protection": {"state": rec.get("state"), "reason": rec.get("reason")},
-        "override": None if override is None else {
-            "kind": override.kind, "reason": override.reason, "expires_at": override.expires_at},
-        "children": [{"model_id": c.model_id, "state": c.state, "pid": c.pid, "port": c.port,
-                      "failure": c.failure} for c in (state.children.values() if state else ())],
+        "override": None
+        if override is None
+        else {"kind": override.kind, "reason": override.reason, "expires_at": override.expires_at},
+        "children": [
+            {
+                "model_id": c.model_id,
+                "state": c.state,
+                "pid": c.pid,
+                "port": c.port,
+                "failure": c.failure,
+            }
+            for c in (state.children.values() if state else ())
+        ],
         "highest_term": state.highest_term if state else 0,
         "latest_generation": state.latest_generation if state else None,
-        "receipts": [{"action_id": r.ack.action_id, "kind": r.kind, "model_id": r.model_id,
-                      "status": r.ack.status, "message": r.ack.message}
-                     for r in (state.receipts[-10:] if state else [])],
+        "receipts": [
+            {
+                "action_id": r.ack.action_id,
+                "kind": r.kind,
+                "model_id": r.model_id,
+                "status": r.ack.status,
+                "message": r.ack.message,
+            }
+            for r in (state.receipts[-10:] if state else [])
+        ],
         "events": rec.get("events", []),
     }
     if as_json:
         typer.echo(json.dumps(doc, indent=2))
         return
     d = doc["daemon"]
-    typer.echo(f"host {doc['host_id']}  daemon {'running' if d['running'] else 'stopped'}"
-               f" (pid {d['pid']})  grid {d['grid_url']}  registered {d['registered']}")
+    typer.echo(
+        f"host {doc['host_id']}  daemon {'running' if d['running'] else 'stopped'}"
+        f" (pid {d['pid']})  grid {d['grid_url']}  registered {d['registered']}"
+    )
     typer.echo(f"protection: {doc['protection']['state']} — {doc['protection']['reason']}")
     if doc["override"]:
         o = doc["override"]
         typer.echo(f"override: {o['kind']} — {o['reason']} (expires {o['expires_at']})")
     if d["last_error"]:
         typer.echo(f"last error: {d['last_error']}")
-    typer.echo(render_table(["model", "state", "pid", "port", "failure"],
-                            [[c["model_id"], c["state"], c["pid"], c["port"], c["failure"] or "-"]
-                             for c in doc["children"]]))
+    typer.echo(
+        render_table(
+            ["model", "state", "pid", "port", "failure"],
+            [
+                [c["model_id"], c["state"], c["pid"], c["port"], c["failure"] or "-"]
+                for c in doc["children"]
+            ],
+        )
+    )
 
 
 def stop(
     state_dir: StateDir = None,
-    force: Annotated[bool, typer.Option(
-        "--force", help="Without a daemon: stop children even if requests still run.")] = False,
+    force: Annotated[
+        bool,
+        typer.Option("--force", help="Without a daemon: stop children even if requests still run."),
+    ] = False,
 ) -> None:
     """Drain gracefully and stop the agent and its identity-proven children."""
     sdir = _state_dir(state_dir)
@@ -222,15 +322,19 @@ def stop(
             while time.monotonic() < deadline and not is_gone(int(rec["pid"])):
                 time.sleep(POLL_S)
             if not is_gone(int(rec["pid"])):
-                msg = (f"node agent pid {rec['pid']} is still draining after {STOP_WAIT_S:.0f} s; "
-                       "run node stop again later")
+                msg = (
+                    f"node agent pid {rec['pid']} is still draining after {STOP_WAIT_S:.0f} s; "
+                    "run node stop again later"
+                )
                 raise UnavailableError(msg)
             typer.echo(f"node agent pid {rec['pid']} stopped")
             typer.echo(_tail(sdir / "agent.log", 5))
             return
         if proof.status == "unproven":
-            msg = (f"refusing to signal pid {rec['pid']}: {proof.reason}; inspect it by hand "
-                   "(it may be a reused pid or another program)")
+            msg = (
+                f"refusing to signal pid {rec['pid']}: {proof.reason}; inspect it by hand "
+                "(it may be a reused pid or another program)"
+            )
             raise ConflictError(msg)
     for line in asyncio.run(_stop_children(sdir, force)):
         typer.echo(line)
@@ -249,8 +353,12 @@ async def _stop_children(sdir: Path, force: bool) -> list[str]:
         return [f"no node state in {sdir}; nothing to stop"]
     store.lock()
     try:
-        act = Actuator(config=NodeConfig(state_dir=sdir), store=store, state=state,
-                       adapters=get_plugins().runtime_adapters())
+        act = Actuator(
+            config=NodeConfig(state_dir=sdir),
+            store=store,
+            state=state,
+            adapters=get_plugins().runtime_adapters(),
+        )
         await act.recover()
         lines = await act.stop_all(UNLOAD_IDLE_WAIT_S, force=force)
     finally:
@@ -258,24 +366,30 @@ async def _stop_children(sdir: Path, force: bool) -> list[str]:
     return lines or ["no children to stop"]
 
 
-def _set_override(kind: str, reason: str, for_seconds: float | None,
-                  state_dir: Path | None) -> None:
+def _set_override(
+    kind: str, reason: str, for_seconds: float | None, state_dir: Path | None
+) -> None:
     if not reason.strip():
         raise ValidationError("--reason must say why (it is shown in status)")
     if for_seconds is not None and for_seconds <= 0:
         raise ValidationError("--for-seconds must be positive")
     now = time.time()
     sdir = _state_dir(state_dir)
-    override = Override(kind=kind, reason=reason.strip()[:500], set_at=now,  # type: ignore[arg-type]
-                        expires_at=now + for_seconds if for_seconds else None)
+    override = Override(
+        kind=kind,
+        reason=reason.strip()[:500],
+        set_at=now,  # type: ignore[arg-type]
+        expires_at=now + for_seconds if for_seconds else None,
+    )
     write_override(sdir, override)
     until = f" for {for_seconds:.0f} s" if for_seconds else " until 'node resume'"
     typer.echo(f"local {kind} set{until}: {override.reason}")
 
 
 Reason = Annotated[str, typer.Option("--reason", help="Why (shown in status).")]
-ForSeconds = Annotated[float | None, typer.Option(
-    "--for-seconds", help="Lapse automatically after this many seconds.")]
+ForSeconds = Annotated[
+    float | None, typer.Option("--for-seconds", help="Lapse automatically after this many seconds.")
+]
 
 
 def drain(reason: Reason, for_seconds: ForSeconds = None, state_dir: StateDir = None) -> None:
@@ -288,8 +402,7 @@ def pause(reason: Reason, for_seconds: ForSeconds = None, state_dir: StateDir = 
     _set_override("pause", reason, for_seconds, state_dir)
 
 
-def quarantine(reason: Reason, for_seconds: ForSeconds = None,
-               state_dir: StateDir = None) -> None:
+def quarantine(reason: Reason, for_seconds: ForSeconds = None, state_dir: StateDir = None) -> None:
     """Fence this machine until explicitly resumed (durable local override)."""
     _set_override("quarantine", reason, for_seconds, state_dir)
 
@@ -307,4 +420,3 @@ def register(cli: object) -> None:
     node = cli.subgroup("allocator", "node", help="This machine's managed node agent.")  # type: ignore[attr-defined]
     for fn in (start, status, stop, drain, pause, quarantine, resume):
         node.command(name=fn.__name__)(fn)
-

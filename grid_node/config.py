@@ -43,8 +43,10 @@ def check_grid_url(url: str) -> str:
         except ValueError:
             loopback = False
         if not loopback:
-            msg = (f"--grid {url!r}: refusing to send the node credential over plain HTTP off "
-                   "loopback; use https://")
+            msg = (
+                f"--grid {url!r}: refusing to send the node credential over plain HTTP off "
+                "loopback; use https://"
+            )
             raise ValidationError(msg)
     return url
 
@@ -115,8 +117,10 @@ class NodeConfig:
             msg = f"--throttle-fraction {self.throttle_fraction}: use 0..1"
             raise ValidationError(msg)
         if not MIN_CAPACITY_SHARE <= self.capacity_share <= 1.0:
-            msg = (f"--capacity-share {self.capacity_share}: use {MIN_CAPACITY_SHARE}..1 "
-                   "(fraction of this machine offered by this agent)")
+            msg = (
+                f"--capacity-share {self.capacity_share}: use {MIN_CAPACITY_SHARE}..1 "
+                "(fraction of this machine offered by this agent)"
+            )
             raise ValidationError(msg)
         if self.unknown_sensors not in ("ignore", "throttle"):
             msg = f"--unknown-sensors {self.unknown_sensors!r}: use ignore or throttle"

@@ -39,13 +39,21 @@ def parse_args(argv: list[str]) -> tuple[NodeConfig, str]:
     p.add_argument("--throttle-fraction", type=float, default=None)
     a = p.parse_args(argv)
     config = NodeConfig(
-        state_dir=Path(a.state_dir), grid_url=a.grid,
-        token_file=Path(a.token_file) if a.token_file else None, host_id=a.host_id,
-        dedicated=a.dedicated, port_range=parse_port_range(a.port_range),
-        capacity_share=a.capacity_share, model_dirs=tuple(Path(d) for d in a.models_dir),
-        llama_server=a.llama_server, failure_domain=a.failure_domain, tags=tuple(a.tag),
-        heartbeat_interval_s=a.heartbeat_interval, throttle_fraction=a.throttle_fraction,
-        unknown_sensors=a.unknown_sensors)
+        state_dir=Path(a.state_dir),
+        grid_url=a.grid,
+        token_file=Path(a.token_file) if a.token_file else None,
+        host_id=a.host_id,
+        dedicated=a.dedicated,
+        port_range=parse_port_range(a.port_range),
+        capacity_share=a.capacity_share,
+        model_dirs=tuple(Path(d) for d in a.models_dir),
+        llama_server=a.llama_server,
+        failure_domain=a.failure_domain,
+        tags=tuple(a.tag),
+        heartbeat_interval_s=a.heartbeat_interval,
+        throttle_fraction=a.throttle_fraction,
+        unknown_sensors=a.unknown_sensors,
+    )
     return config, a.instance
 
 

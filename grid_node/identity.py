@@ -89,8 +89,9 @@ def prove(
     if birth is None:
         return Proof("unproven", f"pid {pid} has no recorded birth marker")
     if abs(created - birth) > BIRTH_TOLERANCE_S:
-        return Proof("unproven", f"pid {pid} was born at {created:.2f}, not {birth:.2f} "
-                                 "(the pid was reused)")
+        return Proof(
+            "unproven", f"pid {pid} was born at {created:.2f}, not {birth:.2f} (the pid was reused)"
+        )
     if executable is not None:
         exe = exe_of(pid)
         if exe != os.path.realpath(executable):

@@ -119,8 +119,10 @@ class StateFile:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             os.close(fd)
-            msg = (f"another node agent is using {self.dir}; stop it first "
-                   "(grid allocator node stop) or use a different --state-dir")
+            msg = (
+                f"another node agent is using {self.dir}; stop it first "
+                "(grid allocator node stop) or use a different --state-dir"
+            )
             raise ConflictError(msg) from None
         self._lock_fd = fd
 
@@ -147,8 +149,10 @@ class StateFile:
         try:
             return msgspec.json.decode(data, type=NodeState)
         except msgspec.DecodeError as exc:
-            msg = (f"node state {self.path} is corrupt ({exc}); move it aside to start fresh "
-                   "(children it recorded must then be inspected by hand)")
+            msg = (
+                f"node state {self.path} is corrupt ({exc}); move it aside to start fresh "
+                "(children it recorded must then be inspected by hand)"
+            )
             raise StateError(msg) from exc
 
     def save(self, state: NodeState) -> None:
@@ -200,12 +204,16 @@ class StateFile:
         """
         state = self.load()
         if state is None:
-            state = NodeState(host_id=host_id or new_host_id(),
-                              engine_api_key=secrets.token_urlsafe(ENGINE_KEY_BYTES))
+            state = NodeState(
+                host_id=host_id or new_host_id(),
+                engine_api_key=secrets.token_urlsafe(ENGINE_KEY_BYTES),
+            )
             self.save(state)
         elif host_id and state.host_id != host_id:
-            msg = (f"state in {self.dir} belongs to host {state.host_id}, not {host_id}; "
-                   "use another --state-dir or omit --host-id")
+            msg = (
+                f"state in {self.dir} belongs to host {state.host_id}, not {host_id}; "
+                "use another --state-dir or omit --host-id"
+            )
             raise ConflictError(msg)
         if not state.engine_api_key:
             state.engine_api_key = secrets.token_urlsafe(ENGINE_KEY_BYTES)

@@ -58,8 +58,13 @@ def _user_idle_s() -> float | None:
     if sys.platform != "darwin":
         return None
     try:
-        out = subprocess.run(["ioreg", "-c", "IOHIDSystem"], capture_output=True, text=True,
-                             timeout=IDLE_PROBE_TIMEOUT_S, check=False).stdout
+        out = subprocess.run(
+            ["ioreg", "-c", "IOHIDSystem"],
+            capture_output=True,
+            text=True,
+            timeout=IDLE_PROBE_TIMEOUT_S,
+            check=False,
+        ).stdout
     except (OSError, subprocess.TimeoutExpired):
         return None
     for line in out.splitlines():
@@ -102,8 +107,12 @@ class CpuMeter:
         return max(0.0, total - ours / (psutil.cpu_count() or 1))
 
 
-def sample(at: float | None = None, gpus: list[object] | None = None,
-           cpu: CpuMeter | None = None, managed_pids: list[int] | None = None) -> Sample:
+def sample(
+    at: float | None = None,
+    gpus: list[object] | None = None,
+    cpu: CpuMeter | None = None,
+    managed_pids: list[int] | None = None,
+) -> Sample:
     """Read every sensor once.
 
     Args:
@@ -120,8 +129,11 @@ def sample(at: float | None = None, gpus: list[object] | None = None,
     except OSError:
         load = None
     gpu_pct = None
-    known = [g for g in gpus or () if getattr(g, "memory_used_mb", None) is not None
-             and getattr(g, "memory_total_mb", 0)]
+    known = [
+        g
+        for g in gpus or ()
+        if getattr(g, "memory_used_mb", None) is not None and getattr(g, "memory_total_mb", 0)
+    ]
     if known:
         gpu_pct = max(100.0 * g.memory_used_mb / g.memory_total_mb for g in known)  # type: ignore[attr-defined]
     return Sample(
@@ -165,10 +177,15 @@ def resources(
         artifact_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         du = psutil.disk_usage(str(artifact_dir))
         disk_free, disk_total = du.free // MB, du.total // MB
-    devices = [GpuDevice(index=int(getattr(g, "index", i)), name=str(getattr(g, "name", "")),
-                         memory_total_mb=int(getattr(g, "memory_total_mb", 0)),
-                         memory_used_mb=getattr(g, "memory_used_mb", None))
-               for i, g in enumerate(gpus or ())]
+    devices = [
+        GpuDevice(
+            index=int(getattr(g, "index", i)),
+            name=str(getattr(g, "name", "")),
+            memory_total_mb=int(getattr(g, "memory_total_mb", 0)),
+            memory_used_mb=getattr(g, "memory_used_mb", None),
+        )
+        for i, g in enumerate(gpus or ())
+    ]
     return Resources(
         capacity_mb=int(vm.total / MB * capacity_share),
         runtimes=runtimes,
@@ -177,8 +194,7 @@ def resources(
         tags=list(tags),
         gpus=devices,
         artifact_disk_free_mb=int(disk_free * capacity_share) if disk_free is not None else None,
-        artifact_disk_total_mb=int(disk_total * capacity_share) if disk_total is not None
-        else None,
+        artifact_disk_total_mb=int(disk_total * capacity_share) if disk_total is not None else None,
         external_used_mb=int(used_by_others / MB * capacity_share),
         throttle_fraction=throttle_fraction,
     )

@@ -74,8 +74,9 @@ class LlamaCppAdapter:
 
     name = RUNTIME_NAME
 
-    def __init__(self, executable: str | None = None, parallel: int = DEFAULT_PARALLEL,
-                 ctx_size: int = 0) -> None:
+    def __init__(
+        self, executable: str | None = None, parallel: int = DEFAULT_PARALLEL, ctx_size: int = 0
+    ) -> None:
         self._configured = executable
         self.parallel = parallel
         self.ctx_size = ctx_size
@@ -92,12 +93,27 @@ class LlamaCppAdapter:
         return await asyncio.to_thread(store.resolve, artifact)
 
     # --- warm ---------------------------------------------------------------------------
-    def argv(self, exe: Path, model_path: str, alias: str, bind: str, port: int,
-             key_file: Path) -> list[str]:
+    def argv(
+        self, exe: Path, model_path: str, alias: str, bind: str, port: int, key_file: Path
+    ) -> list[str]:
         """The exact command line of a child (the identity proof checks these pairs)."""
-        argv = [str(exe), "--model", model_path, "--alias", alias, "--host", bind,
-                "--port", str(port), "--api-key-file", str(key_file), "--slots",
-                "--parallel", str(self.parallel), "--no-webui"]
+        argv = [
+            str(exe),
+            "--model",
+            model_path,
+            "--alias",
+            alias,
+            "--host",
+            bind,
+            "--port",
+            str(port),
+            "--api-key-file",
+            str(key_file),
+            "--slots",
+            "--parallel",
+            str(self.parallel),
+            "--no-webui",
+        ]
         if self.ctx_size:
             argv += ["--ctx-size", str(self.ctx_size)]
         return argv
@@ -115,8 +131,7 @@ class LlamaCppAdapter:
         """
         store = ArtifactStore(host.artifact_dir, host.model_dirs)
         if loaded.sha256 is not None:
-            await asyncio.to_thread(store.verify, Path(loaded.path), loaded.sha256,
-                                    loaded.model_id)
+            await asyncio.to_thread(store.verify, Path(loaded.path), loaded.sha256, loaded.model_id)
         exe = self.executable()
         port = host.allocate_port()
         alias = loaded.model_id
@@ -125,10 +140,18 @@ class LlamaCppAdapter:
         log_path = logs / f"llama-{port}.log"
         argv = self.argv(exe, loaded.path, alias, host.bind_host, port, host.api_key_file)
         pid = self._spawn(argv, log_path)
-        child = ChildRecord(runtime=self.name, model_id=loaded.model_id, alias=alias,
-                            pid=pid, port=port, host=host.bind_host,
-                            model_path=loaded.path, artifact_sha256=loaded.sha256,
-                            memory_mb=memory_mb, started_at=time.time())
+        child = ChildRecord(
+            runtime=self.name,
+            model_id=loaded.model_id,
+            alias=alias,
+            pid=pid,
+            port=port,
+            host=host.bind_host,
+            model_path=loaded.path,
+            artifact_sha256=loaded.sha256,
+            memory_mb=memory_mb,
+            started_at=time.time(),
+        )
         try:
             host.publish(child)
             child.birth = birth_of(pid)
@@ -170,11 +193,17 @@ class LlamaCppAdapter:
         """
         fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         try:
-            pid = os.posix_spawn(argv[0], argv, _child_env(), setsid=True, file_actions=[
-                (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
-                (os.POSIX_SPAWN_DUP2, fd, 1),
-                (os.POSIX_SPAWN_DUP2, fd, 2),
-            ])
+            pid = os.posix_spawn(
+                argv[0],
+                argv,
+                _child_env(),
+                setsid=True,
+                file_actions=[
+                    (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
+                    (os.POSIX_SPAWN_DUP2, fd, 1),
+                    (os.POSIX_SPAWN_DUP2, fd, 2),
+                ],
+            )
         finally:
             os.close(fd)
         self._spawned.add(pid)
@@ -201,8 +230,10 @@ class LlamaCppAdapter:
         async with httpx.AsyncClient(timeout=PROBE_TIMEOUT_S) as client:
             while time.monotonic() < deadline:
                 if self._reap(child.pid) or is_gone(child.pid):
-                    msg = (f"llama-server for {child.alias} exited before ready; "
-                           f"log: {_tail(log_path)}")
+                    msg = (
+                        f"llama-server for {child.alias} exited before ready; "
+                        f"log: {_tail(log_path)}"
+                    )
                     raise UnavailableError(msg)
                 if await self._ready(client, host, child):
                     return
@@ -210,14 +241,16 @@ class LlamaCppAdapter:
         msg = f"llama-server for {child.alias} not ready after {READY_TIMEOUT_S:.0f} s"
         raise UnavailableError(msg)
 
-    async def _ready(self, client: httpx.AsyncClient, host: RuntimeHost,
-                     child: ChildRecord) -> bool:
+    async def _ready(
+        self, client: httpx.AsyncClient, host: RuntimeHost, child: ChildRecord
+    ) -> bool:
         try:
             health = await client.get(f"{child.url}/health")
             if health.status_code != 200:
                 return False
-            models = await client.get(f"{child.url}/v1/models",
-                                      headers={"Authorization": f"Bearer {host.api_key}"})
+            models = await client.get(
+                f"{child.url}/v1/models", headers={"Authorization": f"Bearer {host.api_key}"}
+            )
         except httpx.HTTPError:
             return False
         if models.status_code != 200:
@@ -228,16 +261,24 @@ class LlamaCppAdapter:
     # --- probe / activity -----------------------------------------------------------------
     def proof(self, child: ChildRecord):
         """Identity proof of ``child`` (executable, model path, alias, port, birth)."""
-        return prove(child.pid, birth=child.birth, executable=child.executable or None,
-                     args=(("--model", child.model_path), ("--alias", child.alias),
-                           ("--port", str(child.port))))
+        return prove(
+            child.pid,
+            birth=child.birth,
+            executable=child.executable or None,
+            args=(
+                ("--model", child.model_path),
+                ("--alias", child.alias),
+                ("--port", str(child.port)),
+            ),
+        )
 
     async def activity(self, host: RuntimeHost, child: ChildRecord) -> int | None:
         """Busy slots from authenticated ``/slots``; ``None`` when unknown."""
         try:
             async with httpx.AsyncClient(timeout=PROBE_TIMEOUT_S) as client:
-                r = await client.get(f"{child.url}/slots",
-                                     headers={"Authorization": f"Bearer {host.api_key}"})
+                r = await client.get(
+                    f"{child.url}/slots", headers={"Authorization": f"Bearer {host.api_key}"}
+                )
         except httpx.HTTPError:
             return None
         if r.status_code != 200:
@@ -255,9 +296,13 @@ class LlamaCppAdapter:
         async with httpx.AsyncClient(timeout=PROBE_TIMEOUT_S) as client:
             ready = await self._ready(client, host, child)
         active = await self.activity(host, child) if ready else None
-        return Probe(alive=True, ready=ready, active_requests=active,
-                     max_concurrency=self.parallel,
-                     detail="" if ready else "not answering readiness checks")
+        return Probe(
+            alive=True,
+            ready=ready,
+            active_requests=active,
+            max_concurrency=self.parallel,
+            detail="" if ready else "not answering readiness checks",
+        )
 
     # --- drain / unload -------------------------------------------------------------------
     async def drain(self, host: RuntimeHost, child: ChildRecord, deadline_s: float) -> int | None:
@@ -273,8 +318,9 @@ class LlamaCppAdapter:
             active = await self.activity(host, child)
         return active
 
-    async def unload(self, host: RuntimeHost, child: ChildRecord, *, idle_wait_s: float,
-                     force: bool = False) -> None:
+    async def unload(
+        self, host: RuntimeHost, child: ChildRecord, *, idle_wait_s: float, force: bool = False
+    ) -> None:
         """Stop a proven child after it is idle.
 
         Raises:
@@ -293,8 +339,10 @@ class LlamaCppAdapter:
             left = await self.drain(host, child, idle_wait_s)
             if left != 0:
                 what = "unknown activity" if left is None else f"{left} request(s) in flight"
-                msg = (f"{child.alias} still has {what} after {idle_wait_s:.0f} s; left running "
-                       "(drain again later, or stop with force)")
+                msg = (
+                    f"{child.alias} still has {what} after {idle_wait_s:.0f} s; left running "
+                    "(drain again later, or stop with force)"
+                )
                 raise UnavailableError(msg)
             proof = await asyncio.to_thread(self.proof, child)
         signal_proven(child.pid, signal.SIGTERM, proof)

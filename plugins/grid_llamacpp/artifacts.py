@@ -26,8 +26,10 @@ from grid_core.runtime import ArtifactSpec, LoadResult
 HF_ENDPOINT_ENV = "GRID_HF_ENDPOINT"
 """Base URL that ``hf://`` sources resolve against (a mirror, or a loopback server in tests)."""
 DEFAULT_HF_ENDPOINT = "https://huggingface.co"
-HF_SOURCE = re.compile(r"^hf://([A-Za-z0-9_.-]+)/([A-Za-z0-9_.-]+)/((?:[A-Za-z0-9_.-]+/)*"
-                       r"[A-Za-z0-9_.-]+\.gguf)$")
+HF_SOURCE = re.compile(
+    r"^hf://([A-Za-z0-9_.-]+)/([A-Za-z0-9_.-]+)/((?:[A-Za-z0-9_.-]+/)*"
+    r"[A-Za-z0-9_.-]+\.gguf)$"
+)
 """Exact source form: owner, repository and a path ending in .gguf (no revision guessing)."""
 CHUNK_BYTES = 1 << 20
 """Read/hash block: 1 MiB keeps memory flat for multi-GB files."""
@@ -58,8 +60,10 @@ def source_url(source: str, endpoint: str | None = None) -> str:
     """
     m = HF_SOURCE.match(source)
     if m is None:
-        msg = (f"artifact_source {source!r}: use the exact form hf://owner/repo/path.gguf "
-               "(no credentials, no revision guessing)")
+        msg = (
+            f"artifact_source {source!r}: use the exact form hf://owner/repo/path.gguf "
+            "(no credentials, no revision guessing)"
+        )
         raise ValidationError(msg)
     base = (endpoint or os.environ.get(HF_ENDPOINT_ENV) or DEFAULT_HF_ENDPOINT).rstrip("/")
     owner, repo, path = m.groups()
@@ -107,11 +111,18 @@ class ArtifactStore:
         if sha256 is not None:
             actual = sha256_file(path)
             if actual != sha256:
-                msg = (f"model {model_id}: {path} has SHA-256 {actual}, the profile declares "
-                       f"{sha256}; replace the file or fix --artifact-sha256")
+                msg = (
+                    f"model {model_id}: {path} has SHA-256 {actual}, the profile declares "
+                    f"{sha256}; replace the file or fix --artifact-sha256"
+                )
                 raise ValidationError(msg)
-        return LoadResult(model_id=model_id, path=str(path), sha256=sha256,
-                          size_bytes=path.stat().st_size, fetched=False)
+        return LoadResult(
+            model_id=model_id,
+            path=str(path),
+            sha256=sha256,
+            size_bytes=path.stat().st_size,
+            fetched=False,
+        )
 
     def resolve(self, spec: ArtifactSpec) -> LoadResult:
         """Verify a cached or local artifact, or fetch the exact declared source.
@@ -137,13 +148,20 @@ class ArtifactStore:
             except ValidationError:
                 pass  # an approved exact source exists: fetch the declared bytes instead
         if spec.source is None or spec.sha256 is None or spec.size_mb is None:
-            msg = (f"model {spec.model_id}: no local GGUF in {[str(d) for d in self.model_dirs]}"
-                   " and no approved source (artifact_source, artifact_sha256 and "
-                   "artifact_size_mb are all required to fetch)")
+            msg = (
+                f"model {spec.model_id}: no local GGUF in {[str(d) for d in self.model_dirs]}"
+                " and no approved source (artifact_source, artifact_sha256 and "
+                "artifact_size_mb are all required to fetch)"
+            )
             raise NotFoundError(msg)
         path = self.fetch(spec.source, spec.sha256, spec.size_mb * MB)
-        return LoadResult(model_id=spec.model_id, path=str(path), sha256=spec.sha256,
-                          size_bytes=path.stat().st_size, fetched=True)
+        return LoadResult(
+            model_id=spec.model_id,
+            path=str(path),
+            sha256=spec.sha256,
+            size_bytes=path.stat().st_size,
+            fetched=True,
+        )
 
     def fetch(self, source: str, sha256: str, max_bytes: int) -> Path:
         """Download ``source`` into the cache, resuming and bounded, then verify and publish.
@@ -175,14 +193,18 @@ class ArtifactStore:
             if done:
                 break
         else:
-            msg = (f"{source}: transfer incomplete after {MAX_TRANSFER_ATTEMPTS} attempts "
-                   f"({last_error or 'stream ended early'}); the partial file is kept for resume")
+            msg = (
+                f"{source}: transfer incomplete after {MAX_TRANSFER_ATTEMPTS} attempts "
+                f"({last_error or 'stream ended early'}); the partial file is kept for resume"
+            )
             raise UnavailableError(msg)
         actual = sha256_file(part)
         if actual != sha256:
             part.unlink(missing_ok=True)
-            msg = (f"{source}: downloaded SHA-256 {actual} differs from the declared {sha256}; "
-                   "nothing was published (check the source and --artifact-sha256)")
+            msg = (
+                f"{source}: downloaded SHA-256 {actual} differs from the declared {sha256}; "
+                "nothing was published (check the source and --artifact-sha256)"
+            )
             raise ValidationError(msg)
         final = self.cached_path(sha256)
         os.replace(part, final)
@@ -198,8 +220,9 @@ class ArtifactStore:
         have = part.stat().st_size if part.exists() else 0
         headers = {"Range": f"bytes={have}-"} if have else {}
         timeout = httpx.Timeout(READ_TIMEOUT_S, connect=CONNECT_TIMEOUT_S)
-        with httpx.stream("GET", url, headers=headers, timeout=timeout,
-                          follow_redirects=True) as resp:
+        with httpx.stream(
+            "GET", url, headers=headers, timeout=timeout, follow_redirects=True
+        ) as resp:
             if resp.status_code == 416 and have:
                 return True  # the staged bytes already cover the whole file
             resp.raise_for_status()
@@ -208,8 +231,10 @@ class ArtifactStore:
             total = _declared_total(resp, have)
             if total is not None and total > max_bytes:
                 part.unlink(missing_ok=True)
-                msg = (f"{url}: artifact is {total} bytes, above the {max_bytes}-byte ceiling; "
-                       "raise --artifact-size-mb if the file is right")
+                msg = (
+                    f"{url}: artifact is {total} bytes, above the {max_bytes}-byte ceiling; "
+                    "raise --artifact-size-mb if the file is right"
+                )
                 raise ValidationError(msg)
             fd = os.open(part, os.O_WRONLY | os.O_CREAT, 0o600)
             with os.fdopen(fd, "r+b") as f:
@@ -221,8 +246,10 @@ class ArtifactStore:
                     if written > max_bytes:
                         f.close()
                         part.unlink(missing_ok=True)
-                        msg = (f"{url}: stream passed the {max_bytes}-byte ceiling; rejected "
-                               "and discarded")
+                        msg = (
+                            f"{url}: stream passed the {max_bytes}-byte ceiling; rejected "
+                            "and discarded"
+                        )
                         raise ValidationError(msg)
                     f.write(block)
                 f.flush()
@@ -242,5 +269,3 @@ def _declared_total(resp: httpx.Response, offset: int) -> int | None:
     if length is not None and length.isdigit():
         return offset + int(length) if resp.status_code == 206 else int(length)
     return None
-
-

@@ -62,8 +62,13 @@ def cached_binary(version: str = LLAMA_CPP_PYTHON_VERSION) -> Path:
 def works(binary: Path) -> bool:
     """Whether ``binary`` runs and reports a version."""
     try:
-        out = subprocess.run([str(binary), "--version"], capture_output=True, text=True,
-                             timeout=VERSION_CHECK_TIMEOUT_S, check=False)
+        out = subprocess.run(
+            [str(binary), "--version"],
+            capture_output=True,
+            text=True,
+            timeout=VERSION_CHECK_TIMEOUT_S,
+            check=False,
+        )
     except (OSError, subprocess.TimeoutExpired):
         return False
     return out.returncode == 0 and "version" in (out.stdout + out.stderr)
@@ -88,8 +93,10 @@ def find_llama_server(configured: str | None = None) -> Path:
     cached = cached_binary()
     if cached.is_file():
         return cached
-    msg = ("llama-server not found (checked configuration, GRID_LLAMA_SERVER, PATH and "
-           f"{cached}); run: grid engine install llama.cpp")
+    msg = (
+        "llama-server not found (checked configuration, GRID_LLAMA_SERVER, PATH and "
+        f"{cached}); run: grid engine install llama.cpp"
+    )
     raise NotFoundError(msg)
 
 
@@ -127,17 +134,33 @@ def download_source(workdir: Path, echo: Callable[[str], None], log: Path) -> Pa
     archive = workdir / SDIST_NAME
     if not (archive.is_file() and _sha256(archive) == SDIST_SHA256):
         archive.unlink(missing_ok=True)
-        _run([sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
-              f"llama-cpp-python=={LLAMA_CPP_PYTHON_VERSION}", "-d", str(workdir)],
-             "download", echo, log)
+        _run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                "--no-deps",
+                "--no-binary",
+                ":all:",
+                f"llama-cpp-python=={LLAMA_CPP_PYTHON_VERSION}",
+                "-d",
+                str(workdir),
+            ],
+            "download",
+            echo,
+            log,
+        )
     if not archive.is_file():
         msg = f"pip download did not produce {archive}; see {log}"
         raise EngineInstallError(msg)
     digest = _sha256(archive)
     if digest != SDIST_SHA256:
         archive.unlink(missing_ok=True)
-        msg = (f"{SDIST_NAME} has SHA-256 {digest}, expected {SDIST_SHA256}; refusing to build "
-               "from an unverified archive")
+        msg = (
+            f"{SDIST_NAME} has SHA-256 {digest}, expected {SDIST_SHA256}; refusing to build "
+            "from an unverified archive"
+        )
         raise EngineInstallError(msg)
     echo(f"[verify] {SDIST_NAME} sha256 {digest[:16]}… ok")
     return archive
@@ -187,8 +210,20 @@ def install(
     echo(f"building llama-server {LLAMA_CPP_PYTHON_VERSION} in {workdir} (log: {log})")
     archive = download_source(workdir, echo, log)
     build = configure(workdir, archive, echo, log)
-    _run(["cmake", "--build", str(build), "--target", "llama-server",
-          "-j", str(jobs or os.cpu_count() or 1)], "build", echo, log)
+    _run(
+        [
+            "cmake",
+            "--build",
+            str(build),
+            "--target",
+            "llama-server",
+            "-j",
+            str(jobs or os.cpu_count() or 1),
+        ],
+        "build",
+        echo,
+        log,
+    )
     built = build / "bin" / "llama-server"
     if not built.is_file():
         msg = f"the build finished but {built} is missing; see {log}"

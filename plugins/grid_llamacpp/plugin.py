@@ -52,8 +52,10 @@ def make_model(
     from grid_llamacpp.tinymodel import TinyModelSpec
     from grid_llamacpp.tinymodel import make_model as make
 
-    size = make(out, TinyModelSpec(name=name, layers=layers, embedding=embedding,
-                                   context=context, seed=seed))
+    size = make(
+        out,
+        TinyModelSpec(name=name, layers=layers, embedding=embedding, context=context, seed=seed),
+    )
     typer.echo(f"{out}  {size} bytes  sha256 {sha256_file(out)}")
 
 

@@ -39,25 +39,37 @@ class _Steps:
         return ok
 
 
-async def _exercise(adapter: LlamaCppAdapter, host: NodeRuntimeHost, child: ChildRecord,
-                    step: _Steps) -> None:
+async def _exercise(
+    adapter: LlamaCppAdapter, host: NodeRuntimeHost, child: ChildRecord, step: _Steps
+) -> None:
     """Ownership, readiness, one completion, activity, drain and stop of a warm child."""
     proof = adapter.proof(child)
     step("ownership", proof.status == "proven", proof.reason or "identity proven")
     probe = await adapter.probe(host, child)
     step("readiness", probe.ready, probe.detail or "/health 200 and alias listed")
     async with httpx.AsyncClient(timeout=COMPLETION_TIMEOUT_S) as client:
-        r = await client.post(f"{child.url}/v1/chat/completions",
-                              headers={"Authorization": f"Bearer {host.api_key}"},
-                              json={"model": child.alias, "max_tokens": 8,
-                                    "messages": [{"role": "user", "content": "hi"}]})
+        r = await client.post(
+            f"{child.url}/v1/chat/completions",
+            headers={"Authorization": f"Bearer {host.api_key}"},
+            json={
+                "model": child.alias,
+                "max_tokens": 8,
+                "messages": [{"role": "user", "content": "hi"}],
+            },
+        )
         unauth = await client.get(f"{child.url}/slots")
     usage = r.json().get("usage", {}) if r.status_code == 200 else {}
-    step("completion", r.status_code == 200 and usage.get("completion_tokens", 0) > 0,
-         f"HTTP {r.status_code}, {usage.get('completion_tokens', 0)} tokens")
+    step(
+        "completion",
+        r.status_code == 200 and usage.get("completion_tokens", 0) > 0,
+        f"HTTP {r.status_code}, {usage.get('completion_tokens', 0)} tokens",
+    )
     active = await adapter.activity(host, child)
-    step("activity", active is not None and unauth.status_code == 401,
-         f"{active} busy slot(s); unauthenticated /slots -> {unauth.status_code}")
+    step(
+        "activity",
+        active is not None and unauth.status_code == 401,
+        f"{active} busy slot(s); unauthenticated /slots -> {unauth.status_code}",
+    )
     left = await adapter.drain(host, child, 30.0)
     step("drain", left == 0, f"{left} request(s) left")
     await adapter.unload(host, child, idle_wait_s=30.0)
@@ -72,9 +84,16 @@ def _scratch_host(tmpdir: Path, model: Path) -> NodeRuntimeHost:
     os.write(fd, (key + "\n").encode())
     os.close(fd)
     return NodeRuntimeHost(
-        bind_host="127.0.0.1", state_dir=tmpdir, artifact_dir=tmpdir / "artifacts",
-        model_dirs=(model.resolve().parent,), api_key=key, api_key_file=key_file,
-        port_range=DEFAULT_PORT_RANGE, publish_fn=lambda _c: None, used_ports=set)
+        bind_host="127.0.0.1",
+        state_dir=tmpdir,
+        artifact_dir=tmpdir / "artifacts",
+        model_dirs=(model.resolve().parent,),
+        api_key=key,
+        api_key_file=key_file,
+        port_range=DEFAULT_PORT_RANGE,
+        publish_fn=lambda _c: None,
+        used_ports=set,
+    )
 
 
 def _write_evidence(path: Path, doc: dict) -> None:
@@ -109,14 +128,24 @@ async def run_qualification(model: Path, sha256: str | None, evidence: Path | No
             exe = adapter.executable()
             digest = sha256_file(model)
             step("inventory", True, f"{exe}; {model} {model.stat().st_size} bytes")
-            if step("identity", sha256 is None or sha256 == digest,
-                    f"sha256 {digest}" + ("" if sha256 in (None, digest) else f" != {sha256}")):
-                loaded = LoadResult(model_id=model.name, path=str(model.resolve()),
-                                    sha256=sha256, size_bytes=model.stat().st_size)
+            if step(
+                "identity",
+                sha256 is None or sha256 == digest,
+                f"sha256 {digest}" + ("" if sha256 in (None, digest) else f" != {sha256}"),
+            ):
+                loaded = LoadResult(
+                    model_id=model.name,
+                    path=str(model.resolve()),
+                    sha256=sha256,
+                    size_bytes=model.stat().st_size,
+                )
                 t0 = time.monotonic()
                 child = await adapter.warm(host, loaded, 0)
-                step("warm", True, f"pid {child.pid} port {child.port} ready in "
-                                   f"{time.monotonic() - t0:.2f} s")
+                step(
+                    "warm",
+                    True,
+                    f"pid {child.pid} port {child.port} ready in {time.monotonic() - t0:.2f} s",
+                )
                 await _exercise(adapter, host, child, step)
                 child = None
         except GridError as exc:
@@ -129,9 +158,16 @@ async def run_qualification(model: Path, sha256: str | None, evidence: Path | No
                     step("cleanup", False, str(exc))
     rows = step.rows
     passed = all(s["ok"] for s in rows) and any(s["name"] == "stop" for s in rows)
-    doc = {"runtime": "llama.cpp", "model": str(model), "artifact_sha256": sha256,
-           "host": platform.node(), "started_at": started, "finished_at": time.time(),
-           "passed": passed, "steps": rows}
+    doc = {
+        "runtime": "llama.cpp",
+        "model": str(model),
+        "artifact_sha256": sha256,
+        "host": platform.node(),
+        "started_at": started,
+        "finished_at": time.time(),
+        "passed": passed,
+        "steps": rows,
+    }
     path = evidence or (grid_home() / "qualification" / f"llama.cpp-{int(started)}.json")
     _write_evidence(path, doc)
     doc["evidence_path"] = str(path)

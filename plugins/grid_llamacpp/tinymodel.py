@@ -31,8 +31,28 @@ HEAD_DIM = 16
 FFN_MULTIPLIER = 2
 """Feed-forward width as a multiple of the embedding width (llama ~2.7; 2 keeps files small)."""
 WORD_PIECES = (
-    "the", "a", "to", "of", "and", "is", "in", "it", "you", "that", "hello", "world", "ok",
-    "grid", "model", "reply", "with", "yes", "no", "Reply", "OK", "Hello",
+    "the",
+    "a",
+    "to",
+    "of",
+    "and",
+    "is",
+    "in",
+    "it",
+    "you",
+    "that",
+    "hello",
+    "world",
+    "ok",
+    "grid",
+    "model",
+    "reply",
+    "with",
+    "yes",
+    "no",
+    "Reply",
+    "OK",
+    "Hello",
 )
 """A few whole-word pieces so common prompts do not fall back to bytes entirely."""
 CHAT_TEMPLATE = (
@@ -68,8 +88,10 @@ class TinyModelSpec:
             msg = f"--layers {self.layers}: use 1..{MAX_LAYERS}"
             raise ValidationError(msg)
         if not MIN_EMBEDDING <= self.embedding <= MAX_EMBEDDING or self.embedding % HEAD_DIM:
-            msg = (f"--embedding {self.embedding}: use a multiple of {HEAD_DIM} in "
-                   f"{MIN_EMBEDDING}..{MAX_EMBEDDING}")
+            msg = (
+                f"--embedding {self.embedding}: use a multiple of {HEAD_DIM} in "
+                f"{MIN_EMBEDDING}..{MAX_EMBEDDING}"
+            )
             raise ValidationError(msg)
         if not MIN_CONTEXT <= self.context <= MAX_CONTEXT:
             msg = f"--context {self.context}: use {MIN_CONTEXT}..{MAX_CONTEXT}"

@@ -28,6 +28,7 @@ from grid_node.state import StateFile
 E2E_PORTS = (22400, 22499)
 """Ports for e2e children: apart from the default managed range used by a developer's node."""
 
+
 @pytest.fixture(scope="session")
 def llama_server() -> Path:
     return find_llama_server()
@@ -38,8 +39,9 @@ def models_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     d = tmp_path_factory.mktemp("models")
     make_model(d / "tiny.gguf", TinyModelSpec(name="tiny", seed=1))
     # Slow enough (~250 tokens/s on 2 cores) that a request can be caught in flight.
-    make_model(d / "mid.gguf", TinyModelSpec(name="mid", embedding=256, layers=4,
-                                             context=4096, seed=2))
+    make_model(
+        d / "mid.gguf", TinyModelSpec(name="mid", embedding=256, layers=4, context=4096, seed=2)
+    )
     return d
 
 
@@ -54,10 +56,18 @@ class Node:
 
     def command(self, kind: str, model_id: str, **kw: object) -> Command:
         self.seq += 1
-        fields = {"action_id": f"{kind}-{model_id}-{self.seq}", "kind": kind,
-                  "node_id": self.act.state.host_id, "model_id": model_id,
-                  "plan_generation": f"epoch:{self.seq:020d}:digest", "controller_term": 1,
-                  "controller_id": "ctl-A", "executable": True, "memory_mb": 64, **kw}
+        fields = {
+            "action_id": f"{kind}-{model_id}-{self.seq}",
+            "kind": kind,
+            "node_id": self.act.state.host_id,
+            "model_id": model_id,
+            "plan_generation": f"epoch:{self.seq:020d}:digest",
+            "controller_term": 1,
+            "controller_id": "ctl-A",
+            "executable": True,
+            "memory_mb": 64,
+            **kw,
+        }
         return Command(**fields)
 
     def restart(self) -> Actuator:
@@ -65,8 +75,12 @@ class Node:
         store = StateFile(self.config.state_dir)
         state = store.load()
         assert state is not None
-        self.act = Actuator(config=self.config, store=store, state=state,
-                            adapters={"llama.cpp": LlamaCppAdapter(parallel=2)})
+        self.act = Actuator(
+            config=self.config,
+            store=store,
+            state=state,
+            adapters={"llama.cpp": LlamaCppAdapter(parallel=2)},
+        )
         return self.act
 
 
@@ -75,7 +89,7 @@ def _stop_leftovers(state_dir: Path) -> None:
     store = StateFile(state_dir)
     with contextlib.suppress(Exception):
         state = store.load()
-        for child in (state.children.values() if state else ()):
+        for child in state.children.values() if state else ():
             proof = prove(child.pid, birth=child.birth, args=(("--port", str(child.port)),))
             if proof.status == "proven":
                 os.kill(child.pid, signal.SIGKILL)
@@ -85,12 +99,17 @@ def _stop_leftovers(state_dir: Path) -> None:
 
 @pytest.fixture
 async def node(tmp_path: Path, models_dir: Path, llama_server: Path) -> AsyncIterator[Node]:
-    config = NodeConfig(state_dir=tmp_path / "node", model_dirs=(models_dir,),
-                        port_range=E2E_PORTS, llama_server=str(llama_server))
+    config = NodeConfig(
+        state_dir=tmp_path / "node",
+        model_dirs=(models_dir,),
+        port_range=E2E_PORTS,
+        llama_server=str(llama_server),
+    )
     store = StateFile(config.state_dir)
     state = store.load_or_create("host-e2e")
-    act = Actuator(config=config, store=store, state=state,
-                   adapters={"llama.cpp": LlamaCppAdapter(parallel=2)})
+    act = Actuator(
+        config=config, store=store, state=state, adapters={"llama.cpp": LlamaCppAdapter(parallel=2)}
+    )
     n = Node(config=config, store=store, act=act)
     try:
         yield n

@@ -17,8 +17,9 @@ from grid_node.identity import is_gone, prove
 
 pytestmark = [pytest.mark.e2e, pytest.mark.anyio]
 
-ACCEPTING = ProtectionDecision(state="accepting", reason="", sensor_state="accepting",
-                               sensor_reason="", raw_state="accepting")
+ACCEPTING = ProtectionDecision(
+    state="accepting", reason="", sensor_state="accepting", sensor_reason="", raw_state="accepting"
+)
 LONG_TOKENS = 400
 """Long enough that the request is still running when drain/unload begin (~1.5 s idle)."""
 REQUEST_TIMEOUT_S = 600.0
@@ -64,17 +65,30 @@ async def test_load_warm_complete_drain_in_flight_unload(node):
     async with httpx.AsyncClient(base_url=child.url, timeout=REQUEST_TIMEOUT_S) as client:
         unauth = await client.post("/v1/chat/completions", json={"messages": []})
         assert unauth.status_code == 401  # LAN clients cannot bypass the route fence
-        r = await client.post("/v1/chat/completions", headers=key(node), json={
-            "model": "mid.gguf", "max_tokens": 8,
-            "messages": [{"role": "user", "content": "Reply with OK"}]})
+        r = await client.post(
+            "/v1/chat/completions",
+            headers=key(node),
+            json={
+                "model": "mid.gguf",
+                "max_tokens": 8,
+                "messages": [{"role": "user", "content": "Reply with OK"}],
+            },
+        )
         assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] > 0
 
         finished: dict[str, float] = {}
 
         async def long_request() -> httpx.Response:
-            resp = await client.post("/v1/completions", headers=key(node), json={
-                "model": "mid.gguf", "prompt": "hello", "max_tokens": LONG_TOKENS,
-                "ignore_eos": True})
+            resp = await client.post(
+                "/v1/completions",
+                headers=key(node),
+                json={
+                    "model": "mid.gguf",
+                    "prompt": "hello",
+                    "max_tokens": LONG_TOKENS,
+                    "ignore_eos": True,
+                },
+            )
             finished["request"] = time.monotonic()
             return resp
 
@@ -128,8 +142,11 @@ async def test_restart_adopts_the_exact_live_child_and_can_drain_and_unload_it(n
     assert adopted.state == "ready" and adopted.pid == before.pid
     assert any("adopted tiny.gguf" in e for e in act.events)
     async with httpx.AsyncClient(timeout=60) as client:
-        r = await client.post(f"{adopted.url}/v1/completions", headers=key(node),
-                              json={"prompt": "hi", "max_tokens": 4})
+        r = await client.post(
+            f"{adopted.url}/v1/completions",
+            headers=key(node),
+            json={"prompt": "hi", "max_tokens": 4},
+        )
     assert r.status_code == 200
     assert (await run(node, "drain")).status == "succeeded"
     ack = await run(node, "unload")
@@ -152,8 +169,9 @@ async def test_unprovable_child_is_never_signalled(node, sleeper):
     assert (await run(node, "warm")).status == "succeeded"
     real = node.act.state.children["tiny.gguf"]
     # The durable record now points at an unrelated process (as after PID reuse).
-    forged = msgspec.structs.replace(real, pid=sleeper.pid,
-                                     birth=psutil.Process(sleeper.pid).create_time())
+    forged = msgspec.structs.replace(
+        real, pid=sleeper.pid, birth=psutil.Process(sleeper.pid).create_time()
+    )
     node.act.state.children["tiny.gguf"] = forged
     node.act.save()
     act = node.restart()
@@ -165,8 +183,10 @@ async def test_unprovable_child_is_never_signalled(node, sleeper):
     stop = await act.stop_all(idle_wait_s=1.0)
     assert "left alone" in stop[0]
     assert sleeper.is_running() and sleeper.status() != "zombie"
-    assert prove(sleeper.pid, birth=forged.birth, args=(("--port", str(real.port)),)
-                 ).status == "unproven"
+    assert (
+        prove(sleeper.pid, birth=forged.birth, args=(("--port", str(real.port)),)).status
+        == "unproven"
+    )
     # A warm cannot start a duplicate while the fenced record blocks the model.
     assert (await run(node, "warm")).status == "failed"
     # Restore the real record so the fixture can clean the real child up.
@@ -191,10 +211,16 @@ async def test_wrong_birth_marker_is_fenced(node):
 
 
 async def test_local_protection_cancels_a_warm(node):
-    paused = ProtectionDecision(state="paused", reason="battery", sensor_state="paused",
-                                sensor_reason="battery", raw_state="paused")
-    ack = await node.act.execute(node.command("warm", "tiny.gguf"),
-                                 deadline_mono=time.monotonic() + 60, decision=paused)
+    paused = ProtectionDecision(
+        state="paused",
+        reason="battery",
+        sensor_state="paused",
+        sensor_reason="battery",
+        raw_state="paused",
+    )
+    ack = await node.act.execute(
+        node.command("warm", "tiny.gguf"), deadline_mono=time.monotonic() + 60, decision=paused
+    )
     assert ack.status == "rejected" and "local protection" in ack.message
     assert "tiny.gguf" not in node.act.state.children
 
@@ -209,20 +235,58 @@ def test_qualify_runs_the_real_lifecycle_and_writes_evidence(models_dir, tmp_pat
     model = models_dir / "tiny.gguf"
     evidence = tmp_path / "evidence.json"
     out = subprocess.run(
-        [sys.executable, "-c", "from grid_core.cli import main; main()", "allocator", "qualify",
-         "llama.cpp", str(model), "--artifact-sha256", sha256_file(model), "--evidence",
-         str(evidence)], capture_output=True, text=True, timeout=300, check=False)
+        [
+            sys.executable,
+            "-c",
+            "from grid_core.cli import main; main()",
+            "allocator",
+            "qualify",
+            "llama.cpp",
+            str(model),
+            "--artifact-sha256",
+            sha256_file(model),
+            "--evidence",
+            str(evidence),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     assert out.returncode == 0, out.stdout + out.stderr
     doc = json.loads(evidence.read_text())
     assert doc["passed"] is True
-    assert [s["name"] for s in doc["steps"]] == ["inventory", "identity", "warm", "ownership",
-                                                  "readiness", "completion", "activity",
-                                                  "drain", "stop"]
+    assert [s["name"] for s in doc["steps"]] == [
+        "inventory",
+        "identity",
+        "warm",
+        "ownership",
+        "readiness",
+        "completion",
+        "activity",
+        "drain",
+        "stop",
+    ]
     assert oct(os.stat(evidence).st_mode & 0o777) == "0o600"
     bad = subprocess.run(
-        [sys.executable, "-c", "from grid_core.cli import main; main()", "allocator", "qualify",
-         "llama.cpp", str(model), "--artifact-sha256", "0" * 64, "--evidence",
-         str(tmp_path / "bad.json")], capture_output=True, text=True, timeout=300, check=False)
+        [
+            sys.executable,
+            "-c",
+            "from grid_core.cli import main; main()",
+            "allocator",
+            "qualify",
+            "llama.cpp",
+            str(model),
+            "--artifact-sha256",
+            "0" * 64,
+            "--evidence",
+            str(tmp_path / "bad.json"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     assert bad.returncode == 1
     assert json.loads((tmp_path / "bad.json").read_text())["passed"] is False
 

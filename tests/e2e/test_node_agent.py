@@ -53,17 +53,35 @@ def fleet(tmp_path: Path):
         yield server, client, env, state_dir
     finally:
         # Graceful stop if the agent still runs; it stops only proven children.
-        subprocess.run([sys.executable, "-c", "from grid_core.cli import main; main()",
-                        "allocator", "node", "stop", "--state-dir", str(state_dir)],
-                       env=env, capture_output=True, timeout=300, check=False)
+        subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                "from grid_core.cli import main; main()",
+                "allocator",
+                "node",
+                "stop",
+                "--state-dir",
+                str(state_dir),
+            ],
+            env=env,
+            capture_output=True,
+            timeout=300,
+            check=False,
+        )
         client.close()
         server.stop()
 
 
 def cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-c", "from grid_core.cli import main; main()",
-                           *args], env=env, capture_output=True, text=True, timeout=300,
-                          check=False)
+    return subprocess.run(
+        [sys.executable, "-c", "from grid_core.cli import main; main()", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
 
 
 def test_node_agent_converges_serves_drains_and_stops(fleet, tmp_path):
@@ -76,9 +94,23 @@ def test_node_agent_converges_serves_drains_and_stops(fleet, tmp_path):
     os.write(fd, json.dumps({"host_id": "host-e2e-agent", "token": token}).encode())
     os.close(fd)
 
-    start_args = ("allocator", "node", "start", "--grid", server.url, "--token-file",
-                  str(token_file), "--state-dir", str(state_dir), "--port-range", PORTS,
-                  "--models-dir", str(models), "--heartbeat-interval", "0.5")
+    start_args = (
+        "allocator",
+        "node",
+        "start",
+        "--grid",
+        server.url,
+        "--token-file",
+        str(token_file),
+        "--state-dir",
+        str(state_dir),
+        "--port-range",
+        PORTS,
+        "--models-dir",
+        str(models),
+        "--heartbeat-interval",
+        "0.5",
+    )
     started = cli(env, *start_args)
     assert started.returncode == 0, started.stderr + started.stdout
     assert "host-e2e-agent" in started.stdout
@@ -87,17 +119,24 @@ def test_node_agent_converges_serves_drains_and_stops(fleet, tmp_path):
     assert token not in " ".join(daemon.cmdline())  # the credential is never in argv
 
     ops = client.operator()
-    r = client.http.put(f"{server.url}/allocator/models/tiny.gguf", headers=ops,
-                        json={"model_id": "tiny.gguf", "memory_mb": 64, "min_replicas": 1,
-                              "max_replicas": 1})
+    r = client.http.put(
+        f"{server.url}/allocator/models/tiny.gguf",
+        headers=ops,
+        json={"model_id": "tiny.gguf", "memory_mb": 64, "min_replicas": 1, "max_replicas": 1},
+    )
     assert r.status_code == 200, r.text
     r = client.http.put(f"{server.url}/allocator/mode", headers=ops, json={"mode": "automatic"})
     assert r.status_code == 200, r.text
     client.wait_ready("tiny.gguf", timeout_s=WAIT_S)
 
-    chat = client.http.post(f"{server.url}/v1/chat/completions", json={
-        "model": "tiny.gguf", "max_tokens": 6,
-        "messages": [{"role": "user", "content": "Reply with OK"}]})
+    chat = client.http.post(
+        f"{server.url}/v1/chat/completions",
+        json={
+            "model": "tiny.gguf",
+            "max_tokens": 6,
+            "messages": [{"role": "user", "content": "Reply with OK"}],
+        },
+    )
     assert chat.status_code == 200, chat.text
     assert chat.json()["usage"]["completion_tokens"] > 0
 
@@ -106,14 +145,18 @@ def test_node_agent_converges_serves_drains_and_stops(fleet, tmp_path):
     assert child["state"] == "ready" and psutil.pid_exists(child["pid"])
     acks = {r["kind"]: r["ack"] for r in state["receipts"]}
     assert acks["load"]["status"] == "succeeded" and acks["load"].get("artifact_fetched") in (
-        None, False)  # a local file was verified, nothing transferred
+        None,
+        False,
+    )  # a local file was verified, nothing transferred
     assert acks["warm"]["status"] == "succeeded" and acks["warm"]["duration_seconds"] > 0
     assert state["highest_term"] >= 1
 
     # The agent dies hard; its child keeps serving; a new agent adopts that exact child.
     os.kill(daemon.pid, signal.SIGKILL)
-    wait_for(lambda: not daemon.is_running() or daemon.status() == psutil.STATUS_ZOMBIE,
-             "the killed agent to exit")
+    wait_for(
+        lambda: not daemon.is_running() or daemon.status() == psutil.STATUS_ZOMBIE,
+        "the killed agent to exit",
+    )
     assert psutil.Process(child["pid"]).is_running()
     again = cli(env, *start_args)
     assert again.returncode == 0, again.stderr + again.stdout
@@ -125,13 +168,27 @@ def test_node_agent_converges_serves_drains_and_stops(fleet, tmp_path):
     assert state["children"]["tiny.gguf"]["state"] == "ready"
     assert any("adopted tiny.gguf" in e for e in agent["events"])
     client.wait_ready("tiny.gguf", timeout_s=WAIT_S)
-    chat = client.http.post(f"{server.url}/v1/chat/completions", json={
-        "model": "tiny.gguf", "max_tokens": 4, "messages": [{"role": "user", "content": "hi"}]})
+    chat = client.http.post(
+        f"{server.url}/v1/chat/completions",
+        json={
+            "model": "tiny.gguf",
+            "max_tokens": 4,
+            "messages": [{"role": "user", "content": "hi"}],
+        },
+    )
     assert chat.status_code == 200, chat.text
 
     # A local override reaches the server as the host's lifecycle state.
-    out = cli(env, "allocator", "node", "drain", "--reason", "taking laptop home",
-              "--state-dir", str(state_dir))
+    out = cli(
+        env,
+        "allocator",
+        "node",
+        "drain",
+        "--reason",
+        "taking laptop home",
+        "--state-dir",
+        str(state_dir),
+    )
     assert out.returncode == 0, out.stderr
 
     def host_state() -> str | None:
@@ -160,9 +217,15 @@ def test_node_stop_refuses_an_unprovable_daemon_pid(tmp_path):
     other = subprocess.Popen(["sleep", "60"])
     try:
         # The agent record names a live pid that is not a node agent (reused pid).
-        (state_dir / "agent.json").write_text(json.dumps({
-            "pid": other.pid, "birth": psutil.Process(other.pid).create_time(),
-            "instance": "0123456789abcdef"}))
+        (state_dir / "agent.json").write_text(
+            json.dumps(
+                {
+                    "pid": other.pid,
+                    "birth": psutil.Process(other.pid).create_time(),
+                    "instance": "0123456789abcdef",
+                }
+            )
+        )
         out = cli(env, "allocator", "node", "stop", "--state-dir", str(state_dir))
         assert out.returncode != 0
         assert "refusing to signal" in out.stderr
@@ -185,25 +248,36 @@ async def test_lease_and_fence_heartbeats_never_consume_commands(tmp_path):
     make_model(models / "tiny.gguf", TinyModelSpec(name="tiny", seed=4))
     token_file = tmp_path / "token"
     fd = os.open(token_file, os.O_WRONLY | os.O_CREAT, 0o600)
-    os.write(fd, json.dumps({"host_id": "host-lease", "token": client.node_token(
-        "host-lease")}).encode())
+    os.write(
+        fd, json.dumps({"host_id": "host-lease", "token": client.node_token("host-lease")}).encode()
+    )
     os.close(fd)
-    agent = NodeAgent(NodeConfig(state_dir=tmp_path / "node", grid_url=server.url,
-                                 token_file=token_file, model_dirs=(models,),
-                                 port_range=(22650, 22659)),
-                      plugins_with(builtins=("grid_llamacpp",)))
+    agent = NodeAgent(
+        NodeConfig(
+            state_dir=tmp_path / "node",
+            grid_url=server.url,
+            token_file=token_file,
+            model_dirs=(models,),
+            port_range=(22650, 22659),
+        ),
+        plugins_with(builtins=("grid_llamacpp",)),
+    )
     try:
         await agent.open()
         agent.protect()
         await agent._register()
         ops = client.operator()
-        client.http.put(f"{server.url}/allocator/models/tiny.gguf", headers=ops, json={
-            "model_id": "tiny.gguf", "memory_mb": 64, "min_replicas": 1}).raise_for_status()
-        client.http.put(f"{server.url}/allocator/mode", headers=ops,
-                        json={"mode": "automatic"}).raise_for_status()
+        client.http.put(
+            f"{server.url}/allocator/models/tiny.gguf",
+            headers=ops,
+            json={"model_id": "tiny.gguf", "memory_mb": 64, "min_replicas": 1},
+        ).raise_for_status()
+        client.http.put(
+            f"{server.url}/allocator/mode", headers=ops, json={"mode": "automatic"}
+        ).raise_for_status()
+
         def pending() -> list[dict]:
-            doc = client.http.get(f"{server.url}/allocator/status?detail=1",
-                                  headers=ops).json()
+            doc = client.http.get(f"{server.url}/allocator/status?detail=1", headers=ops).json()
             ctl = doc.get("controller", doc)
             return [a for a in ctl.get("pending_commands", []) if a["host_id"] == "host-lease"]
 

@@ -33,8 +33,7 @@ def test_size_scales_from_hundreds_of_kb_to_tens_of_mb(tmp_path):
     assert 10_000_000 < large < 100_000_000
 
 
-@pytest.mark.parametrize("bad", [{"layers": 0}, {"embedding": 40}, {"context": 10},
-                                 {"name": ""}])
+@pytest.mark.parametrize("bad", [{"layers": 0}, {"embedding": 40}, {"context": 10}, {"name": ""}])
 def test_bad_shapes_are_refused_without_writing(tmp_path, bad):
     out = tmp_path / "x.gguf"
     with pytest.raises(ValidationError):

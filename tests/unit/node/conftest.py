@@ -38,7 +38,7 @@ def artifact_server(monkeypatch: pytest.MonkeyPatch) -> Iterator[ArtifactServer]
 
         def do_GET(self) -> None:
             prefix = "/owner/repo/resolve/main/"
-            path = self.path[len(prefix):] if self.path.startswith(prefix) else None
+            path = self.path[len(prefix) :] if self.path.startswith(prefix) else None
             rng = self.headers.get("Range")
             state.requests.append((self.path, rng))
             if path not in state.files:

@@ -11,24 +11,44 @@ from grid_core.wire import Acknowledgement, Command
 from grid_node.admission import authority_deadline, check, remember_authority
 from grid_node.state import NodeState, Receipt
 
-OK = ProtectionDecision(state="accepting", reason="", sensor_state="accepting",
-                        sensor_reason="", raw_state="accepting")
-PAUSED = ProtectionDecision(state="paused", reason="battery 12%", sensor_state="paused",
-                            sensor_reason="battery 12%", raw_state="paused")
+OK = ProtectionDecision(
+    state="accepting", reason="", sensor_state="accepting", sensor_reason="", raw_state="accepting"
+)
+PAUSED = ProtectionDecision(
+    state="paused",
+    reason="battery 12%",
+    sensor_state="paused",
+    sensor_reason="battery 12%",
+    raw_state="paused",
+)
 
 
 def cmd(**kw) -> Command:
-    base = {"action_id": "a1", "kind": "warm", "node_id": "host-a", "model_id": "m",
-            "plan_generation": "ep:00000000000000000005:x", "controller_term": 3,
-            "controller_id": "c1", "executable": True}
+    base = {
+        "action_id": "a1",
+        "kind": "warm",
+        "node_id": "host-a",
+        "model_id": "m",
+        "plan_generation": "ep:00000000000000000005:x",
+        "controller_term": 3,
+        "controller_id": "c1",
+        "executable": True,
+    }
     return Command(**{**base, **kw})
 
 
-def verdict(c: Command, state: NodeState | None = None, *, now=10.0, deadline=20.0,
-            decision=OK) -> str | None:
-    return check(c, host_id="host-a", node_id="ctl.host-a",
-                 state=state or NodeState(host_id="host-a"), deadline_mono=deadline,
-                 now_mono=now, decision=decision)
+def verdict(
+    c: Command, state: NodeState | None = None, *, now=10.0, deadline=20.0, decision=OK
+) -> str | None:
+    return check(
+        c,
+        host_id="host-a",
+        node_id="ctl.host-a",
+        state=state or NodeState(host_id="host-a"),
+        deadline_mono=deadline,
+        now_mono=now,
+        decision=decision,
+    )
 
 
 def test_accepts_a_valid_command_for_this_host_by_host_or_record_id():
@@ -48,8 +68,15 @@ def test_term_fencing_survives_as_state():
     assert "below the highest" in verdict(cmd(controller_term=2), state)
     assert "below the highest" in verdict(cmd(controller_term=0), state)  # no legacy namespace
     assert "already belongs" in verdict(cmd(controller_id="c2"), state)
-    assert verdict(cmd(controller_term=4, controller_id="c2",
-                       plan_generation="new:00000000000000000001:y"), state) is None
+    assert (
+        verdict(
+            cmd(
+                controller_term=4, controller_id="c2", plan_generation="new:00000000000000000001:y"
+            ),
+            state,
+        )
+        is None
+    )
     # The fence persists through the state file's encoding (node restart).
     restored = msgspec.json.decode(msgspec.json.encode(state), type=NodeState)
     assert "below the highest" in verdict(cmd(controller_term=2), restored)
@@ -73,11 +100,13 @@ def test_older_plan_generation_is_rejected_within_one_epoch():
 def test_dependencies_must_have_succeeded():
     state = NodeState(host_id="host-a")
     assert "dependency l1" in verdict(cmd(dependencies=["l1"]), state)
-    state.add_receipt(Receipt(ack=Acknowledgement(action_id="l1", status="failed"),
-                              kind="load", model_id="m"))
+    state.add_receipt(
+        Receipt(ack=Acknowledgement(action_id="l1", status="failed"), kind="load", model_id="m")
+    )
     assert "(failed)" in verdict(cmd(dependencies=["l1"]), state)
-    state.add_receipt(Receipt(ack=Acknowledgement(action_id="l1", status="succeeded"),
-                              kind="load", model_id="m"))
+    state.add_receipt(
+        Receipt(ack=Acknowledgement(action_id="l1", status="succeeded"), kind="load", model_id="m")
+    )
     assert verdict(cmd(dependencies=["l1"]), state) is None
 
 
@@ -94,8 +123,12 @@ def test_highest_term_never_decreases_and_one_controller_per_term(seq):
     state = NodeState(host_id="host-a")
     owners: dict[int, str] = {}
     for i, (term, cid) in enumerate(seq):
-        c = cmd(controller_term=term, controller_id=cid,
-                plan_generation=f"ep:{i:020d}:x", action_id=f"a{i}")
+        c = cmd(
+            controller_term=term,
+            controller_id=cid,
+            plan_generation=f"ep:{i:020d}:x",
+            action_id=f"a{i}",
+        )
         before = state.highest_term
         if verdict(c, state) is None:
             remember_authority(c, state)
@@ -109,8 +142,12 @@ def test_node_refuses_plain_http_off_loopback(tmp_path):
     from grid_core.errors import ValidationError
     from grid_node.config import NodeConfig
 
-    for ok in ("http://127.0.0.1:22100", "http://[::1]:22100", "http://localhost:1",
-               "https://grid.company.internal"):
+    for ok in (
+        "http://127.0.0.1:22100",
+        "http://[::1]:22100",
+        "http://localhost:1",
+        "https://grid.company.internal",
+    ):
         NodeConfig(state_dir=tmp_path, grid_url=ok)
     for bad in ("http://10.0.0.5:22100", "http://grid.company.internal", "ftp://x", "nohost"):
         with pytest.raises(ValidationError, match="--grid"):

@@ -26,8 +26,9 @@ SOURCE = "hf://owner/repo/models/m.gguf"
 
 
 def spec(**kw) -> ArtifactSpec:
-    return ArtifactSpec(**{"model_id": "m.gguf", "sha256": DIGEST, "source": SOURCE,
-                           "size_mb": 4, **kw})
+    return ArtifactSpec(
+        **{"model_id": "m.gguf", "sha256": DIGEST, "source": SOURCE, "size_mb": 4, **kw}
+    )
 
 
 def test_fetch_publishes_verified_file_and_second_load_is_a_cache_hit(tmp_path, artifact_server):
@@ -86,8 +87,7 @@ def test_wrong_digest_never_replaces_the_prior_cache(tmp_path, artifact_server):
     assert Path(prior.path).read_bytes() == old
     assert Path(prior.path).stat().st_mtime_ns == before.st_mtime_ns
     assert not store.cached_path(wanted).exists()
-    assert sorted(p.name for p in (tmp_path / "art" / "sha256").iterdir()) == [
-        f"{old_digest}.gguf"]
+    assert sorted(p.name for p in (tmp_path / "art" / "sha256").iterdir()) == [f"{old_digest}.gguf"]
 
 
 def test_local_gguf_is_verified_not_fetched(tmp_path, artifact_server):
@@ -109,8 +109,9 @@ def test_malformed_source_is_refused(tmp_path):
         ArtifactStore(tmp_path).resolve(spec(source="https://example.com/m.gguf"))
 
 
-ACCEPTING = ProtectionDecision(state="accepting", reason="", sensor_state="accepting",
-                               sensor_reason="", raw_state="accepting")
+ACCEPTING = ProtectionDecision(
+    state="accepting", reason="", sensor_state="accepting", sensor_reason="", raw_state="accepting"
+)
 
 
 @pytest.mark.anyio
@@ -119,14 +120,24 @@ async def test_acknowledgement_artifact_fetched_only_when_transferred(tmp_path, 
     config = NodeConfig(state_dir=tmp_path / "node", model_dirs=(tmp_path / "none",))
     store = StateFile(config.state_dir)
     state = store.load_or_create("host-a")
-    act = Actuator(config=config, store=store, state=state,
-                   adapters={"llama.cpp": LlamaCppAdapter()})
+    act = Actuator(
+        config=config, store=store, state=state, adapters={"llama.cpp": LlamaCppAdapter()}
+    )
 
     def load(action: str, gen: int) -> Command:
-        return Command(action_id=action, kind="load", node_id="host-a", model_id="m.gguf",
-                       plan_generation=f"e:{gen:020d}:d", controller_term=1,
-                       controller_id="c1", executable=True, artifact_sha256=DIGEST,
-                       artifact_source=SOURCE, artifact_size_mb=4)
+        return Command(
+            action_id=action,
+            kind="load",
+            node_id="host-a",
+            model_id="m.gguf",
+            plan_generation=f"e:{gen:020d}:d",
+            controller_term=1,
+            controller_id="c1",
+            executable=True,
+            artifact_sha256=DIGEST,
+            artifact_source=SOURCE,
+            artifact_size_mb=4,
+        )
 
     deadline = time.monotonic() + 60
     first = await act.execute(load("a1", 1), deadline_mono=deadline, decision=ACCEPTING)

@@ -20,8 +20,15 @@ def mode(path) -> int:
 def test_state_and_key_file_are_owner_only_and_survive_reload(tmp_path):
     store = StateFile(tmp_path / "node")
     state = store.load_or_create("host-a")
-    state.children["m"] = ChildRecord(runtime="llama.cpp", model_id="m", alias="m", pid=123,
-                                      port=22200, birth=1.5, executable="/bin/x")
+    state.children["m"] = ChildRecord(
+        runtime="llama.cpp",
+        model_id="m",
+        alias="m",
+        pid=123,
+        port=22200,
+        birth=1.5,
+        executable="/bin/x",
+    )
     store.save(state)
     assert mode(store.dir) == 0o700 and mode(store.path) == 0o600
     assert mode(store.key_path) == 0o600
@@ -73,10 +80,17 @@ def test_one_agent_per_state_directory(tmp_path):
 
 def test_receipts_are_bounded_and_keep_undelivered_ones(tmp_path):
     state = StateFile(tmp_path).load_or_create("host-a")
-    state.add_receipt(Receipt(ack=Acknowledgement(action_id="keep", status="failed"),
-                              kind="warm", model_id="m"))
+    state.add_receipt(
+        Receipt(ack=Acknowledgement(action_id="keep", status="failed"), kind="warm", model_id="m")
+    )
     for i in range(MAX_RECEIPTS + 50):
-        state.add_receipt(Receipt(ack=Acknowledgement(action_id=f"a{i}", status="succeeded"),
-                                  kind="load", model_id="m", delivered=True))
+        state.add_receipt(
+            Receipt(
+                ack=Acknowledgement(action_id=f"a{i}", status="succeeded"),
+                kind="load",
+                model_id="m",
+                delivered=True,
+            )
+        )
     assert len(state.receipts) == MAX_RECEIPTS
     assert state.receipt("keep") is not None

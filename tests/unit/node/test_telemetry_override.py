@@ -28,14 +28,29 @@ def test_missing_sensors_are_unknown_not_zero(monkeypatch):
 
 
 def test_resources_scale_with_capacity_share_and_exclude_managed_memory(tmp_path):
-    whole = telemetry.resources(capacity_share=1.0, managed_pids=[], artifact_dir=tmp_path,
-                                runtimes=["llama.cpp"], throttle_fraction=1.0)
-    quarter = telemetry.resources(capacity_share=0.25, managed_pids=[], artifact_dir=tmp_path,
-                                  runtimes=["llama.cpp"], throttle_fraction=0.5)
+    whole = telemetry.resources(
+        capacity_share=1.0,
+        managed_pids=[],
+        artifact_dir=tmp_path,
+        runtimes=["llama.cpp"],
+        throttle_fraction=1.0,
+    )
+    quarter = telemetry.resources(
+        capacity_share=0.25,
+        managed_pids=[],
+        artifact_dir=tmp_path,
+        runtimes=["llama.cpp"],
+        throttle_fraction=0.5,
+    )
     assert abs(quarter.capacity_mb - whole.capacity_mb / 4) <= 1
     assert quarter.throttle_fraction == 0.5
-    mine = telemetry.resources(capacity_share=1.0, managed_pids=[os.getpid()],
-                               artifact_dir=tmp_path, runtimes=[], throttle_fraction=1.0)
+    mine = telemetry.resources(
+        capacity_share=1.0,
+        managed_pids=[os.getpid()],
+        artifact_dir=tmp_path,
+        runtimes=[],
+        throttle_fraction=1.0,
+    )
     # This process's memory counts as managed, so external use is smaller by about its RSS.
     assert mine.external_used_mb <= whole.external_used_mb + 64
 
@@ -50,20 +65,31 @@ def runner_app(tmp_path, monkeypatch):
 
 def test_override_commands_are_durable_owner_only_and_expire(runner_app):
     runner, app, sdir = runner_app
-    r = runner.invoke(app, ["allocator", "node", "pause", "--reason", "battery use",
-                            "--for-seconds", "3600"])
+    r = runner.invoke(
+        app, ["allocator", "node", "pause", "--reason", "battery use", "--for-seconds", "3600"]
+    )
     assert r.exit_code == 0, r.output
     o = read_override(sdir)
     assert o is not None and o.kind == "pause" and o.reason == "battery use"
     assert o.expires_at is not None and o.expires_at > time.time() + 3000
     assert stat.S_IMODE(os.stat(sdir / "override.json").st_mode) == 0o600
-    _, decision = step(ProtectionState(), telemetry.sample(at=0.0),
-                       ProtectionPolicy(dedicated=True), override=o, wall_now=time.time(),
-                       active_requests=0)
+    _, decision = step(
+        ProtectionState(),
+        telemetry.sample(at=0.0),
+        ProtectionPolicy(dedicated=True),
+        override=o,
+        wall_now=time.time(),
+        active_requests=0,
+    )
     assert decision.state == "paused"
-    _, later = step(ProtectionState(), telemetry.sample(at=0.0),
-                    ProtectionPolicy(dedicated=True), override=o,
-                    wall_now=o.expires_at + 1, active_requests=0)
+    _, later = step(
+        ProtectionState(),
+        telemetry.sample(at=0.0),
+        ProtectionPolicy(dedicated=True),
+        override=o,
+        wall_now=o.expires_at + 1,
+        active_requests=0,
+    )
     assert later.override is None
     r = runner.invoke(app, ["allocator", "node", "quarantine", "--reason", "thermal fault"])
     assert r.exit_code == 0 and read_override(sdir).kind == "quarantine"
@@ -76,4 +102,3 @@ def test_override_needs_a_reason(runner_app):
     r = runner.invoke(app, ["allocator", "node", "drain", "--reason", "  "])
     assert r.exit_code != 0
     assert read_override(sdir) is None
-

@@ -20,8 +20,15 @@ from grid_core.protection import (
 PERIOD = 5.0
 LAPTOP = ProtectionPolicy()
 WALL = 1_800_000_000.0
-CALM = {"cpu_pct": 10.0, "memory_pct": 40.0, "temperature_c": 50.0, "network_up": True,
-        "battery_pct": 100.0, "charging": True, "user_idle_s": 600.0}
+CALM = {
+    "cpu_pct": 10.0,
+    "memory_pct": 40.0,
+    "temperature_c": 50.0,
+    "network_up": True,
+    "battery_pct": 100.0,
+    "charging": True,
+    "user_idle_s": 600.0,
+}
 
 
 def run(rows, policy=LAPTOP, override=None, active=None):
@@ -31,8 +38,14 @@ def run(rows, policy=LAPTOP, override=None, active=None):
     for i, row in enumerate(rows):
         sample = Sample(at=i * PERIOD, **{**CALM, **row})
         busy = active[i] if active is not None else 0
-        state, decision = step(state, sample, policy, override=override,
-                               wall_now=WALL + i * PERIOD, active_requests=busy)
+        state, decision = step(
+            state,
+            sample,
+            policy,
+            override=override,
+            wall_now=WALL + i * PERIOD,
+            active_requests=busy,
+        )
         out.append(decision)
     return out
 
@@ -69,7 +82,7 @@ def test_thermal_spike_sustained_becomes_unhealthy_and_cools_down_slowly():
     cool = [{"temperature_c": 60.0}] * 20
     got = run(hot + cooling + cool)
     assert got[DEBOUNCE_SAMPLES - 1].state == "unhealthy"
-    assert all(d.state == "unhealthy" for d in got[DEBOUNCE_SAMPLES - 1: 7])
+    assert all(d.state == "unhealthy" for d in got[DEBOUNCE_SAMPLES - 1 : 7])
     first_ok = next(i for i, d in enumerate(got) if i > 7 and d.state == "accepting")
     # Recovery needed the full cooldown below the recovery threshold.
     assert (first_ok - 7) * PERIOD >= RECOVERY_COOLDOWN_S
@@ -134,19 +147,23 @@ def test_network_loss_is_unhealthy():
     assert got[-1].state == "unhealthy"
 
 
-sample_rows = st.fixed_dictionaries({
-    "cpu_pct": st.one_of(st.none(), st.floats(0, 100)),
-    "memory_pct": st.one_of(st.none(), st.floats(0, 100)),
-    "temperature_c": st.one_of(st.none(), st.floats(20, 110)),
-    "battery_pct": st.one_of(st.none(), st.floats(0, 100)),
-    "charging": st.one_of(st.none(), st.booleans()),
-    "network_up": st.one_of(st.none(), st.booleans()),
-})
+sample_rows = st.fixed_dictionaries(
+    {
+        "cpu_pct": st.one_of(st.none(), st.floats(0, 100)),
+        "memory_pct": st.one_of(st.none(), st.floats(0, 100)),
+        "temperature_c": st.one_of(st.none(), st.floats(20, 110)),
+        "battery_pct": st.one_of(st.none(), st.floats(0, 100)),
+        "charging": st.one_of(st.none(), st.booleans()),
+        "network_up": st.one_of(st.none(), st.booleans()),
+    }
+)
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.lists(sample_rows, min_size=1, max_size=30),
-       st.sampled_from([None, "drain", "pause", "quarantine"]))
+@given(
+    st.lists(sample_rows, min_size=1, max_size=30),
+    st.sampled_from([None, "drain", "pause", "quarantine"]),
+)
 def test_override_never_relaxed_by_sensors(rows, kind):
     override = Override(kind=kind, reason="r", set_at=WALL) if kind else None
     plain = run(rows)
