@@ -38,6 +38,8 @@ SAMPLE_S = 2.0
 DRAIN_S = 120.0
 """After the last arrival, answers still in flight get this long before they count as
 errors."""
+REPORT_ROWS = 20
+"""Rows of the replicas-over-time table (the JSON report keeps every sample)."""
 DURATION = re.compile(r"^(\d+(?:\.\d+)?)([smh]?)$")
 
 
@@ -246,7 +248,7 @@ def render_report(r: dict[str, Any]) -> str:
                  f"{r['tokens_per_s']} completion tokens/s" if frac is not None else "no requests")
     lines.append(f"residency transitions: {len(r['transitions'])}")
     models = sorted({m for s in r["replicas_over_time"] for m in s["ready"]})
-    step = max(1, len(r["replicas_over_time"]) // 20)
+    step = max(1, -(-len(r["replicas_over_time"]) // REPORT_ROWS))
     lines.append("")
     lines.append(render_table(["t s", *models], [[s["t_s"], *[s["ready"].get(m, 0)
                                                              for m in models]]
