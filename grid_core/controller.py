@@ -313,8 +313,9 @@ class Controller:
         """Keep the single-writer lease; returns whether this controller holds authority."""
         if self.mode != "automatic":
             return False
-        if self.authority == "held" and now < self.lease_expires_at - (
-                CONTROLLER_LEASE_S * LEASE_RENEW_FRACTION):
+        # A wall clock that moved backward must not stretch the old deadline: renew then too.
+        if self.authority == "held" and self.lease_expires_at - CONTROLLER_LEASE_S <= now < (
+                self.lease_expires_at - CONTROLLER_LEASE_S * LEASE_RENEW_FRACTION):
             return True
         try:
             term, expires = self.store.acquire_lease(self.controller_id, now, CONTROLLER_LEASE_S)
@@ -517,7 +518,8 @@ class Controller:
         return Delivery(mode=self.mode, commands=commands, lease_ttl_s=self._ttl(now))
 
     def _ttl(self, now: float) -> float:
-        return max(0.0, self.lease_expires_at - now)
+        # Never more than one lease length, whatever the clocks did.
+        return min(CONTROLLER_LEASE_S, max(0.0, self.lease_expires_at - now))
 
     def _command(self, a: Action) -> Command:
         # Authority is stamped at delivery, so a restored action carries the current term.

@@ -259,3 +259,18 @@ def test_failed_warms_steer_the_next_placement_to_a_healthy_peer() -> None:
     where = {h for h, n in fleet.nodes.items() if "a" in n.residencies}
     assert where == {other}
     assert fleet.violations == []
+
+
+def test_authority_ttl_never_exceeds_one_lease_even_when_the_clock_jumps_back() -> None:
+    fleet = _fleet()
+    ctl = fleet.ctl
+    ctl.set_mode("automatic", fleet.now)
+    ctl.tick(fleet.now, fleet.hosts())
+    first = ctl.deliver("h1", fleet.now, fleet.hosts(), 0)
+    assert 0 < first.lease_ttl_s <= 30.0
+    fleet.now -= 3600.0  # the server's wall clock is corrected backward by an hour
+    for h in fleet.nodes:
+        fleet.nodes[h].last_report_at = fleet.now
+    later = ctl.deliver("h1", fleet.now, fleet.hosts(), 0)
+    assert 0 < later.lease_ttl_s <= 30.0
+    assert ctl.lease_expires_at == fleet.now + 30.0  # renewed against the corrected clock
