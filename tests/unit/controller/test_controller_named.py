@@ -120,7 +120,7 @@ def _inventory(fleet: SimFleet) -> dict[str, dict[str, str]]:
     return {h: {m: r.state for m, r in n.residencies.items()} for h, n in fleet.nodes.items()}
 
 
-@pytest.mark.parametrize("missing", ["stale", "absent"])
+@pytest.mark.parametrize("missing", ["stale", "absent", "all_but_one"])
 def test_one_tick_without_any_heartbeat_unloads_nothing_and_reschedules_nothing(
         missing: str) -> None:
     fleet = _converged_fleet()
@@ -130,7 +130,12 @@ def test_one_tick_without_any_heartbeat_unloads_nothing_and_reschedules_nothing(
 
     # Every heartbeat is missing for one tick: either old (stale) or gone from the registry.
     fleet.now += 120.0
-    hosts = fleet.hosts() if missing == "stale" else []
+    if missing == "all_but_one":
+        # The one host still heartbeating is the emptiest: the natural place to reschedule to.
+        spare = min(fleet.nodes, key=lambda h: fleet.nodes[h].held_mb())
+        fleet.nodes[spare].last_report = fleet.nodes[spare].snapshot(fleet.now)
+        fleet.nodes[spare].last_report_at = fleet.now
+    hosts = [] if missing == "absent" else fleet.hosts()
     result = fleet.ctl.tick(fleet.now, hosts)
     assert result.issued == ()
     assert result.reconciliation.hold == "membership_hiccup"
