@@ -133,6 +133,9 @@ def watch() -> None:
 def stop() -> None:
     """Drain and stop every host agent and engine the fleet started, then its server."""
     root = layout.fleet_dir()
+    if layout.load_record(root) is None:
+        typer.echo("grid: no fleet here; nothing to stop")
+        return
     left = lifecycle.stop(typer.echo, root)
     if left:
         msg = f"processes still running after stop: {left}; run 'grid test stop' again"
@@ -160,7 +163,9 @@ def demo(
 
     rec = _running_record()
     t0 = time.monotonic()
-    d = Demo(rec, users=users, requests=requests, max_tokens=max_tokens, echo=typer.echo)
+    # With --json, progress and transitions go to stderr so stdout is one JSON document.
+    d = Demo(rec, users=users, requests=requests, max_tokens=max_tokens,
+             echo=(lambda s: typer.echo(s, err=True)) if as_json else typer.echo)
     report = anyio.run(d.run)
     total = time.monotonic() - t0
     if as_json:

@@ -247,7 +247,7 @@ class Demo:
         busy = {h for (h, _m) in self._resident()}
         rep.notes.append(f"fleet at burst start: {len(busy)}/{len(hosts)} hosts hold a replica "
                          f"({', '.join(f'{h}:{m}' for (h, m) in sorted(self._resident()))})")
-        mark = len(self.obs.events)
+        since = time.time()
         burst: list[traffic.Outcome] = []
         async with anyio.create_task_group() as inner:
             for u in range(BURST_USERS):
@@ -255,10 +255,10 @@ class Demo:
                                  deadline, burst)
         rep.outcomes.extend(burst)
         self._check("d", rep.outcomes)
-        await self._until("d", deadline, lambda: self._preempted(mark) is not None,
+        await self._until("d", deadline, lambda: self._preempted(since) is not None,
                           lambda: "no lower-priority residency was drained and unloaded for "
                                   f"{high.model_id}")
-        host, victim = self._preempted(mark) or ("?", "?")
+        host, victim = self._preempted(since) or ("?", "?")
         rep.notes.append(f"preempted {victim} on {host}: drained before unload, then "
                          f"{high.model_id} loaded there")
         self._end(rep, started)
@@ -268,32 +268,35 @@ class Demo:
         for i in range(max(1, self.requests // BURST_USERS)):
             sink.append(await self._ask(client, model, key, deadline, i))
 
-    def _preempted(self, mark: int) -> tuple[str, str] | None:
-        """(host, victim) where a lower-priority replica went draining → gone, then the
-        high-priority model became ready on that host, all after event ``mark``."""
+    def _preempted(self, since: float) -> tuple[str, str] | None:
+        """(host, victim): an eviction of a lower-priority replica created after ``since``
+        whose drain succeeded before its unload succeeded, on a host where the
+        high-priority model is now ready. Read from the action records (a drain can finish
+        between two status reads, so the residency state alone could miss it)."""
         prio = {m.model_id: m.priority for m in self.fleet.models}
-        evs = self.obs.events[mark:]
-        for i, ev in enumerate(evs):
-            if (ev.kind != "residency" or ev.after != "draining"
-                    or prio.get(ev.model_id, 0) >= self.high.priority):
+        acts = list(self.obs.seen.values())
+        ready = observe.residencies(self.obs.last)
+        for unload in acts:
+            if (unload.get("kind") != "unload" or unload.get("status") != "succeeded"
+                    or not unload.get("eviction")
+                    or float(unload.get("created_at") or 0) < since
+                    or prio.get(unload.get("model_id"), 0) >= self.high.priority):
                 continue
-            later = evs[i + 1:]
-            gone = next((j for j, e in enumerate(later) if e.kind == "residency"
-                         and e.host_id == ev.host_id and e.model_id == ev.model_id
-                         and e.after in (observe.GONE, "cached")), None)
-            if gone is None:
-                continue
-            if any(e.kind == "residency" and e.host_id == ev.host_id
-                   and e.model_id == self.high.model_id and e.after == "ready"
-                   for e in later[gone:]):
-                return ev.host_id, ev.model_id
+            host, victim = unload.get("host_id"), unload.get("model_id")
+            drained = any(
+                d.get("kind") == "drain" and d.get("status") == "succeeded"
+                and d.get("host_id") == host and d.get("model_id") == victim
+                and float(d.get("completed_at") or 0) <= float(unload.get("completed_at") or 0)
+                and float(d.get("created_at") or 0) >= since for d in acts)
+            if drained and ready.get((str(host), self.high.model_id)) == "ready":
+                return str(host), str(victim)
         return None
 
     async def phase_e(self) -> None:
         base = self.baseline.model_id
         rep, started, deadline = self._begin(
             "e", "cooldown: traffic stopped, demand expires, fleet returns to baseline")
-        mark = len(self.obs.events)
+        since = time.time()
 
         def at_baseline() -> bool:
             res = self._resident()
@@ -301,12 +304,13 @@ class Demo:
 
         await self._until("e", deadline, at_baseline,
                           lambda: f"still resident: {sorted(self._resident().items())}")
-        drained = sorted({(e.host_id, e.model_id) for e in self.obs.events[mark:]
-                          if e.kind == "residency" and e.after == "draining"})
-        unloaded = sorted({(e.host_id, e.model_id) for e in self.obs.events[mark:]
-                           if e.kind == "residency" and e.after in (observe.GONE, "cached")})
-        rep.notes.append("drained then unloaded: " + ", ".join(
-            f"{m}@{h}" for h, m in unloaded if (h, m) in drained) or "none")
+        done = [a for a in self.obs.seen.values() if a.get("status") == "succeeded"
+                and float(a.get("created_at") or 0) >= since]
+        drained = {(a.get("host_id"), a.get("model_id")) for a in done if a["kind"] == "drain"}
+        unloaded = sorted({(str(a.get("host_id")), str(a.get("model_id"))) for a in done
+                           if a["kind"] == "unload"})
+        rep.notes.append("drained then unloaded: " + (", ".join(
+            f"{m}@{h}" for h, m in unloaded if (h, m) in drained) or "none"))
         self._end(rep, started)
 
     # --- run ------------------------------------------------------------------------------------

@@ -92,6 +92,8 @@ class Observer:
     url: str
     events: list[Event] = field(default_factory=list)
     last: dict[str, Any] = field(default_factory=dict)
+    seen: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Every action document read so far, by id (status keeps only a bounded history)."""
     _res: dict[tuple[str, str], str] | None = None
     _acts: dict[str, tuple[str, str, str, str, str]] = field(default_factory=dict)
 
@@ -124,6 +126,11 @@ class Observer:
                 new.append(Event(now, "command", host, model, old[3] if old else "new", st,
                                  f"{kind} ({reason})" if reason else kind))
         self._acts.update(acts)
+        ctl = status.get("controller") or {}
+        for key in ("history", "pending_commands"):
+            for a in ctl.get(key) or ():
+                if isinstance(a, dict) and a.get("action_id"):
+                    self.seen[a["action_id"]] = a
         self.events.extend(new)
         return new
 
