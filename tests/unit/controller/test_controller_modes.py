@@ -274,3 +274,25 @@ def test_authority_ttl_never_exceeds_one_lease_even_when_the_clock_jumps_back() 
     later = ctl.deliver("h1", fleet.now, fleet.hosts(), 0)
     assert 0 < later.lease_ttl_s <= 30.0
     assert ctl.lease_expires_at == fleet.now + 30.0  # renewed against the corrected clock
+
+
+def test_a_superseded_controller_loses_authority_and_sends_nothing() -> None:
+    fleet = _fleet()
+    fleet.ctl.set_mode("automatic", fleet.now)
+    fleet.tick()
+    old = fleet.ctl
+    fleet.restart(keep_zombie=True)  # the old process lingers (split brain)
+    fleet.tick()
+    assert fleet.ctl.authority.startswith("lost:")  # its lease is still live
+    fleet.now += 31.0  # the old lease lapses without renewal
+    for h in fleet.nodes:
+        fleet.heartbeat(h)
+    assert fleet.ctl.authority == "held" and fleet.ctl.term == old.term + 1
+    assert fleet.nodes["h1"].highest_term == fleet.ctl.term or fleet.nodes["h2"].highest_term \
+        == fleet.ctl.term
+    # The old controller still believes it is automatic; it must not command anyone now.
+    for h in fleet.nodes:
+        assert old.deliver(h, fleet.now, fleet.hosts(), old.dirty_revision).commands == ()
+        fleet.zombie_deliver(h)
+    assert old.authority.startswith("lost:")
+    assert fleet.violations == []
