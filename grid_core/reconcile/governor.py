@@ -22,16 +22,19 @@ CLASS_RANK = {"baseline": 0, "direct": 1, "predictive": 2, "cleanup": 3}
 """Lower ranks are served first within one priority."""
 
 
-def service_key(p: Proposal) -> tuple[int, int, int, int, float, str, str]:
+def service_key(p: Proposal) -> tuple[int, int, int, int, int, float, str, str]:
     """Sort key giving the service order of proposals.
 
     Routine cleanup sorts after every availability action whatever its priority; otherwise
     higher priority first, then class, replica round, cold-start path, and ids last so the
-    order is deterministic.
+    order is deterministic. Among equal destructive work, releasing already-drained capacity
+    (unload, evict) comes before starting a new drain, so a preemption wave frees memory that
+    is ready to go before it disturbs live work.
     """
     cleanup = 1 if p.service_class == "cleanup" else 0
-    return (cleanup, -p.priority, CLASS_RANK[p.service_class], p.round, p.cold_path_s,
-            p.model_id, p.host_id)
+    release_first = 1 if p.kind == "drain" else 0
+    return (cleanup, -p.priority, CLASS_RANK[p.service_class], p.round, release_first,
+            p.cold_path_s, p.model_id, p.host_id)
 
 
 def rank_of(a: Action) -> tuple[int, int, int]:

@@ -173,3 +173,11 @@ def test_delivery_puts_a_later_higher_class_before_an_older_lower_one_fifo_other
     got = select(acts, host("h1"), NOW, GovernorPolicy(), availability_ok=True,
                  destructive_ok=True, blocked_models=frozenset())
     assert [a.action_id for a in got] == ["old-high", "new-high", "old-low"]
+
+
+def test_a_preemption_wave_releases_drained_capacity_before_starting_new_drains() -> None:
+    props = [Proposal(kind="drain", host_id="h1", model_id="v1", reason="eviction",
+                      priority=4, eviction=True),
+             Proposal(kind="unload", host_id="h2", model_id="v2", reason="eviction",
+                      priority=4, eviction=True)]
+    assert order(props) == [("v2", "h2"), ("v1", "h1")]
