@@ -125,7 +125,7 @@ class Proxy:
         router = self.ctx.router
         data = []
         for model in sorted(router.routed_models()):
-            cands = router.candidates(router.routes(model), now, mono)
+            cands = router.candidates(router.routes(model), now, mono, breakers=False)
             if any(routing.eligible(c) for c in cands):
                 data.append({"id": model, "object": "model", "created": 0, "owned_by": "grid"})
         return msgspec.json.encode({"object": "list", "data": data})

@@ -79,8 +79,14 @@ class RouterState:
         self._routes = table
         self._routes_revision = self.registry.revision
 
-    def candidates(self, routes: list[Route], now: float, mono: float) -> list[RouteCandidate]:
-        """Route candidates for the policy, with live in-flight, breaker and measurement."""
+    def candidates(
+        self, routes: list[Route], now: float, mono: float, *, breakers: bool = True
+    ) -> list[RouteCandidate]:
+        """Route candidates for the policy, with live in-flight, breaker and measurement.
+
+        ``breakers=False`` ignores circuit state (discovery: an open breaker steers requests
+        but never changes the advertised inventory).
+        """
         out: list[RouteCandidate] = []
         for r in routes:
             eng, ctl = r.engine, r.control
@@ -109,7 +115,7 @@ class RouterState:
                     queue_depth=res.queue_depth if res else 0,
                     lease_age_s=now - eng.received_at,
                     measurement=m,
-                    breaker_open=b.is_open(mono) if b is not None else False,
+                    breaker_open=breakers and b is not None and b.is_open(mono),
                 )
             )
         return out

@@ -165,6 +165,9 @@ def test_breaker_steers_the_next_request_after_a_429(
     assert first_engine.requests() == 1 and other.requests() == 1
     status = grid.client.http.get(grid.url + "/allocator/status").json()
     assert [br["model_id"] for br in status["server"]["open_breakers"]] == ["m-cb"]
+    # Circuit state steers requests but never changes discovery.
+    ids = [m["id"] for m in grid.client.http.get(grid.url + "/v1/models").json()["data"]]
+    assert ids == ["m-cb"]
 
 
 def test_caller_400_does_not_open_the_breaker(grid: Grid, engines: Callable[[str], Engine]) -> None:
@@ -293,3 +296,18 @@ def test_client_hangup_stops_relaying_a_stream(
     while inflight() and time.monotonic() < deadline:
         time.sleep(0.1)
     assert inflight() == 0
+
+
+def test_two_5xx_open_the_only_route_without_hiding_the_model(
+    grid: Grid, engines: Callable[[str], Engine]
+) -> None:
+    eng = engines("m-5xx")
+    serve_model(grid, eng, "host-1")
+    eng.behave(status=503, count=2)
+    assert post(grid, {"model": "m-5xx", **CHAT}).status_code == 503
+    assert post(grid, {"model": "m-5xx", **CHAT}).status_code == 503
+    refused = post(grid, {"model": "m-5xx", **CHAT})
+    assert refused.status_code == 503 and refused.json()["error"]["code"] == "model_not_ready"
+    assert eng.requests() == 2  # the open breaker kept the third request off the engine
+    ids = [m["id"] for m in grid.client.http.get(grid.url + "/v1/models").json()["data"]]
+    assert ids == ["m-5xx"]
