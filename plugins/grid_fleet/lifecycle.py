@@ -87,6 +87,8 @@ def prepare_models(root: Path, settings: FleetSettings, echo: Echo) -> tuple[Mod
                 msg = f"--model {raw}: not an existing .gguf file"
                 raise ValidationError(msg)
             link = models_dir / path.name
+            if link.is_symlink() and link.resolve() != path.resolve():
+                link.unlink()  # an earlier fleet's file of the same name
             if not link.exists():
                 link.symlink_to(path)
             out.append(ModelSpec(

@@ -132,7 +132,7 @@ def test_shortened_demo_passes_every_phase_with_real_requests(fleet):
         assert f"phase ({phase}) passed" in out, out[-4000:]
     assert "503 with Retry-After" in out
     assert "preempted" in out and "drained before unload" in out
-    assert "-> draining" in out
+    assert "command drain (eviction)" in out and "command unload (eviction)" in out
 
 
 def test_replaying_a_real_trace_serves_it_and_reports_the_fleet_over_time(fleet):
