@@ -30,6 +30,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 import msgspec
 
 from grid_core.demand import DemandTracker, ModelDemand, RequestFeatures
+from grid_core.demand.workloads import UNBOUND, project_with, projection_map
 from grid_core.errors import ConflictError, GridError, NotFoundError, StateError, ValidationError
 from grid_core.planner.types import Plan, PlanInputs
 from grid_core.profile import ModelProfile, validate_profile
@@ -125,6 +126,9 @@ class Controller:
         self.last_report: ReconcileReport | None = None
         self.last_forecasts: dict[str, ModelDemand] = {}
         self.last_hosts: dict[str, HostSnapshot] = {}
+        self._projection: dict[str, str] = {}
+        self._portfolio_plugin = bool(
+            getattr(plugins, "has_impl", lambda _name: False)("grid_search_portfolio"))
         self.last_tick_at: float | None = None
         self.last_tick_duration_ms: float | None = None
         self._order = 0
@@ -226,8 +230,18 @@ class Controller:
         del now
         self._dirty(safety_changed)
 
+    projects_unbound = True
+    """Unbound (``auto``) requests are projected here, so callers pass them through raw."""
+
     def observe_request(self, features: RequestFeatures) -> None:
-        """Fold one finished request's bounded features into demand history."""
+        """Fold one finished request's bounded features into demand history.
+
+        An unbound (``auto``) request whose workload was classified counts as demand for the
+        workload's best feasible model as of the last tick, unless a portfolio plugin owns
+        unbound demand (specification: "Proactive observation and portfolio planning").
+        """
+        if features.requested_model == UNBOUND and not self._portfolio_plugin:
+            features = project_with(features, self._projection)
         if self.demand.observe(features):
             self.dirty_revision += 1
 
@@ -379,6 +393,9 @@ class Controller:
         self.processed_revision = revision
         host_map = {h.host_id: h for h in hosts}
         self.last_hosts = host_map
+        self._projection = projection_map(
+            sorted({w for p in self.profiles.values() for w in p.workload_scores}),
+            self.profiles.values(), host_map.values(), self.policy.planner)
         destructive_hold, mutation_hold = self._holds(now, host_map)
         authority = self._renew(now)
         profiles = tuple(self.profiles[k] for k in sorted(self.profiles))

@@ -60,12 +60,6 @@ class ControllerControl:
         for p in profiles:
             self.ctl.put_profile(p, now)
         self.ctl.set_mode("automatic", now)
-        self._mapping: dict[str, str] = {}
-        # Unbound demand belongs to the controller: a portfolio plugin, or a controller that
-        # declares it projects unbound requests itself, receives them raw. Until then the
-        # lab applies the production projection rule in front of observe_request.
-        has_portfolio = getattr(plugins, "has_impl", lambda _n: False)("grid_search_portfolio")
-        self.pre_project = not (has_portfolio or getattr(self.ctl, "projects_unbound", False))
 
     @property
     def profiles(self) -> dict[str, ModelProfile]:
@@ -98,9 +92,6 @@ class ControllerControl:
                     report.orders.append(order)
                     acks.append(fleet.apply(order, self.ctl.profiles))
                 self._acknowledge(host_id, acks, now)
-        if self.pre_project:
-            self._mapping = projection_map(WORKLOADS, self.ctl.profiles.values(),
-                                           fleet.snapshots(), self.ctl.policy.planner)
         return report
 
     def _acknowledge(self, host_id: str, acks: list[Ack], now: float) -> None:
@@ -111,9 +102,9 @@ class ControllerControl:
                 for a in acks], now)
 
     def observe(self, features: list[RequestFeatures]) -> None:
-        """Feed finished requests (unbound ones projected while the controller does not)."""
+        """Feed finished requests; the controller projects unbound ones itself."""
         for f in features:
-            self.ctl.observe_request(project_with(f, self._mapping) if self.pre_project else f)
+            self.ctl.observe_request(f)
 
 
 def _demand(rates: dict[str, float], profiles: dict[str, ModelProfile]) -> dict[str, ModelDemand]:

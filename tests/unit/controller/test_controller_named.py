@@ -268,3 +268,34 @@ def test_a_heartbeat_proving_the_drain_also_releases_the_block() -> None:
     fleet.now += 1
     fleet.heartbeat("h1")
     assert ctl.status(fleet.now).blocked_models == {}
+
+
+def test_unbound_requests_become_demand_for_the_best_feasible_model() -> None:
+    """An ``auto`` coding request counts for the highest-scoring model a host could hold."""
+    from grid_core.controller import Controller
+    from grid_core.demand.features import RequestFeatures
+    from grid_core.profile import ModelProfile
+    from grid_core.snapshot import HostSnapshot
+    from grid_core.store import MemoryStore
+    from grid_core.testing import plugins_with
+
+    plugins = plugins_with(builtins=("grid_forecast_ewma", "grid_scoring", "grid_victims"))
+    ctl = Controller(plugins=plugins, store=MemoryStore())
+    now = 1_790_000_000.0
+    ctl.put_profile(ModelProfile(model_id="coder", memory_mb=1000,
+                                 workload_scores={"coding": 1.0}), now)
+    ctl.put_profile(ModelProfile(model_id="giant-coder", memory_mb=900_000,
+                                 workload_scores={"coding": 1.0}), now)  # fits no host
+    ctl.put_profile(ModelProfile(model_id="general", memory_mb=500,
+                                 workload_scores={"coding": 0.4}), now)
+    host = HostSnapshot(host_id="h1", capacity_mb=16_000, runtimes=("llama.cpp",),
+                        heartbeat_age_s=1.0)
+    ctl.tick(now, [host])
+    for i in range(30):
+        ctl.observe_request(RequestFeatures(at=now + i, endpoint="chat", requested_model="auto",
+                                            workload="coding", outcome="unavailable"))
+    result = ctl.tick(now + 40, [host])
+    assert ctl.last_forecasts["coder"].request_rate_rps > 0
+    assert ctl.last_forecasts["giant-coder"].request_rate_rps == 0
+    assert ctl.last_forecasts["general"].request_rate_rps == 0
+    assert result.plan.desired["coder"] >= 1

@@ -64,7 +64,7 @@ def test_the_map_agrees_with_the_single_lookup() -> None:
     assert mapping == {"coding": "small-coder", "general": "generalist"}
 
 
-def test_the_lab_hands_unbound_requests_raw_to_a_portfolio_plugin(lab) -> None:
+def test_the_controller_projects_unbound_requests_unless_a_portfolio_plugin_does(lab) -> None:
     from grid_core import hookimpl
     from grid_core.scenario.catalog import build_catalog
     from grid_core.scenario.strategies import ControllerControl
@@ -77,8 +77,8 @@ def test_the_lab_hands_unbound_requests_raw_to_a_portfolio_plugin(lab) -> None:
 
     profiles = tuple(e.profile for e in build_catalog(3))
     plain = ControllerControl("smart", lab.plugins, lab.store_factory(), profiles, 0.0)
-    assert plain.pre_project
+    assert not plain.ctl._portfolio_plugin
     with_portfolio = plugins_with(("portfolio", Portfolio()),
                                   builtins=("grid_scoring", "grid_victims"))
     switched = ControllerControl("smart", with_portfolio, lab.store_factory(), profiles, 0.0)
-    assert not switched.pre_project
+    assert switched.ctl._portfolio_plugin
