@@ -43,6 +43,8 @@ TRICKLE_INTERVAL_S = 2.0
 """Seconds between low-priority requests during the burst: keeps that model genuinely
 wanted, so the fleet is full of demanded work and the burst needs preemption."""
 OBSERVE_S = observe.POLL_S
+MIN_HOSTS = 2
+"""One host holds exactly one replica: the cold-model phase needs a second host."""
 
 
 class DemoFailure(GridError):
@@ -98,6 +100,10 @@ class Demo:
         self.low: ModelSpec = optional[0]
         self.high: ModelSpec = optional[-1]
         self.target = min(SCALE_TARGET, len(self.fleet.hosts), self.baseline.max_replicas)
+        if len(self.fleet.hosts) < MIN_HOSTS:
+            msg = (f"the demo needs at least {MIN_HOSTS} logical hosts (one host cannot hold "
+                   "the baseline and another model at once); start with --machines 2 or more")
+            raise DemoFailure(msg)
 
     # --- observation ------------------------------------------------------------------------
     async def _watch(self, client: httpx.AsyncClient) -> None:
@@ -242,11 +248,13 @@ class Demo:
     async def phase_d(self, client: httpx.AsyncClient) -> None:
         high = self.high
         rep, started, deadline = self._begin(
-            "d", f"priority burst: {high.model_id} (priority {high.priority}) on a full fleet")
+            "d", f"priority burst: {high.model_id} (priority {high.priority}) while the "
+                 "earlier traffic continues")
         hosts = {h.host_id for h in self.fleet.hosts}
         busy = {h for (h, _m) in self._resident()}
         rep.notes.append(f"fleet at burst start: {len(busy)}/{len(hosts)} hosts hold a replica "
                          f"({', '.join(f'{h}:{m}' for (h, m) in sorted(self._resident()))})")
+        idle = sorted(hosts - busy)
         since = time.time()
         burst: list[traffic.Outcome] = []
         async with anyio.create_task_group() as inner:
@@ -255,6 +263,14 @@ class Demo:
                                  deadline, burst)
         rep.outcomes.extend(burst)
         self._check("d", rep.outcomes)
+        if idle and len(hosts) > self.target + 1:
+            # More hosts than the workday can fill (baseline replicas plus the low-priority
+            # model): the burst fits without preemption, and the demo does not pretend
+            # otherwise.
+            rep.notes.append(f"fleet not full ({', '.join(idle)} idle): {high.model_id} was "
+                             "placed without preemption")
+            self._end(rep, started)
+            return
         await self._until("d", deadline, lambda: self._preempted(since) is not None,
                           lambda: "no lower-priority residency was drained and unloaded for "
                                   f"{high.model_id}")
