@@ -32,17 +32,33 @@ def _proven(rec: dict[str, object]) -> psutil.Process | None:
     """The server process named by ``server.json`` if its identity is proven, else None.
 
     Proof: the PID is alive, its birth time equals the recorded one, and its command line
-    carries the server marker. A reused or unrelated PID is never signalled.
+    equals the recorded one (or, for records without it, carries the server module marker).
+    A reused or unrelated PID is never signalled.
     """
     try:
         proc = psutil.Process(int(rec["pid"]))  # type: ignore[call-overload]
         if abs(proc.create_time() - float(rec["create_time"])) > 0.01:  # type: ignore[arg-type]
             return None
-        if not any(SERVER_MARKER in part for part in proc.cmdline()):
-            return None
-        return proc
+        cmdline = proc.cmdline()
+        recorded = rec.get("cmdline")
+        if isinstance(recorded, list):
+            return proc if cmdline == recorded else None
+        return proc if any(SERVER_MARKER in part for part in cmdline) else None
     except (psutil.Error, KeyError, TypeError, ValueError):
         return None
+
+
+def _gone(proc: psutil.Process, timeout_s: float) -> bool:
+    """Wait until ``proc`` has exited (a zombie awaiting its parent counts as exited)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            if proc.status() == psutil.STATUS_ZOMBIE:
+                return True
+        except psutil.NoSuchProcess:
+            return True
+        time.sleep(0.05)
+    return False
 
 
 def up(
@@ -114,11 +130,11 @@ def down() -> None:
         )
         raise CliError(msg)
     proc.send_signal(signal.SIGTERM)
-    try:
-        proc.wait(STOP_TIMEOUT_S)
-    except psutil.TimeoutExpired:
+    if not _gone(proc, STOP_TIMEOUT_S):
         proc.kill()
-        proc.wait(STOP_TIMEOUT_S)
+        if not _gone(proc, STOP_TIMEOUT_S):
+            msg = f"pid {proc.pid} did not exit after SIGKILL; inspect it manually"
+            raise CliError(msg)
     path.unlink(missing_ok=True)
     typer.echo(f"grid: stopped the server at {rec.get('url')} (pid {rec.get('pid')})")
 

@@ -59,6 +59,7 @@ def server_record(url: str, home: Path) -> dict[str, object]:
         "create_time": me.create_time(),
         "home": str(home),
         "marker": SERVER_MARKER,
+        "cmdline": me.cmdline(),
     }
 
 

@@ -190,3 +190,29 @@ def test_down_refuses_an_unproven_pid(tmp_path: Path) -> None:
     finally:
         sleeper.kill()
         sleeper.wait()
+
+
+def test_down_stops_a_foreground_grid_up(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GRID_ALLOCATOR")}
+    env["GRID_HOME"] = str(home)
+    fg = subprocess.Popen(
+        [str(GRID_BIN), "up", "--port", "0"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        assert fg.stdout is not None
+        assert "serving on" in fg.stdout.readline()
+        r = grid_cli("down", home=home)
+        assert r.returncode == 0, r.stderr
+        fg.wait(20)
+        assert not (home / "server.json").exists()
+    finally:
+        if fg.poll() is None:
+            fg.kill()
+            fg.wait()
+        if fg.stdout is not None:
+            fg.stdout.close()
