@@ -161,7 +161,12 @@ def test_watch_follows_a_load_and_ctrl_c_stops_only_the_watch(fleet):
     watch = subprocess.Popen([sys.executable, "-c", "from grid_core.cli import main; main()",
                               "test", "watch"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                              text=True, env=env)
+    lines: list[str] = []
     try:
+        assert watch.stdout is not None
+        lines.append(watch.stdout.readline())  # the banner comes right before the first read
+        assert "watching" in lines[0], lines
+        time.sleep(1.5)  # the first status read (the snapshot) is done: what follows is news
         with httpx.Client(timeout=120.0, trust_env=False) as client:
             body = {"model": high, "max_tokens": 4, "ignore_eos": True,
                     "messages": [{"role": "user", "content": "hello"}]}
@@ -175,7 +180,8 @@ def test_watch_follows_a_load_and_ctrl_c_stops_only_the_watch(fleet):
         time.sleep(2.0)  # a few status reads after the load
     finally:
         watch.send_signal(signal.SIGINT)
-        out, _ = watch.communicate(timeout=30)
+        rest, _ = watch.communicate(timeout=30)
+        out = "".join(lines) + rest
     assert watch.returncode == 0, out
     assert f"{high}" in out and "-> ready" in out, out
     assert "command warm" in out
