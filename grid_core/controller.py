@@ -17,13 +17,16 @@ Lifecycle in the server::
     result = ctl.tick(now, hosts)            # periodic + coalesced prompt ticks
     d = ctl.deliver(host_id, now, hosts, poll_revision)  # heartbeat response: selects,
                                              # durably marks, revalidates destructive work
-    ctl.acknowledge(host_id, acks, now)      # acknowledgements in heartbeats
+    ctl.acknowledge(host_id, acks, now)      # acknowledgements in heartbeats (also learns
+                                             # warm/load/fetch durations)
+    ctl.record_evaluation(m, w, sha, score, now)  # POST /allocator/evaluations
     ctl.status(now, detail=True)             # GET /allocator/status (msgspec Struct)
 """
 
 from __future__ import annotations
 
 import hashlib
+import math
 import secrets
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
@@ -48,6 +51,7 @@ from grid_core.reconcile.control import (
 )
 from grid_core.reconcile.delivery import destructive_problem, select
 from grid_core.reconcile.governor import admit, service_key
+from grid_core.reconcile.quality import MAX_LATENCY_MS, QualityBook, QualityView
 from grid_core.reconcile.reconciler import Deferred, ReconcileInputs, Withdrawal, reconcile
 from grid_core.reconcile.state import ControllerState, decode_state, encode_state
 from grid_core.reconcile.status import (
@@ -57,6 +61,7 @@ from grid_core.reconcile.status import (
     ReconcileReport,
     Revisions,
 )
+from grid_core.reconcile.timings import TimingBook, TimingView
 from grid_core.reconcile.view import fresh
 from grid_core.snapshot import HostSnapshot
 from grid_core.store import StateStore
@@ -108,6 +113,8 @@ class Controller:
         self.book = ActionBook()
         self.blocks: dict[str, list[str]] = {}
         self.demand = DemandTracker(self.policy.forecast)
+        self.quality = QualityBook()
+        self.timings = TimingBook()
         self.epoch = secrets.token_hex(8)
         self.sequence = 0
         self.generation = ""
@@ -158,6 +165,12 @@ class Controller:
         self.book = ActionBook(state.actions, state.failures)
         self.blocks = {m: list(ids) for m, ids in state.blocks.items()}
         self._order = max((a.order for a in state.actions), default=0)
+        self.quality = QualityBook(state.quality)
+        self.timings = TimingBook(state.timings)
+        dropped = (len(state.quality) - len(self.quality), len(state.timings) - len(self.timings))
+        if any(dropped):
+            self.warnings.append(f"implausible evidence discarded on restore: {dropped[0]} "
+                                 f"quality and {dropped[1]} timing rows")
         self.demand.set_configured(self.profiles)
         if state.demand is not None:
             try:
@@ -198,6 +211,7 @@ class Controller:
             failures=dict(self.book.failures),
             blocks={m: list(v) for m, v in self.blocks.items()},
             demand=self.demand.to_state(),
+            quality=self.quality.entries(), timings=self.timings.entries(),
         )
 
     def _save(self) -> bool:
@@ -251,10 +265,10 @@ class Controller:
         Raises:
             ValidationError: the profile is invalid (nothing changes).
         """
-        del now
         profile = validate_profile(profile)
         self.profiles[profile.model_id] = profile
         self.tombstones.pop(profile.model_id, None)
+        self.quality.prune(now, self.profiles)  # a new artifact revision starts uncertain
         self.demand.set_configured(self.profiles)  # count its requests from now on
         self._dirty(True)
         self._save()
@@ -272,6 +286,7 @@ class Controller:
         self.profiles.pop(model_id, None)
         self.tombstones.setdefault(model_id, now)
         self.demand.set_configured(self.profiles)  # also forgets the retired model's history
+        self.quality.prune(now, self.profiles)
         for a in self.book.active():
             if a.model_id == model_id and not a.destructive:
                 self.book.close(a, "cancelled", now, "retired")
@@ -391,7 +406,9 @@ class Controller:
         """
         revision, safety = self.dirty_revision, self.safety_revision
         self.processed_revision = revision
-        host_map = {h.host_id: h for h in hosts}
+        # Learned warm/load/fetch durations replace the profile priors per host (issue: the
+        # fastest eligible load+warm path must use what the nodes actually measured).
+        host_map = {h.host_id: h for h in self.timings.apply(hosts, self.profiles, now)}
         self.last_hosts = host_map
         self._projection = projection_map(
             sorted({w for p in self.profiles.values() for w in p.workload_scores}),
@@ -571,6 +588,7 @@ class Controller:
             outcomes.append(outcome)
             if outcome in ("applied", "late"):
                 changed = True
+                self._learn_timing(ack, now)
                 if ack.status != "running":
                     for model, ids in list(self.blocks.items()):
                         if ack.action_id in ids:
@@ -581,6 +599,68 @@ class Controller:
             self._dirty(True)
             self._save()
         return outcomes
+
+    def _learn_timing(self, ack: Acknowledgement, now: float) -> None:
+        """Fold a successful load/warm receipt's duration into the learned timings."""
+        a = self.book.get(ack.action_id)
+        if a is None or ack.status != "succeeded":
+            return
+        self.timings.observe(host_id=a.host_id, model_id=a.model_id, sha=a.artifact_sha256,
+                             kind=a.kind, artifact_fetched=a.artifact_fetched,
+                             duration_s=ack.duration_seconds, now=now)
+
+    # --- quality evidence ---------------------------------------------------------------
+    def record_evaluation(self, model_id: str, workload: str, artifact_sha256: str | None,
+                          score: float, now: float, *,
+                          latency_ms: float | None = None) -> QualityView:
+        """Record one labelled evaluation of ``model_id`` on ``workload`` (durable).
+
+        Evidence is keyed by (model, workload, artifact SHA-256); confidence reaches full
+        weight after eight fresh evaluations and every sample's weight halves each seven
+        days (specification, "Proactive observation and portfolio planning").
+
+        Args:
+            model_id: a configured model.
+            workload: the workload name the evaluation measured.
+            artifact_sha256: the evaluated revision; ``None`` means the configured one.
+            score: quality in [0, 1].
+            now: wall-clock seconds.
+            latency_ms: optional evaluation latency in milliseconds (0 .. one hour).
+
+        Returns:
+            The model/workload's evidence after this evaluation.
+
+        Raises:
+            NotFoundError: no profile has ``model_id``.
+            ConflictError: ``artifact_sha256`` differs from the profile's artifact_sha256.
+            ValidationError: ``score`` outside [0, 1], a bad latency or an empty workload
+                (nothing is recorded).
+        """
+        profile = self.profiles.get(model_id)
+        if profile is None:
+            msg = f"evaluation: model '{model_id}' has no profile; set one first"
+            raise NotFoundError(msg)
+        configured = profile.artifact_sha256
+        if artifact_sha256 is not None and artifact_sha256.lower() != configured:
+            msg = (f"evaluation: artifact_sha256 {artifact_sha256[:12]}… does not match the "
+                   f"configured artifact_sha256 of '{model_id}' "
+                   f"({configured[:12] + '…' if configured else 'none declared'}); evaluate "
+                   "the configured artifact or update the profile first")
+            raise ConflictError(msg)
+        if not workload:
+            raise ValidationError("evaluation: 'workload' must be a non-empty name")
+        if not (isinstance(score, int | float) and math.isfinite(score) and 0 <= score <= 1):
+            raise ValidationError(f"evaluation: 'score' {score!r} must be a number in [0, 1]")
+        if latency_ms is not None and not (
+                math.isfinite(latency_ms) and 0.0 <= latency_ms <= MAX_LATENCY_MS):
+            msg = f"evaluation: 'latency_ms' must be in [0, {MAX_LATENCY_MS:.0f}] ms"
+            raise ValidationError(msg)
+        self.quality.record(model_id=model_id, workload=workload, sha=configured,
+                            score=float(score), latency_ms=latency_ms, now=now)
+        self.dirty_revision += 1  # new evidence forces a fresh solve
+        self._save()
+        return next(v for v in self.quality.views(self.profiles, now)
+                    if v.model_id == model_id and v.workload == workload)
 
     # --- status -------------------------------------------------------------------------
     def status(self, now: float, detail: bool = False) -> ControllerStatus:
@@ -620,4 +700,6 @@ class Controller:
             state_warning=self.state_warning, warnings=list(self.warnings[-16:]),
             restart_grace_until=grace,
             history=[ActionView.of(a) for a in finished[:STATUS_HISTORY if detail else 8]],
+            quality=self.quality.views(self.profiles, now),
+            timings=[TimingView.of(e, now) for e in self.timings.entries()] if detail else [],
         )

@@ -15,7 +15,7 @@ import msgspec
 from litestar import Request, Response, delete, get, post, put
 from litestar.handlers import HTTPRouteHandler
 
-from grid_core.errors import ConflictError, NotFoundError, UnavailableError, ValidationError
+from grid_core.errors import NotFoundError, ValidationError
 from grid_core.profile import WORKLOAD_NAME, profile_from_json
 from grid_core.wire import OPERATOR_HEADER
 from grid_server.auth import MAX_NODE_CREDENTIAL_TTL_S, NODE_CREDENTIAL_TTL_S, bearer, new_host_id
@@ -122,31 +122,35 @@ def allocator_routes(ctx: ServerContext) -> list[HTTPRouteHandler]:
         operator(request)
         doc = decode_object(await read_limited(request, MAX_CONTROL_BODY_BYTES), "evaluation")
         model_id, workload, score, sha = _evaluation_fields(doc)
-        profile = ctx.runner.profiles.get(model_id)
-        if profile is None:
-            msg = f"evaluation: model '{model_id}' has no profile; set one first"
-            raise NotFoundError(msg)
-        if sha is not None and sha != profile.artifact_sha256:
-            msg = (
-                f"evaluation: artifact_sha256 does not match the configured revision of "
-                f"'{model_id}'; evaluate the configured artifact"
+        latency = doc.get("latency_ms")
+        if latency is not None and (
+            not isinstance(latency, int | float)
+            or isinstance(latency, bool)
+            or not math.isfinite(latency)
+            or latency < 0
+        ):
+            raise ValidationError("evaluation: 'latency_ms' must be a non-negative number")
+        now = ctx.runner.clock()
+        # The controller owns the profile lookup (404) and the revision check (409).
+        evidence = await ctx.runner.call(
+            lambda: ctx.runner.ctl.record_evaluation(
+                model_id,
+                workload,
+                sha,
+                score,
+                now,
+                latency_ms=None if latency is None else float(latency),
             )
-            raise ConflictError(msg)
-        record = getattr(ctx.runner.ctl, "record_evaluation", None)
-        if record is None:
-            msg = "evaluation: this controller does not accept quality evidence yet"
-            raise UnavailableError(msg)
-        now = time.time()
-        sha = sha or profile.artifact_sha256
-        await ctx.runner.call(lambda: record(model_id, workload, sha, score, now))
+        )
         ctx.runner.poke()
         return json_response(
             {
                 "model_id": model_id,
                 "workload": workload,
                 "score": score,
-                "artifact_sha256": sha,
+                "artifact_sha256": evidence.artifact_sha256,
                 "recorded": True,
+                "evidence": msgspec.to_builtins(evidence),
             }
         )
 

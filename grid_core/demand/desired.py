@@ -14,15 +14,13 @@ import math
 from grid_core.demand.series import Forecast, ForecastPolicy
 from grid_core.demand.types import ModelDemand
 from grid_core.profile import ModelProfile
-from grid_core.snapshot import HostSnapshot
+from grid_core.snapshot import HostSnapshot, ModelPerformance
 
 EPSILON = 1e-9
 """Guards ceil() against float noise (3.0000000001 replicas is 3, not 4)."""
 QUEUE_PRESSURE = 0.5
 """Queued requests (engine-reported plus mean measured waiting) that count as queue pressure:
 half a request waiting on average is real backlog, millisecond routing waits are not."""
-LIVE_SAMPLES_FOR_AUTHORITY = 4
-"""Learned load/warm times replace the profile's estimate after this many samples."""
 MAX_LEARNED_S = 3600.0
 """Learned durations above an hour are implausible reports and are ignored."""
 
@@ -32,6 +30,25 @@ def learned_s(value: float | None, prior: float) -> float:
     if value is None or not math.isfinite(value) or not 0.0 <= value <= MAX_LEARNED_S:
         return prior
     return value
+
+
+def startup_path_s(profile: ModelProfile, perf: ModelPerformance | None, cached: bool) -> float:
+    """Seconds from nothing to a ready replica on one host (load phase + warm phase).
+
+    The learned values in ``perf`` are already blended with the profile's priors by the
+    controller (authoritative after enough samples, keyed to the artifact revision). Cached
+    exact weights skip the load phase; otherwise a profile with an autonomous artifact source
+    pays the learned *fetch* time (a verify-only load time would pretend the network transfer
+    is instant), and one without pays the learned verify-only load time. Anything missing or
+    implausible falls back to the profile's prior.
+    """
+    warm = learned_s(perf.warm_s if perf is not None else None, profile.warm_estimate_s)
+    if cached:
+        return warm
+    if perf is None:
+        return warm + profile.load_estimate_s
+    phase = perf.fetch_s if profile.artifact_source is not None else perf.load_s
+    return warm + learned_s(phase, profile.load_estimate_s)
 
 
 def eligible_hosts(hosts: list[HostSnapshot], planner_policy: object | None) -> list[bool]:
@@ -47,9 +64,9 @@ def startup_horizon_s(profile: ModelProfile, hosts: list[HostSnapshot],
                       eligible: list[bool]) -> float:
     """Fastest eligible next replica's load+warm time (seconds).
 
-    Cached exact weights skip the load phase; learned per-host times replace the profile's
-    priors once they carry enough samples. Hosts already running the model do not count
-    (they are not a *next* replica). Without any candidate the profile's priors are used.
+    Cached exact weights skip the load phase; learned per-host times (see
+    :func:`startup_path_s`) replace the profile's priors. Hosts already running the model do
+    not count (they are not a *next* replica). Without any candidate the profile's priors are used.
     """
     from grid_core.planner.eligibility import incompatibility
 
@@ -60,14 +77,10 @@ def startup_horizon_s(profile: ModelProfile, hosts: list[HostSnapshot],
         res = host.residency(profile.model_id)
         if res is not None and res.state in ("loading", "warming", "ready"):
             continue
-        perf = host.performance.get(profile.model_id)
-        learned = perf is not None and perf.samples >= LIVE_SAMPLES_FOR_AUTHORITY
-        warm = learned_s(perf.warm_s if learned else None, profile.warm_estimate_s)
-        load = learned_s(perf.load_s if learned else None, profile.load_estimate_s)
         cached = profile.model_id in host.cached and (
             profile.artifact_sha256 is None
             or host.cached[profile.model_id] == profile.artifact_sha256)
-        total = warm + (0.0 if cached else load)
+        total = startup_path_s(profile, host.performance.get(profile.model_id), cached)
         best = total if best is None else min(best, total)
     return best if best is not None else profile.load_estimate_s + profile.warm_estimate_s
 

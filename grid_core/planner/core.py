@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import msgspec
 
-from grid_core.demand.desired import learned_s
+from grid_core.demand.desired import startup_path_s
 from grid_core.demand.types import ModelDemand
 from grid_core.planner.eligibility import SERVING_STATES, host_signature, incompatibility
 from grid_core.planner.ledger import Ledger, Placed
@@ -128,13 +128,12 @@ class PlanState:
         p, host, book = self.profiles[mi], self.hosts[hi], self.ledger.books[hi]
         perf = host.performance.get(p.model_id)
         cached = self.ledger.cached(mi, hi)
-        warm = learned_s(perf.warm_s if perf is not None else None, p.warm_estimate_s)
-        load = learned_s(perf.load_s if perf is not None else None, p.load_estimate_s)
         return ScoreContext(
             now=self.now, demand=self.demand[mi], memory_mb=self.ledger.memory(mi, hi)[1],
             allocatable_mb=self.alloc[hi], free_mb=min(book.inc_free, book.raw_free),
             domain_new=domain_new, speed_weight=self.weights[mi], cached=cached,
-            resident=self.res_maps[hi].get(p.model_id), startup_s=warm + (0.0 if cached else load),
+            resident=self.res_maps[hi].get(p.model_id),
+            startup_s=startup_path_s(p, perf, cached),
             scarcity=scarcity)
 
     def prepare_scarcity(self) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from grid_core.demand.desired import startup_path_s
 from grid_core.planner.core import PlanState, serving_incumbents
 from grid_core.planner.eligibility import MEMORY_STATES
 from grid_core.planner.preemption import (
@@ -358,7 +359,8 @@ def _victim_pool(state: PlanState, mi: int, hi: int):
         warm = 0.0
         if kept:
             q = state.profiles[vmi]
-            warm = q.load_estimate_s + q.warm_estimate_s
+            # Learned per-host timings (controller-blended with the priors) price warm-back.
+            warm = startup_path_s(q, host.performance.get(q.model_id), False)
         cands.append(VictimCandidate(
             model_id=r.model_id, host_id=host.host_id, memory_mb=r.memory_mb,
             desired_mb=book.models[vmi].raw_mb if kept else 0, priority=prio, state=r.state,

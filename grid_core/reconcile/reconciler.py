@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 import msgspec
 
+from grid_core.demand.desired import startup_path_s
 from grid_core.planner.types import Assignment, Eviction, Plan
 from grid_core.profile import ModelProfile
 from grid_core.reconcile.actions import Action, ActionBook, ServiceClass, failure_key
@@ -164,12 +165,7 @@ def _service_class(index: int, profile: ModelProfile, a: Assignment) -> ServiceC
 
 
 def _cold_path_s(host: HostSnapshot, profile: ModelProfile, cached: bool) -> float:
-    perf = host.performance.get(profile.model_id)
-    warm = perf.warm_s if perf is not None and perf.warm_s is not None else profile.warm_estimate_s
-    if cached:
-        return warm
-    load = perf.load_s if perf is not None and perf.load_s is not None else profile.load_estimate_s
-    return load + warm
+    return startup_path_s(profile, host.performance.get(profile.model_id), cached)
 
 
 class _Gate:

@@ -15,6 +15,8 @@ import msgspec
 from grid_core.errors import StateError
 from grid_core.profile import ModelProfile, validate_profile
 from grid_core.reconcile.actions import Action, FailureRecord
+from grid_core.reconcile.quality import QualityEvidence
+from grid_core.reconcile.timings import LearnedTiming
 from grid_core.wire import Mode
 
 STATE_SCHEMA = "grid-controller-state/1"
@@ -34,6 +36,8 @@ class ControllerState(msgspec.Struct, kw_only=True):
         failures: backoff records keyed by (kind, host, model).
         blocks: model id → withdrawn delivered destructive action ids awaiting a receipt.
         demand: the demand tracker's own state document (opaque here).
+        quality: labelled quality evidence (model, workload, artifact revision).
+        timings: learned warm/load/fetch durations (host, model, artifact revision, phase).
     """
 
     schema: Literal["grid-controller-state/1"] = STATE_SCHEMA
@@ -46,6 +50,8 @@ class ControllerState(msgspec.Struct, kw_only=True):
     failures: dict[str, FailureRecord] = {}
     blocks: dict[str, list[str]] = {}
     demand: dict[str, object] | None = None
+    quality: list[QualityEvidence] = []
+    timings: list[LearnedTiming] = []
 
 
 _encoder = msgspec.json.Encoder()

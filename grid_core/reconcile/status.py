@@ -14,7 +14,9 @@ import msgspec
 from grid_core.planner.types import Plan, Unmet
 from grid_core.profile import ModelProfile
 from grid_core.reconcile.actions import Action
+from grid_core.reconcile.quality import QualityView
 from grid_core.reconcile.reconciler import Deferred, Proposal, Withdrawal
+from grid_core.reconcile.timings import TimingView
 from grid_core.snapshot import ResidencySnapshot
 from grid_core.wire import Mode
 
@@ -139,3 +141,7 @@ class ControllerStatus(msgspec.Struct, kw_only=True):
     warnings: list[str]
     restart_grace_until: float | None
     history: list[ActionView]
+    quality: list[QualityView] = []
+    """Labelled quality evidence of each configured model's current artifact revision."""
+    timings: list[TimingView] = []
+    """Learned lifecycle durations by host, model, artifact revision and phase."""
