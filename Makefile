@@ -22,12 +22,15 @@ engine: venv
 
 # The main job: a 4-host logical fleet of real llama-server engines, the self-checking demo
 # and its report, then a clean stop. KEEP=1 leaves the fleet running (stop: grid test stop).
+# PORT / ENGINE_PORT_BASE move the fleet's API and engine ports when the defaults are taken.
+PORT             ?= 22100
+ENGINE_PORT_BASE ?= 22200
 demo: engine
-	$(BIN)/grid test start --machines 4
+	$(BIN)/grid test start --machines 4 --port $(PORT) --engine-port-base $(ENGINE_PORT_BASE)
 	@status=0; $(BIN)/grid test demo || status=$$?; \
 	if [ -z "$(KEEP)" ]; then $(BIN)/grid test stop || status=$$?; \
 	else echo "grid: the fleet keeps running (KEEP=1); try '$(BIN)/grid test status'," \
-	  "'$(BIN)/grid chat -m tiny-general.gguf hello --grid http://127.0.0.1:22100'," \
+	  "'$(BIN)/grid chat -m tiny-general.gguf hello --grid http://127.0.0.1:$(PORT)'," \
 	  "and stop it with '$(BIN)/grid test stop'"; fi; \
 	exit $$status
 
