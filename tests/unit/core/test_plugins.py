@@ -18,7 +18,7 @@ from grid_core.testing import builtin_entry_points, plugins_with
 
 BUILTINS = {
     "grid_forecast_ewma", "grid_scoring", "grid_victims", "grid_classifier", "grid_llamacpp",
-    "grid_lab", "grid_bench", "grid_server", "grid_node",
+    "grid_lab", "grid_bench", "grid_server", "grid_node", "grid_fleet",
 }
 
 
