@@ -55,9 +55,13 @@ class QualityEvidence(msgspec.Struct, kw_only=True):
     def plausible(self) -> bool:
         """Whether a restored row is usable."""
         nums = (self.score, self.weight, self.latency_weight, self.updated_at)
-        return (all(math.isfinite(v) for v in nums) and 0.0 <= self.score <= 1.0
-                and self.weight > 0.0 and self.latency_weight >= 0.0
-                and (self.latency_ms is None or 0.0 <= self.latency_ms <= MAX_LATENCY_MS))
+        return (
+            all(math.isfinite(v) for v in nums)
+            and 0.0 <= self.score <= 1.0
+            and self.weight > 0.0
+            and self.latency_weight >= 0.0
+            and (self.latency_ms is None or 0.0 <= self.latency_ms <= MAX_LATENCY_MS)
+        )
 
 
 def decay(weight: float, since: float, now: float) -> float:
@@ -106,14 +110,28 @@ class QualityBook:
         """The entry for one key, if any."""
         return self._by_key.get((model_id, workload, sha or ""))
 
-    def record(self, *, model_id: str, workload: str, sha: str | None, score: float,
-               latency_ms: float | None, now: float) -> QualityEvidence:
+    def record(
+        self,
+        *,
+        model_id: str,
+        workload: str,
+        sha: str | None,
+        score: float,
+        latency_ms: float | None,
+        now: float,
+    ) -> QualityEvidence:
         """Fold one evaluation in (inputs already validated) and return the entry."""
         key = (model_id, workload, sha or "")
         cur = self._by_key.get(key)
         if cur is None:
-            cur = QualityEvidence(model_id=model_id, workload=workload, artifact_sha256=sha,
-                                  score=score, weight=1.0, updated_at=now)
+            cur = QualityEvidence(
+                model_id=model_id,
+                workload=workload,
+                artifact_sha256=sha,
+                score=score,
+                weight=1.0,
+                updated_at=now,
+            )
             if latency_ms is not None:
                 cur.latency_ms, cur.latency_weight = latency_ms, 1.0
         else:
@@ -137,13 +155,13 @@ class QualityBook:
         for k, e in list(self._by_key.items()):
             faded = decay(e.weight, e.updated_at, now) < QUALITY_FORGET_WEIGHT
             stale = profiles is not None and (
-                e.model_id not in profiles
-                or (profiles[e.model_id].artifact_sha256 or "") != k[2])
+                e.model_id not in profiles or (profiles[e.model_id].artifact_sha256 or "") != k[2]
+            )
             if faded or stale:
                 del self._by_key[k]
         if len(self._by_key) > MAX_QUALITY_ENTRIES:
             order = sorted(self._by_key, key=lambda k: (self._by_key[k].updated_at, k))
-            for k in order[:len(self._by_key) - MAX_QUALITY_ENTRIES]:
+            for k in order[: len(self._by_key) - MAX_QUALITY_ENTRIES]:
                 del self._by_key[k]
 
     def views(self, profiles: Mapping[str, ModelProfile], now: float) -> list[QualityView]:
@@ -154,10 +172,16 @@ class QualityBook:
             if p is None or (p.artifact_sha256 or "") != sha:
                 continue
             n = decay(e.weight, e.updated_at, now)
-            out.append(QualityView(
-                model_id=mid, workload=workload, artifact_sha256=e.artifact_sha256,
-                score=round(e.score, 4), effective_samples=round(n, 4),
-                confidence=round(min(1.0, n / QUALITY_FULL_SAMPLES), 4),
-                age_s=round(max(0.0, now - e.updated_at), 3),
-                latency_ms=None if e.latency_ms is None else round(e.latency_ms, 3)))
+            out.append(
+                QualityView(
+                    model_id=mid,
+                    workload=workload,
+                    artifact_sha256=e.artifact_sha256,
+                    score=round(e.score, 4),
+                    effective_samples=round(n, 4),
+                    confidence=round(min(1.0, n / QUALITY_FULL_SAMPLES), 4),
+                    age_s=round(max(0.0, now - e.updated_at), 3),
+                    latency_ms=None if e.latency_ms is None else round(e.latency_ms, 3),
+                )
+            )
         return out

@@ -62,8 +62,12 @@ class LearnedTiming(msgspec.Struct, kw_only=True):
 
     def plausible(self) -> bool:
         """Whether a restored row is usable (finite, in range, at least one sample)."""
-        return (math.isfinite(self.mean_s) and 0.0 <= self.mean_s <= MAX_REPORTED_S
-                and 1 <= self.samples <= TIMING_WINDOW and math.isfinite(self.updated_at))
+        return (
+            math.isfinite(self.mean_s)
+            and 0.0 <= self.mean_s <= MAX_REPORTED_S
+            and 1 <= self.samples <= TIMING_WINDOW
+            and math.isfinite(self.updated_at)
+        )
 
 
 def phase_of(kind: str, artifact_fetched: bool) -> Phase | None:
@@ -77,8 +81,7 @@ def phase_of(kind: str, artifact_fetched: bool) -> Phase | None:
 
 def valid_duration(seconds: float | None) -> bool:
     """A usable report: present, finite, non-negative and at most one hour."""
-    return (seconds is not None and math.isfinite(seconds)
-            and 0.0 <= seconds <= MAX_REPORTED_S)
+    return seconds is not None and math.isfinite(seconds) and 0.0 <= seconds <= MAX_REPORTED_S
 
 
 def blend(entry: LearnedTiming | None, prior: float, now: float) -> float | None:
@@ -103,8 +106,7 @@ class TimingBook:
                 self._by_key[self._key(e.host_id, e.model_id, e.artifact_sha256, e.phase)] = e
 
     @staticmethod
-    def _key(host_id: str, model_id: str, sha: str | None,
-             phase: str) -> tuple[str, str, str, str]:
+    def _key(host_id: str, model_id: str, sha: str | None, phase: str) -> tuple[str, str, str, str]:
         return (host_id, model_id, sha or "", phase)
 
     def __len__(self) -> int:
@@ -114,13 +116,23 @@ class TimingBook:
         """Every entry in key order (the durable form)."""
         return [self._by_key[k] for k in sorted(self._by_key)]
 
-    def get(self, host_id: str, model_id: str, sha: str | None,
-            phase: Phase) -> LearnedTiming | None:
+    def get(
+        self, host_id: str, model_id: str, sha: str | None, phase: Phase
+    ) -> LearnedTiming | None:
         """The entry for one key, if any (expired ones included; see :func:`blend`)."""
         return self._by_key.get(self._key(host_id, model_id, sha, phase))
 
-    def observe(self, *, host_id: str, model_id: str, sha: str | None, kind: str,
-                artifact_fetched: bool, duration_s: float | None, now: float) -> bool:
+    def observe(
+        self,
+        *,
+        host_id: str,
+        model_id: str,
+        sha: str | None,
+        kind: str,
+        artifact_fetched: bool,
+        duration_s: float | None,
+        now: float,
+    ) -> bool:
         """Fold one successful action receipt in; returns whether it was accepted.
 
         Args:
@@ -138,8 +150,15 @@ class TimingBook:
         key = self._key(host_id, model_id, sha, phase)
         cur = self._by_key.get(key)
         if cur is None or now - cur.updated_at > TIMING_EXPIRY_S:
-            cur = LearnedTiming(host_id=host_id, model_id=model_id, artifact_sha256=sha,
-                                phase=phase, mean_s=duration_s, samples=1, updated_at=now)
+            cur = LearnedTiming(
+                host_id=host_id,
+                model_id=model_id,
+                artifact_sha256=sha,
+                phase=phase,
+                mean_s=duration_s,
+                samples=1,
+                updated_at=now,
+            )
         else:
             n = min(TIMING_WINDOW, cur.samples + 1)
             cur.mean_s += (duration_s - cur.mean_s) / n
@@ -155,11 +174,12 @@ class TimingBook:
             del self._by_key[k]
         if len(self._by_key) > MAX_TIMING_ENTRIES:
             order = sorted(self._by_key, key=lambda k: (self._by_key[k].updated_at, k))
-            for k in order[:len(self._by_key) - MAX_TIMING_ENTRIES]:
+            for k in order[: len(self._by_key) - MAX_TIMING_ENTRIES]:
                 del self._by_key[k]
 
-    def performance(self, host_id: str, profile: ModelProfile,
-                    now: float) -> tuple[float | None, float | None, float | None]:
+    def performance(
+        self, host_id: str, profile: ModelProfile, now: float
+    ) -> tuple[float | None, float | None, float | None]:
         """(warm_s, load_s, fetch_s) to plan with for ``profile`` on ``host_id``.
 
         Only samples of the profile's current artifact revision count, so a checksum change
@@ -167,16 +187,14 @@ class TimingBook:
         """
         sha = profile.artifact_sha256
         return (
-            blend(self.get(host_id, profile.model_id, sha, "warm"),
-                  profile.warm_estimate_s, now),
-            blend(self.get(host_id, profile.model_id, sha, "load"),
-                  profile.load_estimate_s, now),
-            blend(self.get(host_id, profile.model_id, sha, "fetch"),
-                  profile.load_estimate_s, now),
+            blend(self.get(host_id, profile.model_id, sha, "warm"), profile.warm_estimate_s, now),
+            blend(self.get(host_id, profile.model_id, sha, "load"), profile.load_estimate_s, now),
+            blend(self.get(host_id, profile.model_id, sha, "fetch"), profile.load_estimate_s, now),
         )
 
-    def apply(self, hosts: Iterable[HostSnapshot], profiles: Mapping[str, ModelProfile],
-              now: float) -> list[HostSnapshot]:
+    def apply(
+        self, hosts: Iterable[HostSnapshot], profiles: Mapping[str, ModelProfile], now: float
+    ) -> list[HostSnapshot]:
         """Hosts with learned timings written into ``performance`` (others unchanged).
 
         Server-measured latency and throughput already in the snapshot are kept; only the
@@ -216,7 +234,13 @@ class TimingView(msgspec.Struct, frozen=True, kw_only=True):
     @classmethod
     def of(cls, e: LearnedTiming, now: float) -> TimingView:
         """The view of one entry at ``now``."""
-        return cls(host_id=e.host_id, model_id=e.model_id, artifact_sha256=e.artifact_sha256,
-                   phase=e.phase, mean_s=round(e.mean_s, 3), samples=e.samples,
-                   authoritative=e.samples >= TIMING_AUTHORITY_SAMPLES,
-                   age_s=round(max(0.0, now - e.updated_at), 3))
+        return cls(
+            host_id=e.host_id,
+            model_id=e.model_id,
+            artifact_sha256=e.artifact_sha256,
+            phase=e.phase,
+            mean_s=round(e.mean_s, 3),
+            samples=e.samples,
+            authoritative=e.samples >= TIMING_AUTHORITY_SAMPLES,
+            age_s=round(max(0.0, now - e.updated_at), 3),
+        )

@@ -139,8 +139,14 @@ def test_acknowledged_warm_duration_is_learned_and_persisted(grid: Grid) -> None
     def learned(g: Grid) -> list[tuple[str, str, str | None, str, float, int]]:
         rows = controller_status(g, detail=True)["timings"]
         return [
-            (r["host_id"], r["model_id"], r["artifact_sha256"], r["phase"], r["mean_s"],
-             r["samples"])
+            (
+                r["host_id"],
+                r["model_id"],
+                r["artifact_sha256"],
+                r["phase"],
+                r["mean_s"],
+                r["samples"],
+            )
             for r in rows
         ]
 

@@ -169,24 +169,24 @@ def test_evidence_survives_a_restart(tmp_path: Path) -> None:
 def test_the_book_is_bounded_and_drops_the_stalest() -> None:
     book = QualityBook()
     for i in range(MAX_QUALITY_ENTRIES + 10):
-        book.record(model_id="m", workload=f"w{i}", sha=None, score=0.5, latency_ms=None,
-                    now=NOW + i)
+        book.record(
+            model_id="m", workload=f"w{i}", sha=None, score=0.5, latency_ms=None, now=NOW + i
+        )
     assert len(book) == MAX_QUALITY_ENTRIES
     assert book.get("m", "w0", None) is None
     assert book.get("m", f"w{MAX_QUALITY_ENTRIES + 9}", None) is not None
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.lists(st.tuples(st.floats(0.0, 1.0), st.floats(0.0, 30 * DAY)), min_size=1,
-                max_size=20))
+@given(st.lists(st.tuples(st.floats(0.0, 1.0), st.floats(0.0, 30 * DAY)), min_size=1, max_size=20))
 def test_score_stays_within_the_inputs_and_confidence_within_the_unit_interval(
-        evals: list[tuple[float, float]]) -> None:
+    evals: list[tuple[float, float]],
+) -> None:
     book = QualityBook()
     t = NOW
     for score, gap in evals:
         t += gap
-        book.record(model_id="m", workload="coding", sha=None, score=score, latency_ms=None,
-                    now=t)
+        book.record(model_id="m", workload="coding", sha=None, score=score, latency_ms=None, now=t)
     profiles = {"m": ModelProfile(model_id="m", memory_mb=1000)}
     views = book.views(profiles, t)
     assert len(views) == 1
@@ -195,6 +195,7 @@ def test_score_stays_within_the_inputs_and_confidence_within_the_unit_interval(
     assert min(scores) - 1e-4 <= q.score <= max(scores) + 1e-4  # status rounds to 4 places
     assert 0.0 < q.confidence <= 1.0
     assert q.effective_samples <= len(evals) + 1e-9
-    assert q.confidence == pytest.approx(min(1.0, q.effective_samples / QUALITY_FULL_SAMPLES),
-                                         abs=1e-3)
+    assert q.confidence == pytest.approx(
+        min(1.0, q.effective_samples / QUALITY_FULL_SAMPLES), abs=1e-3
+    )
     assert QUALITY_HALF_LIFE_S == 7 * DAY

@@ -35,9 +35,14 @@ DAY = 86_400.0
 
 
 def profile(sha: str | None = SHA_A, source: str | None = None, **kw: object) -> ModelProfile:
-    base: dict[str, object] = {"model_id": "m", "memory_mb": 4000, "min_replicas": 1,
-                               "max_replicas": 1, "load_estimate_s": 30.0,
-                               "warm_estimate_s": 10.0}
+    base: dict[str, object] = {
+        "model_id": "m",
+        "memory_mb": 4000,
+        "min_replicas": 1,
+        "max_replicas": 1,
+        "load_estimate_s": 30.0,
+        "warm_estimate_s": 10.0,
+    }
     base.update(kw)
     if source is not None:
         base["artifact_source"] = source
@@ -46,10 +51,15 @@ def profile(sha: str | None = SHA_A, source: str | None = None, **kw: object) ->
 
 
 def host(host_id: str, **kw: object) -> HostSnapshot:
-    return HostSnapshot(host_id=host_id, capacity_mb=16_000, heartbeat_age_s=0.0,
-                        runtimes=("llama.cpp",), backends=("metal",),
-                        actuator_capabilities=("load", "warm", "drain", "unload"),
-                        **kw)  # type: ignore[arg-type]
+    return HostSnapshot(
+        host_id=host_id,
+        capacity_mb=16_000,
+        heartbeat_age_s=0.0,
+        runtimes=("llama.cpp",),
+        backends=("metal",),
+        actuator_capabilities=("load", "warm", "drain", "unload"),
+        **kw,
+    )  # type: ignore[arg-type]
 
 
 class Harness:
@@ -58,8 +68,11 @@ class Harness:
     def __init__(self, store: object | None = None, prof: ModelProfile | None = None) -> None:
         self.seen: list[PlanInputs] = []
         self.plugins = plugins_with(builtins=PLANNER_PLUGINS)
-        self.ctl = Controller(plugins=self.plugins, store=store or MemoryStore(),  # type: ignore
-                              plan_fn=self._plan)
+        self.ctl = Controller(
+            plugins=self.plugins,
+            store=store or MemoryStore(),  # type: ignore
+            plan_fn=self._plan,
+        )
         if prof is not None:
             self.ctl.put_profile(prof, NOW)
         self.n = 0
@@ -70,14 +83,35 @@ class Harness:
         self.seen.append(inputs)
         return plan(inputs, plugins)
 
-    def report(self, host_id: str, kind: str, seconds: float | None, *, fetched: bool = False,
-               status: str = "succeeded", sha: str | None = SHA_A, now: float = NOW) -> str:
+    def report(
+        self,
+        host_id: str,
+        kind: str,
+        seconds: float | None,
+        *,
+        fetched: bool = False,
+        status: str = "succeeded",
+        sha: str | None = SHA_A,
+        now: float = NOW,
+    ) -> str:
         self.n += 1
         aid = f"{kind}-{host_id}-{self.n:04d}"
-        assert self.ctl.book.add(Action(action_id=aid, kind=kind, host_id=host_id,  # type: ignore
-                                        model_id="m", artifact_sha256=sha, created_at=now))
-        ack = Acknowledgement(action_id=aid, status=status, duration_seconds=seconds,  # type: ignore
-                              artifact_fetched=fetched)
+        assert self.ctl.book.add(
+            Action(
+                action_id=aid,
+                kind=kind,
+                host_id=host_id,  # type: ignore
+                model_id="m",
+                artifact_sha256=sha,
+                created_at=now,
+            )
+        )
+        ack = Acknowledgement(
+            action_id=aid,
+            status=status,
+            duration_seconds=seconds,  # type: ignore
+            artifact_fetched=fetched,
+        )
         out = self.ctl.acknowledge(host_id, [ack], now)
         assert out == ["applied"]
         return aid
@@ -175,7 +209,8 @@ def test_learned_timings_survive_a_restart_and_show_in_status(tmp_path: Path) ->
     assert entry is not None and entry.samples == 5 and entry.mean_s == pytest.approx(90.0)
     rows = again.ctl.status(NOW + 60, detail=True).timings
     assert [(r.host_id, r.phase, r.samples, r.authoritative, r.age_s) for r in rows] == [
-        ("h1", "fetch", 5, True, 60.0)]
+        ("h1", "fetch", 5, True, 60.0)
+    ]
     assert again.perf("h1").fetch_s == pytest.approx(90.0)  # type: ignore[union-attr]
 
 
@@ -234,8 +269,15 @@ def test_startup_path_uses_fetch_only_when_the_profile_can_fetch() -> None:
 def test_the_book_is_bounded() -> None:
     book = TimingBook()
     for i in range(MAX_TIMING_ENTRIES + 5):
-        book.observe(host_id=f"h{i}", model_id="m", sha=None, kind="warm",
-                     artifact_fetched=False, duration_s=1.0, now=NOW + i)
+        book.observe(
+            host_id=f"h{i}",
+            model_id="m",
+            sha=None,
+            kind="warm",
+            artifact_fetched=False,
+            duration_s=1.0,
+            now=NOW + i,
+        )
     assert len(book) == MAX_TIMING_ENTRIES
     assert book.get("h0", "m", None, "warm") is None
 
@@ -245,8 +287,15 @@ def test_the_book_is_bounded() -> None:
 def test_the_learned_mean_stays_within_the_reported_range(samples: list[float]) -> None:
     book = TimingBook()
     for s in samples:
-        assert book.observe(host_id="h", model_id="m", sha=None, kind="warm",
-                            artifact_fetched=False, duration_s=s, now=NOW)
+        assert book.observe(
+            host_id="h",
+            model_id="m",
+            sha=None,
+            kind="warm",
+            artifact_fetched=False,
+            duration_s=s,
+            now=NOW,
+        )
     e = book.get("h", "m", None, "warm")
     assert e is not None
     assert min(samples) - 1e-6 <= e.mean_s <= max(samples) + 1e-6
