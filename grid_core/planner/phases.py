@@ -28,8 +28,7 @@ def round_key(state: PlanState, mi: int) -> tuple:
     key = state.round_keys.get(mi)
     if key is None:  # fixed for the whole plan: candidates, size, harm and id never change
         p = state.profiles[mi]
-        key = (-p.priority, len(state.cands[mi]), -p.memory_mb, harm_neg(state, mi),
-               p.model_id)
+        key = (-p.priority, len(state.cands[mi]), -p.memory_mb, harm_neg(state, mi), p.model_id)
         state.round_keys[mi] = key
     return key
 
@@ -54,8 +53,9 @@ def seed_incumbents(state: PlanState) -> None:
     ledger = state.ledger
     for mi in class_order(state, list(range(len(state.profiles)))):
         want = state.desired[mi]
-        domains_needed = min(state.required_domains(mi),
-                             len({ledger.domain_list[hi] for hi in state.cands[mi]}))
+        domains_needed = min(
+            state.required_domains(mi), len({ledger.domain_list[hi] for hi in state.cands[mi]})
+        )
         kept = 0
         seen: set[str] = set()
         for hi, res in serving_incumbents(state, mi):
@@ -99,14 +99,30 @@ def _converge_ceilings(state: PlanState) -> None:
         live = [r for r in host.residencies if r.state in MEMORY_STATES]
         over = book.max_models and len(live) > book.max_models
         kept = {state.profiles[mi].model_id for mi in book.models}
-        conflict = [r for r in live if r.model_id not in kept and r.actuatable
-                    and ledger.colocation_conflict(r.model_id, kept | {r.model_id})]
+        conflict = [
+            r
+            for r in live
+            if r.model_id not in kept
+            and r.actuatable
+            and ledger.colocation_conflict(r.model_id, kept | {r.model_id})
+        ]
         if not over and not conflict:
             continue
-        removable = [r for r in live if r.actuatable and r.model_id not in kept
-                     and not state.protected(ledger.index.get(r.model_id), r.loaded_at, r.state)]
-        removable.sort(key=lambda r: (_priority(state, r.model_id),
-                                      r.state not in ("failed", "draining"), r.model_id))
+        removable = [
+            r
+            for r in live
+            if r.actuatable
+            and r.model_id not in kept
+            and not _pinned_here(state, r.model_id, host.host_id)
+            and not state.protected(ledger.index.get(r.model_id), r.loaded_at, r.state)
+        ]
+        removable.sort(
+            key=lambda r: (
+                _priority(state, r.model_id),
+                r.state not in ("failed", "draining"),
+                r.model_id,
+            )
+        )
         excess = len(live) - book.max_models if over else 0
         chosen = [r for r in removable if r in conflict]
         for r in removable:
@@ -118,21 +134,35 @@ def _converge_ceilings(state: PlanState) -> None:
             _evict(state, r.model_id, hi, None, _priority(state, r.model_id), "ceiling")
 
 
+def _pinned_here(state: PlanState, model_id: str, host_id: str) -> bool:
+    """Pinned work is never a ceiling victim on its pinned host (invariant 7)."""
+    mi = state.ledger.index.get(model_id)
+    return mi is not None and host_id in state.profiles[mi].pins
+
+
 def _priority(state: PlanState, model_id: str) -> int:
     mi = state.ledger.index.get(model_id)
     return state.profiles[mi].priority if mi is not None else OBSOLETE_PRIORITY
 
 
-def _evict(state: PlanState, model_id: str, hi: int, beneficiary: str | None, priority: int,
-           reason: str) -> bool:
+def _evict(
+    state: PlanState, model_id: str, hi: int, beneficiary: str | None, priority: int, reason: str
+) -> bool:
     host_id = state.hosts[hi].host_id
     if (model_id, host_id) in state.evicted:
         return True
     if len(state.evictions) >= state.policy.max_evictions:
         return False
     state.evicted.add((model_id, host_id))
-    state.evictions.append(Eviction(model_id=model_id, host_id=host_id,
-                                    beneficiary=beneficiary, priority=priority, reason=reason))
+    state.evictions.append(
+        Eviction(
+            model_id=model_id,
+            host_id=host_id,
+            beneficiary=beneficiary,
+            priority=priority,
+            reason=reason,
+        )
+    )
     return True
 
 
@@ -142,8 +172,11 @@ def place_pins(state: PlanState) -> None:
     ledger = state.ledger
     pinned = [mi for mi, p in enumerate(state.profiles) if p.pins]
     for mi in class_order(state, pinned):
-        held = {ledger.hosts[hi].host_id for hi in range(len(state.hosts))
-                if mi in ledger.books[hi].models}
+        held = {
+            ledger.hosts[hi].host_id
+            for hi in range(len(state.hosts))
+            if mi in ledger.books[hi].models
+        }
         for hi in state.cands[mi]:
             if state.hosts[hi].host_id in held:
                 continue
@@ -162,13 +195,16 @@ def place_class(state: PlanState, models: list[int]) -> None:
     """
     stuck = {mi for mi in models if not state.cands[mi]}  # no host could ever take them
     for phase in ("baseline", "direct", "inferred"):
+
         def target(mi: int, phase: str = phase) -> int:
             if phase == "baseline" or (phase == "direct" and _inferred_only(state, mi)):
                 return min(state.profiles[mi].min_replicas, state.desired[mi])
             return state.desired[mi]
+
         while True:
-            active = [mi for mi in models
-                      if mi not in stuck and state.ledger.count[mi] < target(mi)]
+            active = [
+                mi for mi in models if mi not in stuck and state.ledger.count[mi] < target(mi)
+            ]
             if not active:
                 break
             _fair_round(state, active, stuck)
@@ -189,6 +225,7 @@ def _fair_round(state: PlanState, active: list[int], stuck: set[int]) -> None:
         # the round already agrees with harm and needs no replay.
         def harm_key(mi: int) -> tuple:
             return (harm_neg(state, mi), round_key(state, mi))
+
         by_harm = sorted(active, key=harm_key)
         placed_keys = [harm_key(mi) for mi, ok in zip(order, done, strict=True) if ok]
         agrees = min(harm_key(mi) for mi in failed) > max(placed_keys)
@@ -230,13 +267,15 @@ def _undo(state: PlanState, order: list[int], done: list[bool]) -> None:
 def preempt_rounds(state: PlanState, models: list[int]) -> None:
     """Stage preemptions for a class's missing replicas, one replica per model per round,
     so the eviction budget is shared fairly instead of spent on the first model."""
-    active = [mi for mi in models if state.ledger.count[mi] + state.staged.get(mi, 0)
-              < state.desired[mi]]
+    active = [
+        mi for mi in models if state.ledger.count[mi] + state.staged.get(mi, 0) < state.desired[mi]
+    ]
     while active:
         still = []
         for mi in active:
-            if preempt_for(state, mi) and (state.ledger.count[mi] + state.staged.get(mi, 0)
-                                           < state.desired[mi]):
+            if preempt_for(state, mi) and (
+                state.ledger.count[mi] + state.staged.get(mi, 0) < state.desired[mi]
+            ):
                 still.append(mi)
         active = still
 
@@ -309,8 +348,7 @@ def _cached_pool(state: PlanState, mi: int, hi: int):
     ranked = None
     if pool is not None:
         cands, need = pool
-        ranked = ((min(c.priority for c in cands), sum(c.disruption for c in cands)),
-                  cands, need)
+        ranked = ((min(c.priority for c in cands), sum(c.disruption for c in cands)), cands, need)
     state.victim_cache[(mi, hi)] = (version, ranked, _UNASKED)
     return ranked
 
@@ -325,13 +363,16 @@ def _cached_choice(state: PlanState, mi: int, hi: int):
     if answer is not _UNASKED:
         return answer
     _, cands, need = ranked
-    ctx = VictimContext(host_id=state.hosts[hi].host_id,
-                        beneficiary=state.profiles[mi].model_id,
-                        beneficiary_priority=state.profiles[mi].priority)
+    ctx = VictimContext(
+        host_id=state.hosts[hi].host_id,
+        beneficiary=state.profiles[mi].model_id,
+        beneficiary_priority=state.profiles[mi].priority,
+    )
     chosen = state.select_victims(tuple(cands), need, ctx)
     chosen = tuple(chosen) if chosen else None
-    if chosen is not None and (not all(c in cands for c in chosen)
-                               or not need.satisfied_by(chosen)):
+    if chosen is not None and (
+        not all(c in cands for c in chosen) or not need.satisfied_by(chosen)
+    ):
         chosen = None  # a selector that answers unsafely is ignored (fail closed)
     state.victim_cache[(mi, hi)] = (version, ranked, chosen)
     return chosen
@@ -351,8 +392,8 @@ def _victim_pool(state: PlanState, mi: int, hi: int):
             continue
         vmi = ledger.index.get(r.model_id)
         kept = vmi is not None and vmi in book.models
-        if vmi is not None and host.host_id in state.profiles[vmi].pins and kept:
-            continue
+        if _pinned_here(state, r.model_id, host.host_id):
+            continue  # pinned work is never preempted on its pinned host
         prio = state.profiles[vmi].priority if kept else OBSOLETE_PRIORITY
         if prio >= p.priority or state.protected(vmi, r.loaded_at, r.state):
             continue
@@ -361,10 +402,18 @@ def _victim_pool(state: PlanState, mi: int, hi: int):
             q = state.profiles[vmi]
             # Learned per-host timings (controller-blended with the priors) price warm-back.
             warm = startup_path_s(q, host.performance.get(q.model_id), False)
-        cands.append(VictimCandidate(
-            model_id=r.model_id, host_id=host.host_id, memory_mb=r.memory_mb,
-            desired_mb=book.models[vmi].raw_mb if kept else 0, priority=prio, state=r.state,
-            idle=r.active_requests == 0, warm_back_s=warm))
+        cands.append(
+            VictimCandidate(
+                model_id=r.model_id,
+                host_id=host.host_id,
+                memory_mb=r.memory_mb,
+                desired_mb=book.models[vmi].raw_mb if kept else 0,
+                priority=prio,
+                state=r.state,
+                idle=r.active_requests == 0,
+                warm_back_s=warm,
+            )
+        )
     if not cands:
         return None
     cands.sort(key=lambda c: (c.priority, c.disruption, c.warm_back_s, c.model_id))
@@ -376,8 +425,12 @@ def _victim_pool(state: PlanState, mi: int, hi: int):
     if own:
         slots = max(slots, len(present) + 1 - own)
     required = tuple(sorted(ledger.excludes.get(p.model_id, set()) & present))
-    need = VictimNeed(memory_mb=max(0, mem - book.inc_free),
-                      desired_mb=max(0, mem - book.raw_free), slots=slots, required=required)
+    need = VictimNeed(
+        memory_mb=max(0, mem - book.inc_free),
+        desired_mb=max(0, mem - book.raw_free),
+        slots=slots,
+        required=required,
+    )
     if not need.satisfied_by(cands):
         return None
     return cands, need
