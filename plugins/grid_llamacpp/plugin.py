@@ -13,6 +13,7 @@ import typer
 
 from grid_core import hookimpl
 from grid_core.cliregistry import CliRegistry
+from grid_core.errors import ValidationError
 
 
 @hookimpl
@@ -52,6 +53,11 @@ def make_model(
     from grid_llamacpp.tinymodel import TinyModelSpec
     from grid_llamacpp.tinymodel import make_model as make
 
+    parent = out.expanduser().absolute().parent
+    if not parent.is_dir():
+        # A typo in the path should fail loudly, not create a new directory tree.
+        msg = f"{out}: directory {parent} does not exist; create it first (mkdir -p {parent})"
+        raise ValidationError(msg)
     size = make(
         out,
         TinyModelSpec(name=name, layers=layers, embedding=embedding, context=context, seed=seed),

@@ -71,11 +71,21 @@ def test_default_budgets_fill_a_host_with_exactly_one_replica(cap, external):
 
 
 def _record(tmp_path: Path) -> FleetRecord:
-    models = tuple(ModelSpec(model_id=f"{n}.gguf", path=str(tmp_path / n), sha256="0" * 64,
-                             memory_mb=100, priority=p, min_replicas=r, max_replicas=1)
-                   for n, p, r in (("gen", 50, 1), ("cod", 10, 0), ("wri", 100, 0)))
-    settings = FleetSettings(machines=1, port=0, engine_port_base=23000, capacities_mb=(2048,),
-                             models=())
+    models = tuple(
+        ModelSpec(
+            model_id=f"{n}.gguf",
+            path=str(tmp_path / n),
+            sha256="0" * 64,
+            memory_mb=100,
+            priority=p,
+            min_replicas=r,
+            max_replicas=1,
+        )
+        for n, p, r in (("gen", 50, 1), ("cod", 10, 0), ("wri", 100, 0))
+    )
+    settings = FleetSettings(
+        machines=1, port=0, engine_port_base=23000, capacities_mb=(2048,), models=()
+    )
     return FleetRecord(settings=settings, url="http://127.0.0.1:1", hosts=(), models=models)
 
 
@@ -86,8 +96,7 @@ def test_trace_rows_become_arrivals_on_the_mapped_model(tmp_path):
     assert conv and all(a.model == "gen.gguf" and a.offset_s <= 60.0 for a in conv)
     assert code and all(a.model == "cod.gguf" for a in code)
     assert conv[0].offset_s == 0.0 and conv[0].context_tokens == 374
-    mapped = replay.load_trace(TRACES / "azure_llm_2023_conv.csv", 5.0, {"conv": "wri.gguf"},
-                               rec)
+    mapped = replay.load_trace(TRACES / "azure_llm_2023_conv.csv", 5.0, {"conv": "wri.gguf"}, rec)
     assert {a.model for a in mapped} == {"wri.gguf"}
     with pytest.raises(ValidationError, match="not served"):
         replay.load_trace(TRACES / "azure_llm_2023_conv.csv", 5.0, {"conv": "nope"}, rec)
@@ -95,14 +104,17 @@ def test_trace_rows_become_arrivals_on_the_mapped_model(tmp_path):
 
 def test_a_malformed_trace_row_is_named(tmp_path):
     bad = tmp_path / "conv.csv"
-    bad.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.68,1,2\n"
-                   "yesterday,3,4\n")
+    bad.write_text(
+        "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.68,1,2\nyesterday,3,4\n"
+    )
     with pytest.raises(ValidationError, match="line 3"):
         replay.load_trace(bad, 60.0, {}, _record(tmp_path))
 
 
-@pytest.mark.parametrize(("text", "seconds"), [("600", 600.0), ("90s", 90.0), ("10m", 600.0),
-                                               ("1h", 3600.0), ("2.5m", 150.0)])
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [("600", 600.0), ("90s", 90.0), ("10m", 600.0), ("1h", 3600.0), ("2.5m", 150.0)],
+)
 def test_durations(text, seconds):
     assert replay.parse_duration(text) == seconds
 
@@ -114,26 +126,65 @@ def test_bad_durations(text):
 
 
 def _status(res: dict[str, list[tuple[str, str]]], history=()) -> dict:
-    return {"controller": {
-        "hosts": [{"host_id": h, "residencies": [{"model_id": m, "state": s} for m, s in rs]}
-                  for h, rs in res.items()],
-        "history": list(history)}}
+    return {
+        "controller": {
+            "hosts": [
+                {"host_id": h, "residencies": [{"model_id": m, "state": s} for m, s in rs]}
+                for h, rs in res.items()
+            ],
+            "history": list(history),
+        }
+    }
 
 
 def test_observer_reports_each_transition_and_command_outcome_once():
     obs = observe.Observer("http://x")
-    first = obs.update(_status({"h1": [("a", "ready"), ("b", "cached")]},
-                               [{"action_id": "1", "kind": "load", "host_id": "h1",
-                                 "model_id": "a", "status": "succeeded"}]), now=1.0)
+    first = obs.update(
+        _status(
+            {"h1": [("a", "ready"), ("b", "cached")]},
+            [
+                {
+                    "action_id": "1",
+                    "kind": "load",
+                    "host_id": "h1",
+                    "model_id": "a",
+                    "status": "succeeded",
+                }
+            ],
+        ),
+        now=1.0,
+    )
     assert [(e.model_id, e.before, e.after) for e in first] == [("a", "absent", "ready")]
-    drain = {"action_id": "2", "kind": "drain", "host_id": "h1", "model_id": "a",
-             "status": "delivered", "reason": "eviction"}
+    drain = {
+        "action_id": "2",
+        "kind": "drain",
+        "host_id": "h1",
+        "model_id": "a",
+        "status": "delivered",
+        "reason": "eviction",
+    }
     evs = obs.update(_status({"h1": [("a", "draining"), ("b", "cached")]}, [drain]), now=2.0)
-    assert {(e.kind, e.before, e.after) for e in evs} == {("residency", "ready", "draining"),
-                                                          ("command", "new", "delivered")}
+    assert {(e.kind, e.before, e.after) for e in evs} == {
+        ("residency", "ready", "draining"),
+        ("command", "new", "delivered"),
+    }
     assert obs.update(_status({"h1": [("a", "draining"), ("b", "cached")]}, [drain])) == []
     gone = obs.update(_status({"h1": [("b", "cached")]}, [dict(drain, status="succeeded")]))
-    assert {(e.kind, e.after) for e in gone} == {("residency", "absent"),
-                                                 ("command", "succeeded")}
+    assert {(e.kind, e.after) for e in gone} == {("residency", "absent"), ("command", "succeeded")}
     assert observe.ready_counts(_status({"h1": [("a", "ready")], "h2": [("a", "ready")]})) == {
-        "a": 2}
+        "a": 2
+    }
+
+
+def test_summary_counts_first_attempt_503s_not_retries():
+    from grid_fleet import traffic
+
+    outs = [
+        traffic.Outcome(model="m", status=200, attempts=3, first_status=503, completion_tokens=4),
+        traffic.Outcome(model="m", status=503, attempts=1, first_status=503, error="HTTP 503"),
+        traffic.Outcome(model="m", status=200, attempts=1, first_status=200, completion_tokens=4),
+    ]
+    s = traffic.summarize(outs)
+    assert s["first_attempt_503s"] == 2
+    assert s["unavailable_503"] == 1 and s["served"] == 2
+    assert "retried_after_503" not in s

@@ -93,3 +93,15 @@ def test_unverified_source_archive_is_refused(tmp_path, monkeypatch):
 def test_a_broken_binary_does_not_count_as_installed(tmp_path):
     assert not install.works(fake_server(tmp_path / "broken", version_ok=False))
     assert os.path.exists(tmp_path / "broken")
+
+
+def test_make_model_cli_refuses_a_missing_directory_without_creating_it(tmp_path, capsys):
+    from grid_core.cli import main
+
+    missing = tmp_path / "no-such-dir"
+    with pytest.raises(SystemExit) as exc:
+        main(["test", "make-model", str(missing / "x.gguf")])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and str(missing) in err[0] and "does not exist" in err[0]
+    assert not missing.exists()
