@@ -18,7 +18,7 @@ from typing import Annotated
 
 import typer
 
-from grid_core.errors import ConflictError, UnavailableError, ValidationError
+from grid_core.errors import ConflictError, NotFoundError, UnavailableError, ValidationError
 from grid_core.protection import Override
 from grid_node.agent import AGENT_FILE, read_override, write_override
 from grid_node.config import DEFAULT_GRID_URL, check_grid_url, grid_home, parse_port_range
@@ -239,6 +239,13 @@ def status(
     rec = _agent_record(sdir) or {}
     proof = _daemon_proof(rec) if rec else None
     state = StateFile(sdir).load()
+    if not rec and state is None:
+        # Nothing was ever started here: a table of "None" fields would only mislead.
+        msg = (
+            f"no node agent in STATE_DIR {sdir}; start one with 'grid allocator node start' "
+            "(or pass --state-dir)"
+        )
+        raise NotFoundError(msg)
     override = read_override(sdir)
     doc = {
         "state_dir": str(sdir),
@@ -327,8 +334,11 @@ def stop(
                     "run node stop again later"
                 )
                 raise UnavailableError(msg)
-            typer.echo(f"node agent pid {rec['pid']} stopped")
-            typer.echo(_tail(sdir / "agent.log", 5))
+            typer.echo(f"node agent pid {rec['pid']} drained and stopped")
+            tail = _tail(sdir / "agent.log", 5)
+            if tail:
+                typer.echo(f"last lines of {sdir / 'agent.log'}:")
+                typer.echo("\n".join(f"  {line}" for line in tail.splitlines()))
             return
         if proof.status == "unproven":
             msg = (
