@@ -25,7 +25,7 @@ from pathlib import Path
 import httpx
 import msgspec
 
-from grid_core.errors import ConflictError, UnavailableError, ValidationError
+from grid_core.errors import ConflictError, GridError, UnavailableError, ValidationError
 from grid_fleet import layout
 from grid_fleet.layout import FleetRecord, FleetSettings, HostSpec, ModelSpec, ProcessRecord
 from grid_node.identity import is_gone, prove, signal_proven
@@ -91,28 +91,45 @@ def prepare_models(root: Path, settings: FleetSettings, echo: Echo) -> tuple[Mod
                 link.unlink()  # an earlier fleet's file of the same name
             if not link.exists():
                 link.symlink_to(path)
-            out.append(ModelSpec(
-                model_id=path.name, path=str(path), sha256=layout.sha256_of(path),
-                memory_mb=int(small * layout.OPERATOR_MODEL_SHARE), priority=50 - 10 * i,
-                min_replicas=1 if i == 0 else 0,
-                max_replicas=min(3, settings.machines) if i == 0 else 1))
+            out.append(
+                ModelSpec(
+                    model_id=path.name,
+                    path=str(path),
+                    sha256=layout.sha256_of(path),
+                    memory_mb=int(small * layout.OPERATOR_MODEL_SHARE),
+                    priority=50 - 10 * i,
+                    min_replicas=1 if i == 0 else 0,
+                    max_replicas=min(3, settings.machines) if i == 0 else 1,
+                )
+            )
         return tuple(out)
     from grid_llamacpp.tinymodel import TinyModelSpec, make_model
 
     for i, m in enumerate(layout.DEFAULT_MODELS):
         path = models_dir / f"{m['name']}.gguf"
         if not path.exists():
-            size = make_model(path, TinyModelSpec(
-                name=str(m["name"]), layers=int(m["layers"]),  # type: ignore[call-overload]
-                embedding=int(m["embedding"]),  # type: ignore[call-overload]
-                context=layout.MODEL_CONTEXT, seed=i))
+            size = make_model(
+                path,
+                TinyModelSpec(
+                    name=str(m["name"]),
+                    layers=int(m["layers"]),  # type: ignore[call-overload]
+                    embedding=int(m["embedding"]),  # type: ignore[call-overload]
+                    context=layout.MODEL_CONTEXT,
+                    seed=i,
+                ),
+            )
             echo(f"  made {path.name} ({size / 1e6:.1f} MB file)")
-        out.append(ModelSpec(
-            model_id=path.name, path=str(path), sha256=layout.sha256_of(path),
-            memory_mb=int(small * float(m["share"])),  # type: ignore[arg-type]
-            priority=int(m["priority"]),  # type: ignore[call-overload]
-            min_replicas=int(m["min_replicas"]),  # type: ignore[call-overload]
-            max_replicas=min(int(m["max_replicas"]), settings.machines)))  # type: ignore[call-overload]
+        out.append(
+            ModelSpec(
+                model_id=path.name,
+                path=str(path),
+                sha256=layout.sha256_of(path),
+                memory_mb=int(small * float(m["share"])),  # type: ignore[arg-type]
+                priority=int(m["priority"]),  # type: ignore[call-overload]
+                min_replicas=int(m["min_replicas"]),  # type: ignore[call-overload]
+                max_replicas=min(int(m["max_replicas"]), settings.machines),
+            )
+        )  # type: ignore[call-overload]
     return tuple(out)
 
 
@@ -131,14 +148,33 @@ def _start_server(root: Path, port: int) -> tuple[ProcessRecord, str]:
     url_file.unlink(missing_ok=True)
     policy = root / "policy.json"
     policy.write_text(json.dumps(layout.policy_document(), indent=2) + "\n")
-    argv = [sys.executable, "-m", "grid_server.serve", "--host", "127.0.0.1",
-            "--port", str(port), "--url-file", str(url_file), "--policy", str(policy),
-            "--tick-interval", "2"]
+    argv = [
+        sys.executable,
+        "-m",
+        "grid_server.serve",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--url-file",
+        str(url_file),
+        "--policy",
+        str(policy),
+        "--tick-interval",
+        "2",
+    ]
     env = dict(os.environ, GRID_HOME=str(home))
     log = (root / "server.log").open("ab")
     try:
-        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env,
-                                start_new_session=True, close_fds=True)
+        proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=log,
+            env=env,
+            start_new_session=True,
+            close_fds=True,
+        )
     finally:
         log.close()
     deadline = time.monotonic() + SERVER_START_S
@@ -150,8 +186,11 @@ def _start_server(root: Path, port: int) -> tuple[ProcessRecord, str]:
         try:
             doc = json.loads(url_file.read_text())
             if doc.get("pid") == proc.pid:
-                rec = ProcessRecord(pid=proc.pid, birth=float(doc["create_time"]),
-                                    marker=("--url-file", str(url_file)))
+                rec = ProcessRecord(
+                    pid=proc.pid,
+                    birth=float(doc["create_time"]),
+                    marker=("--url-file", str(url_file)),
+                )
                 return rec, str(doc["url"])
         except (OSError, ValueError, KeyError):
             pass
@@ -184,8 +223,9 @@ def _stop_server(rec: ProcessRecord | None, echo: Echo) -> None:
 # --- hosts --------------------------------------------------------------------------------
 def _run(argv: list[str], env: dict[str, str]) -> tuple[int, str]:
     try:
-        done = subprocess.run(argv, capture_output=True, text=True, env=env,
-                              timeout=NODE_CMD_TIMEOUT_S, check=False)
+        done = subprocess.run(
+            argv, capture_output=True, text=True, env=env, timeout=NODE_CMD_TIMEOUT_S, check=False
+        )
     except subprocess.TimeoutExpired:
         return 124, f"timed out after {NODE_CMD_TIMEOUT_S:.0f} s"
     return done.returncode, (done.stdout + done.stderr).strip()
@@ -200,20 +240,54 @@ def _start_host(root: Path, url: str, host: HostSpec) -> tuple[str, int, str]:
     # keeps N engines from spinning against each other (llama-server reads this variable).
     env.setdefault(ENGINE_THREADS_ENV, str(ENGINE_THREADS))
     if not token_file.exists():
-        code, out = _run([*grid_exe(), "allocator", "token", "write", str(token_file),
-                          "--host-id", host.host_id, "--ttl-days", str(TOKEN_TTL_S / 86400),
-                          "--grid", url], env)
+        code, out = _run(
+            [
+                *grid_exe(),
+                "allocator",
+                "token",
+                "write",
+                str(token_file),
+                "--host-id",
+                host.host_id,
+                "--ttl-days",
+                str(TOKEN_TTL_S / 86400),
+                "--grid",
+                url,
+            ],
+            env,
+        )
         if code:
             return host.host_id, code, out
-    code, out = _run([
-        *grid_exe(), "allocator", "node", "start", "--grid", url,
-        "--token-file", str(token_file), "--state-dir", str(root / "hosts" / host.host_id),
-        "--host-id", host.host_id, "--failure-domain", host.failure_domain,
-        "--port-range", f"{host.port_low}-{host.port_high}",
-        "--capacity-share", str(host.capacity_share),
-        "--models-dir", str(root / "models"), "--dedicated",
-        "--heartbeat-interval", str(layout.HEARTBEAT_INTERVAL_S),
-        "--throttle-fraction", str(layout.THROTTLED_FRACTION)], env)
+    code, out = _run(
+        [
+            *grid_exe(),
+            "allocator",
+            "node",
+            "start",
+            "--grid",
+            url,
+            "--token-file",
+            str(token_file),
+            "--state-dir",
+            str(root / "hosts" / host.host_id),
+            "--host-id",
+            host.host_id,
+            "--failure-domain",
+            host.failure_domain,
+            "--port-range",
+            f"{host.port_low}-{host.port_high}",
+            "--capacity-share",
+            str(host.capacity_share),
+            "--models-dir",
+            str(root / "models"),
+            "--dedicated",
+            "--heartbeat-interval",
+            str(layout.HEARTBEAT_INTERVAL_S),
+            "--throttle-fraction",
+            str(layout.THROTTLED_FRACTION),
+        ],
+        env,
+    )
     return host.host_id, code, out
 
 
@@ -229,8 +303,14 @@ def node_running(root: Path, host_id: str) -> bool:
     rec = node_record(root, host_id)
     if not rec or "pid" not in rec:
         return False
-    return prove(int(rec["pid"]), birth=rec.get("birth"),
-                 args=(("--instance", str(rec.get("instance"))),)).status == "proven"
+    return (
+        prove(
+            int(rec["pid"]),
+            birth=rec.get("birth"),
+            args=(("--instance", str(rec.get("instance"))),),
+        ).status
+        == "proven"
+    )
 
 
 # --- start / stop -------------------------------------------------------------------------
@@ -251,11 +331,16 @@ def start(settings: FleetSettings, echo: Echo, root: Path | None = None) -> Flee
     if existing is not None and server_proof(existing.server) == "proven":
         if existing.settings != settings:
             running = existing.settings
-            diff = [f"{f}: running {getattr(running, f)!r}, asked {getattr(settings, f)!r}"
-                    for f in running.__struct_fields__
-                    if getattr(running, f) != getattr(settings, f)]
-            msg = ("a fleet with different settings is running ("
-                   + "; ".join(diff) + "); run 'grid test stop' first")
+            diff = [
+                f"{f}: running {getattr(running, f)!r}, asked {getattr(settings, f)!r}"
+                for f in running.__struct_fields__
+                if getattr(running, f) != getattr(settings, f)
+            ]
+            msg = (
+                "a fleet with different settings is running ("
+                + "; ".join(diff)
+                + "); run 'grid test stop' first"
+            )
             raise ConflictError(msg)
         missing = [h for h in existing.hosts if not node_running(root, h.host_id)]
         if not missing:
@@ -265,24 +350,34 @@ def start(settings: FleetSettings, echo: Echo, root: Path | None = None) -> Flee
         _start_hosts(root, existing.url, tuple(missing), echo)
         return existing
     if existing is not None and server_proof(existing.server) == "unproven":
-        msg = (f"pid {existing.server.pid if existing.server else '?'} in "
-               f"{layout.record_path(root)} is alive but not provably the fleet server; "
-               "inspect it by hand")
+        msg = (
+            f"pid {existing.server.pid if existing.server else '?'} in "
+            f"{layout.record_path(root)} is alive but not provably the fleet server; "
+            "inspect it by hand"
+        )
         raise ConflictError(msg)
     hosts = layout.host_specs(settings.capacities_mb, settings.engine_port_base)
     _fresh(root)
     echo(f"grid: starting a logical fleet of {settings.machines} host(s) in {root}")
     models = prepare_models(root, settings, echo)
     server, url = _start_server(root, settings.port)
-    rec = FleetRecord(settings=settings, url=url, hosts=hosts, models=models, server=server,
-                      started_at=time.time())
+    rec = FleetRecord(
+        settings=settings,
+        url=url,
+        hosts=hosts,
+        models=models,
+        server=server,
+        started_at=time.time(),
+    )
     layout.save_record(root, rec)
     echo(f"  server pid {server.pid} on {url}")
     try:
         for m in models:
             _api(url, root, "PUT", f"/allocator/models/{m.model_id}", layout.profile_document(m))
-            echo(f"  profile {m.model_id}: {m.memory_mb} MB, priority {m.priority}, "
-                 f"replicas {m.min_replicas}..{m.max_replicas}")
+            echo(
+                f"  profile {m.model_id}: {m.memory_mb} MB, priority {m.priority}, "
+                f"replicas {m.min_replicas}..{m.max_replicas}"
+            )
         _start_hosts(root, url, hosts, echo)
         mode = _api(url, root, "PUT", "/allocator/mode", {"mode": "automatic"})
         if mode.get("mode") != "automatic":
@@ -309,8 +404,10 @@ def _fresh(root: Path) -> None:
 
     stray = stray_processes(root)
     if stray:
-        msg = (f"processes of an earlier fleet still run ({stray}); run 'grid test stop' "
-               "or inspect them by hand")
+        msg = (
+            f"processes of an earlier fleet still run ({stray}); run 'grid test stop' "
+            "or inspect them by hand"
+        )
         raise ConflictError(msg)
     for sub in (root / "server" / "state", root / "hosts", root / "tokens"):
         shutil.rmtree(sub, ignore_errors=True)
@@ -330,8 +427,10 @@ def _wait_baseline(url: str, models: tuple[ModelSpec, ...], echo: Echo) -> None:
                 echo(f"  baseline ready: {', '.join(sorted(want))}")
                 return
             time.sleep(POLL_S * 2)
-    msg = (f"the baseline {sorted(want)} has no ready engine after {BASELINE_READY_S:.0f} s; "
-           "see 'grid test status' and the host logs under hosts/*/logs")
+    msg = (
+        f"the baseline {sorted(want)} has no ready engine after {BASELINE_READY_S:.0f} s; "
+        "see 'grid test status' and the host logs under hosts/*/logs"
+    )
     raise UnavailableError(msg)
 
 
@@ -341,8 +440,10 @@ def _start_hosts(root: Path, url: str, hosts: tuple[HostSpec, ...], echo: Echo) 
     failed = [(hid, out) for hid, code, out in results if code]
     for h in hosts:
         if not any(hid == h.host_id for hid, _ in failed):
-            echo(f"  {h.host_id}: {h.capacity_mb} MB ({h.capacity_share:.3f} of RAM), "
-                 f"domain {h.failure_domain}, ports {h.port_low}-{h.port_high}")
+            echo(
+                f"  {h.host_id}: {h.capacity_mb} MB ({h.capacity_share:.3f} of RAM), "
+                f"domain {h.failure_domain}, ports {h.port_low}-{h.port_high}"
+            )
     if failed:
         lines = "\n".join(f"  {hid}: {out.splitlines()[-1] if out else '?'}" for hid, out in failed)
         msg = f"{len(failed)} logical host(s) did not start:\n{lines}"
@@ -362,24 +463,44 @@ def stop(echo: Echo, root: Path | None = None) -> list[int]:
         return []
     pids = _owned_pids(root, rec)
     env = dict(os.environ, GRID_HOME=str(root / "server"))
+    _kill_switch(rec, root, echo)
 
-    def stop_host(h: HostSpec) -> tuple[str, int, str]:
+    def stop_host(h: HostSpec) -> tuple[str, str]:
         sdir = root / "hosts" / h.host_id
         if not sdir.exists():
-            return h.host_id, 0, "never started"
-        code, out = _run([*grid_exe(), "allocator", "node", "stop", "--state-dir", str(sdir)],
-                         env)
-        return h.host_id, code, out
+            return h.host_id, "no agent was started"
+        agent = node_record(root, h.host_id) or {}
+        code, out = _run([*grid_exe(), "allocator", "node", "stop", "--state-dir", str(sdir)], env)
+        if code:
+            last = out.splitlines()[-1] if out else "no output"
+            return h.host_id, f"stop failed (exit {code}): {last}"
+        pid = f" pid {agent['pid']}" if agent.get("pid") else ""
+        return h.host_id, f"agent{pid} drained and stopped with its engines"
 
     with ThreadPoolExecutor(max_workers=min(8, max(1, len(rec.hosts)))) as pool:
-        for hid, code, out in pool.map(stop_host, rec.hosts):
-            last = out.splitlines()[-1] if out else ""
-            echo(f"  {hid}: {'stopped' if code == 0 else f'stop failed ({code})'} {last}")
+        for hid, line in pool.map(stop_host, rec.hosts):
+            echo(f"  {hid}: {line}")
     _stop_server(rec.server, echo)
     left = [pid for pid, birth in pids if not is_gone(pid) and _same(pid, birth)]
     if not left:
         layout.record_path(root).unlink(missing_ok=True)
     return left
+
+
+def _kill_switch(rec: FleetRecord, root: Path, echo: Echo) -> None:
+    """Put the allocator in ``recommend`` mode before draining anything.
+
+    In automatic mode the controller would see the drained hosts' missing replicas and start
+    new engines while the stop is under way; recommend mode stops all new commands first.
+    """
+    if server_proof(rec.server) != "proven":
+        return
+    try:
+        doc = _api(rec.url, root, "PUT", "/allocator/mode", {"mode": "recommend"})
+    except (GridError, OSError, httpx.HTTPError) as exc:
+        echo(f"  could not switch the allocator to recommend mode ({exc}); stopping anyway")
+        return
+    echo(f"  allocator mode: {doc.get('mode', 'recommend')} (no new engines during the stop)")
 
 
 def _same(pid: int, birth: float | None) -> bool:
@@ -423,19 +544,24 @@ def status_document(root: Path | None = None) -> dict:
         return {"running": False, "fleet_dir": str(root)}
     server = server_proof(rec.server)
     doc: dict = {
-        "running": server == "proven", "fleet_dir": str(root), "url": rec.url,
+        "running": server == "proven",
+        "fleet_dir": str(root),
+        "url": rec.url,
         "token_file": str(root / "server" / "operator-token"),
         "settings": msgspec.to_builtins(rec.settings),
         "models": msgspec.to_builtins(rec.models),
-        "hosts": [dict(msgspec.to_builtins(h), agent_running=node_running(root, h.host_id))
-                  for h in rec.hosts],
+        "hosts": [
+            dict(msgspec.to_builtins(h), agent_running=node_running(root, h.host_id))
+            for h in rec.hosts
+        ],
         "server_pid": rec.server.pid if rec.server else None,
     }
     if server == "proven":
         try:
             with httpx.Client(timeout=HTTP_TIMEOUT_S, trust_env=False) as client:
-                doc["allocator"] = client.get(rec.url + "/allocator/status",
-                                              params={"detail": "1"}).json()
+                doc["allocator"] = client.get(
+                    rec.url + "/allocator/status", params={"detail": "1"}
+                ).json()
         except (httpx.HTTPError, ValueError) as exc:
             doc["allocator_error"] = f"{type(exc).__name__}: {exc}"
     return doc

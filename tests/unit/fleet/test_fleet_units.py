@@ -188,3 +188,30 @@ def test_summary_counts_first_attempt_503s_not_retries():
     assert s["first_attempt_503s"] == 2
     assert s["unavailable_503"] == 1 and s["served"] == 2
     assert "retried_after_503" not in s
+
+
+def _saved_fleet(root: Path, hosts: int = 2, server=None) -> FleetRecord:
+    caps = tuple([2048] * hosts)
+    rec = FleetRecord(
+        settings=FleetSettings(
+            machines=hosts, port=1, engine_port_base=30000, capacities_mb=caps, models=()
+        ),
+        url="http://127.0.0.1:1",
+        hosts=layout.host_specs(caps, 30000),
+        models=(),
+        server=server,
+    )
+    root.mkdir(parents=True, exist_ok=True)
+    layout.save_record(root, rec)
+    return rec
+
+
+def test_stop_of_hosts_that_never_started_reads_well(tmp_path):
+    from grid_fleet import lifecycle
+
+    root = tmp_path / "fleet"
+    _saved_fleet(root)
+    lines: list[str] = []
+    assert lifecycle.stop(lines.append, root) == []
+    assert lines == ["  host-01: no agent was started", "  host-02: no agent was started"]
+    assert not layout.record_path(root).exists()
