@@ -8,7 +8,7 @@ import typer
 
 GROUP_HELP: dict[str, str] = {
     "allocator": "Placement policy, modes, status, tokens and this machine's managed node.",
-    "engine": "Install and inspect inference engines (llama.cpp, …).",
+    "engine": "Install inference engines (llama.cpp, …).",
     "test": "Single-machine logical fleet, scenario lab and test helpers.",
     "bench": "Benchmarks that print numbers: planner, controller tick, proxy.",
 }
