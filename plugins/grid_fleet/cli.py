@@ -52,6 +52,8 @@ def start(
     ] = layout.DEFAULT_ENGINE_PORT_BASE,
 ) -> None:
     """Start one Grid server plus N logical hosts with real llama-server children."""
+    for path in model or ():
+        lifecycle.check_gguf(path.expanduser())
     caps = layout.plan_capacities(machines, text_capacities_gib)
     root = layout.fleet_dir()
     existing = layout.load_record(root)
@@ -70,7 +72,7 @@ def start(
     names = ", ".join(m.model_id for m in rec.models)
     typer.echo(f"""
 grid: the fleet API is {rec.url}
-grid: operator token (owner-only): {root / "server" / "operator-token"}
+grid: operator token (owner-only): {lifecycle.token_path(root)}
 grid: models: {names}
 next:
   grid test status                 # hosts, shares, residencies
@@ -221,7 +223,7 @@ def demo(
     typer.echo(
         "\n"
         + render_table(
-            ["phase", "s", "requests", "answered", "first-attempt 503s", "p50 ms", "p95 ms", "tokens"],
+            ["phase", "s", "requests", "answered", "1st-try 503", "p50 ms", "p95 ms", "tokens"],
             [
                 [
                     p["phase"],

@@ -17,9 +17,11 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -42,6 +44,14 @@ TOKEN_TTL_S = 7 * 86400.0
 POLL_S = 0.2
 BASELINE_READY_S = 120.0
 """Start waits this long for the baseline replica: a tiny model warms in seconds."""
+GGUF_MAGIC = b"GGUF"
+"""First four bytes of every GGUF file (the format's magic number)."""
+TOKEN_HINT = "$GRID_HOME/operator-token"
+"""How Grid's own messages name the operator token; inside the fleet that is fleet/server/."""
+LOCK_FILE = "fleet.lock"
+"""Exclusive lock held by ``grid test start``/``stop`` (one fleet operation at a time)."""
+LOG_TAIL_LINES = 5
+"""Server log lines quoted when the fleet server fails to start."""
 ENGINE_THREADS_ENV = "LLAMA_ARG_THREADS"
 ENGINE_THREADS = 1
 """Threads per engine child: logical hosts share the physical cores, and a tiny model gains
@@ -55,14 +65,27 @@ def grid_exe() -> list[str]:
     return [sys.executable, "-c", "from grid_core.cli import main; main()"]
 
 
+def token_path(root: Path) -> Path:
+    """The fleet server's operator token (its GRID_HOME is ``fleet/server``)."""
+    return root / "server" / "operator-token"
+
+
 def operator_token(root: Path) -> str:
-    return (root / "server" / "operator-token").read_text().strip()
+    return token_path(root).read_text().strip()
 
 
 def _api(url: str, root: Path, method: str, path: str, body: object | None = None) -> dict:
     headers = {"X-Grid-Allocator-Token": operator_token(root)}
     with httpx.Client(timeout=HTTP_TIMEOUT_S, trust_env=False) as client:
         resp = client.request(method, url + path, json=body, headers=headers)
+    if resp.status_code in (401, 403):
+        # The server's own hint names $GRID_HOME/operator-token; the fleet server's home is
+        # fleet/server, so name the file that was actually sent.
+        msg = (
+            f"{method} {path} → {resp.status_code}: the server refused the fleet's operator "
+            f"token {token_path(root)}"
+        )
+        raise UnavailableError(msg)
     if resp.status_code >= 400:
         msg = f"{method} {path} → {resp.status_code}: {resp.text[:300]}"
         raise UnavailableError(msg)
@@ -70,6 +93,29 @@ def _api(url: str, root: Path, method: str, path: str, body: object | None = Non
 
 
 # --- models -----------------------------------------------------------------------------
+def check_gguf(path: Path) -> None:
+    """Refuse an operator ``--model`` that is not a readable GGUF file, before starting anything.
+
+    Raises:
+        ValidationError: the file is missing, unreadable or lacks the GGUF magic bytes.
+    """
+    try:
+        with path.open("rb") as f:
+            head = f.read(len(GGUF_MAGIC))
+    except IsADirectoryError:
+        msg = f"--model {path}: is a directory, not a GGUF file"
+        raise ValidationError(msg) from None
+    except FileNotFoundError:
+        msg = f"--model {path}: no such file"
+        raise ValidationError(msg) from None
+    except OSError as exc:
+        msg = f"--model {path}: cannot read it ({exc.strerror or exc})"
+        raise ValidationError(msg) from None
+    if head != GGUF_MAGIC:
+        msg = f"--model {path}: not a GGUF file (it does not start with the GGUF magic bytes)"
+        raise ValidationError(msg)
+
+
 def prepare_models(root: Path, settings: FleetSettings, echo: Echo) -> tuple[ModelSpec, ...]:
     """Generate the three default tiny models (or describe the operator's GGUFs).
 
@@ -83,9 +129,7 @@ def prepare_models(root: Path, settings: FleetSettings, echo: Echo) -> tuple[Mod
     if settings.models:
         for i, raw in enumerate(settings.models):
             path = Path(raw)
-            if path.suffix != ".gguf" or not path.is_file():
-                msg = f"--model {raw}: not an existing .gguf file"
-                raise ValidationError(msg)
+            check_gguf(path)
             link = models_dir / path.name
             if link.is_symlink() and link.resolve() != path.resolve():
                 link.unlink()  # an earlier fleet's file of the same name
@@ -164,7 +208,9 @@ def _start_server(root: Path, port: int) -> tuple[ProcessRecord, str]:
         "2",
     ]
     env = dict(os.environ, GRID_HOME=str(home))
-    log = (root / "server.log").open("ab")
+    # A fresh log per run: an error quotes its tail, which must be this run's text only.
+    log_path = root / "server.log"
+    log = log_path.open("wb")
     try:
         proc = subprocess.Popen(
             argv,
@@ -177,11 +223,30 @@ def _start_server(root: Path, port: int) -> tuple[ProcessRecord, str]:
         )
     finally:
         log.close()
+    try:
+        return _await_server(proc, url_file, log_path)
+    except BaseException:
+        # Not yet in fleet.json: nobody else could stop it, so stop it here.
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(SERVER_STOP_S)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(SERVER_STOP_S)
+        raise
+
+
+def _await_server(
+    proc: subprocess.Popen[bytes], url_file: Path, log_path: Path
+) -> tuple[ProcessRecord, str]:
     deadline = time.monotonic() + SERVER_START_S
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            tail = (root / "server.log").read_text(errors="replace").splitlines()[-5:]
-            msg = f"the fleet server exited ({proc.returncode}):\n" + "\n".join(tail)
+            tail = log_path.read_text(errors="replace").splitlines()[-LOG_TAIL_LINES:]
+            msg = f"the fleet server exited ({proc.returncode}); {log_path} ends with:\n" + (
+                "\n".join(tail) or "(empty)"
+            )
             raise UnavailableError(msg)
         try:
             doc = json.loads(url_file.read_text())
@@ -195,9 +260,7 @@ def _start_server(root: Path, port: int) -> tuple[ProcessRecord, str]:
         except (OSError, ValueError, KeyError):
             pass
         time.sleep(POLL_S)
-    proc.terminate()
-    proc.wait(SERVER_STOP_S)
-    msg = f"the fleet server did not start within {SERVER_START_S:.0f} s; see {root}/server.log"
+    msg = f"the fleet server did not start within {SERVER_START_S:.0f} s; see {log_path}"
     raise UnavailableError(msg)
 
 
@@ -313,20 +376,91 @@ def node_running(root: Path, host_id: str) -> bool:
     )
 
 
+# --- exclusivity and termination -----------------------------------------------------------
+class Terminated(GridError):
+    """SIGTERM arrived during ``grid test start``; what the start launched was stopped."""
+
+    exit_code = 128 + signal.SIGTERM
+
+
+@contextmanager
+def exclusive(root: Path) -> Iterator[None]:
+    """Hold the fleet's lock file for one start or stop.
+
+    Raises:
+        ConflictError: another start/stop holds it (two would delete each other's state).
+    """
+    import filelock
+
+    root.mkdir(parents=True, exist_ok=True)
+    lock = filelock.FileLock(str(root / LOCK_FILE))
+    try:
+        lock.acquire(timeout=0)
+    except filelock.Timeout:
+        msg = (
+            f"another grid test start/stop is running on GRID_HOME={root.parent}; "
+            "wait for it to finish"
+        )
+        raise ConflictError(msg) from None
+    try:
+        yield
+    finally:
+        lock.release()
+
+
+@contextmanager
+def sigterm_as_interrupt() -> Iterator[None]:
+    """Turn the first SIGTERM into :class:`Terminated` so start's cleanup path runs.
+
+    Ctrl-C already raises ``KeyboardInterrupt``; a service manager or ``kill`` sends SIGTERM,
+    which would otherwise end the process and leave a half-started fleet. Later SIGTERMs are
+    ignored while the cleanup runs. Only the main thread can install handlers; elsewhere this
+    does nothing.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    fired = False
+
+    def handler(signum: int, frame: object) -> None:
+        nonlocal fired
+        if fired:
+            return
+        fired = True
+        msg = "terminated by SIGTERM; stopped what this start had launched"
+        raise Terminated(msg)
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 # --- start / stop -------------------------------------------------------------------------
 def start(settings: FleetSettings, echo: Echo, root: Path | None = None) -> FleetRecord:
     """Start (or confirm) the fleet described by ``settings``.
 
     Idempotent: a running fleet with identical settings is reused (missing host agents are
-    restarted); different settings are refused with the differing fields named.
+    restarted); different settings are refused with the differing fields named. Holds the
+    fleet lock throughout; SIGTERM is handled like Ctrl-C.
 
     Raises:
-        ConflictError: a fleet with other settings runs here.
-        UnavailableError: the server or a host did not come up (everything started by this
-            call is stopped again before raising).
+        ConflictError: a fleet with other settings runs here, or another start/stop is
+            running on this GRID_HOME.
+        ValidationError: an operator ``--model`` is not a readable GGUF.
+        UnavailableError: the server or a host did not come up, or the baseline failed
+            (everything started by this call is stopped again before raising).
+        Terminated: SIGTERM arrived (everything started by this call is stopped first).
     """
     root = root or layout.fleet_dir()
-    root.mkdir(parents=True, exist_ok=True)
+    for raw in settings.models:
+        check_gguf(Path(raw))
+    with exclusive(root), sigterm_as_interrupt():
+        return _start(settings, echo, root)
+
+
+def _start(settings: FleetSettings, echo: Echo, root: Path) -> FleetRecord:
     existing = layout.load_record(root)
     if existing is not None and server_proof(existing.server) == "proven":
         if existing.settings != settings:
@@ -383,10 +517,10 @@ def start(settings: FleetSettings, echo: Echo, root: Path | None = None) -> Flee
         if mode.get("mode") != "automatic":
             msg = f"the server refused automatic mode: {mode}"
             raise UnavailableError(msg)
-        _wait_baseline(url, models, echo)
+        _wait_baseline(url, root, models, echo)
     except BaseException:
         echo("grid: start failed; stopping what was started")
-        stop(echo, root)
+        _stop(echo, root)
         raise
     return rec
 
@@ -413,8 +547,14 @@ def _fresh(root: Path) -> None:
         shutil.rmtree(sub, ignore_errors=True)
 
 
-def _wait_baseline(url: str, models: tuple[ModelSpec, ...], echo: Echo) -> None:
-    """Wait until every baseline model answers on ``/v1/models`` (a ready route)."""
+def _wait_baseline(url: str, root: Path, models: tuple[ModelSpec, ...], echo: Echo) -> None:
+    """Wait until every baseline model answers on ``/v1/models`` (a ready route).
+
+    Raises:
+        UnavailableError: a load/warm of a baseline model failed (read from the allocator
+            status, so a broken model fails in seconds), or the deadline passed. The message
+            names the engine logs, which stay on disk after the failed start is stopped.
+    """
     want = {m.model_id for m in models if m.min_replicas > 0}
     deadline = time.monotonic() + BASELINE_READY_S
     with httpx.Client(timeout=HTTP_TIMEOUT_S, trust_env=False) as client:
@@ -426,12 +566,52 @@ def _wait_baseline(url: str, models: tuple[ModelSpec, ...], echo: Echo) -> None:
             if want <= ready:
                 echo(f"  baseline ready: {', '.join(sorted(want))}")
                 return
+            try:
+                status = client.get(url + "/allocator/status", params={"detail": "1"}).json()
+            except (httpx.HTTPError, ValueError):
+                status = {}
+            failure = baseline_failure(status, want)
+            if failure is not None:
+                msg = f"the baseline did not start: {failure}; {_log_hint(root)}"
+                raise UnavailableError(msg)
             time.sleep(POLL_S * 2)
     msg = (
         f"the baseline {sorted(want)} has no ready engine after {BASELINE_READY_S:.0f} s; "
-        "see 'grid test status' and the host logs under hosts/*/logs"
+        + _log_hint(root)
     )
     raise UnavailableError(msg)
+
+
+def baseline_failure(status: dict, want: set[str]) -> str | None:
+    """The first failed load/warm of a model in ``want``, from an allocator status document.
+
+    Returns:
+        ``"<kind> of <model> on <host> failed: <message>"`` or ``None`` when nothing failed.
+    """
+    ctl = status.get("controller") or {}
+    for key in ("history", "pending_commands"):
+        for a in ctl.get(key) or ():
+            if (
+                isinstance(a, dict)
+                and a.get("model_id") in want
+                and a.get("kind") in ("load", "warm")
+                and a.get("status") in ("failed", "rejected")
+            ):
+                why = a.get("message") or a.get("status")
+                return f"{a['kind']} of {a['model_id']} on {a.get('host_id')} failed: {why}"
+    for host in ctl.get("hosts") or ():
+        for r in host.get("residencies") or ():
+            if r.get("model_id") in want and r.get("state") == "failed":
+                return f"{r['model_id']} on {host.get('host_id')} is in state failed"
+    return None
+
+
+def _log_hint(root: Path) -> str:
+    """Where this run's logs are (they survive the stop; the next start clears them)."""
+    return (
+        f"logs of this run: {root / 'server.log'}, {root / 'hosts'}/<host>/agent.log and "
+        f"{root / 'hosts'}/<host>/logs/llama-<port>.log"
+    )
 
 
 def _start_hosts(root: Path, url: str, hosts: tuple[HostSpec, ...], echo: Echo) -> None:
@@ -445,7 +625,13 @@ def _start_hosts(root: Path, url: str, hosts: tuple[HostSpec, ...], echo: Echo) 
                 f"domain {h.failure_domain}, ports {h.port_low}-{h.port_high}"
             )
     if failed:
-        lines = "\n".join(f"  {hid}: {out.splitlines()[-1] if out else '?'}" for hid, out in failed)
+        # The token-write/node-start hints say $GRID_HOME/operator-token, relative to the
+        # fleet server's home, not the operator's GRID_HOME: name the real file instead.
+        real = str(token_path(root))
+        lines = "\n".join(
+            f"  {hid}: {(out.splitlines()[-1] if out else '?').replace(TOKEN_HINT, real)}"
+            for hid, out in failed
+        )
         msg = f"{len(failed)} logical host(s) did not start:\n{lines}"
         raise UnavailableError(msg)
 
@@ -457,6 +643,11 @@ def stop(echo: Echo, root: Path | None = None) -> list[int]:
         PIDs (agents, engines, server) that still run afterwards; empty when clean.
     """
     root = root or layout.fleet_dir()
+    with exclusive(root):
+        return _stop(echo, root)
+
+
+def _stop(echo: Echo, root: Path) -> list[int]:
     rec = layout.load_record(root)
     if rec is None:
         echo("grid: no fleet here; nothing to stop")
@@ -547,7 +738,7 @@ def status_document(root: Path | None = None) -> dict:
         "running": server == "proven",
         "fleet_dir": str(root),
         "url": rec.url,
-        "token_file": str(root / "server" / "operator-token"),
+        "token_file": str(token_path(root)),
         "settings": msgspec.to_builtins(rec.settings),
         "models": msgspec.to_builtins(rec.models),
         "hosts": [

@@ -215,3 +215,159 @@ def test_stop_of_hosts_that_never_started_reads_well(tmp_path):
     assert lifecycle.stop(lines.append, root) == []
     assert lines == ["  host-01: no agent was started", "  host-02: no agent was started"]
     assert not layout.record_path(root).exists()
+
+
+def _gguf_bytes() -> bytes:
+    return b"GGUF" + bytes(60)
+
+
+def test_model_must_be_a_readable_gguf(tmp_path):
+    from grid_fleet import lifecycle
+
+    good = tmp_path / "ok.gguf"
+    good.write_bytes(_gguf_bytes())
+    lifecycle.check_gguf(good)
+    fake = tmp_path / "fake.gguf"
+    fake.write_text("not a model\n")
+    with pytest.raises(ValidationError, match=r"fake\.gguf: not a GGUF file"):
+        lifecycle.check_gguf(fake)
+    with pytest.raises(ValidationError, match="no such file"):
+        lifecycle.check_gguf(tmp_path / "missing.gguf")
+    with pytest.raises(ValidationError, match="is a directory"):
+        lifecycle.check_gguf(tmp_path)
+
+
+def test_start_with_a_fake_model_is_one_line_exit_2_and_starts_nothing(
+    tmp_path, monkeypatch, capsys
+):
+    from grid_core.cli import main
+
+    monkeypatch.setenv("GRID_HOME", str(tmp_path / "home"))
+    fake = tmp_path / "fake.gguf"
+    fake.write_text("not a model\n")
+    with pytest.raises(SystemExit) as exc:
+        main(["test", "start", "--machines", "1", "--model", str(fake)])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and str(fake) in err[0] and "GGUF" in err[0]
+    assert not (tmp_path / "home" / "fleet" / "fleet.json").exists()
+
+
+def test_a_failed_baseline_warm_is_read_from_the_allocator_status():
+    from grid_fleet import lifecycle
+
+    failed = {
+        "action_id": "w1",
+        "kind": "warm",
+        "host_id": "host-01",
+        "model_id": "base.gguf",
+        "status": "failed",
+        "message": "llama-server exited (1): invalid magic",
+    }
+    other = dict(failed, action_id="w2", model_id="optional.gguf")
+    assert lifecycle.baseline_failure({}, {"base.gguf"}) is None
+    assert lifecycle.baseline_failure({"controller": {"history": [other]}}, {"base.gguf"}) is None
+    why = lifecycle.baseline_failure({"controller": {"history": [other, failed]}}, {"base.gguf"})
+    assert why == "warm of base.gguf on host-01 failed: llama-server exited (1): invalid magic"
+    res = {
+        "controller": {
+            "hosts": [
+                {
+                    "host_id": "host-02",
+                    "residencies": [{"model_id": "base.gguf", "state": "failed"}],
+                }
+            ]
+        }
+    }
+    assert "host-02" in (lifecycle.baseline_failure(res, {"base.gguf"}) or "")
+
+
+def test_server_start_failure_quotes_only_this_runs_log(tmp_path):
+    from grid_fleet import lifecycle
+
+    root = tmp_path / "fleet"
+    root.mkdir()
+    (root / "server.log").write_text("STALE line from an earlier run\n" * 10)
+    with pytest.raises(lifecycle.UnavailableError) as exc:
+        lifecycle._start_server(root, 70000)  # out of range: the real server exits at once
+    assert "STALE" not in str(exc.value)
+    assert "port must be" in str(exc.value)
+    assert "STALE" not in (root / "server.log").read_text()
+
+
+def test_a_second_start_or_stop_is_refused_while_one_runs(tmp_path):
+    import subprocess
+    import sys
+
+    from grid_fleet import lifecycle
+
+    home = tmp_path / "home"
+    root = home / "fleet"
+    _saved_fleet(root)
+    with lifecycle.exclusive(root):
+        done = subprocess.run(
+            [sys.executable, "-c", "from grid_core.cli import main; main()", "test", "stop"],
+            env={**__import__("os").environ, "GRID_HOME": str(home)},
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+    assert done.returncode == 1
+    assert done.stderr.strip() == (
+        f"grid: error: another grid test start/stop is running on GRID_HOME={home}; "
+        "wait for it to finish"
+    )
+    assert layout.record_path(root).exists()  # the refused stop touched nothing
+    with lifecycle.exclusive(root):  # released again
+        pass
+
+
+def test_sigterm_during_start_becomes_a_handled_interrupt():
+    import os
+    import signal
+    import time
+
+    from grid_fleet import lifecycle
+
+    before = signal.getsignal(signal.SIGTERM)
+    with pytest.raises(lifecycle.Terminated), lifecycle.sigterm_as_interrupt():
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(5)  # interrupted by the handler long before this ends
+    assert signal.getsignal(signal.SIGTERM) is before
+    assert lifecycle.Terminated.exit_code == 143
+
+
+def test_refused_operator_token_names_the_fleet_token_file(tmp_path):
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from grid_fleet import lifecycle
+
+    class Refuse(BaseHTTPRequestHandler):
+        def do_PUT(self):
+            body = b'{"detail": "use the token from $GRID_HOME/operator-token"}'
+            self.send_response(401)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    root = tmp_path / "fleet"
+    (root / "server").mkdir(parents=True)
+    lifecycle.token_path(root).write_text("wrong\n")
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), Refuse)
+    t = threading.Thread(target=srv.serve_forever, daemon=True)
+    t.start()
+    try:
+        url = f"http://127.0.0.1:{srv.server_address[1]}"
+        with pytest.raises(lifecycle.UnavailableError) as exc:
+            lifecycle._api(url, root, "PUT", "/allocator/mode", {"mode": "recommend"})
+    finally:
+        srv.shutdown()
+        srv.server_close()
+        t.join()
+    assert str(root / "server" / "operator-token") in str(exc.value)
+    assert "$GRID_HOME/operator-token" not in str(exc.value)
