@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import stat
 import subprocess
@@ -34,9 +35,14 @@ CLI_TIMEOUT_S = 900
 def grid(home: Path, *args: str, timeout: float = CLI_TIMEOUT_S) -> subprocess.CompletedProcess:
     """Run the installed ``grid`` CLI with the test's GRID_HOME."""
     env = dict(os.environ, GRID_HOME=str(home))
-    return subprocess.run([sys.executable, "-c", "from grid_core.cli import main; main()",
-                           *args], capture_output=True, text=True, env=env, timeout=timeout,
-                          check=False)
+    return subprocess.run(
+        [sys.executable, "-c", "from grid_core.cli import main; main()", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=timeout,
+        check=False,
+    )
 
 
 def _owned(home: Path) -> list[psutil.Process]:
@@ -55,8 +61,19 @@ def _owned(home: Path) -> list[psutil.Process]:
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, dict]]:
     home = tmp_path_factory.mktemp("fleet-home")
-    started = grid(home, "test", "start", "--machines", "2", "--text-capacities-gib", "3,3",
-                   "--port", "0", "--engine-port-base", str(ENGINE_PORT_BASE))
+    started = grid(
+        home,
+        "test",
+        "start",
+        "--machines",
+        "2",
+        "--text-capacities-gib",
+        "3,3",
+        "--port",
+        "0",
+        "--engine-port-base",
+        str(ENGINE_PORT_BASE),
+    )
     try:
         assert started.returncode == 0, started.stdout + started.stderr
         doc = json.loads(grid(home, "test", "status", "--json").stdout)
@@ -64,9 +81,13 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, dict
     finally:
         before = [(p.pid, p.create_time()) for p in _owned(home)]
         stopped = grid(home, "test", "stop")
-        left = [pid for pid, born in before
-                if psutil.pid_exists(pid) and psutil.Process(pid).create_time() == born
-                and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE]
+        left = [
+            pid
+            for pid, born in before
+            if psutil.pid_exists(pid)
+            and psutil.Process(pid).create_time() == born
+            and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+        ]
         assert stopped.returncode == 0, stopped.stdout + stopped.stderr
         assert before, "the fleet started no process at all"
         assert not left, f"processes left after 'grid test stop': {left}"
@@ -85,8 +106,9 @@ def test_each_logical_host_has_its_own_identity_share_ports_and_credential(fleet
         assert stat.S_IMODE(token.stat().st_mode) == 0o600
         state = home / "fleet" / "hosts" / h["host_id"]
         assert stat.S_IMODE(state.stat().st_mode) == 0o700
-    registered = {n["host_id"] for n in doc["allocator"]["server"]["nodes"]
-                  if n["role"] == "allocator"}
+    registered = {
+        n["host_id"] for n in doc["allocator"]["server"]["nodes"] if n["role"] == "allocator"
+    }
     assert registered == {"host-01", "host-02"}
     sizes = [Path(m["path"]).stat().st_size for m in doc["models"]]
     assert len(set(sizes)) == 3, "the three default models must differ in size"
@@ -96,12 +118,34 @@ def test_each_logical_host_has_its_own_identity_share_ports_and_credential(fleet
 
 def test_start_is_idempotent_and_refuses_conflicting_settings(fleet):
     home, doc = fleet
-    again = grid(home, "test", "start", "--machines", "2", "--text-capacities-gib", "3,3",
-                 "--port", "0", "--engine-port-base", str(ENGINE_PORT_BASE))
+    again = grid(
+        home,
+        "test",
+        "start",
+        "--machines",
+        "2",
+        "--text-capacities-gib",
+        "3,3",
+        "--port",
+        "0",
+        "--engine-port-base",
+        str(ENGINE_PORT_BASE),
+    )
     assert again.returncode == 0, again.stderr
     assert "already running" in again.stdout
-    other = grid(home, "test", "start", "--machines", "2", "--text-capacities-gib", "3,2",
-                 "--port", "0", "--engine-port-base", str(ENGINE_PORT_BASE))
+    other = grid(
+        home,
+        "test",
+        "start",
+        "--machines",
+        "2",
+        "--text-capacities-gib",
+        "3,2",
+        "--port",
+        "0",
+        "--engine-port-base",
+        str(ENGINE_PORT_BASE),
+    )
     assert other.returncode != 0
     assert "capacities_mb" in other.stderr and "grid test stop" in other.stderr
     still = json.loads(grid(home, "test", "status", "--json").stdout)
@@ -114,10 +158,15 @@ def test_official_openai_client_lists_models_and_streams_a_completion(fleet):
     ids = [m.id for m in client.models.list()]
     baseline = next(m["model_id"] for m in doc["models"] if m["min_replicas"] == 1)
     assert baseline in ids
-    chunks = list(client.chat.completions.create(
-        model=baseline, stream=True, max_tokens=8,
-        messages=[{"role": "user", "content": "Reply with OK"}],
-        extra_body={"ignore_eos": True}))
+    chunks = list(
+        client.chat.completions.create(
+            model=baseline,
+            stream=True,
+            max_tokens=8,
+            messages=[{"role": "user", "content": "Reply with OK"}],
+            extra_body={"ignore_eos": True},
+        )
+    )
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
     assert text.strip()
     assert len({c.id for c in chunks}) == 1
@@ -133,34 +182,60 @@ def test_shortened_demo_passes_every_phase_with_real_requests(fleet):
     assert "503 with Retry-After" in out
     assert "preempted" in out and "drained before unload" in out
     assert "command drain (eviction)" in out and "command unload (eviction)" in out
+    # Each phase's own line and its row in the final table count the same requests.
+    lines = dict(re.findall(r"phase \((\w)\) passed in [\d.]+ s: (\d+/\d+) answered", out))
+    rows = dict(
+        (m[0], f"{m[2]}/{m[1]}")
+        for m in re.findall(r"^\s*(\w)\s+[\d.]+\s+(\d+)\s+(\d+)\s", run.stdout, re.M)
+    )
+    assert lines and lines == rows, (lines, rows)
 
 
 def test_replaying_a_real_trace_serves_it_and_reports_the_fleet_over_time(fleet):
     home, doc = fleet
     trace = Path(__file__).resolve().parents[1] / "data" / "traces" / "azure_llm_2023_conv.csv"
-    run = grid(home, "test", "replay", "--trace", str(trace), "--speedup", "10",
-               "--duration", "30s", "--max-tokens", "8", "--json")
+    run = grid(
+        home,
+        "test",
+        "replay",
+        "--trace",
+        str(trace),
+        "--speedup",
+        "10",
+        "--duration",
+        "30s",
+        "--max-tokens",
+        "8",
+        "--json",
+    )
     assert run.returncode == 0, run.stderr[-2000:]
     report = json.loads(run.stdout)
     assert report["requests"] > 50  # the trace's first 30 s, all of it
     assert report["served"] >= 0.95 * report["requests"], report["errors_sample"]
-    assert report["served"] + report["unavailable_503"] + report["other_errors"] == \
-        report["requests"]
+    assert (
+        report["served"] + report["unavailable_503"] + report["other_errors"] == report["requests"]
+    )
+    assert "first_attempt_503s" in report and "retried_after_503" not in report
     assert report["completion_tokens"] > 0 and report["tokens_per_s"] > 0
     assert report["p50_ms"] <= report["p95_ms"] <= report["p99_ms"]
     baseline = next(m["model_id"] for m in doc["models"] if m["min_replicas"] == 1)
     assert set(report["per_model"]) == {baseline}
     assert report["replicas_over_time"] and all(
-        s["ready"].get(baseline, 0) >= 1 for s in report["replicas_over_time"])
+        s["ready"].get(baseline, 0) >= 1 for s in report["replicas_over_time"]
+    )
 
 
 def test_watch_follows_a_load_and_ctrl_c_stops_only_the_watch(fleet):
     home, doc = fleet
     high = max(doc["models"], key=lambda m: m["priority"])["model_id"]
     env = dict(os.environ, GRID_HOME=str(home), PYTHONUNBUFFERED="1")
-    watch = subprocess.Popen([sys.executable, "-c", "from grid_core.cli import main; main()",
-                              "test", "watch"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                             text=True, env=env)
+    watch = subprocess.Popen(
+        [sys.executable, "-c", "from grid_core.cli import main; main()", "test", "watch"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+    )
     lines: list[str] = []
     try:
         assert watch.stdout is not None
@@ -168,8 +243,12 @@ def test_watch_follows_a_load_and_ctrl_c_stops_only_the_watch(fleet):
         assert "watching" in lines[0], lines
         time.sleep(1.5)  # the first status read (the snapshot) is done: what follows is news
         with httpx.Client(timeout=120.0, trust_env=False) as client:
-            body = {"model": high, "max_tokens": 4, "ignore_eos": True,
-                    "messages": [{"role": "user", "content": "hello"}]}
+            body = {
+                "model": high,
+                "max_tokens": 4,
+                "ignore_eos": True,
+                "messages": [{"role": "user", "content": "hello"}],
+            }
             deadline = time.monotonic() + 120.0
             while time.monotonic() < deadline:
                 if client.post(doc["url"] + "/v1/chat/completions", json=body).status_code == 200:

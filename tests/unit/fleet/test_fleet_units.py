@@ -371,3 +371,56 @@ def test_refused_operator_token_names_the_fleet_token_file(tmp_path):
         t.join()
     assert str(root / "server" / "operator-token") in str(exc.value)
     assert "$GRID_HOME/operator-token" not in str(exc.value)
+
+
+def _demo():
+    from grid_fleet.demo import Demo
+
+    rec = _record(Path("/nonexistent"))
+    caps = (2048, 2048)
+    rec.hosts = layout.host_specs(caps, 30000)
+    return Demo(rec, echo=lambda s: None)
+
+
+def _ok(model: str) -> object:
+    from grid_fleet import traffic
+
+    return traffic.Outcome(model=model, status=200, first_status=200, completion_tokens=3)
+
+
+def test_each_demo_phase_counts_exactly_the_answers_that_arrived_during_it():
+    d = _demo()
+    lines: list[str] = []
+    d.echo = lines.append
+    rep_c, started, _ = d._begin("c", "scale-out")
+    for _ in range(3):
+        d._record(_ok("gen.gguf"))
+    d._end(rep_c, started)
+    rep_d, started, _ = d._begin("d", "burst")
+    d._record(_ok("gen.gguf"))  # a phase-(c) user still running during (d)
+    rep_d.outcomes.append(_ok("wri.gguf"))
+    d._end(rep_d, started)
+    d._record(_ok("gen.gguf"))  # after the last phase closed: in no phase
+    table = {p["phase"]: p for p in (r.as_dict() for r in d.phases)}
+    assert (table["c"]["requests"], table["d"]["requests"]) == (3, 2)
+    assert d.late == 1
+    printed = [ln for ln in lines if "answered" in ln]
+    assert "3/3 answered" in printed[0] and "2/2 answered" in printed[1]
+
+
+def test_phase_d_reports_evicted_model_503s_and_fails_on_any_other():
+    from grid_fleet import traffic
+    from grid_fleet.demo import DemoFailure
+
+    d = _demo()
+    rep, _started, _ = d._begin("d", "burst")
+    low503 = traffic.Outcome(model="cod.gguf", status=503, first_status=503, error="HTTP 503")
+    rep.outcomes += [_ok("wri.gguf"), low503]
+    d._check_d(rep)
+    assert rep.as_dict()["unavailable_503"] == 1
+    assert any("1 request(s) for cod.gguf got 503" in n for n in rep.notes)
+    rep.outcomes.append(
+        traffic.Outcome(model="gen.gguf", status=503, first_status=503, error="HTTP 503")
+    )
+    with pytest.raises(DemoFailure, match=r"demo phase \(d\): 1 of 2"):
+        d._check_d(rep)
