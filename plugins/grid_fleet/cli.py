@@ -144,8 +144,12 @@ def render_status(doc: dict[str, Any]) -> str:
     ready = observe.ready_counts(alloc) if alloc else {}
     raw = ctl.get("forecasts") or {}
     forecasts = raw if isinstance(raw, dict) else {}
+    # The server's live profiles, not fleet.json's launch-time ones: an operator may have
+    # changed a priority or replica range with 'grid allocator model set' since the start.
+    live = ctl.get("profiles")
+    profiles = live if isinstance(live, list) else doc["models"]
     mrows = []
-    for m in doc["models"]:
+    for m in profiles:
         fc = forecasts.get(m["model_id"], {})
         mrows.append(
             [
@@ -157,7 +161,12 @@ def render_status(doc: dict[str, Any]) -> str:
                 fc.get("desired_replicas", "-"),
             ]
         )
-    lines += ["", render_table(["model", "priority", "MB", "replicas", "ready", "desired"], mrows)]
+    source = "live, from the allocator" if isinstance(live, list) else "as launched"
+    lines += [
+        "",
+        f"profiles ({source}):",
+        render_table(["model", "priority", "MB", "replicas", "ready", "desired"], mrows),
+    ]
     if doc.get("allocator_error"):
         lines.append(f"allocator status unavailable: {doc['allocator_error']}")
     return "\n".join(lines)

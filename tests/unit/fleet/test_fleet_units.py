@@ -424,3 +424,40 @@ def test_phase_d_reports_evicted_model_503s_and_fails_on_any_other():
     )
     with pytest.raises(DemoFailure, match=r"demo phase \(d\): 1 of 2"):
         d._check_d(rep)
+
+
+def test_status_shows_the_live_profiles_not_the_launch_time_ones():
+    from grid_fleet import cli
+
+    launched = {
+        "model_id": "gen.gguf",
+        "priority": 50,
+        "memory_mb": 100,
+        "min_replicas": 1,
+        "max_replicas": 3,
+    }
+    doc = {
+        "running": True,
+        "url": "http://127.0.0.1:1",
+        "server_pid": 1,
+        "token_file": "/t",
+        "hosts": [],
+        "models": [launched],
+        "allocator": {
+            "mode": "automatic",
+            "controller": {
+                "hosts": [],
+                "profiles": [
+                    dict(launched, priority=90, max_replicas=2),
+                    dict(launched, model_id="added.gguf", priority=5, min_replicas=0),
+                ],
+            },
+        },
+    }
+    text = cli.render_status(doc)
+    assert "profiles (live, from the allocator)" in text
+    rows = {ln.split()[0]: ln.split() for ln in text.splitlines() if ".gguf" in ln}
+    assert rows["gen.gguf"][1:4] == ["90", "100", "1..2"]
+    assert rows["added.gguf"][1] == "5"
+    del doc["allocator"]
+    assert "profiles (as launched)" in cli.render_status(doc)
