@@ -18,6 +18,23 @@ POLL_S = 0.5
 each one; a read costs the server a few milliseconds."""
 GONE = "absent"
 """Pseudo-state of a residency that disappeared from its host (unloaded)."""
+ADJACENT: frozenset[tuple[str, str]] = frozenset(
+    {
+        (GONE, "loading"),
+        (GONE, "cached"),
+        ("loading", "cached"),
+        ("cached", "warming"),
+        ("warming", "ready"),
+        ("ready", "draining"),
+        ("draining", "cached"),
+        ("cached", GONE),
+        ("failed", GONE),
+        ("failed", "cached"),
+    }
+)
+"""Residency changes that are one lifecycle step (wire ``ResidencyState``). Any other change
+seen between two status reads skipped states this poller did not see; ``failed`` can follow
+any state, so a change into it is always one step."""
 
 
 @dataclass(frozen=True)
@@ -39,12 +56,22 @@ class Event:
     before: str
     after: str
     detail: str = ""
+    note: str = ""
+    """Why the line is not a plain one-step change (first read, or unobserved states)."""
 
     def line(self, t0: float) -> str:
         """One human-readable line, time relative to ``t0``."""
         what = "residency" if self.kind == "residency" else f"command {self.detail}"
-        return (f"[{self.at - t0:7.1f}s] {self.host_id:<8} {self.model_id:<20} "
-                f"{what}: {self.before} -> {self.after}")
+        change = f"{self.before} -> {self.after}"
+        if self.note == FIRST_READ:
+            change = self.after
+        return f"[{self.at - t0:7.1f}s] {self.host_id:<8} {self.model_id:<20} {what}: {change}" + (
+            f" ({self.note})" if self.note else ""
+        )
+
+
+FIRST_READ = "state when watching began"
+SKIPPED = "more than one lifecycle step; any states in between were not observed (polled)"
 
 
 def residencies(status: dict[str, Any]) -> dict[tuple[str, str], str]:
@@ -64,9 +91,13 @@ def actions(status: dict[str, Any]) -> dict[str, tuple[str, str, str, str, str]]
     for key in ("history", "pending_commands"):
         for a in ctl.get(key) or ():
             if isinstance(a, dict) and a.get("action_id"):
-                out[a["action_id"]] = (str(a.get("kind")), str(a.get("host_id")),
-                                       str(a.get("model_id")), str(a.get("status", "pending")),
-                                       str(a.get("reason", "")))
+                out[a["action_id"]] = (
+                    str(a.get("kind")),
+                    str(a.get("host_id")),
+                    str(a.get("model_id")),
+                    str(a.get("status", "pending")),
+                    str(a.get("reason", "")),
+                )
     return out
 
 
@@ -77,6 +108,20 @@ def ready_counts(status: dict[str, Any]) -> dict[str, int]:
         if state == "ready":
             out[model] = out.get(model, 0) + 1
     return out
+
+
+def _status_time(doc: dict[str, Any], status: str, now: float) -> float:
+    """When an action reached ``status``: completed_at for outcomes, delivered_at for
+    delivery, created_at otherwise; ``now`` when the record has no such time. Never later
+    than ``now`` (the read that saw it)."""
+    field_name = {
+        "succeeded": "completed_at",
+        "failed": "completed_at",
+        "rejected": "completed_at",
+        "delivered": "delivered_at",
+    }.get(status, "created_at")
+    value = doc.get(field_name)
+    return min(float(value), now) if isinstance(value, int | float) else now
 
 
 @dataclass
@@ -118,19 +163,41 @@ class Observer:
         for key in sorted(set(prev) | set(res)):
             before, after = prev.get(key, GONE), res.get(key, GONE)
             if before != after and not (first and after == "cached"):
-                new.append(Event(now, "residency", key[0], key[1], before, after))
+                if first:
+                    note = FIRST_READ
+                elif (before, after) in ADJACENT or after == "failed":
+                    note = ""
+                else:
+                    note = SKIPPED
+                new.append(Event(now, "residency", key[0], key[1], before, after, note=note))
         self._res = res
+        ctl = status.get("controller") or {}
+        docs = {
+            a["action_id"]: a
+            for key in ("history", "pending_commands")
+            for a in ctl.get(key) or ()
+            if isinstance(a, dict) and a.get("action_id")
+        }
         for aid, (kind, host, model, st, reason) in sorted(acts.items()):
             old = self._acts.get(aid)
             if not first and (old is None or old[3] != st):
-                new.append(Event(now, "command", host, model, old[3] if old else "new", st,
-                                 f"{kind} ({reason})" if reason else kind))
+                new.append(
+                    Event(
+                        _status_time(docs.get(aid, {}), st, now),
+                        "command",
+                        host,
+                        model,
+                        old[3] if old else "new",
+                        st,
+                        f"{kind} ({reason})" if reason else kind,
+                    )
+                )
         self._acts.update(acts)
-        ctl = status.get("controller") or {}
-        for key in ("history", "pending_commands"):
-            for a in ctl.get(key) or ():
-                if isinstance(a, dict) and a.get("action_id"):
-                    self.seen[a["action_id"]] = a
+        self.seen.update(docs)
+        # Causal order: a command's outcome at the time it completed (server clock, same
+        # machine), residency changes at the read that saw them, which is after the
+        # commands that caused them. Python's sort is stable for equal times.
+        new.sort(key=lambda e: e.at)
         self.events.extend(new)
         return new
 

@@ -461,3 +461,40 @@ def test_status_shows_the_live_profiles_not_the_launch_time_ones():
     assert rows["added.gguf"][1] == "5"
     del doc["allocator"]
     assert "profiles (as launched)" in cli.render_status(doc)
+
+
+def test_watch_orders_outcomes_by_completion_and_admits_unobserved_states():
+    obs = observe.Observer("http://x")
+    obs.update(_status({"h1": []}), now=100.0)
+
+    def act(aid, kind, done):
+        return {
+            "action_id": aid,
+            "kind": kind,
+            "host_id": "h1",
+            "model_id": "a",
+            "status": "succeeded",
+            "reason": "missing_replica",
+            "created_at": 100.5,
+            "completed_at": done,
+        }
+
+    # The warm's id sorts first, but the load completed first.
+    evs = obs.update(
+        _status(
+            {"h1": [("a", "ready")]}, [act("0-warm", "warm", 103.0), act("9-load", "load", 102.0)]
+        ),
+        now=104.0,
+    )
+    assert [(e.kind, e.detail.split()[0] if e.detail else e.after) for e in evs] == [
+        ("command", "load"),
+        ("command", "warm"),
+        ("residency", "ready"),
+    ]
+    line = evs[-1].line(100.0)
+    assert "absent -> ready" in line and "not observed" in line
+    assert [e.at for e in evs] == [102.0, 103.0, 104.0]
+    step = obs.update(_status({"h1": [("a", "draining")]}), now=105.0)
+    assert "not observed" not in step[0].line(100.0)
+    first = observe.Observer("http://x").update(_status({"h1": [("a", "ready")]}), now=1.0)
+    assert first[0].line(0.0).endswith("residency: ready (state when watching began)")
