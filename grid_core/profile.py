@@ -16,6 +16,8 @@ import msgspec
 from grid_core.errors import ValidationError
 
 DEFAULT_RUNTIME = "llama.cpp"
+KNOWN_RUNTIMES: tuple[str, ...] = ("llama.cpp", "vllm", "ollama", "comfyui")
+"""Runtimes a node can report; a profile naming another one could never be placed."""
 MAX_REPLICAS_LIMIT = 256
 """Upper bound on max_replicas: above any fleet Grid plans for; keeps search bounded."""
 MAX_PRIORITY = 1000
@@ -79,8 +81,11 @@ class ModelProfile(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True
         The largest runtime-specific estimate among the host's matching runtimes wins
         (conservative when several are installed); ``memory_mb`` is the fallback.
         """
-        matching = [self.runtime_memory_mb[r] for r in runtimes
-                    if r in self.runtime_memory_mb and r in self.runtimes]
+        matching = [
+            self.runtime_memory_mb[r]
+            for r in runtimes
+            if r in self.runtime_memory_mb and r in self.runtimes
+        ]
         return max(matching) if matching else self.memory_mb
 
 
@@ -103,16 +108,22 @@ def validate_profile(p: ModelProfile) -> ModelProfile:
         ValidationError: the message names the field and the fix.
     """
     if p.memory_mb <= 0 or p.memory_mb > 1 << 32:
-        raise _fail("memory_mb", f"{p.memory_mb} is not a positive MB value",
-                    "give the resident runtime budget of one replica in MB")
+        raise _fail(
+            "memory_mb",
+            f"{p.memory_mb} is not a positive MB value",
+            "give the resident runtime budget of one replica in MB",
+        )
     for rt, mb in p.runtime_memory_mb.items():
         if mb <= 0 or mb > 1 << 32:
             raise _fail("runtime_memory_mb", f"{rt}={mb} is not positive", "use RUNTIME=MB")
     if not p.runtimes:
         raise _fail("runtimes", "is empty", "name at least one runtime (default llama.cpp)")
     if not 0 <= p.min_replicas <= p.max_replicas <= MAX_REPLICAS_LIMIT or p.max_replicas < 1:
-        raise _fail("min_replicas/max_replicas", f"{p.min_replicas}/{p.max_replicas} invalid",
-                    f"need 0 <= min <= max, 1 <= max <= {MAX_REPLICAS_LIMIT}")
+        raise _fail(
+            "min_replicas/max_replicas",
+            f"{p.min_replicas}/{p.max_replicas} invalid",
+            f"need 0 <= min <= max, 1 <= max <= {MAX_REPLICAS_LIMIT}",
+        )
     if not -MAX_PRIORITY <= p.priority <= MAX_PRIORITY:
         raise _fail("priority", f"{p.priority} out of range", f"use |priority| <= {MAX_PRIORITY}")
     if p.min_failure_domains < 1:
@@ -120,8 +131,11 @@ def validate_profile(p: ModelProfile) -> ModelProfile:
     if p.max_colocated_models < 0:
         raise _fail("max_colocated_models", "is negative", "use 0 (unlimited) or a count >= 1")
     if len(p.pins) > p.max_replicas:
-        raise _fail("pins", f"{len(p.pins)} pins exceed max_replicas={p.max_replicas}",
-                    "raise max_replicas or pin fewer hosts")
+        raise _fail(
+            "pins",
+            f"{len(p.pins)} pins exceed max_replicas={p.max_replicas}",
+            "raise max_replicas or pin fewer hosts",
+        )
     if p.min_gpu_count < 0 or p.min_gpu_memory_mb < 0:
         raise _fail("min_gpu_count/min_gpu_memory_mb", "is negative", "use 0 for no requirement")
     if p.replica_concurrency < 1:
@@ -130,28 +144,39 @@ def validate_profile(p: ModelProfile) -> ModelProfile:
     _check_finite("expected_service_time_s", p.expected_service_time_s, 0.001, 3600.0)
     if p.latency_slo_ms is not None:
         _check_finite("latency_slo_ms", p.latency_slo_ms, 1.0, 3_600_000.0)
-    for name in ("load_estimate_s", "warm_estimate_s", "min_residency_s",
-                 "scale_down_cooldown_s"):
+    for name in ("load_estimate_s", "warm_estimate_s", "min_residency_s", "scale_down_cooldown_s"):
         _check_finite(name, getattr(p, name), 0.0, 86_400.0)
     sha = p.artifact_sha256.lower() if p.artifact_sha256 else None
     if sha is not None and not SHA256.match(sha):
         raise _fail("artifact_sha256", "is not 64 hex digits", "pass the file's SHA-256")
     if p.artifact_source is not None:
         if not HF_SOURCE.match(p.artifact_source) or "@" in p.artifact_source.split("/")[2]:
-            raise _fail("artifact_source", f"{p.artifact_source!r} is not an exact hf:// URI",
-                        "use hf://owner/repo/path/file.gguf without credentials")
+            raise _fail(
+                "artifact_source",
+                f"{p.artifact_source!r} is not an exact hf:// URI",
+                "use hf://owner/repo/path/file.gguf without credentials",
+            )
         if sha is None or p.artifact_size_mb is None:
-            raise _fail("artifact_source", "needs artifact_sha256 and artifact_size_mb",
-                        "give all three fields for autonomous fetch")
+            raise _fail(
+                "artifact_source",
+                "needs artifact_sha256 and artifact_size_mb",
+                "give all three fields for autonomous fetch",
+            )
     if p.artifact_size_mb is not None and p.artifact_size_mb <= 0:
         raise _fail("artifact_size_mb", "must be positive", "give the download ceiling in MB")
     for w, score in p.workload_scores.items():
         if not WORKLOAD_NAME.match(w):
-            raise _fail("workload_scores", f"workload {w!r} is not a simple name",
-                        "use lowercase names such as coding or research")
+            raise _fail(
+                "workload_scores",
+                f"workload {w!r} is not a simple name",
+                "use lowercase names such as coding or research",
+            )
         if not (math.isfinite(score) and 0.0 < score <= 1.0):
-            raise _fail("workload_scores", f"{w}={score} is outside (0, 1]",
-                        "use WORKLOAD=SCORE with 0 < SCORE <= 1")
+            raise _fail(
+                "workload_scores",
+                f"{w}={score} is outside (0, 1]",
+                "use WORKLOAD=SCORE with 0 < SCORE <= 1",
+            )
     if p.model_id in p.colocation_excludes:
         raise _fail("colocation_excludes", "names the model itself", "name other models only")
     return msgspec.structs.replace(
@@ -166,19 +191,63 @@ def validate_profile(p: ModelProfile) -> ModelProfile:
     )
 
 
-def profile_from_json(data: bytes | str | dict[str, object]) -> ModelProfile:
-    """Decode and validate a profile from JSON (or an already-parsed object).
+def validate_declared_profile(p: ModelProfile) -> ModelProfile:
+    """``validate_profile`` plus the checks only new operator input gets.
+
+    A runtime outside ``KNOWN_RUNTIMES`` or a workload outside the configured vocabulary
+    (``grid_core.demand.features.WORKLOADS``) is almost always a typo, and the profile would
+    silently never be placed or never match ``model: auto`` traffic. These checks are not part
+    of ``validate_profile`` because that also runs when persisted controller state is loaded,
+    where an older profile must keep loading rather than quarantine the whole state.
 
     Raises:
-        ValidationError: malformed JSON, a wrong type (the message names the path) or a
-            rule violation.
+        ValidationError: the message names the field, the value and the accepted values.
+    """
+    # Imported here: the demand package imports this module, so a top-level import would cycle.
+    from grid_core.demand.features import WORKLOADS
+
+    for rt in (*p.runtimes, *p.runtime_memory_mb):
+        if rt not in KNOWN_RUNTIMES:
+            field = "runtimes" if rt in p.runtimes else "runtime_memory_mb"
+            raise _fail(field, f"unknown runtime {rt!r}", f"use one of {', '.join(KNOWN_RUNTIMES)}")
+    for w in p.workload_scores:
+        if w not in WORKLOADS:
+            raise _fail(
+                "workload_scores",
+                f"workload {w!r} is not in the configured vocabulary",
+                f"use one of {', '.join(WORKLOADS)}",
+            )
+    return validate_profile(p)
+
+
+def profile_from_json(data: bytes | str | dict[str, object]) -> ModelProfile:
+    """Decode and validate operator input: a profile as JSON (or an already-parsed object).
+
+    Raises:
+        ValidationError: malformed JSON, a field the profile does not have (named), a wrong
+            type (the message names the path), an unknown runtime or workload, or a rule
+            violation.
     """
     try:
-        if isinstance(data, dict):
-            p = msgspec.convert(data, ModelProfile)
-        else:
-            p = msgspec.json.decode(data, type=ModelProfile)
-    except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+        doc = data if isinstance(data, dict) else msgspec.json.decode(data)
+    except msgspec.DecodeError as exc:
         msg = f"model profile: {exc}"
         raise ValidationError(msg) from None
-    return validate_profile(p)
+    if not isinstance(doc, dict):
+        raise ValidationError("model profile: expected a JSON object of profile fields")
+    # Checked here, not with forbid_unknown_fields on the struct: persisted controller state
+    # must keep loading when a newer Grid adds fields, but an operator's typo must not be
+    # dropped silently.
+    unknown = sorted(set(doc) - set(ModelProfile.__struct_fields__))
+    if unknown:
+        raise _fail(
+            unknown[0],
+            "is not a profile field",
+            f"check the spelling; known fields: {', '.join(ModelProfile.__struct_fields__)}",
+        )
+    try:
+        p = msgspec.convert(doc, ModelProfile)
+    except msgspec.ValidationError as exc:
+        msg = f"model profile: {exc}"
+        raise ValidationError(msg) from None
+    return validate_declared_profile(p)

@@ -87,6 +87,15 @@ def allocator_routes(ctx: ServerContext) -> list[HTTPRouteHandler]:
         await ctx.runner.put_profile(profile)
         return json_response({"model_id": model_id, "profile": profile})
 
+    @get("/allocator/models/{model_id:str}")
+    async def get_model(model_id: str) -> Response:
+        """One model's current profile (public, like status), or 404 when it has none."""
+        profile = ctx.runner.profiles.get(model_id)
+        if profile is None:
+            msg = f"model '{model_id}' has no profile; see 'grid allocator status'"
+            raise NotFoundError(msg)
+        return json_response({"model_id": model_id, "profile": profile})
+
     @delete("/allocator/models/{model_id:str}", status_code=200)
     async def delete_model(request: Request, model_id: str) -> Response:
         """Retire a profile; the controller converges it to zero replicas safely."""
@@ -154,7 +163,16 @@ def allocator_routes(ctx: ServerContext) -> list[HTTPRouteHandler]:
             }
         )
 
-    return [status, put_model, delete_model, put_mode, tick, evaluations, *token_routes(ctx)]
+    return [
+        status,
+        get_model,
+        put_model,
+        delete_model,
+        put_mode,
+        tick,
+        evaluations,
+        *token_routes(ctx),
+    ]
 
 
 def _evaluation_fields(doc: dict[str, Any]) -> tuple[str, str, float, str | None]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from http import HTTPStatus
 from pathlib import Path
 from typing import Any
 
@@ -10,13 +11,14 @@ import msgspec
 import typer
 
 from grid_core.errors import EXIT_USAGE, ValidationError
-from grid_core.profile import DEFAULT_RUNTIME, ModelProfile, validate_profile
+from grid_core.profile import KNOWN_RUNTIMES, ModelProfile, validate_declared_profile
 from grid_core.table import render_table
 from grid_server.client import CliError, request
 from grid_server.home import write_secret_file
 
 GridOpt = typer.Option(None, "--grid", help="Server URL, or 'local' (default).")
 TokenOpt = typer.Option(None, "--token-file", help="File holding the operator capability.")
+RUNTIME_HELP = f"Repeatable; one of {', '.join(KNOWN_RUNTIMES)} (default llama.cpp)."
 
 
 def _pairs(values: list[str], flag: str, cast: type) -> dict[str, Any]:
@@ -34,7 +36,9 @@ def _pairs(values: list[str], flag: str, cast: type) -> dict[str, Any]:
 
 def model_set(
     model_id: str = typer.Argument(..., help="Model id (e.g. the GGUF file name)."),
-    memory_mb: int = typer.Option(..., "--memory-mb", help="Resident MB of one replica."),
+    memory_mb: int | None = typer.Option(
+        None, "--memory-mb", help="Resident MB of one replica (required for a new profile)."
+    ),
     runtime_memory_mb: list[str] = typer.Option(  # noqa: B008
         [],
         "--runtime-memory-mb",
@@ -43,86 +47,156 @@ def model_set(
     artifact_sha256: str | None = typer.Option(None, "--artifact-sha256"),
     artifact_source: str | None = typer.Option(None, "--artifact-source"),
     artifact_size_mb: int | None = typer.Option(None, "--artifact-size-mb"),
-    runtime: list[str] = typer.Option([], "--runtime", help="Repeatable; default llama.cpp."),  # noqa: B008
+    runtime: list[str] = typer.Option([], "--runtime", help=RUNTIME_HELP),  # noqa: B008
     backend: list[str] = typer.Option([], "--backend"),  # noqa: B008
-    min_replicas: int = typer.Option(0, "--min-replicas"),
-    max_replicas: int = typer.Option(1, "--max-replicas"),
-    priority: int = typer.Option(0, "--priority"),
+    min_replicas: int | None = typer.Option(None, "--min-replicas", help="Default 0."),
+    max_replicas: int | None = typer.Option(None, "--max-replicas", help="Default 1."),
+    priority: int | None = typer.Option(None, "--priority", help="Default 0."),
     data_tier: str | None = typer.Option(None, "--data-tier"),
     required_tag: list[str] = typer.Option([], "--required-tag"),  # noqa: B008
     forbidden_tag: list[str] = typer.Option([], "--forbidden-tag"),  # noqa: B008
-    min_failure_domains: int = typer.Option(1, "--min-failure-domains"),
-    max_colocated_models: int = typer.Option(0, "--max-colocated-models"),
+    min_failure_domains: int | None = typer.Option(None, "--min-failure-domains"),
+    max_colocated_models: int | None = typer.Option(None, "--max-colocated-models"),
     colocation_exclude: list[str] = typer.Option([], "--colocation-exclude"),  # noqa: B008
     pin: list[str] = typer.Option([], "--pin"),  # noqa: B008
-    min_gpu_count: int = typer.Option(0, "--min-gpu-count"),
-    min_gpu_memory_mb: int = typer.Option(0, "--min-gpu-memory-mb"),
-    replica_concurrency: int = typer.Option(1, "--replica-concurrency"),
-    target_utilization: float = typer.Option(0.7, "--target-utilization"),
-    expected_service_time_s: float = typer.Option(2.0, "--expected-service-time-s"),
+    min_gpu_count: int | None = typer.Option(None, "--min-gpu-count"),
+    min_gpu_memory_mb: int | None = typer.Option(None, "--min-gpu-memory-mb"),
+    replica_concurrency: int | None = typer.Option(None, "--replica-concurrency"),
+    target_utilization: float | None = typer.Option(None, "--target-utilization"),
+    expected_service_time_s: float | None = typer.Option(None, "--expected-service-time-s"),
     latency_slo_ms: float | None = typer.Option(None, "--latency-slo-ms"),
-    load_estimate_s: float = typer.Option(30.0, "--load-estimate-s"),
-    warm_estimate_s: float = typer.Option(10.0, "--warm-estimate-s"),
-    min_residency_s: float = typer.Option(300.0, "--min-residency-s"),
-    scale_down_cooldown_s: float = typer.Option(600.0, "--scale-down-cooldown-s"),
+    load_estimate_s: float | None = typer.Option(None, "--load-estimate-s"),
+    warm_estimate_s: float | None = typer.Option(None, "--warm-estimate-s"),
+    min_residency_s: float | None = typer.Option(None, "--min-residency-s"),
+    scale_down_cooldown_s: float | None = typer.Option(None, "--scale-down-cooldown-s"),
     workload_score: list[str] = typer.Option(  # noqa: B008
         [],
         "--workload-score",
         help="WORKLOAD=SCORE in (0, 1], repeatable.",
     ),
+    replace: bool = typer.Option(
+        False,
+        "--replace",
+        help="Replace the whole profile: fields not given return to their defaults.",
+    ),
     grid: str | None = GridOpt,
     token_file: Path | None = TokenOpt,
 ) -> None:
-    """Create or replace a model's placement profile."""
-    try:
-        profile = validate_profile(
-            ModelProfile(
-                model_id=model_id,
-                memory_mb=memory_mb,
-                runtime_memory_mb=_pairs(runtime_memory_mb, "--runtime-memory-mb", int),
-                artifact_sha256=artifact_sha256,
-                artifact_source=artifact_source,
-                artifact_size_mb=artifact_size_mb,
-                runtimes=tuple(runtime) or (DEFAULT_RUNTIME,),
-                backends=tuple(backend),
-                min_replicas=min_replicas,
-                max_replicas=max_replicas,
-                priority=priority,
-                data_tier=data_tier,
-                required_tags=tuple(required_tag),
-                forbidden_tags=tuple(forbidden_tag),
-                min_failure_domains=min_failure_domains,
-                max_colocated_models=max_colocated_models,
-                colocation_excludes=tuple(colocation_exclude),
-                pins=tuple(pin),
-                min_gpu_count=min_gpu_count,
-                min_gpu_memory_mb=min_gpu_memory_mb,
-                replica_concurrency=replica_concurrency,
-                target_utilization=target_utilization,
-                expected_service_time_s=expected_service_time_s,
-                latency_slo_ms=latency_slo_ms,
-                load_estimate_s=load_estimate_s,
-                warm_estimate_s=warm_estimate_s,
-                min_residency_s=min_residency_s,
-                scale_down_cooldown_s=scale_down_cooldown_s,
-                workload_scores=_pairs(workload_score, "--workload-score", float),
-            )
-        )
-    except ValidationError as exc:
-        raise CliError(str(exc), EXIT_USAGE) from None
-    body = msgspec.to_builtins(profile)
+    """Create a model's placement profile, or change only the given fields of an existing one.
+
+    An existing profile keeps every field not given on the command line; ``--replace``
+    starts from the defaults instead. The changed fields are printed as old → new.
+    """
+    given: dict[str, Any] = {
+        "memory_mb": memory_mb,
+        "artifact_sha256": artifact_sha256,
+        "artifact_source": artifact_source,
+        "artifact_size_mb": artifact_size_mb,
+        "min_replicas": min_replicas,
+        "max_replicas": max_replicas,
+        "priority": priority,
+        "data_tier": data_tier,
+        "min_failure_domains": min_failure_domains,
+        "max_colocated_models": max_colocated_models,
+        "min_gpu_count": min_gpu_count,
+        "min_gpu_memory_mb": min_gpu_memory_mb,
+        "replica_concurrency": replica_concurrency,
+        "target_utilization": target_utilization,
+        "expected_service_time_s": expected_service_time_s,
+        "latency_slo_ms": latency_slo_ms,
+        "load_estimate_s": load_estimate_s,
+        "warm_estimate_s": warm_estimate_s,
+        "min_residency_s": min_residency_s,
+        "scale_down_cooldown_s": scale_down_cooldown_s,
+        "runtimes": tuple(runtime),
+        "backends": tuple(backend),
+        "required_tags": tuple(required_tag),
+        "forbidden_tags": tuple(forbidden_tag),
+        "colocation_excludes": tuple(colocation_exclude),
+        "pins": tuple(pin),
+        "runtime_memory_mb": _pairs(runtime_memory_mb, "--runtime-memory-mb", int),
+        "workload_scores": _pairs(workload_score, "--workload-score", float),
+    }
+    # A scalar flag not given is None, a repeatable one is empty: neither changes the field.
+    given = {k: v for k, v in given.items() if v is not None and v != () and v != {}}
+    current = _current_profile(grid, model_id)
+    profile = _merged_profile(model_id, current, given, replace)
+    if profile == current:
+        typer.echo(f"grid: profile for '{model_id}' unchanged")
+        return
     request(
         "PUT",
         grid,
         f"/allocator/models/{model_id}",
         operator=True,
         token_file=token_file,
-        body=body,
+        body=msgspec.to_builtins(profile),
     )
-    typer.echo(
-        f"grid: profile for '{model_id}' set ({profile.memory_mb} MB, "
-        f"{profile.min_replicas}..{profile.max_replicas} replicas)"
-    )
+    verb = "created" if current is None else "replaced" if replace else "updated"
+    typer.echo(f"grid: profile for '{model_id}' {verb}")
+    for line in profile_changes(current, profile):
+        typer.echo(f"  {line}")
+
+
+def _current_profile(grid: str | None, model_id: str) -> ModelProfile | None:
+    """The server's profile for ``model_id``, or None when it has none (404)."""
+    try:
+        data = request("GET", grid, f"/allocator/models/{model_id}")
+    except CliError as exc:
+        if exc.http_status == HTTPStatus.NOT_FOUND:
+            return None
+        raise
+    try:
+        return msgspec.convert(data["profile"], ModelProfile)
+    except (msgspec.ValidationError, KeyError, TypeError) as exc:
+        msg = f"the server's profile for '{model_id}' is unreadable ({exc}); use --replace"
+        raise CliError(msg) from None
+
+
+def _merged_profile(
+    model_id: str, current: ModelProfile | None, given: dict[str, Any], replace: bool
+) -> ModelProfile:
+    """``given`` applied over the current profile (or over the defaults), validated.
+
+    Raises:
+        CliError: a new or replaced profile without ``--memory-mb``, or an invalid result
+            (exit 2; nothing is sent).
+    """
+    try:
+        if current is None or replace:
+            if "memory_mb" not in given:
+                what = "replacing" if current is not None else "a new profile"
+                msg = f"--memory-mb is required for {what} ('{model_id}')"
+                raise CliError(msg, EXIT_USAGE)
+            base = ModelProfile(model_id=model_id, memory_mb=given["memory_mb"])
+        else:
+            base = current
+        return validate_declared_profile(msgspec.structs.replace(base, **given))
+    except ValidationError as exc:
+        raise CliError(str(exc), EXIT_USAGE) from None
+
+
+def _show(value: object) -> str:
+    plain = msgspec.to_builtins(value)
+    if plain is None:
+        return "-"
+    if isinstance(plain, list):
+        return ",".join(str(v) for v in plain) or "-"
+    if isinstance(plain, dict):
+        return ",".join(f"{k}={v}" for k, v in sorted(plain.items())) or "-"
+    return str(plain)
+
+
+def profile_changes(old: ModelProfile | None, new: ModelProfile) -> list[str]:
+    """``field: old → new`` for every field that differs (against the defaults when new)."""
+    if old is None:
+        old = ModelProfile(model_id=new.model_id, memory_mb=0)
+    lines = []
+    for name in ModelProfile.__struct_fields__:
+        before, after = getattr(old, name), getattr(new, name)
+        if before != after:
+            lines.append(f"{name}: {_show(before)} → {_show(after)}")
+    return lines
 
 
 def model_remove(

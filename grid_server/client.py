@@ -26,9 +26,13 @@ DEFAULT_URL = f"http://{DEFAULT_HOST}:{DEFAULT_PORT}"
 class CliError(GridError):
     """A CLI failure with its exit code (1 runtime, 2 usage)."""
 
-    def __init__(self, message: str, exit_code: int = EXIT_RUNTIME_FAILURE) -> None:
+    def __init__(
+        self, message: str, exit_code: int = EXIT_RUNTIME_FAILURE, http_status: int | None = None
+    ) -> None:
         super().__init__(message)
         self.exit_code = exit_code
+        self.http_status = http_status
+        """The server's HTTP status when the failure is a refused request, else None."""
 
 
 def home_dir() -> Path:
@@ -136,5 +140,5 @@ def request(
         err = data.get("error") if isinstance(data, dict) else None
         message = err.get("message") if isinstance(err, dict) else resp.text[:200]
         code = EXIT_USAGE if resp.status_code in (400, 404, 413, 422) else EXIT_RUNTIME_FAILURE
-        raise CliError(f"{method} {path} → {resp.status_code}: {message}", code)
+        raise CliError(f"{method} {path} → {resp.status_code}: {message}", code, resp.status_code)
     return data

@@ -16,6 +16,20 @@ Outcome = Literal["ok", "error", "rejected", "unavailable", "client_error"]
 """ok = 2xx; error = transport/5xx from the engine; rejected = 429; unavailable = Grid's own
 503 (no ready route); client_error = caller-caused 4xx (never counts against an engine)."""
 
+WORKLOADS: tuple[str, ...] = (
+    "coding",
+    "research",
+    "marketing",
+    "sales",
+    "design",
+    "image",
+    "video",
+    "embedding",
+    "general",
+)
+"""The configured workload vocabulary: what the classifier may answer for ``model: auto`` and
+the only names a profile's ``workload_scores`` may use (a typo would silently never match)."""
+
 MAX_KEYWORD_HITS = 16
 """Keyword hits kept per request: enough for a classifier, never the text itself."""
 

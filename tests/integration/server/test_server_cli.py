@@ -86,6 +86,9 @@ def test_profile_mode_tick_and_status(grid: Grid) -> None:
         ("allocator", "model", "set", "m", "--memory-mb", "10", "--workload-score", "coding=2"),
         ("allocator", "model", "set", "m", "--memory-mb", "10", "--runtime-memory-mb", "nope"),
         ("allocator", "mode", "turbo"),
+        ("allocator", "model", "set", "m", "--memory-mb", "10", "--workload-score", "nonsense=.5"),
+        ("allocator", "model", "set", "m", "--memory-mb", "10", "--runtime", "bogus"),
+        ("allocator", "model", "set", "m", "--max-replicas", "2"),  # new profile needs memory
     ],
 )
 def test_bad_operator_input_exits_2_with_one_line(grid: Grid, args: tuple[str, ...]) -> None:
@@ -94,6 +97,55 @@ def test_bad_operator_input_exits_2_with_one_line(grid: Grid, args: tuple[str, .
     assert len(r.stderr.strip().splitlines()) == 1 or "Usage" in r.stderr
     status = json.loads(run(grid, "allocator", "status", "--json").stdout)
     assert status["server"]["profiles"] == [] and status["mode"] == "recommend"
+
+
+def _profile(grid: Grid, model_id: str) -> dict[str, object]:
+    doc = json.loads(run(grid, "allocator", "status", "--json").stdout)
+    (profile,) = [p for p in doc["controller"]["profiles"] if p["model_id"] == model_id]
+    return profile
+
+
+def test_model_set_changes_only_the_given_fields_and_says_what_changed(grid: Grid) -> None:
+    sha = "ab" * 32
+    r = run(
+        grid,
+        *("allocator", "model", "set", "m", "--memory-mb", "12000", "--min-replicas", "1"),
+        *("--max-replicas", "3", "--priority", "7", "--artifact-sha256", sha),
+        *("--min-residency-s", "60", "--scale-down-cooldown-s", "90"),
+    )
+    assert r.returncode == 0, r.stderr
+    assert "created" in r.stdout and "max_replicas: 1 → 3" in r.stdout
+    r = run(grid, "allocator", "model", "set", "m", "--memory-mb", "1000")
+    assert r.returncode == 0, r.stderr
+    assert "memory_mb: 12000 → 1000" in r.stdout
+    assert len(r.stdout.strip().splitlines()) == 2  # the summary and the one changed field
+    profile = _profile(grid, "m")
+    assert profile["memory_mb"] == 1000
+    assert (profile["min_replicas"], profile["max_replicas"], profile["priority"]) == (1, 3, 7)
+    assert profile["artifact_sha256"] == sha
+    assert (profile["min_residency_s"], profile["scale_down_cooldown_s"]) == (60.0, 90.0)
+    r = run(grid, "allocator", "model", "set", "m", "--memory-mb", "1000")
+    assert r.returncode == 0 and "unchanged" in r.stdout
+    r = run(grid, "allocator", "model", "set", "m", "--memory-mb", "2000", "--replace")
+    assert r.returncode == 0, r.stderr
+    assert "replaced" in r.stdout and "priority: 7 → 0" in r.stdout
+    assert "max_replicas: 3 → 1" in r.stdout
+    profile = _profile(grid, "m")
+    assert profile["memory_mb"] == 2000 and "priority" not in profile  # back to the default
+    assert run(grid, "allocator", "model", "set", "m", "--replace").returncode == 2
+
+
+def test_profile_put_refuses_unknown_fields_runtimes_and_workloads(grid: Grid) -> None:
+    url = grid.url + "/allocator/models/m"
+    for body, named in (
+        ({"memory_mb": 10, "max_replica": 3}, "max_replica"),
+        ({"memory_mb": 10, "runtimes": ["bogus"]}, "vllm"),
+        ({"memory_mb": 10, "workload_scores": {"nonsense": 0.5}}, "coding"),
+    ):
+        resp = grid.client.http.put(url, json=body, headers=grid.client.operator())
+        assert resp.status_code == 400, resp.text
+        assert named in resp.json()["error"]["message"]
+    assert grid.client.http.get(url).status_code == 404  # nothing was stored
 
 
 def test_wrong_token_file_and_env_are_refused(grid: Grid, tmp_path: Path) -> None:

@@ -1,0 +1,39 @@
+"""Operator profile input is checked strictly; persisted profiles stay loadable."""
+
+from __future__ import annotations
+
+import pytest
+
+from grid_core.demand.features import WORKLOADS
+from grid_core.errors import ValidationError
+from grid_core.profile import ModelProfile, profile_from_json, validate_profile
+
+
+def test_unknown_field_is_refused_by_name() -> None:
+    with pytest.raises(ValidationError, match="'max_replica'"):
+        profile_from_json(b'{"model_id": "m", "memory_mb": 10, "max_replica": 3}')
+
+
+@pytest.mark.parametrize(
+    ("doc", "field"),
+    [
+        ({"runtimes": ["bogus"]}, "runtimes"),
+        ({"runtime_memory_mb": {"bogus": 5}}, "runtime_memory_mb"),
+        ({"workload_scores": {"nonsense": 0.5}}, "workload_scores"),
+    ],
+)
+def test_unknown_runtime_or_workload_is_refused(doc: dict[str, object], field: str) -> None:
+    with pytest.raises(ValidationError, match=field):
+        profile_from_json({"model_id": "m", "memory_mb": 10, **doc})
+
+
+def test_every_configured_workload_is_accepted() -> None:
+    scores = {w: 0.5 for w in WORKLOADS}
+    p = profile_from_json({"model_id": "m", "memory_mb": 10, "workload_scores": scores})
+    assert p.workload_scores == scores
+
+
+def test_persisted_profile_with_an_unlisted_runtime_still_validates() -> None:
+    # Controller state written by another Grid version must load, not be quarantined.
+    old = ModelProfile(model_id="m", memory_mb=10, runtimes=("mlx",), workload_scores={"chat": 1})
+    assert validate_profile(old).runtimes == ("mlx",)
