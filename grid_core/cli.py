@@ -44,8 +44,12 @@ def _plugins_command(plugins: Plugins) -> typer.models.CommandFunctionType:
             render_table(
                 ["plugin", "distribution", "version", "hooks"],
                 [
-                    [r["name"], r["distribution"] or "-", r["version"] or "-",
-                     ", ".join(r["hooks"]) or "-"]
+                    [
+                        r["name"],
+                        r["distribution"] or "-",
+                        r["version"] or "-",
+                        ", ".join(r["hooks"]) or "-",
+                    ]
                     for r in rows
                 ],
             )
@@ -70,6 +74,7 @@ def build_app(plugins: Plugins | None = None) -> typer.Typer:
         add_completion=False,
         pretty_exceptions_enable=False,
     )
+
     @app.callback()
     def root() -> None:
         """Grid command line; every group below comes from a plugin."""

@@ -82,9 +82,7 @@ def grid_select_victims(candidates: object, need: object, ctx: object) -> object
 
 
 @hookspec(firstresult=True)
-def grid_classify_request(
-    features: object, text: str, vocabulary: tuple[str, ...]
-) -> str | None:
+def grid_classify_request(features: object, text: str, vocabulary: tuple[str, ...]) -> str | None:
     """Map bounded request features to one workload from the configured vocabulary.
 
     firstresult: exactly one classifier answers.

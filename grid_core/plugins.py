@@ -210,8 +210,9 @@ def load_plugins(
         try:
             module = ep.load()
         except Exception as exc:  # import failure: report it, keep going
-            failure = PluginFailure(ep.name, f"import of '{ep.value}' failed: "
-                                    f"{type(exc).__name__}: {exc}")
+            failure = PluginFailure(
+                ep.name, f"import of '{ep.value}' failed: {type(exc).__name__}: {exc}"
+            )
             plugins.failures.append(failure)
             report(failure.line())
             continue

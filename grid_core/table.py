@@ -23,8 +23,9 @@ def render_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> st
             widths[i] = max(widths[i], len(cell))
     line = "  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip()
     out = [line, "  ".join("-" * w for w in widths)]
-    out += ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()
-            for row in cells]
+    out += [
+        "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in cells
+    ]
     if not cells:
         out.append("(none)")
     return "\n".join(out)

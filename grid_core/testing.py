@@ -36,5 +36,6 @@ def plugins_with(*inline: tuple[str, object], builtins: tuple[str, ...] = ()) ->
         A fresh :class:`~grid_core.plugins.Plugins`; nothing global is touched.
     """
     eps = builtin_entry_points(*builtins) if builtins else []
-    return load_plugins(entry_points=eps, extra=inline, disabled=frozenset(),
-                        report=lambda _line: None)
+    return load_plugins(
+        entry_points=eps, extra=inline, disabled=frozenset(), report=lambda _line: None
+    )

@@ -13,10 +13,10 @@ import httpx
 import psutil
 import typer
 
-from grid_core.errors import EXIT_USAGE
+from grid_core.errors import EXIT_USAGE, ValidationError
 from grid_server.client import CliError, home_dir, local_server, request, resolve_grid
 from grid_server.home import SERVER_FILE, grid_home
-from grid_server.serve import DEFAULT_HOST, DEFAULT_PORT, SERVER_MARKER
+from grid_server.serve import DEFAULT_HOST, DEFAULT_PORT, SERVER_MARKER, check_port
 
 START_TIMEOUT_S = 30.0
 """How long ``grid up --detach`` waits for the server to announce its URL."""
@@ -68,6 +68,10 @@ def up(
     detach: bool = typer.Option(False, "--detach", help="Run in the background."),
 ) -> None:
     """Start the Grid server (foreground unless --detach)."""
+    try:
+        check_port(port)
+    except ValidationError as exc:
+        raise CliError(str(exc), EXIT_USAGE) from None
     home = grid_home()
     rec = local_server()
     if rec and _proven(rec):

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 import psutil
 import uvicorn
 
+from grid_core.errors import EXIT_USAGE, GridError
 from grid_server.home import SERVER_FILE, grid_home
 
 if TYPE_CHECKING:
@@ -27,8 +28,23 @@ DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 22100
 LISTEN_BACKLOG = 2048
 """Accept queue: a benchmark burst at concurrency 32 never sees a refused connection."""
+MAX_PORT = 65535
+"""TCP ports are 16-bit; 0 asks the kernel for any free port."""
 SERVER_MARKER = "grid_server.serve"
 """Command-line marker ``grid down`` checks before it signals a PID."""
+
+
+def check_port(port: int, flag: str = "--port") -> None:
+    """Refuse a port outside 0..65535 before anything is bound or started.
+
+    Raises:
+        ValidationError: the message names the flag, the value and the accepted range.
+    """
+    from grid_core.errors import ValidationError
+
+    if not 0 <= port <= MAX_PORT:
+        msg = f"{flag} {port}: use a TCP port in 1-{MAX_PORT}, or 0 for any free port"
+        raise ValidationError(msg)
 
 
 def bind(host: str, port: int) -> socket.socket:
@@ -159,6 +175,11 @@ def main(argv: list[str] | None = None) -> None:
         help="JSON ControllerPolicy file (planner, governor, forecast tunables)",
     )
     args = p.parse_args(argv)
+    try:
+        check_port(args.port)
+    except GridError as exc:
+        print(f"grid: error: {exc}", file=sys.stderr)
+        raise SystemExit(EXIT_USAGE) from None
     try:
         serve(
             args.host,

@@ -71,8 +71,9 @@ class FileStateStore:
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
         self.lease_path = self.path.with_name(self.path.name + ".lease")
-        self._lock = FileLock(str(self.path.with_name(self.path.name + ".lock")),
-                              timeout=LOCK_TIMEOUT_S)
+        self._lock = FileLock(
+            str(self.path.with_name(self.path.name + ".lock")), timeout=LOCK_TIMEOUT_S
+        )
 
     # --- state --------------------------------------------------------------------------
     def load(self) -> bytes | None:
@@ -97,7 +98,7 @@ class FileStateStore:
             try:
                 view = memoryview(data)
                 while view:
-                    view = view[os.write(fd, view):]
+                    view = view[os.write(fd, view) :]
                 os.fsync(fd)
             finally:
                 os.close(fd)
@@ -109,8 +110,10 @@ class FileStateStore:
                 os.close(dfd)
         except OSError as exc:
             tmp.unlink(missing_ok=True)
-            msg = (f"cannot write {target}: {exc.strerror}; make its directory writable by "
-                   "the Grid server user")
+            msg = (
+                f"cannot write {target}: {exc.strerror}; make its directory writable by "
+                "the Grid server user"
+            )
             raise StateError(msg) from None
 
     def save(self, data: bytes) -> None:
@@ -156,8 +159,10 @@ class FileStateStore:
         except (OSError, msgspec.DecodeError, msgspec.ValidationError) as exc:
             # An unreadable lease grants nobody authority: guessing its term could hand out
             # a term that nodes already saw, so automatic mode waits for an operator.
-            msg = (f"lease file {self.lease_path} is unreadable ({exc}); confirm no other Grid "
-                   "server uses this state directory, then delete it")
+            msg = (
+                f"lease file {self.lease_path} is unreadable ({exc}); confirm no other Grid "
+                "server uses this state directory, then delete it"
+            )
             raise StateError(msg) from None
 
     def _holder_dead(self, rec: LeaseRecord) -> bool:
@@ -188,8 +193,10 @@ class FileStateStore:
                 if rec.holder != controller_id:
                     if rec.holder and rec.expires_at > now and not self._holder_dead(rec):
                         left = rec.expires_at - now
-                        msg = (f"controller '{rec.holder}' holds the single-writer lease for "
-                               f"{left:.0f} s more (term {rec.term}); stop that server or wait")
+                        msg = (
+                            f"controller '{rec.holder}' holds the single-writer lease for "
+                            f"{left:.0f} s more (term {rec.term}); stop that server or wait"
+                        )
                         raise ConflictError(msg)
                     rec = LeaseRecord(holder=controller_id, term=rec.term + 1)
                 pid = os.getpid()

@@ -103,9 +103,11 @@ class Arrival:
 
     def row(self) -> str:
         """Canonical text of this arrival for the trace digest."""
-        return (f"{self.minute},{self.offset_s:.6f},{self.user},{self.persona},"
-                f"{self.requested_model},{self.endpoint},{self.modality},{self.input_units},"
-                f"{self.output_units},{self.template},{self.project}")
+        return (
+            f"{self.minute},{self.offset_s:.6f},{self.user},{self.persona},"
+            f"{self.requested_model},{self.endpoint},{self.modality},{self.input_units},"
+            f"{self.output_units},{self.template},{self.project}"
+        )
 
 
 def _units(rng, typical: int) -> int:
@@ -114,8 +116,9 @@ def _units(rng, typical: int) -> int:
     return max(1, int(typical * rng.uniform(0.4, 1.6)))
 
 
-def iter_arrivals(seed: int, users: tuple[User, ...], ticks: int,
-                  curves: DemandCurves) -> Iterator[tuple[Arrival, ...]]:
+def iter_arrivals(
+    seed: int, users: tuple[User, ...], ticks: int, curves: DemandCurves
+) -> Iterator[tuple[Arrival, ...]]:
     """Arrivals minute by minute, drawn only from the ``arrivals`` stream.
 
     Per minute and persona the count is Poisson with mean ``users x rate x curve``; each
@@ -138,16 +141,28 @@ def iter_arrivals(seed: int, users: tuple[User, ...], ticks: int,
             mean = len(members) * p.rate_per_h / 60.0 * curves.level(p.curve or p.name, x)
             for _ in range(poisson(rng, mean)):
                 u = members[rng.randrange(len(members))]
-                batch.append(Arrival(
-                    minute, round(rng.uniform(0.0, TICK_S), 6), u.index, p.name,
-                    p.requested_model, p.endpoint, p.modality, _units(rng, p.input_units),
-                    _units(rng, p.output_units), rng.randrange(len(p.texts)), u.project))
+                batch.append(
+                    Arrival(
+                        minute,
+                        round(rng.uniform(0.0, TICK_S), 6),
+                        u.index,
+                        p.name,
+                        p.requested_model,
+                        p.endpoint,
+                        p.modality,
+                        _units(rng, p.input_units),
+                        _units(rng, p.output_units),
+                        rng.randrange(len(p.texts)),
+                        u.project,
+                    )
+                )
         batch.sort(key=lambda a: (a.offset_s, a.user))
         yield tuple(batch)
 
 
-def build_arrivals(seed: int, users: tuple[User, ...], ticks: int,
-                   curves: DemandCurves) -> tuple[tuple[Arrival, ...], ...]:
+def build_arrivals(
+    seed: int, users: tuple[User, ...], ticks: int, curves: DemandCurves
+) -> tuple[tuple[Arrival, ...], ...]:
     """All of :func:`iter_arrivals` at once (tests and the oracle's bounded runs)."""
     return tuple(iter_arrivals(seed, users, ticks, curves))
 
@@ -214,5 +229,6 @@ def build_events(seed: int, host_ids: tuple[str, ...], ticks: int) -> FleetEvent
     n = len(host_ids)
     throttled = tuple(sorted(rng.sample(host_ids, max(1, int(n * THROTTLE_SHARE)))))
     outage = tuple(sorted(rng.sample(host_ids, max(1, int(n * OUTAGE_SHARE)))))
-    return FleetEvents(throttled, outage, _ticks_of("thermal_throttle", ticks),
-                       _ticks_of("node_outage", ticks))
+    return FleetEvents(
+        throttled, outage, _ticks_of("thermal_throttle", ticks), _ticks_of("node_outage", ticks)
+    )

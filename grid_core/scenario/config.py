@@ -97,8 +97,9 @@ class ScenarioConfig:
         _check_range("--machines", self.machines, MIN_MACHINES, MAX_MACHINES)
         _check_range("--models", self.models, MIN_MODELS, MAX_MODELS)
         _check_range("--users", self.users, MIN_USERS, MAX_USERS)
-        _check_range("--duration", self.duration_s / 60, MIN_DURATION_S / 60,
-                     MAX_DURATION_S / 60, " min")
+        _check_range(
+            "--duration", self.duration_s / 60, MIN_DURATION_S / 60, MAX_DURATION_S / 60, " min"
+        )
         if self.strategy not in STRATEGIES:
             msg = f"--strategy: {self.strategy!r} is unknown; use one of {', '.join(STRATEGIES)}"
             raise ValidationError(msg)
@@ -115,13 +116,17 @@ class ScenarioConfig:
 
 def _check_oracle(cfg: ScenarioConfig) -> None:
     if cfg.machines > ORACLE_MAX_MACHINES:
-        msg = (f"--machines: {cfg.machines} is too many for --oracle; use at most "
-               f"{ORACLE_MAX_MACHINES} (the oracle scores every placement exhaustively)")
+        msg = (
+            f"--machines: {cfg.machines} is too many for --oracle; use at most "
+            f"{ORACLE_MAX_MACHINES} (the oracle scores every placement exhaustively)"
+        )
         raise ValidationError(msg)
     if cfg.models > ORACLE_MAX_MODELS:
         msg = f"--models: {cfg.models} is too many for --oracle; use at most {ORACLE_MAX_MODELS}"
         raise ValidationError(msg)
     if cfg.duration_s > ORACLE_MAX_DURATION_S:
-        msg = (f"--duration: {cfg.duration_s / 60:g} min is too long for --oracle; use at most "
-               f"{ORACLE_MAX_DURATION_S // 60} min")
+        msg = (
+            f"--duration: {cfg.duration_s / 60:g} min is too long for --oracle; use at most "
+            f"{ORACLE_MAX_DURATION_S // 60} min"
+        )
         raise ValidationError(msg)

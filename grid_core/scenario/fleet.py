@@ -138,8 +138,13 @@ MAX_VIOLATION_SAMPLES = 20
 class SimFleet:
     """Every simulated node, the seeded events, and the safety audit."""
 
-    def __init__(self, machines: tuple[Machine, ...], catalog: tuple[CatalogEntry, ...],
-                 events: FleetEvents, start: float) -> None:
+    def __init__(
+        self,
+        machines: tuple[Machine, ...],
+        catalog: tuple[CatalogEntry, ...],
+        events: FleetEvents,
+        start: float,
+    ) -> None:
         self.start = start
         self.events = events
         self.entries = {e.model_id: e for e in catalog}
@@ -219,8 +224,13 @@ class SimFleet:
         profile = profiles.get(order.model_id)
         if profile is None:
             return self._refuse(order, "unknown_model", "model is not configured")
-        handler = {"load": self._load, "warm": self._warm, "drain": self._drain,
-                   "unload": self._unload, "evict": self._evict}.get(order.kind)
+        handler = {
+            "load": self._load,
+            "warm": self._warm,
+            "drain": self._drain,
+            "unload": self._unload,
+            "evict": self._evict,
+        }.get(order.kind)
         if handler is None:
             return self._refuse(order, "unknown_action", f"unknown action {order.kind}")
         return handler(node, order, profile)
@@ -228,8 +238,10 @@ class SimFleet:
     def _refuse(self, order: Order, code: str, message: str, violation: bool = False) -> Ack:
         self.counters.refused[code] = self.counters.refused.get(code, 0) + 1
         if violation:
-            self._violate(code, f"tick {self.tick}: {order.kind} {order.model_id} on "
-                          f"{order.host_id}: {message}")
+            self._violate(
+                code,
+                f"tick {self.tick}: {order.kind} {order.model_id} on {order.host_id}: {message}",
+            )
         return Ack(order.action_id, "rejected", message)
 
     def _violate(self, code: str, sample: str) -> None:
@@ -243,8 +255,9 @@ class SimFleet:
             return Ack(order.action_id, "succeeded", "artifact already cached")
         kind = node.machine.kind
         if not self._compatible(node, profile):
-            return self._refuse(order, "ineligible_placement", "runtime/backend/GPU mismatch",
-                                violation=True)
+            return self._refuse(
+                order, "ineligible_placement", "runtime/backend/GPU mismatch", violation=True
+            )
         size = profile.artifact_size_mb or 0
         if node.disk_used_mb + size > kind.disk_mb:
             return self._refuse(order, "disk_full", f"{size} MB artifact does not fit")
@@ -260,7 +273,8 @@ class SimFleet:
         runtimes = [r for r in profile.runtimes if r in kind.runtimes]
         return bool(runtimes) and not (
             (profile.backends and not set(profile.backends) & set(kind.backends))
-            or (profile.min_gpu_count and kind.gpu_memory_mb < profile.min_gpu_memory_mb))
+            or (profile.min_gpu_count and kind.gpu_memory_mb < profile.min_gpu_memory_mb)
+        )
 
     def _warm(self, node: SimNode, order: Order, profile: ModelProfile) -> Ack:
         """Start the engine: READY one tick later; memory and the model slot are taken now."""
@@ -268,8 +282,9 @@ class SimFleet:
         if r is not None and r.state != "draining":
             return Ack(order.action_id, "succeeded", r.state)
         if not self._compatible(node, profile):
-            return self._refuse(order, "ineligible_placement", "runtime/backend/GPU mismatch",
-                                violation=True)
+            return self._refuse(
+                order, "ineligible_placement", "runtime/backend/GPU mismatch", violation=True
+            )
         if order.model_id not in node.cached:
             return self._refuse(order, "not_cached", "warm before the artifact was loaded")
         if r is not None:  # draining here: the node will not restart it mid-drain
@@ -286,8 +301,14 @@ class SimFleet:
             self.counters.cache_hits += 1
         runtime = order.runtime if order.runtime in runtimes else runtimes[0]
         node.residencies[order.model_id] = SimResidency(
-            order.model_id, memory, "loading", self.now, runtime, self.tick + 1,
-            warm_action=order.action_id)
+            order.model_id,
+            memory,
+            "loading",
+            self.now,
+            runtime,
+            self.tick + 1,
+            warm_action=order.action_id,
+        )
         self.counters.loads += 1
         self._log(node.host_id, order.model_id, "load")
         return Ack(order.action_id, "running", "starting; ready next tick")
@@ -341,11 +362,20 @@ class SimFleet:
         if order.reason == "eviction":
             self.counters.preemptions += 1
             return
-        others = [h for h, n in self.nodes.items() if h != node.host_id and n.online
-                  and (o := n.residencies.get(r.model_id)) is not None and o.state == "ready"]
+        others = [
+            h
+            for h, n in self.nodes.items()
+            if h != node.host_id
+            and n.online
+            and (o := n.residencies.get(r.model_id)) is not None
+            and o.state == "ready"
+        ]
         if not others:
-            self._violate("last_replica_loss", f"tick {self.tick}: removed the last ready "
-                          f"replica of {r.model_id} (on {node.host_id}) while it was in use")
+            self._violate(
+                "last_replica_loss",
+                f"tick {self.tick}: removed the last ready "
+                f"replica of {r.model_id} (on {node.host_id}) while it was in use",
+            )
 
     def take_acks(self, host_id: str) -> list[Ack]:
         """Acknowledgements a node sends with its next heartbeat (and forgets)."""
@@ -356,38 +386,56 @@ class SimFleet:
     # --- what the controller sees ----------------------------------------------------------
     def snapshots(self) -> tuple[HostSnapshot, ...]:
         """One snapshot per machine; a down machine's last report ages (it stops beating)."""
-        return tuple(self._snapshot(n) for n in sorted(self.nodes.values(),
-                                                        key=lambda n: n.host_id))
+        return tuple(
+            self._snapshot(n) for n in sorted(self.nodes.values(), key=lambda n: n.host_id)
+        )
 
     def _snapshot(self, node: SimNode) -> HostSnapshot:
         k = node.machine.kind
         residencies = tuple(
             ResidencySnapshot(
-                model_id=r.model_id, memory_mb=r.memory_mb, state=r.state,
-                active_requests=r.active, max_concurrency=self._slots(node, r.model_id),
-                queue_depth=r.queue, loaded_at=r.loaded_at, last_used_at=r.last_used_at,
+                model_id=r.model_id,
+                memory_mb=r.memory_mb,
+                state=r.state,
+                active_requests=r.active,
+                max_concurrency=self._slots(node, r.model_id),
+                queue_depth=r.queue,
+                loaded_at=r.loaded_at,
+                last_used_at=r.last_used_at,
                 artifact_sha256=self.entries[r.model_id].profile.artifact_sha256,
-                runtime=r.runtime, routable=r.state == "ready" and node.online)
-            for r in sorted(node.residencies.values(), key=lambda r: r.model_id))
+                runtime=r.runtime,
+                routable=r.state == "ready" and node.online,
+            )
+            for r in sorted(node.residencies.values(), key=lambda r: r.model_id)
+        )
         return HostSnapshot(
-            host_id=node.host_id, capacity_mb=k.capacity_mb, reserved_mb=k.reserved_mb,
+            host_id=node.host_id,
+            capacity_mb=k.capacity_mb,
+            reserved_mb=k.reserved_mb,
             state="throttled" if node.throttled else "accepting",
             heartbeat_age_s=round(self.now - node.last_heartbeat, 3),
-            runtimes=k.runtimes, backends=k.backends, tags=k.tags,
-            failure_domain=node.machine.failure_domain, max_models=1,
-            gpu_count=1 if k.gpu_memory_mb else 0, gpu_memory_mb=k.gpu_memory_mb,
+            runtimes=k.runtimes,
+            backends=k.backends,
+            tags=k.tags,
+            failure_domain=node.machine.failure_domain,
+            max_models=1,
+            gpu_count=1 if k.gpu_memory_mb else 0,
+            gpu_memory_mb=k.gpu_memory_mb,
             artifact_disk_free_mb=max(0, k.disk_mb - node.disk_used_mb),
             artifact_disk_total_mb=k.disk_mb,
             throttle_fraction=0.5 if node.throttled else 1.0,
             thermal_derating=THROTTLE_DERATING if node.throttled else 0.0,
-            concurrency=k.concurrency, queue_depth=sum(r.queue for r in node.residencies.values()),
-            residencies=residencies, cached=dict(sorted(node.cached.items())),
+            concurrency=k.concurrency,
+            queue_depth=sum(r.queue for r in node.residencies.values()),
+            residencies=residencies,
+            cached=dict(sorted(node.cached.items())),
             actuator_capabilities=CAPABILITIES,
         )
 
     def _slots(self, node: SimNode, model_id: str) -> int:
-        return min(node.machine.kind.concurrency,
-                   self.entries[model_id].profile.replica_concurrency)
+        return min(
+            node.machine.kind.concurrency, self.entries[model_id].profile.replica_concurrency
+        )
 
     # --- the audit that does not depend on orders --------------------------------------------
     def audit_memory(self) -> None:
@@ -400,5 +448,8 @@ class SimFleet:
             k = node.machine.kind
             room = k.capacity_mb - k.reserved_mb
             if node.online and node.used_mb() > room:
-                self._violate("overcommit", f"tick {self.tick}: {node.host_id} holds "
-                              f"{node.used_mb()} MB of {room} MB allocatable")
+                self._violate(
+                    "overcommit",
+                    f"tick {self.tick}: {node.host_id} holds "
+                    f"{node.used_mb()} MB of {room} MB allocatable",
+                )

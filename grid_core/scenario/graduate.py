@@ -31,23 +31,43 @@ WAIT_STATES = ("starting", "planned", "deferred")
 def _row(report: dict) -> dict[str, object]:
     d = report["demand"]
     least = d["least_served_workload"] or {"workload": None, "served_fraction": 1.0}
-    waits = sum(n for states in report["admission_minutes"].values()
-                for s, n in states.items() if s in WAIT_STATES)
-    return {"score": report["score"]["overall"], "served": d["served_fraction"],
-            "violations": report["safety"]["total"], "digest": report["arrivals"]["digest"],
-            "mutations": report["lifecycle"]["mutations"],
-            "least_workload": least["workload"], "least_served": least["served_fraction"],
-            "wait_minutes": waits}
+    waits = sum(
+        n
+        for states in report["admission_minutes"].values()
+        for s, n in states.items()
+        if s in WAIT_STATES
+    )
+    return {
+        "score": report["score"]["overall"],
+        "served": d["served_fraction"],
+        "violations": report["safety"]["total"],
+        "digest": report["arrivals"]["digest"],
+        "mutations": report["lifecycle"]["mutations"],
+        "least_workload": least["workload"],
+        "least_served": least["served_fraction"],
+        "wait_minutes": waits,
+    }
 
 
-def _gate(name: str, passed: bool, rule: str, measured: dict[str, object],
-          failing: list[str]) -> dict[str, object]:
-    return {"gate": name, "pass": passed, "rule": rule, "measured": measured,
-            "failing": failing[:20]}
+def _gate(
+    name: str, passed: bool, rule: str, measured: dict[str, object], failing: list[str]
+) -> dict[str, object]:
+    return {
+        "gate": name,
+        "pass": passed,
+        "rule": rule,
+        "measured": measured,
+        "failing": failing[:20],
+    }
 
 
-def graduate(machines: tuple[int, ...], seeds: tuple[int, ...], base: ScenarioConfig,
-             env: LabEnv, progress: Callable[[str], None] | None = None) -> dict[str, object]:
+def graduate(
+    machines: tuple[int, ...],
+    seeds: tuple[int, ...],
+    base: ScenarioConfig,
+    env: LabEnv,
+    progress: Callable[[str], None] | None = None,
+) -> dict[str, object]:
     """Run all four strategies for every fleet size and seed, then evaluate the gates.
 
     Args:
@@ -65,12 +85,18 @@ def graduate(machines: tuple[int, ...], seeds: tuple[int, ...], base: ScenarioCo
         for seed in seeds:
             for strategy in STRATEGIES:
                 cfg = replace(base, machines=size, seed=seed, strategy=strategy, oracle=False)
-                row = {"machines": size, "seed": seed, "strategy": strategy,
-                       **_row(run_scenario(cfg, env))}
+                row = {
+                    "machines": size,
+                    "seed": seed,
+                    "strategy": strategy,
+                    **_row(run_scenario(cfg, env)),
+                }
                 runs.append(row)
                 if progress:
-                    progress(f"machines={size} seed={seed} {strategy}: score={row['score']} "
-                             f"served={row['served']} mutations={row['mutations']}")
+                    progress(
+                        f"machines={size} seed={seed} {strategy}: score={row['score']} "
+                        f"served={row['served']} mutations={row['mutations']}"
+                    )
     gates = evaluate_gates(runs, max(machines))
     return {"runs": runs, "gates": gates, "passed": all(g["pass"] for g in gates)}
 
@@ -85,15 +111,34 @@ def evaluate_gates(runs: list[dict], largest: int) -> list[dict[str, object]]:
     greedy, static = _by(runs, "greedy"), _by(runs, "static")
     keys = sorted(smart)
     gates = []
-    bad = [f"machines={k[0]} seed={k[1]}: {smart[k]['violations']} violations"
-           for k in keys if smart[k]["violations"]]
-    gates.append(_gate("smart_safety", not bad, "smart has zero safety violations in every run",
-                       {"violations": sum(smart[k]["violations"] for k in keys)}, bad))
-    bad = [f"machines={k[0]} seed={k[1]}" for k in keys
-           if len({r["digest"] for r in runs if (r["machines"], r["seed"]) == k}) != 1]
-    gates.append(_gate("identical_demand_traces", not bad,
-                       "all strategies of one size and seed replay the same arrival digest",
-                       {"cells": len(keys)}, bad))
+    bad = [
+        f"machines={k[0]} seed={k[1]}: {smart[k]['violations']} violations"
+        for k in keys
+        if smart[k]["violations"]
+    ]
+    gates.append(
+        _gate(
+            "smart_safety",
+            not bad,
+            "smart has zero safety violations in every run",
+            {"violations": sum(smart[k]["violations"] for k in keys)},
+            bad,
+        )
+    )
+    bad = [
+        f"machines={k[0]} seed={k[1]}"
+        for k in keys
+        if len({r["digest"] for r in runs if (r["machines"], r["seed"]) == k}) != 1
+    ]
+    gates.append(
+        _gate(
+            "identical_demand_traces",
+            not bad,
+            "all strategies of one size and seed replay the same arrival digest",
+            {"cells": len(keys)},
+            bad,
+        )
+    )
     bad = []
     worst_score = worst_served = 0.0
     for k in keys:
@@ -102,41 +147,75 @@ def evaluate_gates(runs: list[dict], largest: int) -> list[dict[str, object]]:
             dv = other[k]["served"] - smart[k]["served"]
             worst_score, worst_served = max(worst_score, ds), max(worst_served, dv)
             if ds > SCORE_REGRESSION or dv > SERVICE_REGRESSION:
-                bad.append(f"machines={k[0]} seed={k[1]} vs {name}: smart trails by "
-                           f"{ds:+.3f} score, {dv:+.3f} served")
-    gates.append(_gate("bounded_regression", not bad,
-                       f"smart trails no baseline by more than {SCORE_REGRESSION} score or "
-                       f"{SERVICE_REGRESSION} served fraction",
-                       {"worst_score_deficit": round(worst_score, 6),
-                        "worst_served_deficit": round(worst_served, 6)}, bad))
+                bad.append(
+                    f"machines={k[0]} seed={k[1]} vs {name}: smart trails by "
+                    f"{ds:+.3f} score, {dv:+.3f} served"
+                )
+    gates.append(
+        _gate(
+            "bounded_regression",
+            not bad,
+            f"smart trails no baseline by more than {SCORE_REGRESSION} score or "
+            f"{SERVICE_REGRESSION} served fraction",
+            {
+                "worst_score_deficit": round(worst_score, 6),
+                "worst_served_deficit": round(worst_served, 6),
+            },
+            bad,
+        )
+    )
     gains = [smart[k]["served"] - static[k]["served"] for k in keys]
     med = statistics.median(gains) if gains else 0.0
-    gates.append(_gate("service_gain_over_static", med >= STATIC_GAIN,
-                       f"median served-fraction gain over static >= {STATIC_GAIN}",
-                       {"median_gain": round(med, 6), "gains": [round(g, 6) for g in gains]},
-                       [] if med >= STATIC_GAIN else [f"median gain {med:.4f}"]))
+    gates.append(
+        _gate(
+            "service_gain_over_static",
+            med >= STATIC_GAIN,
+            f"median served-fraction gain over static >= {STATIC_GAIN}",
+            {"median_gain": round(med, 6), "gains": [round(g, 6) for g in gains]},
+            [] if med >= STATIC_GAIN else [f"median gain {med:.4f}"],
+        )
+    )
     sm = statistics.median([smart[k]["mutations"] for k in keys]) if keys else 0
     gm = statistics.median([greedy[k]["mutations"] for k in keys]) if keys else 0
     ok = sm <= CHURN_RATIO * gm
-    gates.append(_gate("churn_below_greedy", ok,
-                       f"median smart mutations <= {CHURN_RATIO} x median greedy mutations",
-                       {"smart_median": sm, "greedy_median": gm},
-                       [] if ok else [f"smart {sm} vs greedy {gm}"]))
+    gates.append(
+        _gate(
+            "churn_below_greedy",
+            ok,
+            f"median smart mutations <= {CHURN_RATIO} x median greedy mutations",
+            {"smart_median": sm, "greedy_median": gm},
+            [] if ok else [f"smart {sm} vs greedy {gm}"],
+        )
+    )
     bad, measured = [], {}
     for k in [k for k in keys if k[0] == largest]:
         best = max(o[k]["least_served"] for o in (reactive, greedy, static))
         measured[f"seed={k[1]}"] = {"smart": smart[k]["least_served"], "best_baseline": best}
         if smart[k]["least_served"] < best - LEAST_WORKLOAD_SLACK:
-            bad.append(f"seed={k[1]}: smart {smart[k]['least_served']} "
-                       f"({smart[k]['least_workload']}) vs best baseline {best}")
-    gates.append(_gate("least_workload_largest_fleet", not bad,
-                       f"on {largest} machines smart's least-served workload is within "
-                       f"{LEAST_WORKLOAD_SLACK} of the best baseline", measured, bad))
+            bad.append(
+                f"seed={k[1]}: smart {smart[k]['least_served']} "
+                f"({smart[k]['least_workload']}) vs best baseline {best}"
+            )
+    gates.append(
+        _gate(
+            "least_workload_largest_fleet",
+            not bad,
+            f"on {largest} machines smart's least-served workload is within "
+            f"{LEAST_WORKLOAD_SLACK} of the best baseline",
+            measured,
+            bad,
+        )
+    )
     sw = statistics.median([smart[k]["wait_minutes"] for k in keys]) if keys else 0
     rw = statistics.median([reactive[k]["wait_minutes"] for k in keys]) if keys else 0
     ok = sw < rw
-    gates.append(_gate("predictive_startup_savings", ok,
-                       "median workload wait minutes (starting/planned/deferred) below reactive",
-                       {"smart_median": sw, "reactive_median": rw},
-                       [] if ok else [f"smart {sw} vs reactive {rw}"]))
+    gates.append(
+        _gate(
+            "predictive_startup_savings",
+            ok,
+            "median workload wait minutes (starting/planned/deferred) below reactive",
+            {"smart_median": sw, "reactive_median": rw},
+            [] if ok else [f"smart {sw} vs reactive {rw}"],
+        )
+    )
     return gates

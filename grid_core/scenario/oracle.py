@@ -44,13 +44,15 @@ Placement = tuple[str | None, ...]
 class _Minute:
     """One minute's arrivals, pre-classified, with their noise draws and routes."""
 
-    def __init__(self, batch: tuple[Arrival, ...], workloads: list[str | None],
-                 noise: list[float]) -> None:
+    def __init__(
+        self, batch: tuple[Arrival, ...], workloads: list[str | None], noise: list[float]
+    ) -> None:
         self.items = list(zip(batch, workloads, noise, strict=True))
 
 
-def _options(machines: tuple[Machine, ...], catalog: tuple[CatalogEntry, ...]
-             ) -> list[list[str | None]]:
+def _options(
+    machines: tuple[Machine, ...], catalog: tuple[CatalogEntry, ...]
+) -> list[list[str | None]]:
     out = []
     for m in machines:
         out.append([None] + [e.model_id for e in catalog if compatible(e, m.kind)])
@@ -60,8 +62,13 @@ def _options(machines: tuple[Machine, ...], catalog: tuple[CatalogEntry, ...]
 class _Scorer:
     """Served requests of one minute for a set of ready (machine → model) pairs."""
 
-    def __init__(self, minutes: list[_Minute], machines: tuple[Machine, ...],
-                 entries: dict[str, CatalogEntry], events: FleetEvents) -> None:
+    def __init__(
+        self,
+        minutes: list[_Minute],
+        machines: tuple[Machine, ...],
+        entries: dict[str, CatalogEntry],
+        events: FleetEvents,
+    ) -> None:
         self.minutes = minutes
         self.machines = machines
         self.entries = entries
@@ -85,8 +92,9 @@ class _Scorer:
         for i, mid in enumerate(ready):
             if mid is None or not self.online(i, minute):
                 continue
-            slots = min(self.machines[i].kind.concurrency,
-                        self.entries[mid].profile.replica_concurrency)
+            slots = min(
+                self.machines[i].kind.concurrency, self.entries[mid].profile.replica_concurrency
+            )
             caps[mid] = caps.get(mid, 0.0) + TICK_S * slots * self.speed(i, minute)
         key = (minute, tuple(sorted((k, round(v, 6)) for k, v in caps.items())))
         hit = self.memo.get(key)
@@ -132,11 +140,16 @@ def _mutations(prev: Placement, new: Placement) -> int:
     return sum(1 for p, n in zip(prev, new, strict=True) if p != n)
 
 
-def run_oracle(catalog: tuple[CatalogEntry, ...], machines: tuple[Machine, ...],
-               arrivals: tuple[tuple[Arrival, ...], ...], fleet: SimFleet,
-               texts: Callable[[Arrival], str],
-               classify: Callable[[RequestFeatures, str], str | None],
-               events: FleetEvents, seed: int) -> dict[str, object]:
+def run_oracle(
+    catalog: tuple[CatalogEntry, ...],
+    machines: tuple[Machine, ...],
+    arrivals: tuple[tuple[Arrival, ...], ...],
+    fleet: SimFleet,
+    texts: Callable[[Arrival], str],
+    classify: Callable[[RequestFeatures, str], str | None],
+    events: FleetEvents,
+    seed: int,
+) -> dict[str, object]:
     """The hindsight schedule for the observed arrivals; see the module docstring.
 
     Returns:
@@ -151,9 +164,14 @@ def run_oracle(catalog: tuple[CatalogEntry, ...], machines: tuple[Machine, ...],
         workloads, noise = [], []
         for a in batch:
             noise.append(1.0 + jitter.uniform(-JITTER, JITTER))
-            f = RequestFeatures(at=0.0, endpoint=a.endpoint, requested_model=a.requested_model,
-                                modality=a.modality, input_units=a.input_units,
-                                output_units=a.output_units)
+            f = RequestFeatures(
+                at=0.0,
+                endpoint=a.endpoint,
+                requested_model=a.requested_model,
+                modality=a.modality,
+                input_units=a.input_units,
+                output_units=a.output_units,
+            )
             workloads.append(classify(f, texts(a)))
         minutes.append(_Minute(batch, workloads, noise))
     scorer = _Scorer(minutes, machines, entries, events)
@@ -165,19 +183,26 @@ def run_oracle(catalog: tuple[CatalogEntry, ...], machines: tuple[Machine, ...],
     blocks = range(0, len(minutes), HOLD_MIN)
     for b0 in blocks:
         block = [m for m in range(b0, min(b0 + HOLD_MIN, len(minutes)))]
-        allowed = [q for q in everything if all(
-            q[i] is None or all(scorer.online(i, m) for m in block) for i in range(len(q)))]
+        allowed = [
+            q
+            for q in everything
+            if all(q[i] is None or all(scorer.online(i, m) for m in block) for i in range(len(q)))
+        ]
         scored += len(allowed)
-        full = sorted(((sum(scorer.served(m, q) for m in block), q) for q in allowed),
-                      key=lambda t: (-t[0], sum(x is not None for x in t[1]), _key(t[1])))
+        full = sorted(
+            ((sum(scorer.served(m, q) for m in block), q) for q in allowed),
+            key=lambda t: (-t[0], sum(x is not None for x in t[1]), _key(t[1])),
+        )
         allowed_set = set(allowed)
         candidates = {q for _, q in full[:TIE_STATES]} | {
-            p for _, _, p, _ in beam if p in allowed_set}
+            p for _, _, p, _ in beam if p in allowed_set
+        }
         candidates = sorted(candidates or {empty}, key=_key)
         nxt: dict[Placement, tuple[int, int, Placement, tuple]] = {}
         for value, muts, prev, path in beam:
-            prev_live = tuple(p if all(scorer.online(i, m) for m in block) else None
-                              for i, p in enumerate(prev))
+            prev_live = tuple(
+                p if all(scorer.online(i, m) for m in block) else None for i, p in enumerate(prev)
+            )
             for q in candidates:
                 gain = scorer.served(block[0], _ready_first(prev_live, q))
                 gain += sum(scorer.served(m, q) for m in block[1:])
@@ -187,17 +212,27 @@ def run_oracle(catalog: tuple[CatalogEntry, ...], machines: tuple[Machine, ...],
                     nxt[q] = cand
         beam = sorted(nxt.values(), key=lambda t: (-t[0], t[1], _key(t[2])))[:BEAM]
     value, muts, _, path = beam[0]
-    return _summary(value, muts, path, machines, entries, arrivals, scorer, scored,
-                    len(everything))
+    return _summary(value, muts, path, machines, entries, arrivals, scorer, scored, len(everything))
 
 
-def _summary(value: int, muts: int, path: tuple, machines: tuple[Machine, ...],
-             entries: dict[str, CatalogEntry], arrivals, scorer: _Scorer, scored: int,
-             per_block: int) -> dict[str, object]:
+def _summary(
+    value: int,
+    muts: int,
+    path: tuple,
+    machines: tuple[Machine, ...],
+    entries: dict[str, CatalogEntry],
+    arrivals,
+    scorer: _Scorer,
+    scored: int,
+    per_block: int,
+) -> dict[str, object]:
     changes: list[dict[str, object]] = []
     cached = [set(m.cached) for m in machines]
-    disk = [BASE_DISK_USED_MB + sum(entries[c].profile.artifact_size_mb or 0 for c in m.cached
-                                    if c in entries) for m in machines]
+    disk = [
+        BASE_DISK_USED_MB
+        + sum(entries[c].profile.artifact_size_mb or 0 for c in m.cached if c in entries)
+        for m in machines
+    ]
     downloads = downloaded = disk_violations = 0
     prev: Placement = tuple(None for _ in machines)
     for b0, q in path:
@@ -208,8 +243,15 @@ def _summary(value: int, muts: int, path: tuple, machines: tuple[Machine, ...],
             # A machine that is down in this block lost its model; that is not a mutation.
             lost = p is not None and not all(scorer.online(i, m) for m in block)
             if len(changes) < MAX_CHANGES_LISTED:
-                changes.append({"minute": b0, "host": machines[i].host_id, "from": p, "to": n,
-                                "cause": "outage" if lost else "placement"})
+                changes.append(
+                    {
+                        "minute": b0,
+                        "host": machines[i].host_id,
+                        "from": p,
+                        "to": n,
+                        "cause": "outage" if lost else "placement",
+                    }
+                )
             if n is not None and n not in cached[i]:
                 size = entries[n].profile.artifact_size_mb or 0
                 cached[i].add(n)
@@ -223,14 +265,24 @@ def _summary(value: int, muts: int, path: tuple, machines: tuple[Machine, ...],
     return {
         "ceiling_served": value,
         "requests": sum(len(b) for b in arrivals),
-        "hold_minutes": HOLD_MIN, "load_to_ready_minutes": LOAD_TO_READY_MIN,
-        "placements_per_block": per_block, "states_evaluated": scored,
-        "service_evaluations": scorer.evaluated, "tie_state_cap": TIE_STATES, "beam": BEAM,
-        "mutations": muts, "changes": changes,
-        "disk_audit": {"downloads": downloads, "downloaded_mb": downloaded,
-                       "violations": disk_violations},
+        "hold_minutes": HOLD_MIN,
+        "load_to_ready_minutes": LOAD_TO_READY_MIN,
+        "placements_per_block": per_block,
+        "states_evaluated": scored,
+        "service_evaluations": scorer.evaluated,
+        "tie_state_cap": TIE_STATES,
+        "beam": BEAM,
+        "mutations": muts,
+        "changes": changes,
+        "disk_audit": {
+            "downloads": downloads,
+            "downloaded_mb": downloaded,
+            "violations": disk_violations,
+        },
         "startup_audit": {"load_to_ready_enforced": True},
-        "gap_meaning": ("hindsight placement opportunity independent of disk and startup limits"
-                        if audits_pass else
-                        "placement opportunity that also needs cache preparation (disk)"),
+        "gap_meaning": (
+            "hindsight placement opportunity independent of disk and startup limits"
+            if audits_pass
+            else "placement opportunity that also needs cache preparation (disk)"
+        ),
     }

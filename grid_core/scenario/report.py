@@ -20,8 +20,14 @@ from grid_core.scenario.topology import Machine, compatible
 SCHEMA_VERSION = 1
 DIGITS = 6
 """Floats are rounded to six digits: stable across platforms, finer than any decision."""
-WEIGHTS = {"served": 0.30, "suitability": 0.15, "slo": 0.20, "lifecycle": 0.10,
-           "safety": 0.10, "coverage": 0.15}
+WEIGHTS = {
+    "served": 0.30,
+    "suitability": 0.15,
+    "slo": 0.20,
+    "lifecycle": 0.10,
+    "safety": 0.10,
+    "coverage": 0.15,
+}
 """Overall score weights; served demand and SLO dominate, churn and safety still count."""
 COVERAGE_K = 9.0
 """log(1 + 9x)/log(10): abandoning a workload costs far more than the last few percent."""
@@ -43,13 +49,17 @@ def ratio(a: float, b: float, empty: float = 1.0) -> float:
     return a / b if b else empty
 
 
-def allocatable_workloads(catalog: tuple[CatalogEntry, ...],
-                          machines: tuple[Machine, ...]) -> tuple[str, ...]:
+def allocatable_workloads(
+    catalog: tuple[CatalogEntry, ...], machines: tuple[Machine, ...]
+) -> tuple[str, ...]:
     """Workloads some configured model could serve on some machine of the fleet."""
     out = []
     for w in WORKLOADS:
-        if any(e.profile.workload_scores.get(w, 0) > 0 and compatible(e, m.kind)
-               for e in catalog for m in machines):
+        if any(
+            e.profile.workload_scores.get(w, 0) > 0 and compatible(e, m.kind)
+            for e in catalog
+            for m in machines
+        ):
             out.append(w)
     return tuple(out)
 
@@ -84,8 +94,16 @@ class Metrics:
     timeline: list[dict[str, object]] = field(default_factory=list)
     orders: int = 0
 
-    def record(self, tick: int, changes: list[str], step: StepReport, results: list[Served],
-               pools: dict[str, Pool], fleet: SimFleet, mapping: dict[str, str]) -> None:
+    def record(
+        self,
+        tick: int,
+        changes: list[str],
+        step: StepReport,
+        results: list[Served],
+        pools: dict[str, Pool],
+        fleet: SimFleet,
+        mapping: dict[str, str],
+    ) -> None:
         """Fold one tick: its node changes, the control's step and the minute's service."""
         for s in results:
             self._count(s)
@@ -121,15 +139,27 @@ class Metrics:
         room = sum(n.allocatable_mb for n in fleet.nodes.values() if n.online)
         self.memory_fraction.append(ratio(used, room, 0.0))
 
-    def _admission(self, results: list[Served], pools: dict[str, Pool], fleet: SimFleet,
-                   step: StepReport, mapping: dict[str, str]) -> dict[str, str]:
+    def _admission(
+        self,
+        results: list[Served],
+        pools: dict[str, Pool],
+        fleet: SimFleet,
+        step: StepReport,
+        mapping: dict[str, str],
+    ) -> dict[str, str]:
         """Admission state per active unbound workload this minute."""
-        active = sorted({s.workload for s in results
-                         if s.workload and s.arrival.requested_model == "auto"})
+        active = sorted(
+            {s.workload for s in results if s.workload and s.arrival.requested_model == "auto"}
+        )
         states: dict[str, str] = {}
         planned = {a.model_id for a in step.plan.assignments} if step.plan else set()
-        starting = {r.model_id for n in fleet.nodes.values() if n.online
-                    for r in n.residencies.values() if r.state == "loading"}
+        starting = {
+            r.model_id
+            for n in fleet.nodes.values()
+            if n.online
+            for r in n.residencies.values()
+            if r.state == "loading"
+        }
         for w in active:
             model = mapping.get(w)
             if model is None:
@@ -160,18 +190,33 @@ class Metrics:
                 if occupant != model:
                     row[occupant] = row.get(occupant, 0) + 1
 
-    def _timeline(self, tick: int, changes: list[str], fleet: SimFleet, unmet: list[str],
-                  pools: dict[str, Pool], states: dict[str, str]) -> None:
-        moves = [f"{what} {model}@{host}" for t, host, model, what in fleet.counters.transitions
-                 if t == tick]
+    def _timeline(
+        self,
+        tick: int,
+        changes: list[str],
+        fleet: SimFleet,
+        unmet: list[str],
+        pools: dict[str, Pool],
+        states: dict[str, str],
+    ) -> None:
+        moves = [
+            f"{what} {model}@{host}"
+            for t, host, model, what in fleet.counters.transitions
+            if t == tick
+        ]
         overloaded = sorted(m for m, p in pools.items() if p.failed)
         if not (changes or moves or overloaded):
             return
-        self.timeline.append({
-            "tick": tick, "nodes": changes[:MAX_TIMELINE_EVENTS],
-            "residency": moves[:MAX_TIMELINE_EVENTS], "unmet": unmet[:MAX_TIMELINE_EVENTS],
-            "overloaded": overloaded, "admission": dict(sorted(states.items())),
-        })
+        self.timeline.append(
+            {
+                "tick": tick,
+                "nodes": changes[:MAX_TIMELINE_EVENTS],
+                "residency": moves[:MAX_TIMELINE_EVENTS],
+                "unmet": unmet[:MAX_TIMELINE_EVENTS],
+                "overloaded": overloaded,
+                "admission": dict(sorted(states.items())),
+            }
+        )
 
     # --- the report ------------------------------------------------------------------------
     def report(self, fleet: SimFleet, hours: float) -> dict[str, object]:
@@ -187,42 +232,72 @@ class Metrics:
         lifecycle = 1.0 / (1.0 + CHURN_SCALE * ratio(mutations, len(fleet.nodes) * hours, 0.0))
         violations = sum(c.violations.values())
         safety = 1.0 / (1.0 + violations)
-        coverage = ratio(sum(math.log1p(COVERAGE_K * ratio(x.served, x.requests))
-                             / math.log1p(COVERAGE_K) for x in alloc), len(alloc))
-        parts = {"served": served, "suitability": suit, "slo": slo_alloc,
-                 "lifecycle": lifecycle, "safety": safety, "coverage": coverage}
+        coverage = ratio(
+            sum(
+                math.log1p(COVERAGE_K * ratio(x.served, x.requests)) / math.log1p(COVERAGE_K)
+                for x in alloc
+            ),
+            len(alloc),
+        )
+        parts = {
+            "served": served,
+            "suitability": suit,
+            "slo": slo_alloc,
+            "lifecycle": lifecycle,
+            "safety": safety,
+            "coverage": coverage,
+        }
         overall = sum(WEIGHTS[k] * v for k, v in parts.items())
         return {
             "demand": self._demand_section(),
-            "slo": {"attainment": r6(ratio(t.slo_met, t.requests)),
-                    "attainment_allocatable": r6(slo_alloc)},
+            "slo": {
+                "attainment": r6(ratio(t.slo_met, t.requests)),
+                "attainment_allocatable": r6(slo_alloc),
+            },
             "suitability": r6(suit),
-            "memory": {"mean_used_fraction": r6(ratio(sum(self.memory_fraction),
-                                                      len(self.memory_fraction), 0.0)),
-                       "peak_used_fraction": r6(max(self.memory_fraction, default=0.0))},
+            "memory": {
+                "mean_used_fraction": r6(
+                    ratio(sum(self.memory_fraction), len(self.memory_fraction), 0.0)
+                ),
+                "peak_used_fraction": r6(max(self.memory_fraction, default=0.0)),
+            },
             "lifecycle": {
-                "cold_starts": c.loads, "unloads": c.unloads,
-                "deferred_unloads": c.deferred_unloads, "mutations": mutations,
-                "orders": self.orders, "cache_hits": c.cache_hits,
+                "cold_starts": c.loads,
+                "unloads": c.unloads,
+                "deferred_unloads": c.deferred_unloads,
+                "mutations": mutations,
+                "orders": self.orders,
+                "cache_hits": c.cache_hits,
                 "cache_locality": r6(ratio(c.cache_hits, c.loads, 0.0)),
-                "downloads": c.downloads, "downloaded_mb": c.downloaded_mb,
-                "evictions": c.evictions, "preemptions_of_last_replica": c.preemptions,
+                "downloads": c.downloads,
+                "downloaded_mb": c.downloaded_mb,
+                "evictions": c.evictions,
+                "preemptions_of_last_replica": c.preemptions,
                 "refused": dict(sorted(c.refused.items())),
                 "disk_used_mb": sum(n.disk_used_mb for n in fleet.nodes.values()),
             },
-            "admission_minutes": {w: dict(sorted(v.items()))
-                                  for w, v in sorted(self.admission.items())},
-            "admission_blocker_minutes": {w: dict(sorted(v.items()))
-                                          for w, v in sorted(self.blockers.items())},
+            "admission_minutes": {
+                w: dict(sorted(v.items())) for w, v in sorted(self.admission.items())
+            },
+            "admission_blocker_minutes": {
+                w: dict(sorted(v.items())) for w, v in sorted(self.blockers.items())
+            },
             "overloaded_minutes": dict(sorted(self.overloaded.items())),
             "shortfall_minutes": dict(sorted(self.shortfall.items())),
             "capacity_recommendations": self._recommendations(),
-            "safety": {"violations": {k: c.violations.get(k, 0) for k in
-                                      ("overcommit", "ineligible_placement",
-                                       "last_replica_loss")},
-                       "total": violations, "samples": list(c.violation_samples)},
-            "score": {"overall": r6(overall), "components": {k: r6(v) for k, v in parts.items()},
-                      "weights": WEIGHTS},
+            "safety": {
+                "violations": {
+                    k: c.violations.get(k, 0)
+                    for k in ("overcommit", "ineligible_placement", "last_replica_loss")
+                },
+                "total": violations,
+                "samples": list(c.violation_samples),
+            },
+            "score": {
+                "overall": r6(overall),
+                "components": {k: r6(v) for k, v in parts.items()},
+                "weights": WEIGHTS,
+            },
             "timeline": self.timeline,
         }
 
@@ -230,38 +305,62 @@ class Metrics:
         t = self.total
         by_w = {}
         for w, x in sorted(self.by_workload.items()):
-            by_w[w] = {"requests": x.requests, "served": x.served,
-                       "served_fraction": r6(ratio(x.served, x.requests)),
-                       "slo_attainment": r6(ratio(x.slo_met, x.requests)),
-                       "unavailable": x.unavailable, "rejected": x.rejected,
-                       "allocatable": w in self.allocatable}
-        users = [(ratio(x.served, x.requests), u) for u, x in self.by_user.items()
-                 if x.requests >= MIN_USER_REQUESTS]
+            by_w[w] = {
+                "requests": x.requests,
+                "served": x.served,
+                "served_fraction": r6(ratio(x.served, x.requests)),
+                "slo_attainment": r6(ratio(x.slo_met, x.requests)),
+                "unavailable": x.unavailable,
+                "rejected": x.rejected,
+                "allocatable": w in self.allocatable,
+            }
+        users = [
+            (ratio(x.served, x.requests), u)
+            for u, x in self.by_user.items()
+            if x.requests >= MIN_USER_REQUESTS
+        ]
         least_user = None
         if users:
             frac, u = min(users)
-            least_user = {"user": u, "persona": self.user_persona[u],
-                          "requests": self.by_user[u].requests, "served_fraction": r6(frac)}
-        alloc = [(ratio(x.served, x.requests), w) for w, x in self.by_workload.items()
-                 if w in self.allocatable and x.requests]
+            least_user = {
+                "user": u,
+                "persona": self.user_persona[u],
+                "requests": self.by_user[u].requests,
+                "served_fraction": r6(frac),
+            }
+        alloc = [
+            (ratio(x.served, x.requests), w)
+            for w, x in self.by_workload.items()
+            if w in self.allocatable and x.requests
+        ]
         least_w = None
         if alloc:
             frac, w = min(alloc)
             least_w = {"workload": w, "served_fraction": r6(frac)}
-        return {"requests": t.requests, "served": t.served, "unavailable": t.unavailable,
-                "rejected": t.rejected, "served_fraction": r6(ratio(t.served, t.requests)),
-                "by_workload": by_w, "least_served_user": least_user,
-                "least_served_workload": least_w,
-                "unallocatable_workloads": [w for w in WORKLOADS if w not in self.allocatable]}
+        return {
+            "requests": t.requests,
+            "served": t.served,
+            "unavailable": t.unavailable,
+            "rejected": t.rejected,
+            "served_fraction": r6(ratio(t.served, t.requests)),
+            "by_workload": by_w,
+            "least_served_user": least_user,
+            "least_served_workload": least_w,
+            "unallocatable_workloads": [w for w in WORKLOADS if w not in self.allocatable],
+        }
 
     def _recommendations(self) -> list[str]:
         out = []
         for w in WORKLOADS:
             if w not in self.allocatable and self.by_workload.get(w, _Tally()).requests:
-                out.append(f"{w}: no configured model can run on this fleet; add a machine "
-                           "whose runtime/backend/GPU fits a model that scores this workload")
+                out.append(
+                    f"{w}: no configured model can run on this fleet; add a machine "
+                    "whose runtime/backend/GPU fits a model that scores this workload"
+                )
         for mid, minutes in sorted(self.overloaded.items(), key=lambda kv: (-kv[1], kv[0])):
             if minutes >= 5:
-                out.append(f"{mid}: overloaded for {minutes} min; add capacity for it or "
-                           "raise its max_replicas")
+                out.append(
+                    f"{mid}: overloaded for {minutes} min; add capacity for it or "
+                    "raise its max_replicas"
+                )
         return out[:20]

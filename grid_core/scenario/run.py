@@ -81,14 +81,16 @@ def _static_mix(users: tuple[User, ...]) -> tuple[dict[str, float], dict[str, fl
 Control = ControllerControl | GreedyControl | StaticControl
 
 
-def make_control(cfg: ScenarioConfig, env: LabEnv, profiles: tuple[ModelProfile, ...],
-                 users: tuple[User, ...]) -> Control:
+def make_control(
+    cfg: ScenarioConfig, env: LabEnv, profiles: tuple[ModelProfile, ...], users: tuple[User, ...]
+) -> Control:
     """The control object for ``cfg.strategy`` (smart/reactive get a fresh durable store)."""
     if cfg.strategy == "smart":
         return ControllerControl("smart", env.plugins, env.store_factory(), profiles, START)
     if cfg.strategy == "reactive":
-        return ControllerControl("reactive", env.reactive_plugins, env.store_factory(),
-                                 profiles, START)
+        return ControllerControl(
+            "reactive", env.reactive_plugins, env.store_factory(), profiles, START
+        )
     if cfg.strategy == "greedy":
         return GreedyControl(env.plugins, profiles, _plan_fn())
     mix, direct = _static_mix(users)
@@ -131,24 +133,42 @@ def run_scenario(cfg: ScenarioConfig, env: LabEnv) -> dict[str, object]:
         fleet.audit_memory()
         results, features, pools = serve_minute(fleet, batch, texts, classify, jitter)
         fleet.demanded = {s.model for s in results if s.model} | {
-            s.arrival.requested_model for s in results if s.arrival.requested_model != "auto"}
+            s.arrival.requested_model for s in results if s.arrival.requested_model != "auto"
+        }
         control.observe(features)
         mapping = projection_map(WORKLOADS, profiles, fleet.snapshots())
         metrics.record(tick, changes, step, results, pools, fleet, mapping)
     report: dict[str, object] = {
         "schema_version": SCHEMA_VERSION,
         "scenario": {
-            "machines": cfg.machines, "models": cfg.models, "users": cfg.users,
-            "duration_s": cfg.duration_s, "ticks": ticks, "tick_s": TICK_S, "seed": cfg.seed,
-            "strategy": cfg.strategy, "traces": list(curves.replaced),
-            "baseline_model": BASELINE_MODEL, "workloads": list(WORKLOADS),
+            "machines": cfg.machines,
+            "models": cfg.models,
+            "users": cfg.users,
+            "duration_s": cfg.duration_s,
+            "ticks": ticks,
+            "tick_s": TICK_S,
+            "seed": cfg.seed,
+            "strategy": cfg.strategy,
+            "traces": list(curves.replaced),
+            "baseline_model": BASELINE_MODEL,
+            "workloads": list(WORKLOADS),
         },
-        "fleet": [{"host_id": m.host_id, "class": m.kind.name,
-                   "failure_domain": m.failure_domain, "capacity_mb": m.kind.capacity_mb,
-                   "cached": list(m.cached)} for m in machines],
-        "events": {"throttled": list(events.throttled),
-                   "throttle_ticks": list(events.throttle_ticks),
-                   "outage": list(events.outage), "outage_ticks": list(events.outage_ticks)},
+        "fleet": [
+            {
+                "host_id": m.host_id,
+                "class": m.kind.name,
+                "failure_domain": m.failure_domain,
+                "capacity_mb": m.kind.capacity_mb,
+                "cached": list(m.cached),
+            }
+            for m in machines
+        ],
+        "events": {
+            "throttled": list(events.throttled),
+            "throttle_ticks": list(events.throttle_ticks),
+            "outage": list(events.outage),
+            "outage_ticks": list(events.outage_ticks),
+        },
         "catalog": [e.model_id for e in catalog],
         "users": {p.name: sum(1 for u in users if u.persona.name == p.name) for p in PERSONAS},
         "arrivals": {"count": digest.count, "digest": digest.hexdigest()},
@@ -157,8 +177,9 @@ def run_scenario(cfg: ScenarioConfig, env: LabEnv) -> dict[str, object]:
     if cfg.oracle:
         from grid_core.scenario.oracle import run_oracle
 
-        oracle = run_oracle(catalog, machines, tuple(kept), fleet, texts, classify, events,
-                            cfg.seed)
+        oracle = run_oracle(
+            catalog, machines, tuple(kept), fleet, texts, classify, events, cfg.seed
+        )
         served = report["demand"]["served"]  # type: ignore[index]
         oracle["strategy_served"] = served
         oracle["gap"] = oracle["ceiling_served"] - served

@@ -82,8 +82,9 @@ def pools_of(fleet: SimFleet) -> dict[str, Pool]:
         for r in node.residencies.values():
             if r.state != "ready":
                 continue
-            slots = min(node.machine.kind.concurrency,
-                        fleet.entries[r.model_id].profile.replica_concurrency)
+            slots = min(
+                node.machine.kind.concurrency, fleet.entries[r.model_id].profile.replica_concurrency
+            )
             pool = pools.setdefault(r.model_id, Pool(r.model_id))
             pool.capacity_s += TICK_S * slots * node.speed
             pool.slots += slots
@@ -91,8 +92,9 @@ def pools_of(fleet: SimFleet) -> dict[str, Pool]:
     return pools
 
 
-def best_ready_model(workload: str | None, modality: str, pools: dict[str, Pool],
-                     entries: dict[str, CatalogEntry]) -> str | None:
+def best_ready_model(
+    workload: str | None, modality: str, pools: dict[str, Pool], entries: dict[str, CatalogEntry]
+) -> str | None:
     """The ready model with the highest suitability for ``workload`` (ties: model id)."""
     if workload is None:
         return None
@@ -124,8 +126,13 @@ def session_hash(persona: str, project: int) -> str:
 MinuteResult = tuple[list["Served"], list[RequestFeatures], dict[str, "Pool"]]
 
 
-def serve_minute(fleet: SimFleet, batch: tuple[Arrival, ...], texts: Callable[[Arrival], str],
-                 classify: Classifier, jitter: random.Random) -> MinuteResult:
+def serve_minute(
+    fleet: SimFleet,
+    batch: tuple[Arrival, ...],
+    texts: Callable[[Arrival], str],
+    classify: Classifier,
+    jitter: random.Random,
+) -> MinuteResult:
     """Serve one minute of arrivals with the fleet's current READY set.
 
     Args:
@@ -144,9 +151,14 @@ def serve_minute(fleet: SimFleet, batch: tuple[Arrival, ...], texts: Callable[[A
     features: list[RequestFeatures] = []
     for a in batch:
         noise = 1.0 + jitter.uniform(-JITTER, JITTER)
-        base = RequestFeatures(at=now + a.offset_s, endpoint=a.endpoint,
-                               requested_model=a.requested_model, modality=a.modality,
-                               input_units=a.input_units, output_units=a.output_units)
+        base = RequestFeatures(
+            at=now + a.offset_s,
+            endpoint=a.endpoint,
+            requested_model=a.requested_model,
+            modality=a.modality,
+            input_units=a.input_units,
+            output_units=a.output_units,
+        )
         workload = classify(base, texts(a))
         if a.requested_model != "auto":
             model = a.requested_model if a.requested_model in pools else None
@@ -155,26 +167,44 @@ def serve_minute(fleet: SimFleet, batch: tuple[Arrival, ...], texts: Callable[[A
         served = _serve_one(fleet, pools, a, workload, model, noise)
         results.append(served)
         at = min(now + TICK_S - 0.001, now + a.offset_s + served.latency_s)
-        features.append(RequestFeatures(
-            at=round(at, 6), endpoint=a.endpoint, requested_model=a.requested_model,
-            served_model=served.model, modality=a.modality, input_units=a.input_units,
-            output_units=a.output_units, workload=workload,
-            service_time_s=round(served.service_s, 6) if served.model else None,
-            queue_s=round(served.queue_s, 6), outcome=served.outcome,
-            affinity_hash=session_hash(a.persona, a.project)))
+        features.append(
+            RequestFeatures(
+                at=round(at, 6),
+                endpoint=a.endpoint,
+                requested_model=a.requested_model,
+                served_model=served.model,
+                modality=a.modality,
+                input_units=a.input_units,
+                output_units=a.output_units,
+                workload=workload,
+                service_time_s=round(served.service_s, 6) if served.model else None,
+                queue_s=round(served.queue_s, 6),
+                outcome=served.outcome,
+                affinity_hash=session_hash(a.persona, a.project),
+            )
+        )
     _update_activity(fleet, pools, now)
     return results, features, pools
 
 
-def _serve_one(fleet: SimFleet, pools: dict[str, Pool], a: Arrival, workload: str | None,
-               model: str | None, noise: float) -> Served:
+def _serve_one(
+    fleet: SimFleet,
+    pools: dict[str, Pool],
+    a: Arrival,
+    workload: str | None,
+    model: str | None,
+    noise: float,
+) -> Served:
     if model is None:
         return Served(a, workload, None, "unavailable", 0.0, 0.0, 0.0, False, 0.0)
     entry = fleet.entries[model]
     pool = pools[model]
     cost = cost_s(entry, a) * noise
-    suitability = (1.0 if a.requested_model != "auto"
-                   else entry.profile.workload_scores.get(workload or "", 0.0))
+    suitability = (
+        1.0
+        if a.requested_model != "auto"
+        else entry.profile.workload_scores.get(workload or "", 0.0)
+    )
     if pool.used_s + cost > pool.capacity_s * (1.0 + QUEUE_ALLOWANCE):
         pool.failed += 1
         return Served(a, workload, model, "rejected", 0.0, 0.0, 0.0, False, suitability)
@@ -200,8 +230,10 @@ def _update_activity(fleet: SimFleet, pools: dict[str, Pool], now: float) -> Non
         waiting = pool.queued + pool.failed
         for host in pool.hosts:
             r = fleet.nodes[host].residencies[pool.model_id]
-            slots = min(fleet.nodes[host].machine.kind.concurrency,
-                        fleet.entries[pool.model_id].profile.replica_concurrency)
+            slots = min(
+                fleet.nodes[host].machine.kind.concurrency,
+                fleet.entries[pool.model_id].profile.replica_concurrency,
+            )
             r.active = math.ceil(util * slots) if pool.served else 0
             r.queue = math.ceil(waiting / len(pool.hosts))
             if pool.served:

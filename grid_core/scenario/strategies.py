@@ -53,8 +53,14 @@ class StepReport:
 class ControllerControl:
     """``smart`` / ``reactive``: the production controller drives the simulated nodes."""
 
-    def __init__(self, name: str, plugins: object, store: StateStore,
-                 profiles: tuple[ModelProfile, ...], now: float) -> None:
+    def __init__(
+        self,
+        name: str,
+        plugins: object,
+        store: StateStore,
+        profiles: tuple[ModelProfile, ...],
+        now: float,
+    ) -> None:
         self.name = name
         self.ctl = Controller(plugins=plugins, store=store, controller_id=f"scenario-{name}")
         for p in profiles:
@@ -75,8 +81,11 @@ class ControllerControl:
                 self._acknowledge(host_id, fleet.take_acks(host_id), now)
         self.ctl.note_input(now, safety_changed=True)
         result = self.ctl.tick(now, hosts)
-        report = StepReport(plan=result.plan, deferred=len(result.reconciliation.deferred),
-                            hold=result.reconciliation.hold)
+        report = StepReport(
+            plan=result.plan,
+            deferred=len(result.reconciliation.deferred),
+            hold=result.reconciliation.hold,
+        )
         for host_id, node in sorted(fleet.nodes.items()):
             if not node.online:
                 continue
@@ -87,8 +96,15 @@ class ControllerControl:
                     break
                 acks = []
                 for cmd in delivery.commands:
-                    order = Order(cmd.action_id, cmd.kind, host_id, cmd.model_id,
-                                  cmd.memory_mb, cmd.runtime, cmd.reason)
+                    order = Order(
+                        cmd.action_id,
+                        cmd.kind,
+                        host_id,
+                        cmd.model_id,
+                        cmd.memory_mb,
+                        cmd.runtime,
+                        cmd.reason,
+                    )
                     report.orders.append(order)
                     acks.append(fleet.apply(order, self.ctl.profiles))
                 self._acknowledge(host_id, acks, now)
@@ -96,10 +112,20 @@ class ControllerControl:
 
     def _acknowledge(self, host_id: str, acks: list[Ack], now: float) -> None:
         if acks:
-            self.ctl.acknowledge(host_id, [
-                Acknowledgement(action_id=a.action_id, status=a.status, message=a.message,
-                                artifact_fetched=a.artifact_fetched, observed_at=now)
-                for a in acks], now)
+            self.ctl.acknowledge(
+                host_id,
+                [
+                    Acknowledgement(
+                        action_id=a.action_id,
+                        status=a.status,
+                        message=a.message,
+                        artifact_fetched=a.artifact_fetched,
+                        observed_at=now,
+                    )
+                    for a in acks
+                ],
+                now,
+            )
 
     def observe(self, features: list[RequestFeatures]) -> None:
         """Feed finished requests; the controller projects unbound ones itself."""
@@ -113,11 +139,19 @@ def _demand(rates: dict[str, float], profiles: dict[str, ModelProfile]) -> dict[
     for mid, rate in sorted(rates.items()):
         p = profiles[mid]
         offered = rate * p.expected_service_time_s
-        want = math.ceil(offered * (1 + BASELINE_HEADROOM)
-                         / (p.replica_concurrency * p.target_utilization) - 1e-9)
+        want = math.ceil(
+            offered * (1 + BASELINE_HEADROOM) / (p.replica_concurrency * p.target_utilization)
+            - 1e-9
+        )
         want = max(p.min_replicas, min(p.max_replicas, max(1, want)))
-        out[mid] = ModelDemand(model_id=mid, desired_replicas=want, offered_concurrency=offered,
-                               request_rate_rps=rate, direct=True, reasons=("demand",))
+        out[mid] = ModelDemand(
+            model_id=mid,
+            desired_replicas=want,
+            offered_concurrency=offered,
+            request_rate_rps=rate,
+            direct=True,
+            reasons=("demand",),
+        )
     return out
 
 
@@ -136,14 +170,23 @@ def _orders_for(plan: Plan, fleet: SimFleet, tag: str, keep_others: bool) -> lis
             continue
         if model_id not in node.cached:
             orders.append(Order(f"{tag}:load:{host_id}:{model_id}", "load", host_id, model_id))
-        orders.append(Order(f"{tag}:warm:{host_id}:{model_id}", "warm", host_id, model_id,
-                            a.memory_mb, a.runtime))
+        orders.append(
+            Order(
+                f"{tag}:warm:{host_id}:{model_id}",
+                "warm",
+                host_id,
+                model_id,
+                a.memory_mb,
+                a.runtime,
+            )
+        )
     if not keep_others:
         for host_id, node in sorted(fleet.nodes.items()):
             for model_id in sorted(node.residencies):
                 if (host_id, model_id) not in wanted and node.online:
-                    orders.append(Order(f"{tag}:unload:{host_id}:{model_id}", "unload",
-                                        host_id, model_id))
+                    orders.append(
+                        Order(f"{tag}:unload:{host_id}:{model_id}", "unload", host_id, model_id)
+                    )
     return list(dict.fromkeys(orders))
 
 
@@ -152,9 +195,13 @@ class GreedyControl:
 
     name = "greedy"
 
-    def __init__(self, plugins: object, profiles: tuple[ModelProfile, ...],
-                 plan_fn: Callable[[PlanInputs, object], Plan],
-                 policy: PlannerPolicy | None = None) -> None:
+    def __init__(
+        self,
+        plugins: object,
+        profiles: tuple[ModelProfile, ...],
+        plan_fn: Callable[[PlanInputs, object], Plan],
+        policy: PlannerPolicy | None = None,
+    ) -> None:
         self.plugins = plugins
         self.profiles = {p.model_id: p for p in profiles}
         self.plan_fn = plan_fn
@@ -171,9 +218,16 @@ class GreedyControl:
             if target in self.profiles:
                 rates[target] = rates.get(target, 0.0) + 1.0 / TICK_S
         self._seen = []
-        plan = self.plan_fn(PlanInputs(now=fleet.now, profiles=tuple(self.profiles.values()),
-                                       hosts=hosts, demand=_demand(rates, self.profiles),
-                                       policy=self.policy), self.plugins)
+        plan = self.plan_fn(
+            PlanInputs(
+                now=fleet.now,
+                profiles=tuple(self.profiles.values()),
+                hosts=hosts,
+                demand=_demand(rates, self.profiles),
+                policy=self.policy,
+            ),
+            self.plugins,
+        )
         orders = _orders_for(plan, fleet, f"greedy{fleet.tick}", keep_others=False)
         for o in orders:
             fleet.apply(o, self.profiles)
@@ -191,10 +245,15 @@ class StaticControl:
 
     name = "static"
 
-    def __init__(self, plugins: object, profiles: tuple[ModelProfile, ...],
-                 plan_fn: Callable[[PlanInputs, object], Plan],
-                 mix_rps: dict[str, float], direct_rps: dict[str, float],
-                 policy: PlannerPolicy | None = None) -> None:
+    def __init__(
+        self,
+        plugins: object,
+        profiles: tuple[ModelProfile, ...],
+        plan_fn: Callable[[PlanInputs, object], Plan],
+        mix_rps: dict[str, float],
+        direct_rps: dict[str, float],
+        policy: PlannerPolicy | None = None,
+    ) -> None:
         self.plugins = plugins
         self.profiles = {p.model_id: p for p in profiles}
         self.plan_fn = plan_fn
@@ -213,9 +272,16 @@ class StaticControl:
             for w, rps in self.mix_rps.items():
                 if w in mapping:
                     rates[mapping[w]] = rates.get(mapping[w], 0.0) + rps
-            self.plan = self.plan_fn(PlanInputs(
-                now=fleet.now, profiles=tuple(self.profiles.values()), hosts=hosts,
-                demand=_demand(rates, self.profiles), policy=self.policy), self.plugins)
+            self.plan = self.plan_fn(
+                PlanInputs(
+                    now=fleet.now,
+                    profiles=tuple(self.profiles.values()),
+                    hosts=hosts,
+                    demand=_demand(rates, self.profiles),
+                    policy=self.policy,
+                ),
+                self.plugins,
+            )
         orders = _orders_for(self.plan, fleet, f"static{fleet.tick}", keep_others=True)
         for o in orders:
             fleet.apply(o, self.profiles)

@@ -37,18 +37,49 @@ class MachineClass:
 
 
 CLASSES: tuple[MachineClass, ...] = (
-    MachineClass("mac-studio-64", 65536, 12288, ("llama.cpp", "comfyui"), ("metal", "mps"),
-                 0, 4, 0.9, 1_000_000, 3.0),
-    MachineClass("rtx-4090", 24576, 1024, ("vllm", "comfyui", "llama.cpp"), ("cuda",),
-                 24576, 8, 1.8, 2_000_000, 3.0),
-    MachineClass("mac-mini-24", 24576, 6144, ("llama.cpp",), ("metal",), 0, 2, 0.5,
-                 250_000, 3.0),
-    MachineClass("media-48", 49152, 2048, ("comfyui",), ("cuda",), 49152, 2, 1.5,
-                 4_000_000, 1.0, ("media",)),
-    MachineClass("mac-studio-192", 196608, 16384, ("llama.cpp", "comfyui"), ("metal", "mps"),
-                 0, 6, 1.1, 2_000_000, 1.5),
-    MachineClass("a100-80", 81920, 2048, ("vllm", "comfyui"), ("cuda",), 81920, 16, 2.6,
-                 4_000_000, 1.0),
+    MachineClass(
+        "mac-studio-64",
+        65536,
+        12288,
+        ("llama.cpp", "comfyui"),
+        ("metal", "mps"),
+        0,
+        4,
+        0.9,
+        1_000_000,
+        3.0,
+    ),
+    MachineClass(
+        "rtx-4090",
+        24576,
+        1024,
+        ("vllm", "comfyui", "llama.cpp"),
+        ("cuda",),
+        24576,
+        8,
+        1.8,
+        2_000_000,
+        3.0,
+    ),
+    MachineClass("mac-mini-24", 24576, 6144, ("llama.cpp",), ("metal",), 0, 2, 0.5, 250_000, 3.0),
+    MachineClass(
+        "media-48", 49152, 2048, ("comfyui",), ("cuda",), 49152, 2, 1.5, 4_000_000, 1.0, ("media",)
+    ),
+    MachineClass(
+        "mac-studio-192",
+        196608,
+        16384,
+        ("llama.cpp", "comfyui"),
+        ("metal", "mps"),
+        0,
+        6,
+        1.1,
+        2_000_000,
+        1.5,
+    ),
+    MachineClass(
+        "a100-80", 81920, 2048, ("vllm", "comfyui"), ("cuda",), 81920, 16, 2.6, 4_000_000, 1.0
+    ),
 )
 """The first four are placed in order so even a 1–4 machine fleet is heterogeneous."""
 
@@ -98,6 +129,5 @@ def build_fleet(seed: int, machines: int, catalog: tuple[CatalogEntry, ...]) -> 
         fits = [e.model_id for e in catalog if compatible(e, kind)]
         n = min(len(fits), cache_rng.randint(0, MAX_INITIAL_CACHED))
         cached = tuple(sorted(cache_rng.sample(fits, n)))
-        out.append(Machine(f"m{i:02d}-{kind.name}", kind, f"fd-{i // FAILURE_DOMAIN_SIZE}",
-                           cached))
+        out.append(Machine(f"m{i:02d}-{kind.name}", kind, f"fd-{i // FAILURE_DOMAIN_SIZE}", cached))
     return tuple(out)

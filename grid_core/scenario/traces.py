@@ -44,8 +44,11 @@ def parse_trace(workload: str, data: bytes) -> Series:
             a timestamp that does not increase; the message names the row.
     """
     if len(data) > MAX_TRACE_BYTES:
-        raise _bad(workload, "file", f"{len(data)} bytes exceeds {MAX_TRACE_BYTES}; "
-                   "resample it to fewer rows")
+        raise _bad(
+            workload,
+            "file",
+            f"{len(data)} bytes exceeds {MAX_TRACE_BYTES}; resample it to fewer rows",
+        )
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError:
@@ -62,8 +65,11 @@ def parse_trace(workload: str, data: bytes) -> Series:
         try:
             ts, rate = float(cells[0]), float(cells[1])
         except ValueError:
-            raise _bad(workload, f"row {n}", "timestamp and rate must be numbers "
-                       "(the file must have no header)") from None
+            raise _bad(
+                workload,
+                f"row {n}",
+                "timestamp and rate must be numbers (the file must have no header)",
+            ) from None
         if not (math.isfinite(ts) and math.isfinite(rate)):
             raise _bad(workload, f"row {n}", "values must be finite")
         if rate < 0:
@@ -90,8 +96,9 @@ class TraceCurve:
         self._xs = [(t - t0) / (t1 - t0) for t, _ in series]
         self._rates = [r for _, r in series]
         # Time-weighted mean of the step function, so uneven sampling does not bias it.
-        total = sum(self._rates[i] * (self._xs[i + 1] - self._xs[i])
-                    for i in range(len(self._xs) - 1))
+        total = sum(
+            self._rates[i] * (self._xs[i + 1] - self._xs[i]) for i in range(len(self._xs) - 1)
+        )
         self._mean = total if total > 0 else max(self._rates)
 
     def shape(self, x: float) -> float:

@@ -45,9 +45,14 @@ def load_fleet(path: str | Path) -> dict:
 def _residency(r: dict, catalog: set[str]) -> ResidencySnapshot:
     managed = bool(r.get("managed", True))
     ownership = "managed" if managed else ("manual" if r["model_id"] in catalog else "external")
-    return ResidencySnapshot(model_id=r["model_id"], memory_mb=int(r["memory_mb"]),
-                             state=r["state"], ownership=ownership,
-                             active_requests=r.get("active_requests"), routable=managed)
+    return ResidencySnapshot(
+        model_id=r["model_id"],
+        memory_mb=int(r["memory_mb"]),
+        state=r["state"],
+        ownership=ownership,
+        active_requests=r.get("active_requests"),
+        routable=managed,
+    )
 
 
 def fleet_inputs(data: dict, policy: PlannerPolicy | None = None) -> PlanInputs:
@@ -66,23 +71,42 @@ def fleet_inputs(data: dict, policy: PlannerPolicy | None = None) -> PlanInputs:
 def _convert(data: dict, policy: PlannerPolicy) -> PlanInputs:
     now = float(data["now"])
     catalog = {m["model_id"] for m in data["models"]}
-    profiles = tuple(validate_profile(ModelProfile(
-        model_id=m["model_id"], memory_mb=int(m["memory_mb"]),
-        runtimes=tuple(m["runtimes"]), backends=tuple(m.get("backends", ())),
-        min_replicas=int(m["min_replicas"]), max_replicas=int(m["max_replicas"]),
-        priority=int(m["priority"]), min_failure_domains=int(m["min_failure_domains"]),
-        required_tags=tuple(m.get("required_tags", ())),
-        pins=tuple(m.get("pinned_hosts", ())))) for m in data["models"])
-    hosts = tuple(HostSnapshot(
-        host_id=h["host_id"], capacity_mb=int(h["capacity_mb"]),
-        reserved_mb=int(h["reserved_mb"]), state=h["state"],
-        heartbeat_age_s=float(h["heartbeat_age_s"]), runtimes=tuple(h["runtimes"]),
-        backends=tuple(h["backends"]), tags=tuple(h["tags"]),
-        failure_domain=h.get("failure_domain"), max_models=int(h["max_models"]),
-        residencies=tuple(_residency(r, catalog) for r in h["residencies"]
-                          if r["state"] != "cached"),
-        cached={r["model_id"]: None for r in h["residencies"] if r["state"] == "cached"},
-    ) for h in data["hosts"])
+    profiles = tuple(
+        validate_profile(
+            ModelProfile(
+                model_id=m["model_id"],
+                memory_mb=int(m["memory_mb"]),
+                runtimes=tuple(m["runtimes"]),
+                backends=tuple(m.get("backends", ())),
+                min_replicas=int(m["min_replicas"]),
+                max_replicas=int(m["max_replicas"]),
+                priority=int(m["priority"]),
+                min_failure_domains=int(m["min_failure_domains"]),
+                required_tags=tuple(m.get("required_tags", ())),
+                pins=tuple(m.get("pinned_hosts", ())),
+            )
+        )
+        for m in data["models"]
+    )
+    hosts = tuple(
+        HostSnapshot(
+            host_id=h["host_id"],
+            capacity_mb=int(h["capacity_mb"]),
+            reserved_mb=int(h["reserved_mb"]),
+            state=h["state"],
+            heartbeat_age_s=float(h["heartbeat_age_s"]),
+            runtimes=tuple(h["runtimes"]),
+            backends=tuple(h["backends"]),
+            tags=tuple(h["tags"]),
+            failure_domain=h.get("failure_domain"),
+            max_models=int(h["max_models"]),
+            residencies=tuple(
+                _residency(r, catalog) for r in h["residencies"] if r["state"] != "cached"
+            ),
+            cached={r["model_id"]: None for r in h["residencies"] if r["state"] == "cached"},
+        )
+        for h in data["hosts"]
+    )
     fpolicy = ForecastPolicy()
     by_id = {p.model_id: p for p in profiles}
     demand = {}
@@ -90,12 +114,15 @@ def _convert(data: dict, policy: PlannerPolicy) -> PlanInputs:
         profile = by_id.get(d["model_id"])
         if profile is None:
             continue
-        fc = Forecast(rate_rps=float(d["request_rate_per_s"]),
-                      service_time_s=float(d["service_time_s"]) or None,
-                      queued=float(d["queue_depth"]),
-                      p95_ms=float(d["p95_latency_ms"]) or None)
-        demand[profile.model_id], _ = desired_for(profile, fc, list(hosts), now, fpolicy,
-                                                  None, policy)
+        fc = Forecast(
+            rate_rps=float(d["request_rate_per_s"]),
+            service_time_s=float(d["service_time_s"]) or None,
+            queued=float(d["queue_depth"]),
+            p95_ms=float(d["p95_latency_ms"]) or None,
+        )
+        demand[profile.model_id], _ = desired_for(
+            profile, fc, list(hosts), now, fpolicy, None, policy
+        )
     return PlanInputs(now=now, profiles=profiles, hosts=hosts, demand=demand, policy=policy)
 
 
@@ -120,10 +147,13 @@ def overcommitted_hosts(data: dict, assignments: list[dict]) -> list[str]:
         live = [r for r in h["residencies"] if r["state"] in holding]
         live_ids = {r["model_id"] for r in live}
         desired = sum(size[m] for m in assigned) + sum(
-            int(r["memory_mb"]) for r in live
-            if not r.get("managed", True) and r["model_id"] not in assigned)
+            int(r["memory_mb"])
+            for r in live
+            if not r.get("managed", True) and r["model_id"] not in assigned
+        )
         transition = sum(int(r["memory_mb"]) for r in live) + sum(
-            size[m] for m in assigned if m not in live_ids)
+            size[m] for m in assigned if m not in live_ids
+        )
         if len(set(assigned)) != len(assigned) or max(desired, transition) > placeable:
             bad.append(h["host_id"])
     return bad

@@ -18,8 +18,15 @@ from grid_bench.fleet import fleet_inputs, load_fleet, overcommitted_hosts
 from grid_core.planner import plan
 from grid_core.table import render_table
 
-JSON_KEYS = ("p50_ms", "p90_ms", "desired", "placed", "unsatisfied", "overcommitted_hosts",
-             "assignments")
+JSON_KEYS = (
+    "p50_ms",
+    "p90_ms",
+    "desired",
+    "placed",
+    "unsatisfied",
+    "overcommitted_hosts",
+    "assignments",
+)
 """Exactly the keys ``--json`` prints (a checker can rely on them and nothing else)."""
 DEFAULT_RUNS = 15
 """Timed plans per fleet: enough for a stable p50/p90 on a noisy 2-core machine."""
@@ -82,7 +89,18 @@ def bench_plan(
     if as_json:
         typer.echo(json.dumps({k: out[k] for k in JSON_KEYS}))
         return
-    rows = [[k, out[k]] for k in ("p50_ms", "p90_ms", "cpu_p50_ms", "desired", "placed",
-                                  "unsatisfied", "overcommitted_hosts", "evictions")]
+    rows = [
+        [k, out[k]]
+        for k in (
+            "p50_ms",
+            "p90_ms",
+            "cpu_p50_ms",
+            "desired",
+            "placed",
+            "unsatisfied",
+            "overcommitted_hosts",
+            "evictions",
+        )
+    ]
     rows += [[f"unmet:{k}", v] for k, v in sorted(out["unmet"].items())]
     typer.echo(render_table(["metric", "value"], rows))

@@ -29,27 +29,101 @@ LONG_CONTEXT_UNITS = 4000
 FALLBACK = "general"
 
 KEYWORDS: dict[str, frozenset[str]] = {
-    "coding": frozenset({
-        "python", "function", "def", "bug", "compile", "compiler", "refactor", "sql", "query",
-        "unit", "test", "stack", "trace", "exception", "keyerror", "typeerror", "class",
-        "module", "api", "regex", "git", "merge", "javascript", "rust", "code", "debug",
-    }),
-    "research": frozenset({
-        "paper", "papers", "study", "studies", "evidence", "cite", "citations", "citation",
-        "literature", "methodology", "research", "findings", "hypothesis", "survey",
-    }),
-    "marketing": frozenset({
-        "campaign", "slogan", "slogans", "brand", "audience", "launch", "newsletter", "ad",
-        "copy", "social", "tagline", "seo",
-    }),
-    "sales": frozenset({
-        "prospect", "deal", "pipeline", "quote", "pricing", "crm", "customer", "renewal",
-        "discount", "objection", "follow-up", "lead", "demo",
-    }),
-    "design": frozenset({
-        "logo", "mockup", "wireframe", "layout", "palette", "typography", "poster", "vector",
-        "icon", "branding",
-    }),
+    "coding": frozenset(
+        {
+            "python",
+            "function",
+            "def",
+            "bug",
+            "compile",
+            "compiler",
+            "refactor",
+            "sql",
+            "query",
+            "unit",
+            "test",
+            "stack",
+            "trace",
+            "exception",
+            "keyerror",
+            "typeerror",
+            "class",
+            "module",
+            "api",
+            "regex",
+            "git",
+            "merge",
+            "javascript",
+            "rust",
+            "code",
+            "debug",
+        }
+    ),
+    "research": frozenset(
+        {
+            "paper",
+            "papers",
+            "study",
+            "studies",
+            "evidence",
+            "cite",
+            "citations",
+            "citation",
+            "literature",
+            "methodology",
+            "research",
+            "findings",
+            "hypothesis",
+            "survey",
+        }
+    ),
+    "marketing": frozenset(
+        {
+            "campaign",
+            "slogan",
+            "slogans",
+            "brand",
+            "audience",
+            "launch",
+            "newsletter",
+            "ad",
+            "copy",
+            "social",
+            "tagline",
+            "seo",
+        }
+    ),
+    "sales": frozenset(
+        {
+            "prospect",
+            "deal",
+            "pipeline",
+            "quote",
+            "pricing",
+            "crm",
+            "customer",
+            "renewal",
+            "discount",
+            "objection",
+            "follow-up",
+            "lead",
+            "demo",
+        }
+    ),
+    "design": frozenset(
+        {
+            "logo",
+            "mockup",
+            "wireframe",
+            "layout",
+            "palette",
+            "typography",
+            "poster",
+            "vector",
+            "icon",
+            "branding",
+        }
+    ),
 }
 """Keywords per text/image workload; lower-case whole words."""
 
@@ -67,8 +141,9 @@ def keyword_hits(text: str) -> dict[str, int]:
     return hits
 
 
-def _best(hits: dict[str, int], vocabulary: tuple[str, ...],
-          allowed: tuple[str, ...] | None = None) -> str | None:
+def _best(
+    hits: dict[str, int], vocabulary: tuple[str, ...], allowed: tuple[str, ...] | None = None
+) -> str | None:
     best, best_hits = None, MIN_HITS - 1
     for w in vocabulary:  # vocabulary order breaks ties deterministically
         if allowed is not None and w not in allowed:

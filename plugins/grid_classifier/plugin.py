@@ -11,9 +11,7 @@ from grid_core.demand.features import RequestFeatures
 
 
 @hookimpl(trylast=True)
-def grid_classify_request(
-    features: object, text: str, vocabulary: tuple[str, ...]
-) -> str | None:
+def grid_classify_request(features: object, text: str, vocabulary: tuple[str, ...]) -> str | None:
     """Map bounded features and a transient text prefix to one workload of ``vocabulary``."""
     if not isinstance(features, RequestFeatures) or not vocabulary:
         return None

@@ -17,11 +17,13 @@ from grid_core.table import render_table
 
 TRACE_ATTRIBUTION = (
     "Trace data: if a --workload-trace comes from the Azure LLM inference trace 2023 "
-    "(CC-BY 4.0), credit Patel et al., \"Splitwise\", ISCA 2024.")
+    '(CC-BY 4.0), credit Patel et al., "Splitwise", ISCA 2024.'
+)
 
 
 TRACE_OPTION = typer.Option(
-    None, "--workload-trace", help="WORKLOAD=CSV (headerless 'seconds,rate'); repeatable.")
+    None, "--workload-trace", help="WORKLOAD=CSV (headerless 'seconds,rate'); repeatable."
+)
 """A list-valued option is built once at module level (mutable defaults are shared)."""
 
 
@@ -33,8 +35,10 @@ def _traces(specs: list[str]) -> dict[str, tuple[tuple[float, float], ...]]:
             msg = f"--workload-trace: {spec!r} is not WORKLOAD=CSV; e.g. coding=./trace.csv"
             raise ValidationError(msg)
         if workload not in WORKLOADS:
-            msg = (f"--workload-trace: workload {workload!r} is unknown; use one of "
-                   f"{', '.join(WORKLOADS)}")
+            msg = (
+                f"--workload-trace: workload {workload!r} is unknown; use one of "
+                f"{', '.join(WORKLOADS)}"
+            )
             raise ValidationError(msg)
         if workload in out:
             msg = f"--workload-trace: {workload} is given twice; give one trace per workload"
@@ -50,11 +54,26 @@ def _traces(specs: list[str]) -> dict[str, tuple[tuple[float, float], ...]]:
     return out
 
 
-def _config(machines: int, models: int, users: int, duration: str, seed: int, strategy: str,
-            traces: list[str], oracle: bool) -> ScenarioConfig:
-    cfg = ScenarioConfig(machines=machines, models=models, users=users,
-                         duration_s=parse_duration(duration), seed=seed,
-                         strategy=strategy, traces={}, oracle=oracle)  # type: ignore[arg-type]
+def _config(
+    machines: int,
+    models: int,
+    users: int,
+    duration: str,
+    seed: int,
+    strategy: str,
+    traces: list[str],
+    oracle: bool,
+) -> ScenarioConfig:
+    cfg = ScenarioConfig(
+        machines=machines,
+        models=models,
+        users=users,
+        duration_s=parse_duration(duration),
+        seed=seed,
+        strategy=strategy,
+        traces={},
+        oracle=oracle,
+    )  # type: ignore[arg-type]
     cfg.validate()  # bounds first: a bad flag fails before any file is read
     return ScenarioConfig(**{**cfg.__dict__, "traces": _traces(traces)}).validate()
 
@@ -65,11 +84,11 @@ def scenario(
     users: int = typer.Option(50, "--users", help="Simulated users (1-10000)."),
     duration: str = typer.Option("30m", "--duration", help="6m to 24h, e.g. 30m or 2h."),
     seed: int = typer.Option(42, "--seed", help="Root of every random stream."),
-    strategy: str = typer.Option("smart", "--strategy",
-                                 help="smart, reactive, greedy or static."),
+    strategy: str = typer.Option("smart", "--strategy", help="smart, reactive, greedy or static."),
     workload_trace: list[str] | None = TRACE_OPTION,
-    oracle: bool = typer.Option(False, "--oracle",
-                                help="Add the hindsight oracle (<=4 machines, 9 models, 240m)."),
+    oracle: bool = typer.Option(
+        False, "--oracle", help="Add the hindsight oracle (<=4 machines, 9 models, 240m)."
+    ),
     as_json: bool = typer.Option(False, "--json", help="The complete report as JSON."),
     timeline: bool = typer.Option(False, "--timeline", help="Print every changing tick."),
 ) -> None:
@@ -77,8 +96,7 @@ def scenario(
     from grid_core.scenario.run import run_scenario
     from grid_lab.env import lab_env
 
-    cfg = _config(machines, models, users, duration, seed, strategy, workload_trace or [],
-                  oracle)
+    cfg = _config(machines, models, users, duration, seed, strategy, workload_trace or [], oracle)
     started = time.perf_counter()
     with lab_env() as env:
         report = run_scenario(cfg, env)
@@ -106,40 +124,75 @@ def render_summary(report: dict, with_timeline: bool) -> str:
         f"{report['slo']['attainment_allocatable']:.1%}); suitability {report['suitability']:.3f}",
     ]
     lc = report["lifecycle"]
-    lines.append(f"lifecycle: {lc['cold_starts']} cold starts, {lc['unloads']} unloads, "
-                 f"{lc['deferred_unloads']} deferred by min residency, cache locality "
-                 f"{lc['cache_locality']:.0%}, downloaded {lc['downloaded_mb']} MB")
+    lines.append(
+        f"lifecycle: {lc['cold_starts']} cold starts, {lc['unloads']} unloads, "
+        f"{lc['deferred_unloads']} deferred by min residency, cache locality "
+        f"{lc['cache_locality']:.0%}, downloaded {lc['downloaded_mb']} MB"
+    )
     sf = report["safety"]
     lines.append(f"safety: {sf['total']} violations {sf['violations']}")
     if d["least_served_user"]:
         u = d["least_served_user"]
-        lines.append(f"least-served user: #{u['user']} ({u['persona']}) "
-                     f"{u['served_fraction']:.1%} of {u['requests']}")
+        lines.append(
+            f"least-served user: #{u['user']} ({u['persona']}) "
+            f"{u['served_fraction']:.1%} of {u['requests']}"
+        )
     if d["least_served_workload"]:
         w = d["least_served_workload"]
         lines.append(f"least-served workload: {w['workload']} {w['served_fraction']:.1%}")
-    rows = [[w, x["requests"], x["served"], f"{x['served_fraction']:.1%}",
-             f"{x['slo_attainment']:.1%}", "yes" if x["allocatable"] else "no",
-             ", ".join(f"{k}={v}" for k, v in report["admission_minutes"].get(w, {}).items()),
-             _top_blocker(report["admission_blocker_minutes"].get(w, {}))]
-            for w, x in d["by_workload"].items()]
-    lines += ["", render_table(["workload", "requests", "served", "served%", "SLO%",
-                                "allocatable", "admission minutes", "waited behind"], rows), ""]
+    rows = [
+        [
+            w,
+            x["requests"],
+            x["served"],
+            f"{x['served_fraction']:.1%}",
+            f"{x['slo_attainment']:.1%}",
+            "yes" if x["allocatable"] else "no",
+            ", ".join(f"{k}={v}" for k, v in report["admission_minutes"].get(w, {}).items()),
+            _top_blocker(report["admission_blocker_minutes"].get(w, {})),
+        ]
+        for w, x in d["by_workload"].items()
+    ]
+    lines += [
+        "",
+        render_table(
+            [
+                "workload",
+                "requests",
+                "served",
+                "served%",
+                "SLO%",
+                "allocatable",
+                "admission minutes",
+                "waited behind",
+            ],
+            rows,
+        ),
+        "",
+    ]
     for rec in report["capacity_recommendations"]:
         lines.append(f"recommendation: {rec}")
     sc = report["score"]
-    lines.append(f"score: {sc['overall']:.4f} " + " ".join(
-        f"{k}={v:.3f}" for k, v in sc["components"].items()))
+    lines.append(
+        f"score: {sc['overall']:.4f} "
+        + " ".join(f"{k}={v:.3f}" for k, v in sc["components"].items())
+    )
     if "oracle" in report:
         o = report["oracle"]
-        lines.append(f"oracle: ceiling {o['ceiling_served']} served vs {o['strategy_served']} "
-                     f"(gap {o['gap']}, {o['gap_fraction']:.1%}); {o['states_evaluated']} "
-                     f"placements scored, {o['mutations']} mutations; {o['gap_meaning']}")
+        lines.append(
+            f"oracle: ceiling {o['ceiling_served']} served vs {o['strategy_served']} "
+            f"(gap {o['gap']}, {o['gap_fraction']:.1%}); {o['states_evaluated']} "
+            f"placements scored, {o['mutations']} mutations; {o['gap_meaning']}"
+        )
     if with_timeline:
         lines.append("")
         for t in report["timeline"]:
-            parts = t["nodes"] + t["residency"] + [f"unmet {u}" for u in t["unmet"]] + [
-                f"overloaded {m}" for m in t["overloaded"]]
+            parts = (
+                t["nodes"]
+                + t["residency"]
+                + [f"unmet {u}" for u in t["unmet"]]
+                + [f"overloaded {m}" for m in t["overloaded"]]
+            )
             lines.append(f"t+{t['tick']:>4} min  " + "; ".join(parts))
     return "\n".join(lines)
 
@@ -170,21 +223,63 @@ def graduate_cmd(
         ScenarioConfig(**{**base.__dict__, "machines": size}).validate()
     started = time.perf_counter()
     with lab_env() as env:
-        result = graduate(tuple(sizes), tuple(seed_list), base, env,
-                          progress=lambda line: typer.echo(line, err=True))
+        result = graduate(
+            tuple(sizes),
+            tuple(seed_list),
+            base,
+            env,
+            progress=lambda line: typer.echo(line, err=True),
+        )
     if as_json:
         typer.echo(json.dumps(result, sort_keys=True, indent=2))
     else:
-        rows = [[r["machines"], r["seed"], r["strategy"], r["score"], r["served"],
-                 r["violations"], r["mutations"], f"{r['least_workload']}={r['least_served']}",
-                 r["wait_minutes"], r["digest"][:12]] for r in result["runs"]]
-        typer.echo(render_table(["machines", "seed", "strategy", "score", "served",
-                                 "violations", "mutations", "least workload", "wait min",
-                                 "digest"], rows))
+        rows = [
+            [
+                r["machines"],
+                r["seed"],
+                r["strategy"],
+                r["score"],
+                r["served"],
+                r["violations"],
+                r["mutations"],
+                f"{r['least_workload']}={r['least_served']}",
+                r["wait_minutes"],
+                r["digest"][:12],
+            ]
+            for r in result["runs"]
+        ]
+        typer.echo(
+            render_table(
+                [
+                    "machines",
+                    "seed",
+                    "strategy",
+                    "score",
+                    "served",
+                    "violations",
+                    "mutations",
+                    "least workload",
+                    "wait min",
+                    "digest",
+                ],
+                rows,
+            )
+        )
         typer.echo("")
-        typer.echo(render_table(["gate", "result", "measured", "failing"], [
-            [g["gate"], "PASS" if g["pass"] else "FAIL", json.dumps(g["measured"]),
-             "; ".join(g["failing"]) or "-"] for g in result["gates"]]))
+        typer.echo(
+            render_table(
+                ["gate", "result", "measured", "failing"],
+                [
+                    [
+                        g["gate"],
+                        "PASS" if g["pass"] else "FAIL",
+                        json.dumps(g["measured"]),
+                        "; ".join(g["failing"]) or "-",
+                    ]
+                    for g in result["gates"]
+                ],
+            )
+        )
     typer.echo(f"grid: graduate finished in {time.perf_counter() - started:.1f} s", err=True)
     if not result["passed"]:
         sys.exit(1)

@@ -44,8 +44,9 @@ def lab_env(plugins: Plugins | None = None, reactive: Plugins | None = None) -> 
 
     full = plugins or get_plugins()
     if reactive is None:
-        reactive = load_plugins(disabled=disabled_names() | frozenset(PREDICTIVE_PLUGINS),
-                                report=lambda _line: None)
+        reactive = load_plugins(
+            disabled=disabled_names() | frozenset(PREDICTIVE_PLUGINS), report=lambda _line: None
+        )
     with tempfile.TemporaryDirectory(prefix="grid-scenario-", dir=scratch_dir()) as tmp:
         counter = iter(range(1, 1 << 30))
 

@@ -54,8 +54,11 @@ class ReadyResidency:
         res = ctx.resident
         if res is None:
             return 0.0
-        return {"ready": READY_BONUS, "warming": 0.8 * READY_BONUS,
-                "loading": 0.6 * READY_BONUS}.get(res.state, 0.0)
+        return {
+            "ready": READY_BONUS,
+            "warming": 0.8 * READY_BONUS,
+            "loading": 0.6 * READY_BONUS,
+        }.get(res.state, 0.0)
 
 
 class CachedWeights:
@@ -106,7 +109,8 @@ class HardwarePrior:
         bw = host.memory_bandwidth_gbps or 0.0  # type: ignore[attr-defined]
         gf = host.compute_gflops or 0.0  # type: ignore[attr-defined]
         prior = 0.5 * min(1.0, bw / BANDWIDTH_REFERENCE_GBPS) + 0.5 * min(
-            1.0, gf / COMPUTE_REFERENCE_GFLOPS)
+            1.0, gf / COMPUTE_REFERENCE_GFLOPS
+        )
         return HARDWARE_MAX * prior * ctx.speed_weight
 
 
@@ -133,14 +137,12 @@ class Penalties:
         penalty = 0.0
         conc = host.concurrency or 0  # type: ignore[attr-defined]
         if host.queue_depth:  # type: ignore[attr-defined]
-            penalty += min(LOAD_PENALTY_MAX,
-                           LOAD_PENALTY_MAX * host.queue_depth / max(1, conc))  # type: ignore[attr-defined]
+            penalty += min(LOAD_PENALTY_MAX, LOAD_PENALTY_MAX * host.queue_depth / max(1, conc))  # type: ignore[attr-defined]
         perf = host.performance.get(model.model_id)  # type: ignore[attr-defined]
         if perf is not None and perf.latency_ms:
             penalty += min(LATENCY_PENALTY_MAX, LATENCY_PENALTY_PER_S * perf.latency_ms / 1000)
         penalty += HOST_PRIORITY_PENALTY * max(0, host.host_priority)  # type: ignore[attr-defined]
-        penalty += min(COLD_START_PENALTY_MAX,
-                       COLD_START_PENALTY_PER_MIN * ctx.startup_s / 60.0)
+        penalty += min(COLD_START_PENALTY_MAX, COLD_START_PENALTY_PER_MIN * ctx.startup_s / 60.0)
         if host.state == "throttled" or host.throttle_fraction < 1.0:  # type: ignore[attr-defined]
             penalty += THROTTLED_PENALTY
         return -penalty
@@ -156,8 +158,16 @@ class Scarcity:
         return -SCARCITY_PENALTY * min(SCARCITY_MAX, ctx.scarcity)
 
 
-TERMS = (ReadyResidency(), CachedWeights(), FailureDomain(), MeasuredThroughput(),
-         HardwarePrior(), BestFit(), Penalties(), Scarcity())
+TERMS = (
+    ReadyResidency(),
+    CachedWeights(),
+    FailureDomain(),
+    MeasuredThroughput(),
+    HardwarePrior(),
+    BestFit(),
+    Penalties(),
+    Scarcity(),
+)
 
 
 @hookimpl

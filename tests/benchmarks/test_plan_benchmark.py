@@ -22,8 +22,15 @@ from grid_core.testing import plugins_with
 
 pytestmark = pytest.mark.benchmark
 
-KEYS = {"p50_ms", "p90_ms", "desired", "placed", "unsatisfied", "overcommitted_hosts",
-        "assignments"}
+KEYS = {
+    "p50_ms",
+    "p90_ms",
+    "desired",
+    "placed",
+    "unsatisfied",
+    "overcommitted_hosts",
+    "assignments",
+}
 
 
 def _fleet(hosts: int, models: int, seed: int, occupancy: float) -> dict:
@@ -34,42 +41,80 @@ def _fleet(hosts: int, models: int, seed: int, occupancy: float) -> dict:
     catalog = []
     for i in range(models):
         vllm = rng.random() < 0.3
-        catalog.append({
-            "model_id": f"model-{i + 1:02d}", "memory_mb": rng.randint(2, 40) * gb,
-            "runtimes": ["vllm"] if vllm else ["llama.cpp"],
-            "backends": ["cuda"] if vllm else [], "min_replicas": rng.choice([0, 1, 1, 2]),
-            "max_replicas": rng.randint(2, 6), "priority": rng.randint(0, 3),
-            "min_failure_domains": rng.choice([1, 1, 2]), "required_tags": [],
-            "pinned_hosts": []})
+        catalog.append(
+            {
+                "model_id": f"model-{i + 1:02d}",
+                "memory_mb": rng.randint(2, 40) * gb,
+                "runtimes": ["vllm"] if vllm else ["llama.cpp"],
+                "backends": ["cuda"] if vllm else [],
+                "min_replicas": rng.choice([0, 1, 1, 2]),
+                "max_replicas": rng.randint(2, 6),
+                "priority": rng.randint(0, 3),
+                "min_failure_domains": rng.choice([1, 1, 2]),
+                "required_tags": [],
+                "pinned_hosts": [],
+            }
+        )
     for m in catalog:
         m["max_replicas"] = max(m["max_replicas"], m["min_replicas"])
     fleet_hosts = []
     for i in range(hosts):
         cap, plat, slots = rng.choice(kinds)
-        h = {"host_id": f"host-{i + 1:03d}", "capacity_mb": cap * gb, "reserved_mb": 4 * gb,
-             "runtimes": ["llama.cpp", "vllm"] if plat == "cuda" else ["llama.cpp"],
-             "backends": ["cuda"] if plat == "cuda" else ["metal"],
-             "failure_domain": f"fd-{i % 3 + 1}", "tags": [],
-             "state": rng.choice(["accepting"] * 9 + ["paused"]), "max_models": slots,
-             "heartbeat_age_s": 2.0, "residencies": []}
+        h = {
+            "host_id": f"host-{i + 1:03d}",
+            "capacity_mb": cap * gb,
+            "reserved_mb": 4 * gb,
+            "runtimes": ["llama.cpp", "vllm"] if plat == "cuda" else ["llama.cpp"],
+            "backends": ["cuda"] if plat == "cuda" else ["metal"],
+            "failure_domain": f"fd-{i % 3 + 1}",
+            "tags": [],
+            "state": rng.choice(["accepting"] * 9 + ["paused"]),
+            "max_models": slots,
+            "heartbeat_age_s": 2.0,
+            "residencies": [],
+        }
         budget = occupancy * (h["capacity_mb"] - h["reserved_mb"])
         for m in rng.sample(catalog, len(catalog)):
             ok = set(m["runtimes"]) & set(h["runtimes"]) and (
-                not m["backends"] or set(m["backends"]) & set(h["backends"]))
+                not m["backends"] or set(m["backends"]) & set(h["backends"])
+            )
             if ok and m["memory_mb"] <= budget and (not slots or len(h["residencies"]) < slots):
                 budget -= m["memory_mb"]
-                h["residencies"].append({"model_id": m["model_id"],
-                                         "memory_mb": m["memory_mb"], "state": "ready",
-                                         "managed": rng.random() < 0.9, "active_requests": 0})
+                h["residencies"].append(
+                    {
+                        "model_id": m["model_id"],
+                        "memory_mb": m["memory_mb"],
+                        "state": "ready",
+                        "managed": rng.random() < 0.9,
+                        "active_requests": 0,
+                    }
+                )
         h["residencies"].sort(key=lambda r: r["model_id"])
         fleet_hosts.append(h)
-    demand = [{"model_id": m["model_id"], "request_rate_per_s": rng.choice([0.0, 0.5, 3.0]),
-               "queue_depth": rng.choice([0, 0, 4]), "p95_latency_ms": 0.0,
-               "service_time_s": 2.0} for m in catalog]
-    return {"schema": "grid-bench-fleet/1", "now": 1_767_225_600.0,
-            "params": {"hosts": hosts, "models": models, "seed": seed,
-                       "occupancy": occupancy, "load": 1.0},
-            "hosts": fleet_hosts, "models": catalog, "demand": demand}
+    demand = [
+        {
+            "model_id": m["model_id"],
+            "request_rate_per_s": rng.choice([0.0, 0.5, 3.0]),
+            "queue_depth": rng.choice([0, 0, 4]),
+            "p95_latency_ms": 0.0,
+            "service_time_s": 2.0,
+        }
+        for m in catalog
+    ]
+    return {
+        "schema": "grid-bench-fleet/1",
+        "now": 1_767_225_600.0,
+        "params": {
+            "hosts": hosts,
+            "models": models,
+            "seed": seed,
+            "occupancy": occupancy,
+            "load": 1.0,
+        },
+        "hosts": fleet_hosts,
+        "models": catalog,
+        "demand": demand,
+    }
 
 
 def _fleet_files(tmp_path: Path) -> list[Path]:
@@ -94,8 +139,10 @@ def test_plan_bench_numbers_and_safety(tmp_path, capsys):
         assert out["overcommitted_hosts"] == 0
         assert out["placed"] == len(out["assignments"])
         assert out["unsatisfied"] == out["desired"] - out["placed"]
-        rows.append(f"{path.name}: p50={out['p50_ms']}ms p90={out['p90_ms']}ms "
-                    f"desired={out['desired']} placed={out['placed']}")
+        rows.append(
+            f"{path.name}: p50={out['p50_ms']}ms p90={out['p90_ms']}ms "
+            f"desired={out['desired']} placed={out['placed']}"
+        )
     with capsys.disabled():
         print("\n" + "\n".join(rows))
 
@@ -108,8 +155,7 @@ def test_overcommit_check_is_independent_and_catches_a_bad_placement(tmp_path):
     assert overcommitted_hosts(data, crowd) == [host["host_id"]]
     heavy = [{"model_id": m["model_id"], "host_id": host["host_id"]} for m in data["models"]]
     placeable = host["capacity_mb"] - host["reserved_mb"]
-    expected = [host["host_id"]] if sum(m["memory_mb"] for m in data["models"]) > placeable \
-        else []
+    expected = [host["host_id"]] if sum(m["memory_mb"] for m in data["models"]) > placeable else []
     assert overcommitted_hosts(data, heavy) == expected
 
 
@@ -117,15 +163,15 @@ def test_cli_json_has_exactly_the_documented_keys(tmp_path):
     p = tmp_path / "fleet.json"
     p.write_text(json.dumps(_fleet(8, 4, 3, 0.5)))
     app = build_app(plugins_with(builtins=("grid_bench", "grid_scoring", "grid_victims")))
-    result = CliRunner().invoke(app, ["bench", "plan", "--fleet", str(p), "--json",
-                                      "--runs", "1"])
+    result = CliRunner().invoke(app, ["bench", "plan", "--fleet", str(p), "--json", "--runs", "1"])
     assert result.exit_code == 0, result.output
     out = json.loads(result.output)
     assert set(out) == KEYS
     inputs = fleet_inputs(load_fleet(p))
     assert out["desired"] == sum(
         max(m.min_replicas, min(m.max_replicas, inputs.demand[m.model_id].desired_replicas))
-        for m in inputs.profiles)
+        for m in inputs.profiles
+    )
 
 
 def test_cli_reports_a_missing_file_in_one_line(tmp_path):

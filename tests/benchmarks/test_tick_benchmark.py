@@ -34,8 +34,9 @@ def _files(tmp_path: Path) -> list[Path]:
     return out
 
 
-def test_tick_bench_numbers_and_governed_output(tmp_path: Path,
-                                                capsys: pytest.CaptureFixture[str]) -> None:
+def test_tick_bench_numbers_and_governed_output(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     rows = []
     for path in _files(tmp_path):
         out = run_tick_bench(path, runs=5)
@@ -43,8 +44,10 @@ def test_tick_bench_numbers_and_governed_output(tmp_path: Path,
         # A load and its warm are one replica lifecycle: at most two actions per slot.
         assert out["pending"] <= 2 * MAX_GLOBAL_MUTATIONS  # type: ignore[operator]
         assert out["state_bytes"] > 0  # every automatic tick was persisted to a real file
-        rows.append(f"{path.name}: p50={out['p50_ms']}ms p90={out['p90_ms']}ms "
-                    f"pending={out['pending']} deferred={out['deferred']}")
+        rows.append(
+            f"{path.name}: p50={out['p50_ms']}ms p90={out['p90_ms']}ms "
+            f"pending={out['pending']} deferred={out['deferred']}"
+        )
     with capsys.disabled():
         print("\n" + "\n".join(rows))
 
@@ -52,10 +55,10 @@ def test_tick_bench_numbers_and_governed_output(tmp_path: Path,
 def test_cli_json_reports_p50_and_p90(tmp_path: Path) -> None:
     p = tmp_path / "fleet.json"
     p.write_text(json.dumps(_fleet(8, 4, 3, 0.5)))
-    app = build_app(plugins_with(builtins=("grid_bench", "grid_scoring", "grid_victims",
-                                           "grid_forecast_ewma")))
-    result = CliRunner().invoke(app, ["bench", "tick", "--fleet", str(p), "--json",
-                                      "--runs", "2"])
+    app = build_app(
+        plugins_with(builtins=("grid_bench", "grid_scoring", "grid_victims", "grid_forecast_ewma"))
+    )
+    result = CliRunner().invoke(app, ["bench", "tick", "--fleet", str(p), "--json", "--runs", "2"])
     assert result.exit_code == 0, result.output
     out = json.loads(result.output)
     assert out["runs"] == 2 and out["hosts"] == 8 and out["models"] == 4

@@ -268,3 +268,25 @@ def test_down_stops_a_foreground_grid_up(tmp_path: Path) -> None:
             fg.wait()
         if fg.stdout is not None:
             fg.stdout.close()
+
+
+@pytest.mark.parametrize("args", [("up", "--port", "99999"), ("up", "--detach", "--port", "-1")])
+def test_up_refuses_an_out_of_range_port_in_one_line(tmp_path: Path, args: tuple[str, ...]) -> None:
+    home = tmp_path / "home"
+    r = grid_cli(*args, home=home)
+    assert r.returncode == 2
+    assert r.stderr.strip().splitlines() == [r.stderr.strip()]
+    assert "1-65535" in r.stderr and "Traceback" not in r.stderr
+    assert not (home / "server.json").exists()
+
+
+def test_foreground_server_refuses_an_out_of_range_port(tmp_path: Path) -> None:
+    r = subprocess.run(
+        [sys.executable, "-m", "grid_server.serve", "--port", "65536"],
+        env={**os.environ, "GRID_HOME": str(tmp_path / "home")},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert r.returncode == 2 and "1-65535" in r.stderr and "Traceback" not in r.stderr

@@ -12,27 +12,40 @@ from grid_core import hookimpl
 from grid_core.demand.features import RequestFeatures
 from grid_core.testing import plugins_with
 
-VOCAB = ("coding", "research", "marketing", "sales", "design", "image", "video", "embedding",
-         "general")
+VOCAB = (
+    "coding",
+    "research",
+    "marketing",
+    "sales",
+    "design",
+    "image",
+    "video",
+    "embedding",
+    "general",
+)
 
 
 def _f(endpoint: str = "chat", modality: str = "text", units: int = 100) -> RequestFeatures:
-    return RequestFeatures(at=0.0, endpoint=endpoint, requested_model="auto",
-                           modality=modality, input_units=units)
+    return RequestFeatures(
+        at=0.0, endpoint=endpoint, requested_model="auto", modality=modality, input_units=units
+    )
 
 
-@pytest.mark.parametrize(("features", "text", "workload"), [
-    (_f(), "fix this python function that raises KeyError", "coding"),
-    (_f(), "summarize the paper and cite the evidence", "research"),
-    (_f(), "three slogans for the spring campaign", "marketing"),
-    (_f(), "follow-up email to the prospect with the pricing quote", "sales"),
-    (_f(), "what is a polite way to decline", "general"),
-    (_f(units=9000), "please have a look", "research"),
-    (_f("embeddings", "embedding"), "fix this python function", "embedding"),
-    (_f("video", "video"), "a clip of waves", "video"),
-    (_f("image", "image"), "photo of a bicycle", "image"),
-    (_f("image", "image"), "logo mockup in a muted palette", "design"),
-])
+@pytest.mark.parametrize(
+    ("features", "text", "workload"),
+    [
+        (_f(), "fix this python function that raises KeyError", "coding"),
+        (_f(), "summarize the paper and cite the evidence", "research"),
+        (_f(), "three slogans for the spring campaign", "marketing"),
+        (_f(), "follow-up email to the prospect with the pricing quote", "sales"),
+        (_f(), "what is a polite way to decline", "general"),
+        (_f(units=9000), "please have a look", "research"),
+        (_f("embeddings", "embedding"), "fix this python function", "embedding"),
+        (_f("video", "video"), "a clip of waves", "video"),
+        (_f("image", "image"), "photo of a bicycle", "image"),
+        (_f("image", "image"), "logo mockup in a muted palette", "design"),
+    ],
+)
 def test_features_and_keywords_decide_the_workload(features, text, workload) -> None:
     assert classify(features, text, VOCAB) == workload
 
@@ -55,11 +68,12 @@ def test_only_configured_workloads_come_back() -> None:
 
 
 @settings(max_examples=200, deadline=None)
-@given(endpoint=st.sampled_from(["chat", "completions", "embeddings", "image", "video",
-                                 "other"]),
-       modality=st.sampled_from(["text", "image", "video", "embedding"]),
-       text=st.text(max_size=3000),
-       vocab=st.lists(st.sampled_from(VOCAB), min_size=1, max_size=9, unique=True))
+@given(
+    endpoint=st.sampled_from(["chat", "completions", "embeddings", "image", "video", "other"]),
+    modality=st.sampled_from(["text", "image", "video", "embedding"]),
+    text=st.text(max_size=3000),
+    vocab=st.lists(st.sampled_from(VOCAB), min_size=1, max_size=9, unique=True),
+)
 def test_the_answer_is_always_in_the_vocabulary(endpoint, modality, text, vocab) -> None:
     answer = classify(_f(endpoint, modality), text, tuple(vocab))
     assert answer is None or answer in vocab

@@ -15,7 +15,11 @@ def _run(args: list[str], pythonpath: Path | None = None) -> subprocess.Complete
         env["PYTHONPATH"] = str(pythonpath)
     return subprocess.run(
         [sys.executable, "-c", "from grid_core.cli import main; main()", *args],
-        capture_output=True, text=True, env=env, timeout=120, check=False,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=False,
     )
 
 
@@ -32,7 +36,8 @@ def test_help_lists_plugin_contributed_groups() -> None:
 
 
 def test_handled_error_is_one_line_and_exit_1(tmp_path: Path) -> None:
-    (tmp_path / "failing_cmd.py").write_text(textwrap.dedent('''
+    (tmp_path / "failing_cmd.py").write_text(
+        textwrap.dedent('''
         from grid_core import hookimpl
         from grid_core.errors import NotFoundError
 
@@ -43,7 +48,8 @@ def test_handled_error_is_one_line_and_exit_1(tmp_path: Path) -> None:
         @hookimpl
         def grid_cli_commands(cli):
             cli.command(explode, name="explode")
-    '''))
+    ''')
+    )
     info = tmp_path / "failing_cmd-1.0.dist-info"
     info.mkdir()
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: failing-cmd\nVersion: 1.0\n")

@@ -29,8 +29,7 @@ class Portfolio:
 class Gpu:
     @hookimpl
     def grid_gpu_devices(self, register):  # type: ignore[no-untyped-def]
-        register(SimpleNamespace(index=0, name="gpu0", memory_total_mb=24576,
-                                 memory_used_mb=None))
+        register(SimpleNamespace(index=0, name="gpu0", memory_total_mb=24576, memory_used_mb=None))
 
 
 class Victims:

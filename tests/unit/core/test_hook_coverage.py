@@ -11,8 +11,11 @@ ROOT = Path(__file__).parents[3]
 
 
 def _hook_names() -> list[str]:
-    return [name for name, fn in inspect.getmembers(hookspecs, inspect.isfunction)
-            if name.startswith("grid_")]
+    return [
+        name
+        for name, fn in inspect.getmembers(hookspecs, inspect.isfunction)
+        if name.startswith("grid_")
+    ]
 
 
 def test_every_hook_is_in_the_architecture_doc() -> None:
@@ -22,8 +25,9 @@ def test_every_hook_is_in_the_architecture_doc() -> None:
 
 
 def test_every_hook_is_named_by_some_test() -> None:
-    texts = [p.read_text() for p in (ROOT / "tests").rglob("test_*.py")
-             if p.name != Path(__file__).name]
+    texts = [
+        p.read_text() for p in (ROOT / "tests").rglob("test_*.py") if p.name != Path(__file__).name
+    ]
     corpus = "\n".join(texts)
     missing = [h for h in _hook_names() if h not in corpus]
     assert missing == [], f"write a test exercising these hooks: {missing}"

@@ -17,8 +17,16 @@ from grid_core.plugins import disabled_names, load_plugins
 from grid_core.testing import builtin_entry_points, plugins_with
 
 BUILTINS = {
-    "grid_forecast_ewma", "grid_scoring", "grid_victims", "grid_classifier", "grid_llamacpp",
-    "grid_lab", "grid_bench", "grid_server", "grid_node", "grid_fleet",
+    "grid_forecast_ewma",
+    "grid_scoring",
+    "grid_victims",
+    "grid_classifier",
+    "grid_llamacpp",
+    "grid_lab",
+    "grid_bench",
+    "grid_server",
+    "grid_node",
+    "grid_fleet",
 }
 
 
@@ -35,13 +43,22 @@ def _grid(*args: str, env_extra: dict[str, str]) -> subprocess.CompletedProcess[
     env = {**os.environ, **env_extra}
     return subprocess.run(
         [sys.executable, "-c", "from grid_core.cli import main; main()", *args],
-        capture_output=True, text=True, env=env, timeout=120, check=False,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=False,
     )
 
 
 @pytest.fixture
 def third_party(tmp_path: Path) -> Path:
-    _write_dist(tmp_path, "acme-grid-runtime", "1.2.3", "acme_grid_runtime", '''
+    _write_dist(
+        tmp_path,
+        "acme-grid-runtime",
+        "1.2.3",
+        "acme_grid_runtime",
+        """
         from grid_core import hookimpl
 
         class Adapter:
@@ -50,10 +67,17 @@ def third_party(tmp_path: Path) -> Path:
         @hookimpl
         def grid_runtime_adapters(register):
             register(Adapter())
-    ''')
-    _write_dist(tmp_path, "broken-grid-plugin", "0.1", "broken_grid_plugin", '''
+    """,
+    )
+    _write_dist(
+        tmp_path,
+        "broken-grid-plugin",
+        "0.1",
+        "broken_grid_plugin",
+        """
         raise RuntimeError("this plugin is broken on purpose")
-    ''')
+    """,
+    )
     return tmp_path
 
 
@@ -88,9 +112,12 @@ def test_grid_plugins_table_shows_third_party(third_party: Path) -> None:
 
 def test_disable_plugins_environment_skips_named_plugins(third_party: Path) -> None:
     result = _grid(
-        "plugins", "--json",
-        env_extra={"PYTHONPATH": str(third_party),
-                   "GRID_DISABLE_PLUGINS": "acme_grid_runtime, broken_grid_plugin"},
+        "plugins",
+        "--json",
+        env_extra={
+            "PYTHONPATH": str(third_party),
+            "GRID_DISABLE_PLUGINS": "acme_grid_runtime, broken_grid_plugin",
+        },
     )
     report = json.loads(result.stdout)
     names = {p["name"] for p in report["plugins"]}
@@ -139,8 +166,9 @@ def test_registration_failure_is_reported_and_others_keep_working() -> None:
         def grid_forecast(self, nonsense_argument):  # type: ignore[no-untyped-def]
             return None
 
-    plugins = load_plugins(entry_points=[], extra=[("bad", NotAPlugin()), ("good", Good())],
-                           report=lines.append)
+    plugins = load_plugins(
+        entry_points=[], extra=[("bad", NotAPlugin()), ("good", Good())], report=lines.append
+    )
     assert [f.name for f in plugins.failures] == ["bad"]
     assert len(lines) == 1 and "'bad'" in lines[0]
     assert plugins.classify_request(None, "", ("coding",)) == "coding"

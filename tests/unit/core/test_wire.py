@@ -22,8 +22,11 @@ def _load(name: str) -> dict[str, Any]:
 
 @pytest.mark.parametrize(
     ("name", "kind"),
-    [("registration.json", NodeRegistration), ("heartbeat.json", Heartbeat),
-     ("heartbeat_response.json", HeartbeatResponse)],
+    [
+        ("registration.json", NodeRegistration),
+        ("heartbeat.json", Heartbeat),
+        ("heartbeat_response.json", HeartbeatResponse),
+    ],
 )
 def test_example_documents_round_trip(name: str, kind: type[msgspec.Struct]) -> None:
     raw = (DATA / name).read_bytes()
@@ -108,13 +111,21 @@ BAD: list[tuple[str, str, Any, str]] = [
     (RESP, "allocator.commands.0.plan_generation", _DELETE, "plan_generation"),
     (RESP, "allocator.commands.0.not_before", 1e20, "$.allocator.commands[0].not_before"),
     (RESP, "allocator.commands.0.dependencies", [1, 2], "$.allocator.commands[0].dependencies"),
-    (RESP, "allocator.commands.0.artifact_sha256", "ABC", "$.allocator.commands[0].artifact_sha256"),
+    (
+        RESP,
+        "allocator.commands.0.artifact_sha256",
+        "ABC",
+        "$.allocator.commands[0].artifact_sha256",
+    ),
     (RESP, "model_last_used_at.coder-7b", -5, "$.model_last_used_at"),
 ]
 
 
-@pytest.mark.parametrize(("fixture", "path", "value", "expected_path"), BAD,
-                         ids=[f"{f.split('.')[0]}:{p}" for f, p, _v, _e in BAD])
+@pytest.mark.parametrize(
+    ("fixture", "path", "value", "expected_path"),
+    BAD,
+    ids=[f"{f.split('.')[0]}:{p}" for f, p, _v, _e in BAD],
+)
 def test_bad_input_is_rejected_with_field_path(
     fixture: str, path: str, value: Any, expected_path: str
 ) -> None:
@@ -126,8 +137,12 @@ def test_bad_input_is_rejected_with_field_path(
 
 
 def test_non_finite_and_non_json_bodies_are_rejected() -> None:
-    for body in (b'{"host_id": "h", "resources": {"capacity_mb": 1e999}}', b"{not json",
-                 b'{"host_id": "h", "resources": {"capacity_mb": NaN}}', b"[]"):
+    for body in (
+        b'{"host_id": "h", "resources": {"capacity_mb": 1e999}}',
+        b"{not json",
+        b'{"host_id": "h", "resources": {"capacity_mb": NaN}}',
+        b"[]",
+    ):
         with pytest.raises(WireError):
             wire.decode(body, NodeRegistration)
 

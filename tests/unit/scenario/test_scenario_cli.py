@@ -16,8 +16,17 @@ RUNNER = CliRunner()
 
 @pytest.fixture(scope="module")
 def app():
-    return build_app(plugins_with(builtins=("grid_lab", "grid_forecast_ewma", "grid_scoring",
-                                            "grid_victims", "grid_classifier")))
+    return build_app(
+        plugins_with(
+            builtins=(
+                "grid_lab",
+                "grid_forecast_ewma",
+                "grid_scoring",
+                "grid_victims",
+                "grid_classifier",
+            )
+        )
+    )
 
 
 def _invoke(app, *args: str):
@@ -25,20 +34,54 @@ def _invoke(app, *args: str):
 
 
 def test_scenario_json_is_the_complete_stable_report(app) -> None:
-    args = ("scenario", "--machines", "3", "--models", "5", "--users", "30", "--duration",
-            "10m", "--seed", "9", "--json")
+    args = (
+        "scenario",
+        "--machines",
+        "3",
+        "--models",
+        "5",
+        "--users",
+        "30",
+        "--duration",
+        "10m",
+        "--seed",
+        "9",
+        "--json",
+    )
     first, second = _invoke(app, *args), _invoke(app, *args)
     assert first.exit_code == 0, first.output
     report = json.loads(first.stdout)
     assert report["scenario"]["machines"] == 3 and report["schema_version"] == 1
-    assert {"demand", "slo", "lifecycle", "safety", "score", "timeline", "admission_minutes",
-            "admission_blocker_minutes", "capacity_recommendations"} <= set(report)
+    assert {
+        "demand",
+        "slo",
+        "lifecycle",
+        "safety",
+        "score",
+        "timeline",
+        "admission_minutes",
+        "admission_blocker_minutes",
+        "capacity_recommendations",
+    } <= set(report)
     assert first.stdout == second.stdout
 
 
 def test_scenario_summary_and_timeline(app) -> None:
-    result = _invoke(app, "scenario", "--machines", "2", "--models", "4", "--users", "20",
-                     "--duration", "8m", "--timeline", "--strategy", "greedy")
+    result = _invoke(
+        app,
+        "scenario",
+        "--machines",
+        "2",
+        "--models",
+        "4",
+        "--users",
+        "20",
+        "--duration",
+        "8m",
+        "--timeline",
+        "--strategy",
+        "greedy",
+    )
     assert result.exit_code == 0, result.output
     assert "strategy greedy" in result.stdout and "safety:" in result.stdout
     assert "t+   0 min" in result.stdout
@@ -51,13 +94,18 @@ def _main_exit(capsys, *args: str) -> tuple[int, str]:
     return exc.value.code, capsys.readouterr().err
 
 
-@pytest.mark.parametrize(("args", "flag"), [
-    (("--machines", "65"), "--machines"), (("--models", "0"), "--models"),
-    (("--users", "20000"), "--users"), (("--duration", "5m"), "--duration"),
-    (("--machines", "5", "--oracle"), "--machines"),
-    (("--workload-trace", "coding"), "--workload-trace"),
-    (("--workload-trace", "poetry=/nonexistent.csv"), "--workload-trace"),
-])
+@pytest.mark.parametrize(
+    ("args", "flag"),
+    [
+        (("--machines", "65"), "--machines"),
+        (("--models", "0"), "--models"),
+        (("--users", "20000"), "--users"),
+        (("--duration", "5m"), "--duration"),
+        (("--machines", "5", "--oracle"), "--machines"),
+        (("--workload-trace", "coding"), "--workload-trace"),
+        (("--workload-trace", "poetry=/nonexistent.csv"), "--workload-trace"),
+    ],
+)
 def test_bad_flags_exit_2_naming_the_flag(capsys, args, flag) -> None:
     code, err = _main_exit(capsys, "scenario", *args)
     assert code == 2
@@ -68,8 +116,21 @@ def test_bad_flags_exit_2_naming_the_flag(capsys, args, flag) -> None:
 def test_a_generated_trace_replaces_a_workload_curve(app, tmp_path: Path) -> None:
     trace = tmp_path / "image.csv"
     trace.write_text("".join(f"{i * 60},{(i % 5) * 0.2}\n" for i in range(30)))
-    result = _invoke(app, "scenario", "--machines", "2", "--models", "4", "--users", "30",
-                     "--duration", "10m", "--workload-trace", f"image={trace}", "--json")
+    result = _invoke(
+        app,
+        "scenario",
+        "--machines",
+        "2",
+        "--models",
+        "4",
+        "--users",
+        "30",
+        "--duration",
+        "10m",
+        "--workload-trace",
+        f"image={trace}",
+        "--json",
+    )
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout)["scenario"]["traces"] == ["image"]
 
@@ -83,12 +144,30 @@ def test_a_bad_trace_file_is_refused_with_its_row(capsys, tmp_path: Path) -> Non
 
 
 def test_graduate_prints_every_gate(app) -> None:
-    result = _invoke(app, "graduate", "--machines", "1,2", "--seeds", "3", "--duration", "6m",
-                     "--models", "4", "--users", "20")
+    result = _invoke(
+        app,
+        "graduate",
+        "--machines",
+        "1,2",
+        "--seeds",
+        "3",
+        "--duration",
+        "6m",
+        "--models",
+        "4",
+        "--users",
+        "20",
+    )
     assert result.exit_code in (0, 1), result.output
-    for gate in ("smart_safety", "identical_demand_traces", "bounded_regression",
-                 "service_gain_over_static", "churn_below_greedy",
-                 "least_workload_largest_fleet", "predictive_startup_savings"):
+    for gate in (
+        "smart_safety",
+        "identical_demand_traces",
+        "bounded_regression",
+        "service_gain_over_static",
+        "churn_below_greedy",
+        "least_workload_largest_fleet",
+        "predictive_startup_savings",
+    ):
         assert gate in result.stdout
     assert ("FAIL" in result.stdout) == (result.exit_code == 1)
 
@@ -98,9 +177,24 @@ def test_reports_are_identical_across_processes_with_different_hash_seeds() -> N
     import subprocess
     import sys
 
-    args = [sys.executable, "-c", "from grid_core.cli import main; main()", "test", "scenario",
-            "--machines", "3", "--models", "5", "--users", "30", "--duration", "8m",
-            "--seed", "11", "--json"]
+    args = [
+        sys.executable,
+        "-c",
+        "from grid_core.cli import main; main()",
+        "test",
+        "scenario",
+        "--machines",
+        "3",
+        "--models",
+        "5",
+        "--users",
+        "30",
+        "--duration",
+        "8m",
+        "--seed",
+        "11",
+        "--json",
+    ]
     outputs = []
     for hash_seed in ("1", "2"):
         env = {**os.environ, "PYTHONHASHSEED": hash_seed}

@@ -25,8 +25,9 @@ def test_strategies_see_the_same_arrivals_and_differ_in_decisions(run) -> None:
     digests = {r["arrivals"]["digest"] for r in reports.values()}
     assert len(digests) == 1
     # The controls really differ: greedy re-plans every minute, static never moves.
-    assert reports["greedy"]["lifecycle"]["mutations"] != reports["static"]["lifecycle"][
-        "mutations"]
+    assert (
+        reports["greedy"]["lifecycle"]["mutations"] != reports["static"]["lifecycle"]["mutations"]
+    )
 
 
 def test_another_seed_gives_another_trace(run) -> None:
@@ -51,5 +52,4 @@ def test_the_report_digest_is_the_digest_of_the_replayed_trace(run) -> None:
     report = run(seed=7, users=40, duration_s=20 * 60.0)
     trace = build_arrivals(7, build_users(7, 40), 20, DemandCurves())
     assert report["arrivals"]["digest"] == arrivals_digest(trace)
-    assert report["arrivals"]["count"] == sum(len(b) for b in trace) == report["demand"][
-        "requests"]
+    assert report["arrivals"]["count"] == sum(len(b) for b in trace) == report["demand"]["requests"]

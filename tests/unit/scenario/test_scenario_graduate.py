@@ -5,15 +5,31 @@ from __future__ import annotations
 from grid_core.scenario.config import ScenarioConfig
 from grid_core.scenario.graduate import evaluate_gates, graduate
 
-GATES = {"smart_safety", "identical_demand_traces", "bounded_regression",
-         "service_gain_over_static", "churn_below_greedy", "least_workload_largest_fleet",
-         "predictive_startup_savings"}
+GATES = {
+    "smart_safety",
+    "identical_demand_traces",
+    "bounded_regression",
+    "service_gain_over_static",
+    "churn_below_greedy",
+    "least_workload_largest_fleet",
+    "predictive_startup_savings",
+}
 
 
 def _row(strategy: str, **kw) -> dict:
-    row = {"machines": 4, "seed": 1, "strategy": strategy, "score": 0.8, "served": 0.8,
-           "violations": 0, "digest": "d", "mutations": 10, "least_workload": "video",
-           "least_served": 0.5, "wait_minutes": 10}
+    row = {
+        "machines": 4,
+        "seed": 1,
+        "strategy": strategy,
+        "score": 0.8,
+        "served": 0.8,
+        "violations": 0,
+        "digest": "d",
+        "mutations": 10,
+        "least_workload": "video",
+        "least_served": 0.5,
+        "wait_minutes": 10,
+    }
     row.update(kw)
     return row
 
@@ -23,17 +39,32 @@ def _gates(rows: list[dict]) -> dict[str, dict]:
 
 
 def test_a_good_matrix_passes_every_gate() -> None:
-    rows = [_row("smart", served=0.9, score=0.9, mutations=5, wait_minutes=5),
-            _row("reactive"), _row("greedy", mutations=40), _row("static")]
+    rows = [
+        _row("smart", served=0.9, score=0.9, mutations=5, wait_minutes=5),
+        _row("reactive"),
+        _row("greedy", mutations=40),
+        _row("static"),
+    ]
     gates = _gates(rows)
     assert set(gates) == GATES
     assert all(g["pass"] for g in gates.values()), gates
 
 
 def test_each_gate_fails_on_its_own_evidence() -> None:
-    rows = [_row("smart", violations=2, served=0.5, score=0.5, mutations=30, least_served=0.0,
-                 wait_minutes=50),
-            _row("reactive", digest="other"), _row("greedy", mutations=40), _row("static")]
+    rows = [
+        _row(
+            "smart",
+            violations=2,
+            served=0.5,
+            score=0.5,
+            mutations=30,
+            least_served=0.0,
+            wait_minutes=50,
+        ),
+        _row("reactive", digest="other"),
+        _row("greedy", mutations=40),
+        _row("static"),
+    ]
     gates = _gates(rows)
     assert not any(g["pass"] for g in gates.values())
     assert gates["smart_safety"]["measured"] == {"violations": 2}

@@ -7,8 +7,9 @@ import pytest
 
 @pytest.mark.parametrize(("seed", "machines", "models"), [(7, 3, 6), (42, 4, 8), (144, 2, 5)])
 def test_the_ceiling_is_never_below_smart_served_demand(run, seed, machines, models) -> None:
-    report = run(seed=seed, machines=machines, models=models, users=40,
-                 duration_s=16 * 60.0, oracle=True)
+    report = run(
+        seed=seed, machines=machines, models=models, users=40, duration_s=16 * 60.0, oracle=True
+    )
     oracle = report["oracle"]
     served = report["demand"]["served"]
     assert oracle["strategy_served"] == served

@@ -21,8 +21,9 @@ NO_EVENTS = FleetEvents((), (), (0, 0), (0, 0))
 
 def _fleet(*kinds: str, events: FleetEvents = NO_EVENTS, cached=()) -> SimFleet:
     by_name = {c.name: c for c in CLASSES}
-    machines = tuple(Machine(f"h{i}", by_name[k], "fd-0", tuple(cached))
-                     for i, k in enumerate(kinds))
+    machines = tuple(
+        Machine(f"h{i}", by_name[k], "fd-0", tuple(cached)) for i, k in enumerate(kinds)
+    )
     return SimFleet(machines, build_catalog(16), events, START)
 
 
@@ -115,8 +116,14 @@ def test_removing_the_last_ready_replica_in_use_is_a_violation_unless_preempted(
     assert fleet.counters.preemptions == 1
 
 
-def _arrival(offset: float, model: str = "auto", persona: str = "coding",
-             endpoint: str = "chat", modality: str = "text", out: int = 250) -> Arrival:
+def _arrival(
+    offset: float,
+    model: str = "auto",
+    persona: str = "coding",
+    endpoint: str = "chat",
+    modality: str = "text",
+    out: int = 250,
+) -> Arrival:
     return Arrival(0, offset, 0, persona, model, endpoint, modality, 800, out, 0, 0)
 
 
@@ -150,15 +157,21 @@ def test_unbound_requests_go_to_the_best_ready_model_and_named_ones_to_theirs() 
     _start(fleet, "h0", "general-8b")
     _start(fleet, "h1", "code-14b")
     fleet.advance(1)
-    batch = (_arrival(1.0), _arrival(2.0, model="general-8b"),
-             _arrival(3.0, persona="image", endpoint="image", modality="image", out=1))
+    batch = (
+        _arrival(1.0),
+        _arrival(2.0, model="general-8b"),
+        _arrival(3.0, persona="image", endpoint="image", modality="image", out=1),
+    )
 
     def classify(f: RequestFeatures, text: str) -> str:
         return "image" if f.modality == "image" else "coding"
 
     results, _, _ = serve_minute(fleet, batch, lambda a: "", classify, random.Random(2))
     assert [(r.model, r.outcome) for r in results] == [
-        ("code-14b", "ok"), ("general-8b", "ok"), (None, "unavailable")]
+        ("code-14b", "ok"),
+        ("general-8b", "ok"),
+        (None, "unavailable"),
+    ]
 
 
 @pytest.mark.parametrize("kind", [c.name for c in CLASSES])
@@ -173,10 +186,14 @@ def test_every_machine_class_reports_a_consistent_snapshot(kind: str) -> None:
 def test_features_carry_only_bounded_fields_and_a_hashed_session() -> None:
     fleet = _fleet("rtx-4090")
     fleet.advance(0)
-    batch = (_arrival(1.0), _arrival(2.0),
-             Arrival(0, 3.0, 9, "coding", "auto", "chat", "text", 800, 250, 0, 1))
-    _, features, _ = serve_minute(fleet, batch, lambda a: "secret prompt text",
-                                  lambda f, t: "coding", random.Random(3))
+    batch = (
+        _arrival(1.0),
+        _arrival(2.0),
+        Arrival(0, 3.0, 9, "coding", "auto", "chat", "text", 800, 250, 0, 1),
+    )
+    _, features, _ = serve_minute(
+        fleet, batch, lambda a: "secret prompt text", lambda f, t: "coding", random.Random(3)
+    )
     hashes = [f.affinity_hash for f in features]
     assert hashes[0] == hashes[1] != hashes[2] and len(hashes[0]) == 32
     assert all("secret" not in repr(f) for f in features)
@@ -187,8 +204,16 @@ MODELS = [e.model_id for e in build_catalog(16)]
 
 
 @settings(max_examples=80, deadline=None)
-@given(st.lists(st.tuples(st.sampled_from(["load", "warm", "drain", "unload", "evict", "tick"]),
-                          st.integers(0, 2), st.sampled_from(MODELS)), max_size=60))
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["load", "warm", "drain", "unload", "evict", "tick"]),
+            st.integers(0, 2),
+            st.sampled_from(MODELS),
+        ),
+        max_size=60,
+    )
+)
 def test_no_order_sequence_breaks_the_node_fences(steps) -> None:
     events = FleetEvents(("h1",), ("h2",), (3, 9), (5, 8))
     fleet = _fleet("mac-mini-24", "rtx-4090", "media-48", events=events)
@@ -210,5 +235,7 @@ def test_no_order_sequence_breaks_the_node_fences(steps) -> None:
             for r in node.residencies.values():
                 assert r.state != "ready" or fleet.tick >= r.ready_tick
                 # A removal never materialises before the model's minimum residency.
-                assert r.unload_after is None or r.unload_after >= r.loaded_at + profiles[
-                    r.model_id].min_residency_s
+                assert (
+                    r.unload_after is None
+                    or r.unload_after >= r.loaded_at + profiles[r.model_id].min_residency_s
+                )

@@ -25,21 +25,27 @@ AZURE_CODE_RATES = Path(__file__).parent / "data" / "azure_llm_2023_code_rates.c
 
 def test_a_headerless_two_column_csv_parses_and_ignores_extra_columns() -> None:
     assert parse_trace("coding", b"0,1.5,9\n60,3,9\n120,0\n") == (
-        (0.0, 1.5), (60.0, 3.0), (120.0, 0.0))
+        (0.0, 1.5),
+        (60.0, 3.0),
+        (120.0, 0.0),
+    )
 
 
-@pytest.mark.parametrize(("data", "problem"), [
-    (b"timestamp,rate\n0,1\n60,2\n", "no header"),
-    (b"0,1\n60,-2\n", "negative"),
-    (b"0,1\n60,nan\n", "finite"),
-    (b"0,1\n60,inf\n", "finite"),
-    (b"0,1\n60,2\n60,3\n", "strictly increase"),
-    (b"0,1\n30,2\n20,3\n", "strictly increase"),
-    (b"0,1\n", "at least 2 rows"),
-    (b"0\n60\n", "two columns"),
-    (b"0,0\n60,0\n", "every rate is zero"),
-    (b"\xff\xfe\x00", "UTF-8"),
-])
+@pytest.mark.parametrize(
+    ("data", "problem"),
+    [
+        (b"timestamp,rate\n0,1\n60,2\n", "no header"),
+        (b"0,1\n60,-2\n", "negative"),
+        (b"0,1\n60,nan\n", "finite"),
+        (b"0,1\n60,inf\n", "finite"),
+        (b"0,1\n60,2\n60,3\n", "strictly increase"),
+        (b"0,1\n30,2\n20,3\n", "strictly increase"),
+        (b"0,1\n", "at least 2 rows"),
+        (b"0\n60\n", "two columns"),
+        (b"0,0\n60,0\n", "every rate is zero"),
+        (b"\xff\xfe\x00", "UTF-8"),
+    ],
+)
 def test_invalid_traces_are_refused_with_the_row(data: bytes, problem: str) -> None:
     with pytest.raises(ValidationError, match=problem) as err:
         parse_trace("coding", data)
@@ -87,7 +93,9 @@ def test_the_real_azure_code_trace_replays_at_the_builtin_scale(run) -> None:
 def test_a_request_log_becomes_per_bucket_rates() -> None:
     log = b"TIMESTAMP,ContextTokens,GeneratedTokens\n" + b"".join(
         f"2023-11-16 18:{m:02d}:{s:02d}.5000000,100,10\n".encode()
-        for m, count in ((0, 3), (1, 0), (2, 6)) for s in range(count))
+        for m, count in ((0, 3), (1, 0), (2, 6))
+        for s in range(count)
+    )
     rows = parse_trace("coding", rates_from_request_log(log, bucket_s=60.0))
     assert rows == ((0.0, 3 / 60), (60.0, 0.0), (120.0, 6 / 60))
 

@@ -18,8 +18,13 @@ PROFILES = (
     _p("small-coder", 8_000, {"coding": 0.8, "general": 0.4}),
     _p("generalist", 8_000, {"general": 0.9, "coding": 0.5}),
 )
-HOST = HostSnapshot(host_id="mac", capacity_mb=32_000, reserved_mb=4_000, heartbeat_age_s=0.0,
-                    runtimes=("llama.cpp",))
+HOST = HostSnapshot(
+    host_id="mac",
+    capacity_mb=32_000,
+    reserved_mb=4_000,
+    heartbeat_age_s=0.0,
+    runtimes=("llama.cpp",),
+)
 
 
 def _auto(**kw) -> RequestFeatures:
@@ -35,14 +40,16 @@ def test_the_highest_scoring_model_that_fits_some_host_wins() -> None:
 
 
 def test_stale_or_paused_hosts_make_nothing_feasible() -> None:
-    stale = HostSnapshot(**{**{f: getattr(HOST, f) for f in HOST.__struct_fields__},
-                            "heartbeat_age_s": 10_000.0})
+    stale = HostSnapshot(
+        **{**{f: getattr(HOST, f) for f in HOST.__struct_fields__}, "heartbeat_age_s": 10_000.0}
+    )
     assert best_model_for("coding", PROFILES, [stale]) is None
 
 
 def test_projection_counts_the_arrival_but_not_a_fallback_model_evidence() -> None:
-    served_elsewhere = _auto(served_model="generalist", service_time_s=9.0, queue_s=2.0,
-                             outcome="error")
+    served_elsewhere = _auto(
+        served_model="generalist", service_time_s=9.0, queue_s=2.0, outcome="error"
+    )
     out = project_unbound(served_elsewhere, PROFILES, [HOST])
     assert out.requested_model == "small-coder"
     assert (out.service_time_s, out.queue_s, out.outcome) == (None, 0.0, "ok")
@@ -78,7 +85,8 @@ def test_the_controller_projects_unbound_requests_unless_a_portfolio_plugin_does
     profiles = tuple(e.profile for e in build_catalog(3))
     plain = ControllerControl("smart", lab.plugins, lab.store_factory(), profiles, 0.0)
     assert not plain.ctl._portfolio_plugin
-    with_portfolio = plugins_with(("portfolio", Portfolio()),
-                                  builtins=("grid_scoring", "grid_victims"))
+    with_portfolio = plugins_with(
+        ("portfolio", Portfolio()), builtins=("grid_scoring", "grid_victims")
+    )
     switched = ControllerControl("smart", with_portfolio, lab.store_factory(), profiles, 0.0)
     assert switched.ctl._portfolio_plugin
