@@ -79,8 +79,9 @@ def parse_trace(workload: str, data: bytes) -> Series:
         rows.append((ts, rate))
     if len(rows) < MIN_TRACE_ROWS:
         raise _bad(workload, "file", f"needs at least {MIN_TRACE_ROWS} rows")
-    if not any(r for _, r in rows):
-        raise _bad(workload, "file", "every rate is zero; nothing to replay")
+    # The last row only marks where the series ends; the rates before it carry the demand.
+    if not any(r for _, r in rows[:-1]):
+        raise _bad(workload, "file", "every rate before the last row is zero; nothing to replay")
     return tuple(rows)
 
 

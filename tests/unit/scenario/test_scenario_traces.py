@@ -52,6 +52,11 @@ def test_invalid_traces_are_refused_with_the_row(data: bytes, problem: str) -> N
     assert "--workload-trace coding" in str(err.value)
 
 
+def test_a_trace_whose_only_demand_is_its_end_marker_is_refused() -> None:
+    with pytest.raises(ValidationError, match="before the last row is zero"):
+        parse_trace("coding", b"0,0\n60,0\n120,5\n")
+
+
 def test_oversize_and_overlong_traces_are_refused() -> None:
     with pytest.raises(ValidationError, match="bytes exceeds"):
         parse_trace("coding", b"0,1\n" + b" " * MAX_TRACE_BYTES)
@@ -61,7 +66,7 @@ def test_oversize_and_overlong_traces_are_refused() -> None:
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.lists(st.floats(0.0, 1000.0), min_size=2, max_size=50).filter(lambda r: any(r)))
+@given(st.lists(st.floats(0.0, 1000.0), min_size=2, max_size=50).filter(lambda r: any(r[:-1])))
 def test_a_trace_curve_has_mean_one_over_the_run(rates: list[float]) -> None:
     curve = TraceCurve(tuple((float(i * 60), r) for i, r in enumerate(rates)))
     n = 20_000
