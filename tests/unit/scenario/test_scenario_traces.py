@@ -42,7 +42,7 @@ def test_a_headerless_two_column_csv_parses_and_ignores_extra_columns() -> None:
         (b"0,1\n30,2\n20,3\n", "strictly increase"),
         (b"0,1\n", "at least 2 rows"),
         (b"0\n60\n", "two columns"),
-        (b"0,0\n60,0\n", "every rate is zero"),
+        (b"0,0\n60,0\n", "every rate before the last row is zero"),
         (b"\xff\xfe\x00", "UTF-8"),
     ],
 )
