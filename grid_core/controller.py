@@ -48,6 +48,7 @@ from grid_core.reconcile.control import (
     clear_proven_blocks,
     host_views,
     penalise_failures,
+    with_in_flight,
 )
 from grid_core.reconcile.delivery import destructive_problem, select
 from grid_core.reconcile.governor import admit, service_key
@@ -99,9 +100,15 @@ class Controller:
             started from.
     """
 
-    def __init__(self, *, plugins: object, store: StateStore,
-                 policy: ControllerPolicy | None = None, plan_fn: PlanFn | None = None,
-                 controller_id: str | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        plugins: object,
+        store: StateStore,
+        policy: ControllerPolicy | None = None,
+        plan_fn: PlanFn | None = None,
+        controller_id: str | None = None,
+    ) -> None:
         self.plugins = plugins
         self.store = store
         self.policy = policy or ControllerPolicy()
@@ -135,7 +142,8 @@ class Controller:
         self.last_hosts: dict[str, HostSnapshot] = {}
         self._projection: dict[str, str] = {}
         self._portfolio_plugin = bool(
-            getattr(plugins, "has_impl", lambda _name: False)("grid_search_portfolio"))
+            getattr(plugins, "has_impl", lambda _name: False)("grid_search_portfolio")
+        )
         self.last_tick_at: float | None = None
         self.last_tick_duration_ms: float | None = None
         self._order = 0
@@ -144,8 +152,10 @@ class Controller:
         self._fresh_hosts: frozenset[str] = frozenset()
         self._hiccup: tuple[float, frozenset[str]] | None = None
         if not store.durable:
-            self.automatic_refusal = ("the controller has no durable state path; configure "
-                                      "one (GRID_HOME/state) before selecting automatic mode")
+            self.automatic_refusal = (
+                "the controller has no durable state path; configure "
+                "one (GRID_HOME/state) before selecting automatic mode"
+            )
         self._restore()
 
     # --- durable state ------------------------------------------------------------------
@@ -169,8 +179,10 @@ class Controller:
         self.timings = TimingBook(state.timings)
         dropped = (len(state.quality) - len(self.quality), len(state.timings) - len(self.timings))
         if any(dropped):
-            self.warnings.append(f"implausible evidence discarded on restore: {dropped[0]} "
-                                 f"quality and {dropped[1]} timing rows")
+            self.warnings.append(
+                f"implausible evidence discarded on restore: {dropped[0]} "
+                f"quality and {dropped[1]} timing rows"
+            )
         self.demand.set_configured(self.profiles)
         if state.demand is not None:
             try:
@@ -182,12 +194,14 @@ class Controller:
         if state.mode == "automatic":
             if self.automatic_refusal is not None:
                 self.mode = "recommend"
-                self.warnings.append("automatic mode not resumed after restart: "
-                                     f"{self.automatic_refusal}")
+                self.warnings.append(
+                    f"automatic mode not resumed after restart: {self.automatic_refusal}"
+                )
                 stamps = [a.completed_at or a.created_at for a in self.book]
                 for a in self.book.active():
-                    self.book.close(a, "cancelled", max(stamps, default=0.0),
-                                    "automatic mode not resumed")
+                    self.book.close(
+                        a, "cancelled", max(stamps, default=0.0), "automatic mode not resumed"
+                    )
             else:
                 # No clock here: the lease is taken (term + 1) on the first tick or poll.
                 self.authority = "pending"
@@ -196,22 +210,30 @@ class Controller:
         try:
             where = self.store.quarantine(cause)
         except GridError as exc:
-            self.state_warning = (f"{cause}; quarantining it failed ({exc}); automatic mode is "
-                                  "refused until the state file is repaired or removed")
+            self.state_warning = (
+                f"{cause}; quarantining it failed ({exc}); automatic mode is "
+                "refused until the state file is repaired or removed"
+            )
             self.automatic_refusal = self.state_warning
             return
-        self.state_warning = (f"{cause}; the corrupt file was moved to {where} and the "
-                              "controller started clean in recommend mode")
+        self.state_warning = (
+            f"{cause}; the corrupt file was moved to {where} and the "
+            "controller started clean in recommend mode"
+        )
 
     def _snapshot_state(self) -> ControllerState:
         return ControllerState(
-            epoch=self.epoch, sequence=self.sequence, mode=self.mode,
+            epoch=self.epoch,
+            sequence=self.sequence,
+            mode=self.mode,
             profiles=[self.profiles[k] for k in sorted(self.profiles)],
-            tombstones=dict(self.tombstones), actions=list(self.book),
+            tombstones=dict(self.tombstones),
+            actions=list(self.book),
             failures=dict(self.book.failures),
             blocks={m: list(v) for m, v in self.blocks.items()},
             demand=self.demand.to_state(),
-            quality=self.quality.entries(), timings=self.timings.entries(),
+            quality=self.quality.entries(),
+            timings=self.timings.entries(),
         )
 
     def _save(self) -> bool:
@@ -331,7 +353,8 @@ class Controller:
             raise ConflictError(msg)
         try:
             self.term, self.lease_expires_at = self.store.acquire_lease(
-                self.controller_id, now, CONTROLLER_LEASE_S)
+                self.controller_id, now, CONTROLLER_LEASE_S
+            )
         except StateError as exc:
             msg = f"automatic mode refused: the lease beside the state file failed: {exc}"
             raise ConflictError(msg) from None
@@ -344,7 +367,8 @@ class Controller:
             return False
         # A wall clock that moved backward must not stretch the old deadline: renew then too.
         if self.authority == "held" and self.lease_expires_at - CONTROLLER_LEASE_S <= now < (
-                self.lease_expires_at - CONTROLLER_LEASE_S * LEASE_RENEW_FRACTION):
+            self.lease_expires_at - CONTROLLER_LEASE_S * LEASE_RENEW_FRACTION
+        ):
             return True
         try:
             term, expires = self.store.acquire_lease(self.controller_id, now, CONTROLLER_LEASE_S)
@@ -357,8 +381,9 @@ class Controller:
         return True
 
     # --- tick ---------------------------------------------------------------------------
-    def _holds(self, now: float, hosts: Mapping[str, HostSnapshot]) -> tuple[str | None,
-                                                                              str | None]:
+    def _holds(
+        self, now: float, hosts: Mapping[str, HostSnapshot]
+    ) -> tuple[str | None, str | None]:
         """(destructive hold, mutation hold) for this tick."""
         gp = self.policy.governor
         destructive = None
@@ -412,28 +437,53 @@ class Controller:
         self.last_hosts = host_map
         self._projection = projection_map(
             sorted({w for p in self.profiles.values() for w in p.workload_scores}),
-            self.profiles.values(), host_map.values(), self.policy.planner)
+            self.profiles.values(),
+            host_map.values(),
+            self.policy.planner,
+        )
         destructive_hold, mutation_hold = self._holds(now, host_map)
         authority = self._renew(now)
         profiles = tuple(self.profiles[k] for k in sorted(self.profiles))
-        self.last_forecasts = self.demand.forecast(now, profiles, host_map.values(),
-                                                   self.plugins, self.policy.planner)
+        self.last_forecasts = self.demand.forecast(
+            now, profiles, host_map.values(), self.plugins, self.policy.planner
+        )
         plan_fn = self._plan_fn or _default_plan_fn()
-        planned_hosts = penalise_failures((host_map[k] for k in sorted(host_map)), self.book,
-                                          self.profiles)
-        plan = plan_fn(PlanInputs(now=now, profiles=profiles, hosts=tuple(planned_hosts),
-                                  demand=self.last_forecasts, policy=self.policy.planner),
-                       self.plugins)
+        # The planner sees in-flight warms and drains so it does not re-choose replicas the
+        # fleet is already converging to (reconciliation still judges the reported inventory).
+        planned_hosts = penalise_failures(
+            with_in_flight((host_map[k] for k in sorted(host_map)), self.book),
+            self.book,
+            self.profiles,
+        )
+        plan = plan_fn(
+            PlanInputs(
+                now=now,
+                profiles=profiles,
+                hosts=tuple(planned_hosts),
+                demand=self.last_forecasts,
+                policy=self.policy.planner,
+            ),
+            self.plugins,
+        )
         self.sequence += 1
         digest = plan.digest or hashlib.sha256(msgspec.json.encode(plan)).hexdigest()
         self.generation = f"{self.epoch}:{self.sequence:020d}:{digest[:16]}"
         self.last_plan = plan
         clear_proven_blocks(self.blocks, self.book, host_map, now, self.policy.governor)
-        result = reconcile(ReconcileInputs(
-            now=now, plan=plan, hosts=host_map, profiles=self.profiles,
-            retired=frozenset(self.tombstones), book=self.book, policy=self.policy.governor,
-            blocked_models=frozenset(self.blocks), destructive_hold=destructive_hold,
-            mutation_hold=mutation_hold))
+        result = reconcile(
+            ReconcileInputs(
+                now=now,
+                plan=plan,
+                hosts=host_map,
+                profiles=self.profiles,
+                retired=frozenset(self.tombstones),
+                book=self.book,
+                policy=self.policy.governor,
+                blocked_models=frozenset(self.blocks),
+                destructive_hold=destructive_hold,
+                mutation_hold=mutation_hold,
+            )
+        )
         issued: list[str] = []
         withdrawals = result.withdrawals
         if mutation_hold is not None:
@@ -442,8 +492,10 @@ class Controller:
         proposals = sorted(result.proposals, key=service_key)
         deferred = list(result.deferred)
         if self.mode == "observe":
-            deferred += [Deferred(kind=p.kind, host_id=p.host_id, model_id=p.model_id,
-                                  reason="observe_mode") for p in proposals]
+            deferred += [
+                Deferred(kind=p.kind, host_id=p.host_id, model_id=p.model_id, reason="observe_mode")
+                for p in proposals
+            ]
             proposals, withdrawals = [], []
         elif self.mode == "automatic" and authority:
             self._apply_withdrawals(withdrawals, now)
@@ -459,16 +511,26 @@ class Controller:
         else:
             withdrawals = []
         self.last_report = ReconcileReport(
-            generation=self.generation, mode=self.mode, proposals=proposals,
-            deferred=deferred, withdrawals=withdrawals, issued=issued,
-            hold=mutation_hold or destructive_hold, ready=result.ready)
+            generation=self.generation,
+            mode=self.mode,
+            proposals=proposals,
+            deferred=deferred,
+            withdrawals=withdrawals,
+            issued=issued,
+            hold=mutation_hold or destructive_hold,
+            ready=result.ready,
+        )
         self.success_revision = revision
         self.tick_safety_revision = safety
         self.last_tick_at = now
         if self.mode == "automatic" or self.sequence % self.policy.persist_every_ticks == 0:
             self._save()
-        return TickResult(generation=self.generation, plan=plan, reconciliation=self.last_report,
-                          issued=tuple(issued))
+        return TickResult(
+            generation=self.generation,
+            plan=plan,
+            reconciliation=self.last_report,
+            issued=tuple(issued),
+        )
 
     def _next_order(self) -> int:
         self._order += 1
@@ -495,8 +557,9 @@ class Controller:
         self.last_tick_duration_ms = round(seconds * 1000.0, 3)
 
     # --- delivery -----------------------------------------------------------------------
-    def deliver(self, host_id: str, now: float, hosts: Iterable[HostSnapshot],
-                poll_revision: int) -> Delivery:
+    def deliver(
+        self, host_id: str, now: float, hosts: Iterable[HostSnapshot], poll_revision: int
+    ) -> Delivery:
         """Commands for one command-bearing heartbeat of ``host_id``.
 
         Selects the host's active actions the last successful tick allows, durably marks
@@ -518,14 +581,24 @@ class Controller:
             return Delivery(mode=self.mode, commands=(), lease_ttl_s=0.0)
         host_map = {h.host_id: h for h in hosts}
         gp = self.policy.governor
-        hold = self._restored and self._grace_anchor is not None and (
-            now < self._grace_anchor + gp.restart_grace_s)
+        hold = (
+            self._restored
+            and self._grace_anchor is not None
+            and (now < self._grace_anchor + gp.restart_grace_s)
+        )
         chosen = select(
-            [a for a in self.book.active() if a.host_id == host_id], host_map.get(host_id), now,
-            gp, availability_ok=self.success_revision >= poll_revision,
-            destructive_ok=(self.tick_safety_revision == self.safety_revision and not hold
-                            and self._hiccup is None),
-            blocked_models=frozenset(self.blocks))
+            [a for a in self.book.active() if a.host_id == host_id],
+            host_map.get(host_id),
+            now,
+            gp,
+            availability_ok=self.success_revision >= poll_revision,
+            destructive_ok=(
+                self.tick_safety_revision == self.safety_revision
+                and not hold
+                and self._hiccup is None
+            ),
+            blocked_models=frozenset(self.blocks),
+        )
         if not chosen:
             return Delivery(mode=self.mode, commands=(), lease_ttl_s=self._ttl(now))
         fresh_marks = [a for a in chosen if not a.delivered]
@@ -536,8 +609,13 @@ class Controller:
                 a.delivered_at = None
             return Delivery(mode=self.mode, commands=(), lease_ttl_s=self._ttl(now))
         retired = frozenset(self.tombstones)
-        unsafe = {a.model_id for a in chosen if a.destructive and destructive_problem(
-            a, self.last_plan, host_map, self.profiles, retired, gp) is not None}
+        unsafe = {
+            a.model_id
+            for a in chosen
+            if a.destructive
+            and destructive_problem(a, self.last_plan, host_map, self.profiles, retired, gp)
+            is not None
+        }
         if unsafe:
             undo = [a for a in fresh_marks if a.destructive and a.model_id in unsafe]
             for a in undo:
@@ -545,8 +623,10 @@ class Controller:
             if undo and not self._save():
                 for a in undo:
                     a.delivered_at = now  # keep the marker: the write's outcome is unknown
-                self.warnings.append("a delivery marker could not be removed durably; the "
-                                     "command is treated as possibly delivered")
+                self.warnings.append(
+                    "a delivery marker could not be removed durably; the "
+                    "command is treated as possibly delivered"
+                )
             chosen = [a for a in chosen if not (a.destructive and a.model_id in unsafe)]
         commands = tuple(self._command(a) for a in chosen)
         return Delivery(mode=self.mode, commands=commands, lease_ttl_s=self._ttl(now))
@@ -558,14 +638,25 @@ class Controller:
     def _command(self, a: Action) -> Command:
         # Authority is stamped at delivery, so a restored action carries the current term.
         return Command(
-            action_id=a.action_id, kind=a.kind, node_id=a.host_id, model_id=a.model_id,
-            memory_mb=a.memory_mb, plan_generation=self.generation,
-            controller_term=self.term, controller_id=self.controller_id,
+            action_id=a.action_id,
+            kind=a.kind,
+            node_id=a.host_id,
+            model_id=a.model_id,
+            memory_mb=a.memory_mb,
+            plan_generation=self.generation,
+            controller_term=self.term,
+            controller_id=self.controller_id,
             controller_lease_expires_at=self.lease_expires_at,
-            dependencies=list(a.dependencies), executable=True, reason=a.reason,
-            created_at=a.created_at, not_before=a.not_before,
-            artifact_sha256=a.artifact_sha256, artifact_source=a.artifact_source,
-            artifact_size_mb=a.artifact_size_mb, runtime=a.runtime)
+            dependencies=list(a.dependencies),
+            executable=True,
+            reason=a.reason,
+            created_at=a.created_at,
+            not_before=a.not_before,
+            artifact_sha256=a.artifact_sha256,
+            artifact_source=a.artifact_source,
+            artifact_size_mb=a.artifact_size_mb,
+            runtime=a.runtime,
+        )
 
     def acknowledge(self, host_id: str, acks: Iterable[Acknowledgement], now: float) -> list[str]:
         """Apply node receipts (duplicates harmless, conflicts ignored, late ones complete).
@@ -582,9 +673,15 @@ class Controller:
         outcomes = []
         changed = False
         for ack in acks:
-            outcome = self.book.acknowledge(host_id, ack.action_id, ack.status, now,
-                                            ack.message, ack.duration_seconds,
-                                            ack.artifact_fetched)
+            outcome = self.book.acknowledge(
+                host_id,
+                ack.action_id,
+                ack.status,
+                now,
+                ack.message,
+                ack.duration_seconds,
+                ack.artifact_fetched,
+            )
             outcomes.append(outcome)
             if outcome in ("applied", "late"):
                 changed = True
@@ -605,14 +702,27 @@ class Controller:
         a = self.book.get(ack.action_id)
         if a is None or ack.status != "succeeded":
             return
-        self.timings.observe(host_id=a.host_id, model_id=a.model_id, sha=a.artifact_sha256,
-                             kind=a.kind, artifact_fetched=a.artifact_fetched,
-                             duration_s=ack.duration_seconds, now=now)
+        self.timings.observe(
+            host_id=a.host_id,
+            model_id=a.model_id,
+            sha=a.artifact_sha256,
+            kind=a.kind,
+            artifact_fetched=a.artifact_fetched,
+            duration_s=ack.duration_seconds,
+            now=now,
+        )
 
     # --- quality evidence ---------------------------------------------------------------
-    def record_evaluation(self, model_id: str, workload: str, artifact_sha256: str | None,
-                          score: float, now: float, *,
-                          latency_ms: float | None = None) -> QualityView:
+    def record_evaluation(
+        self,
+        model_id: str,
+        workload: str,
+        artifact_sha256: str | None,
+        score: float,
+        now: float,
+        *,
+        latency_ms: float | None = None,
+    ) -> QualityView:
         """Record one labelled evaluation of ``model_id`` on ``workload`` (durable).
 
         Evidence is keyed by (model, workload, artifact SHA-256); confidence reaches full
@@ -642,25 +752,37 @@ class Controller:
             raise NotFoundError(msg)
         configured = profile.artifact_sha256
         if artifact_sha256 is not None and artifact_sha256.lower() != configured:
-            msg = (f"evaluation: artifact_sha256 {artifact_sha256[:12]}… does not match the "
-                   f"configured artifact_sha256 of '{model_id}' "
-                   f"({configured[:12] + '…' if configured else 'none declared'}); evaluate "
-                   "the configured artifact or update the profile first")
+            msg = (
+                f"evaluation: artifact_sha256 {artifact_sha256[:12]}… does not match the "
+                f"configured artifact_sha256 of '{model_id}' "
+                f"({configured[:12] + '…' if configured else 'none declared'}); evaluate "
+                "the configured artifact or update the profile first"
+            )
             raise ConflictError(msg)
         if not workload:
             raise ValidationError("evaluation: 'workload' must be a non-empty name")
         if not (isinstance(score, int | float) and math.isfinite(score) and 0 <= score <= 1):
             raise ValidationError(f"evaluation: 'score' {score!r} must be a number in [0, 1]")
         if latency_ms is not None and not (
-                math.isfinite(latency_ms) and 0.0 <= latency_ms <= MAX_LATENCY_MS):
+            math.isfinite(latency_ms) and 0.0 <= latency_ms <= MAX_LATENCY_MS
+        ):
             msg = f"evaluation: 'latency_ms' must be in [0, {MAX_LATENCY_MS:.0f}] ms"
             raise ValidationError(msg)
-        self.quality.record(model_id=model_id, workload=workload, sha=configured,
-                            score=float(score), latency_ms=latency_ms, now=now)
+        self.quality.record(
+            model_id=model_id,
+            workload=workload,
+            sha=configured,
+            score=float(score),
+            latency_ms=latency_ms,
+            now=now,
+        )
         self.dirty_revision += 1  # new evidence forces a fresh solve
         self._save()
-        return next(v for v in self.quality.views(self.profiles, now)
-                    if v.model_id == model_id and v.workload == workload)
+        return next(
+            v
+            for v in self.quality.views(self.profiles, now)
+            if v.model_id == model_id and v.workload == workload
+        )
 
     # --- status -------------------------------------------------------------------------
     def status(self, now: float, detail: bool = False) -> ControllerStatus:
@@ -671,16 +793,23 @@ class Controller:
             detail: include host residencies, the full plan and action history.
         """
         active = self.book.active()
-        finished = sorted((a for a in self.book if not a.active),
-                          key=lambda a: a.completed_at or 0.0, reverse=True)
+        finished = sorted(
+            (a for a in self.book if not a.active),
+            key=lambda a: a.completed_at or 0.0,
+            reverse=True,
+        )
         blocked_ids = {i for ids in self.blocks.values() for i in ids}
         grace = None
         if self._restored and self._grace_anchor is not None:
             grace = self._grace_anchor + self.policy.governor.restart_grace_s
         return ControllerStatus(
-            mode=self.mode, controller_id=self.controller_id, controller_term=self.term,
-            controller_lease_expires_at=self.lease_expires_at, authority=self.authority,
-            automatic_refusal=self.automatic_refusal, generation=self.generation,
+            mode=self.mode,
+            controller_id=self.controller_id,
+            controller_term=self.term,
+            controller_lease_expires_at=self.lease_expires_at,
+            authority=self.authority,
+            automatic_refusal=self.automatic_refusal,
+            generation=self.generation,
             profiles=[self.profiles[k] for k in sorted(self.profiles)],
             retired=dict(self.tombstones),
             forecasts=msgspec.to_builtins(self.last_forecasts),
@@ -689,17 +818,24 @@ class Controller:
             reconciliation=self.last_report,
             pending_commands=[ActionView.of(a) for a in active],
             delivered_pending=[a.action_id for a in active if a.delivered],
-            withdrawn_destructive=[ActionView.of(a) for a in self.book
-                                   if a.action_id in blocked_ids],
+            withdrawn_destructive=[
+                ActionView.of(a) for a in self.book if a.action_id in blocked_ids
+            ],
             blocked_models={m: list(v) for m, v in self.blocks.items()},
             unmet=list(self.last_plan.unmet) if self.last_plan else [],
-            revisions=Revisions(dirty=self.dirty_revision, processed=self.processed_revision,
-                                success=self.success_revision, safety=self.safety_revision,
-                                tick_safety=self.tick_safety_revision),
-            last_tick_at=self.last_tick_at, last_tick_duration_ms=self.last_tick_duration_ms,
-            state_warning=self.state_warning, warnings=list(self.warnings[-16:]),
+            revisions=Revisions(
+                dirty=self.dirty_revision,
+                processed=self.processed_revision,
+                success=self.success_revision,
+                safety=self.safety_revision,
+                tick_safety=self.tick_safety_revision,
+            ),
+            last_tick_at=self.last_tick_at,
+            last_tick_duration_ms=self.last_tick_duration_ms,
+            state_warning=self.state_warning,
+            warnings=list(self.warnings[-16:]),
             restart_grace_until=grace,
-            history=[ActionView.of(a) for a in finished[:STATUS_HISTORY if detail else 8]],
+            history=[ActionView.of(a) for a in finished[: STATUS_HISTORY if detail else 8]],
             quality=self.quality.views(self.profiles, now),
             timings=[TimingView.of(e, now) for e in self.timings.entries()] if detail else [],
         )

@@ -21,6 +21,11 @@ EPSILON = 1e-9
 QUEUE_PRESSURE = 0.5
 """Queued requests (engine-reported plus mean measured waiting) that count as queue pressure:
 half a request waiting on average is real backlog, millisecond routing waits are not."""
+LIVE_EVIDENCE_BUCKETS = 2
+"""Completed buckets (besides the filling one) in which a named request still counts as live
+direct evidence. The EWMA keeps a positive rate for the whole window after traffic stops; only
+requests this recent (two buckets: one full bucket of silence is not yet a trend) may justify
+evicting other work."""
 MAX_LEARNED_S = 3600.0
 """Learned durations above an hour are implausible reports and are ignored."""
 
@@ -60,8 +65,9 @@ def eligible_hosts(hosts: list[HostSnapshot], planner_policy: object | None) -> 
     return [host_ineligible_reason(h, policy) is None for h in hosts]
 
 
-def startup_horizon_s(profile: ModelProfile, hosts: list[HostSnapshot],
-                      eligible: list[bool]) -> float:
+def startup_horizon_s(
+    profile: ModelProfile, hosts: list[HostSnapshot], eligible: list[bool]
+) -> float:
     """Fastest eligible next replica's load+warm time (seconds).
 
     Cached exact weights skip the load phase; learned per-host times (see
@@ -79,14 +85,16 @@ def startup_horizon_s(profile: ModelProfile, hosts: list[HostSnapshot],
             continue
         cached = profile.model_id in host.cached and (
             profile.artifact_sha256 is None
-            or host.cached[profile.model_id] == profile.artifact_sha256)
+            or host.cached[profile.model_id] == profile.artifact_sha256
+        )
         total = startup_path_s(profile, host.performance.get(profile.model_id), cached)
         best = total if best is None else min(best, total)
     return best if best is not None else profile.load_estimate_s + profile.warm_estimate_s
 
 
-def _live_replicas(profile: ModelProfile, hosts: list[HostSnapshot], eligible: list[bool],
-                   now: float) -> tuple[int, int, int]:
+def _live_replicas(
+    profile: ModelProfile, hosts: list[HostSnapshot], eligible: list[bool], now: float
+) -> tuple[int, int, int]:
     """(ready replicas on eligible hosts, those used within the cooldown, engine queue)."""
     ready = recent = queue = 0
     mid = profile.model_id
@@ -103,22 +111,32 @@ def _live_replicas(profile: ModelProfile, hosts: list[HostSnapshot], eligible: l
     return ready, recent, queue
 
 
-def _pressures(profile: ModelProfile, fc: Forecast, queue: float,
-               policy: ForecastPolicy) -> list[str]:
+def _pressures(
+    profile: ModelProfile, fc: Forecast, queue: float, policy: ForecastPolicy
+) -> list[str]:
     """Pressure reasons that each ask for one replica beyond the ready set."""
     out = []
     if queue >= QUEUE_PRESSURE:
         out.append("queue_pressure")
-    if (profile.latency_slo_ms is not None and fc.p95_ms is not None
-            and fc.p95_ms > profile.latency_slo_ms):
+    if (
+        profile.latency_slo_ms is not None
+        and fc.p95_ms is not None
+        and fc.p95_ms > profile.latency_slo_ms
+    ):
         out.append("latency_pressure")
     if fc.rate_rps > 0 and fc.error_rate > policy.error_pressure:
         out.append("error_pressure")
     return out
 
 
-def _cooldown(profile: ModelProfile, want: int, recent_ready: int, watermark: object | None,
-              now: float, reasons: list[str]) -> tuple[int, object | None]:
+def _cooldown(
+    profile: ModelProfile,
+    want: int,
+    recent_ready: int,
+    watermark: object | None,
+    now: float,
+    reasons: list[str],
+) -> tuple[int, object | None]:
     """Hold the count during the scale-down cooldown; returns (count, new watermark).
 
     The watermark (highest recent count and when it was reached) is persisted, so neither a
@@ -149,6 +167,7 @@ def desired_for(
     watermark: object | None,
     planner_policy: object | None = None,
     eligible: list[bool] | None = None,
+    live: bool = True,
 ) -> tuple[ModelDemand, object | None]:
     """Demand and desired replicas of one model, plus its new scale-down watermark.
 
@@ -161,6 +180,9 @@ def desired_for(
         watermark: the model's persisted :class:`~grid_core.demand.tracker.Watermark` or None.
         planner_policy: planner policy deciding host eligibility (defaults when None).
         eligible: precomputed :func:`eligible_hosts` (one per host) to skip recomputing it.
+        live: whether a named request arrived within the live window (see
+            :data:`LIVE_EVIDENCE_BUCKETS`); without it only the engines' current queue is
+            direct evidence, the decaying forecast is not.
 
     Returns:
         ``(ModelDemand, watermark)``; watermark ``None`` when nothing needs remembering.
@@ -178,8 +200,10 @@ def desired_for(
     rising = max(0.0, fc.trend_rps)  # a falling slope never speeds scale-down
     projected_rate = fc.rate_rps
     if rising > 0 and fc.rate_rps > 0:
-        projected_rate = min(fc.rate_rps + rising * horizon * max(0.0, min(1.0, fc.confidence)),
-                             fc.rate_rps * policy.projection_cap_ratio)
+        projected_rate = min(
+            fc.rate_rps + rising * horizon * max(0.0, min(1.0, fc.confidence)),
+            fc.rate_rps * policy.projection_cap_ratio,
+        )
     projected = projected_rate * service + queue
     if projected > offered + EPSILON:
         reasons.append("projection")
@@ -192,6 +216,7 @@ def desired_for(
     for pressure in _pressures(profile, fc, queue, policy):
         want = max(want, ready + 1)
         reasons.append(pressure)
+    asked = max(profile.min_replicas, min(want, profile.max_replicas))
     want, new_mark = _cooldown(profile, want, recent_ready, watermark, now, reasons)
     if want < profile.min_replicas:
         want = profile.min_replicas
@@ -208,12 +233,14 @@ def desired_for(
         p95_ms=fc.p95_ms,
         error_rate=fc.error_rate,
         trend_rps=fc.trend_rps,
-        direct=fc.rate_rps > 0 or queue >= QUEUE_PRESSURE,
+        direct=engine_queue >= QUEUE_PRESSURE
+        or (live and (fc.rate_rps > 0 or queue >= QUEUE_PRESSURE)),
         reasons=tuple(dict.fromkeys(reasons)),
         ready_replicas=ready,
         service_time_s=service,
         projected_concurrency=projected,
         projection_horizon_s=horizon,
         confidence=fc.confidence,
+        held_replicas=max(0, want - asked),
     )
     return demand, new_mark

@@ -52,6 +52,16 @@ class _State(msgspec.Struct, kw_only=True):
     watermarks: dict[str, Watermark]
 
 
+def _live(series: DemandSeries | None, now: float) -> bool:
+    """Whether a named request landed in the filling bucket or the last few completed ones."""
+    from grid_core.demand.desired import LIVE_EVIDENCE_BUCKETS
+
+    if series is None:
+        return False
+    oldest = math.floor(now / series.bucket_s) - LIVE_EVIDENCE_BUCKETS
+    return any(b.requests > 0 and b.index >= oldest for b in series.buckets)
+
+
 def fallback_forecast(series: DemandSeries | None, now: float, policy: ForecastPolicy) -> Forecast:
     """Plain window average used when no forecaster plugin answers (no trend, no confidence)."""
     if series is None or not series.buckets:
@@ -171,8 +181,15 @@ class DemandTracker:
             if not isinstance(fc, Forecast):
                 fc = fallback_forecast(series, now, fpolicy)
             demand, watermark = desired_for(
-                profile, fc, hosts, now, fpolicy, self._watermarks.get(profile.model_id),
-                planner_policy, eligible,
+                profile,
+                fc,
+                hosts,
+                now,
+                fpolicy,
+                self._watermarks.get(profile.model_id),
+                planner_policy,
+                eligible,
+                live=_live(series, now),
             )
             if watermark is None:
                 self._watermarks.pop(profile.model_id, None)
@@ -184,9 +201,12 @@ class DemandTracker:
     # --- persistence ----------------------------------------------------------------------
     def to_state(self) -> dict[str, object]:
         """A JSON-compatible snapshot (bounded: window buckets per configured model)."""
-        state = _State(version=STATE_VERSION, configured=sorted(self._configured),
-                       series=[self._series[k] for k in sorted(self._series)],
-                       watermarks=dict(sorted(self._watermarks.items())))
+        state = _State(
+            version=STATE_VERSION,
+            configured=sorted(self._configured),
+            series=[self._series[k] for k in sorted(self._series)],
+            watermarks=dict(sorted(self._watermarks.items())),
+        )
         return msgspec.to_builtins(state)
 
     def from_state(self, data: dict[str, object]) -> None:
@@ -201,8 +221,10 @@ class DemandTracker:
             msg = f"demand state: {exc}; delete the demand section to start from no history"
             raise StateError(msg) from None
         if state.version != STATE_VERSION:
-            msg = (f"demand state version {state.version} is not {STATE_VERSION}; "
-                   "delete the demand section to start from no history")
+            msg = (
+                f"demand state version {state.version} is not {STATE_VERSION}; "
+                "delete the demand section to start from no history"
+            )
             raise StateError(msg)
         self._configured = set(state.configured)
         self._series = {s.model_id: s for s in state.series if s.model_id in self._configured}

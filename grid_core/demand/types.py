@@ -20,7 +20,8 @@ class ModelDemand(msgspec.Struct, frozen=True, kw_only=True):
         p95_ms: approximate request-level p95 end-to-end latency (ms), ``None`` without samples.
         error_rate: engine-side failure fraction (0..1).
         trend_rps: rate change per second (requests/s²); negative never speeds scale-down.
-        direct: the model has direct evidence (named requests or queue), not only a baseline.
+        direct: the model has live direct evidence (named requests seen within the live
+            window, or queued work), not only a baseline or the decaying tail of old traffic.
         reasons: machine-stable reasons that set ``desired_replicas`` (``baseline``, ``demand``,
             ``queue_pressure``, ``latency_pressure``, ``error_pressure``, ``cooldown``,
             ``recent_ready``, ``clamped_max``, ``projection``).
@@ -29,6 +30,10 @@ class ModelDemand(msgspec.Struct, frozen=True, kw_only=True):
         projected_concurrency: offered concurrency projected across the startup horizon.
         projection_horizon_s: fastest eligible load+warm time used for the projection (s).
         confidence: forecaster confidence in the trend (0..1).
+        held_replicas: replicas of ``desired_replicas`` that only the scale-down cooldown keeps
+            (watermark or recently used ready replicas) beyond what live demand, pressure and
+            the baseline ask for. They are kept while they exist but never rebuilt by evicting
+            other work.
         inferred_rps: demand inferred from correlated models (always 0 until correlation
             learning exists; a separate field so inferred demand never counts as direct).
     """
@@ -48,6 +53,7 @@ class ModelDemand(msgspec.Struct, frozen=True, kw_only=True):
     projected_concurrency: float = 0.0
     projection_horizon_s: float = 0.0
     confidence: float = 0.0
+    held_replicas: int = 0
     inferred_rps: float = 0.0
 
     def harm(self, latency_slo_ms: float | None) -> tuple[float, float, float, float, float]:
@@ -59,5 +65,10 @@ class ModelDemand(msgspec.Struct, frozen=True, kw_only=True):
         ratio = 0.0
         if latency_slo_ms and self.p95_ms is not None:
             ratio = self.p95_ms / latency_slo_ms
-        return (self.queue_depth, ratio, self.error_rate, self.offered_concurrency,
-                self.request_rate_rps)
+        return (
+            self.queue_depth,
+            ratio,
+            self.error_rate,
+            self.offered_concurrency,
+            self.request_rate_rps,
+        )

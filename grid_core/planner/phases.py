@@ -281,10 +281,17 @@ def preempt_rounds(state: PlanState, models: list[int]) -> None:
 
 
 def may_preempt(state: PlanState, mi: int) -> bool:
-    """Destructive authority needs a baseline, a pin or direct evidence (never inference)."""
+    """Destructive authority needs a baseline, a pin or live direct evidence (never inference).
+
+    Direct evidence covers only the replicas it asks for: replicas the scale-down cooldown
+    merely holds (``held_replicas``) are hysteresis, so losing one is not a reason to evict
+    other work to rebuild it.
+    """
     p, d = state.profiles[mi], state.demand[mi]
-    baseline = state.ledger.count[mi] + state.staged.get(mi, 0) < p.min_replicas
-    return bool(p.pins) or baseline or (d is not None and d.direct)
+    have = state.ledger.count[mi] + state.staged.get(mi, 0)
+    if p.pins or have < p.min_replicas:
+        return True
+    return d is not None and d.direct and have < state.desired[mi] - d.held_replicas
 
 
 def preempt_for(state: PlanState, mi: int) -> bool:

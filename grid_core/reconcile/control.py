@@ -24,7 +24,7 @@ from grid_core.reconcile.view import (
     reserved_by_actions,
     used_mb,
 )
-from grid_core.snapshot import HostSnapshot, ModelPerformance
+from grid_core.snapshot import HostSnapshot, ModelPerformance, ResidencySnapshot
 from grid_core.wire import Command
 
 CONTROLLER_LEASE_S = 30.0
@@ -40,9 +40,11 @@ FAILURE_PENALTY_S = 120.0
 """Seconds of extra start-up time the planner sees per recent failed load/warm of a model on a
 host: two minutes is a clear preference for a healthy peer without hiding the failed host."""
 
-POSTCONDITION = {"drain": frozenset({"draining", "cached"}),
-                 "unload": frozenset({"cached"}),
-                 "evict": frozenset()}
+POSTCONDITION = {
+    "drain": frozenset({"draining", "cached"}),
+    "unload": frozenset({"cached"}),
+    "evict": frozenset(),
+}
 """Residency states (besides absence) that prove a destructive action's durable effect."""
 
 
@@ -86,34 +88,54 @@ class Delivery(msgspec.Struct, frozen=True, kw_only=True):
     lease_ttl_s: float = 0.0
 
 
-def build_actions(admitted: Iterable[Proposal], generation: str, now: float,
-                  next_order: Callable[[], int]) -> list[Action]:
+def build_actions(
+    admitted: Iterable[Proposal], generation: str, now: float, next_order: Callable[[], int]
+) -> list[Action]:
     """Turn admitted proposals into action records (a cold warm becomes load + warm)."""
     out: list[Action] = []
     for p in admitted:
         common = {
-            "host_id": p.host_id, "model_id": p.model_id, "artifact_sha256": p.artifact_sha256,
-            "generation": generation, "reason": p.reason, "priority": p.priority,
-            "service_class": p.service_class, "created_at": now, "not_before": now,
-            "eviction": p.eviction, "beneficiary": p.beneficiary, "runtime": p.runtime,
+            "host_id": p.host_id,
+            "model_id": p.model_id,
+            "artifact_sha256": p.artifact_sha256,
+            "generation": generation,
+            "reason": p.reason,
+            "priority": p.priority,
+            "service_class": p.service_class,
+            "created_at": now,
+            "not_before": now,
+            "eviction": p.eviction,
+            "beneficiary": p.beneficiary,
+            "runtime": p.runtime,
         }
         deps: list[str] = []
         if p.load_first:
-            load = Action(action_id=action_id("load", p.host_id, p.model_id, p.artifact_sha256,
-                                              generation),
-                          kind="load", order=next_order(), artifact_source=p.artifact_source,
-                          artifact_size_mb=p.artifact_size_mb, **common)
+            load = Action(
+                action_id=action_id("load", p.host_id, p.model_id, p.artifact_sha256, generation),
+                kind="load",
+                order=next_order(),
+                artifact_source=p.artifact_source,
+                artifact_size_mb=p.artifact_size_mb,
+                **common,
+            )
             out.append(load)
             deps.append(load.action_id)
-        out.append(Action(action_id=action_id(p.kind, p.host_id, p.model_id, p.artifact_sha256,
-                                              generation),
-                          kind=p.kind, memory_mb=p.memory_mb, dependencies=deps,
-                          order=next_order(), **common))
+        out.append(
+            Action(
+                action_id=action_id(p.kind, p.host_id, p.model_id, p.artifact_sha256, generation),
+                kind=p.kind,
+                memory_mb=p.memory_mb,
+                dependencies=deps,
+                order=next_order(),
+                **common,
+            )
+        )
     return out
 
 
-def penalise_failures(hosts: Iterable[HostSnapshot], book: ActionBook,
-                      profiles: Mapping[str, ModelProfile]) -> list[HostSnapshot]:
+def penalise_failures(
+    hosts: Iterable[HostSnapshot], book: ActionBook, profiles: Mapping[str, ModelProfile]
+) -> list[HostSnapshot]:
     """Snapshots in which recent load/warm failures make that host look slower to start.
 
     The penalty is bounded (:data:`PENALTY_CAP` failures count), so after backoff a healthy
@@ -141,9 +163,71 @@ def penalise_failures(hosts: Iterable[HostSnapshot], book: ActionBook,
     return out
 
 
-def clear_proven_blocks(blocks: dict[str, list[str]], book: ActionBook,
-                        hosts: Mapping[str, HostSnapshot], now: float,
-                        policy: GovernorPolicy) -> None:
+def with_in_flight(hosts: Iterable[HostSnapshot], book: ActionBook) -> list[HostSnapshot]:
+    """Planning snapshots that show the fleet's in-flight mutations, not only its last report.
+
+    A warm that is pending, running or may still be running appears as a ``warming``
+    residency, so the planner seeds it as an incumbent instead of re-scoring its replica onto
+    another host while the node converges (the old choice would then still finish, leaving a
+    surplus replica and cancelled actions that later succeed). A ready replica with a drain or
+    unload in flight appears as ``draining``: it is leaving, so it is neither counted as a
+    serving incumbent nor kept as one. Only the planner's view changes; reconciliation and
+    delivery keep judging the reported inventory (specification, "Global placement loop":
+    in-progress incumbents are occupied; "Safety invariants" 3 and 5).
+
+    Args:
+        hosts: reported host snapshots.
+        book: the action book (pending/running/delivered-unreceipted actions are in flight).
+
+    Returns:
+        One snapshot per host, in input order (unchanged objects where nothing is in flight).
+    """
+    warming: dict[str, dict[str, Action]] = {}
+    leaving: dict[str, set[str]] = {}
+    for a in book:
+        if not (a.active or a.maybe_running):
+            continue
+        if a.kind == "warm":
+            warming.setdefault(a.host_id, {}).setdefault(a.model_id, a)
+        elif a.kind in ("drain", "unload"):
+            leaving.setdefault(a.host_id, set()).add(a.model_id)
+    out = []
+    for h in hosts:
+        warm, gone = warming.get(h.host_id, {}), leaving.get(h.host_id, set())
+        if not warm and not gone:
+            out.append(h)
+            continue
+        rows = []
+        for r in h.residencies:
+            if r.model_id in gone and r.state == "ready" and r.actuatable:
+                r = msgspec.structs.replace(r, state="draining", routable=False)
+            rows.append(r)
+        present = {r.model_id for r in h.residencies if r.state != "cached"}
+        for model_id, a in sorted(warm.items()):
+            if model_id in present or a.memory_mb <= 0:
+                continue  # reported already (or re-warming a failed process that holds memory)
+            rows = [r for r in rows if r.model_id != model_id]  # a cached row becomes live
+            rows.append(
+                ResidencySnapshot(
+                    model_id=model_id,
+                    memory_mb=a.memory_mb,
+                    state="warming",
+                    loaded_at=a.created_at,
+                    runtime=a.runtime or None,
+                )
+            )
+        rows.sort(key=lambda r: r.model_id)
+        out.append(msgspec.structs.replace(h, residencies=tuple(rows)))
+    return out
+
+
+def clear_proven_blocks(
+    blocks: dict[str, list[str]],
+    book: ActionBook,
+    hosts: Mapping[str, HostSnapshot],
+    now: float,
+    policy: GovernorPolicy,
+) -> None:
     """Release withdrawn destructive actions whose effect a newer heartbeat proves.
 
     A block ends only with a terminal receipt (see ``Controller.acknowledge``) or a report,
@@ -158,8 +242,11 @@ def clear_proven_blocks(blocks: dict[str, list[str]], book: ActionBook,
                 continue  # pruned means it got a receipt long ago
             host = hosts.get(a.host_id)
             proven = False
-            if host is not None and reachable(host, policy) and (
-                    observed_at(host, now) > (a.completed_at or 0.0)):
+            if (
+                host is not None
+                and reachable(host, policy)
+                and (observed_at(host, now) > (a.completed_at or 0.0))
+            ):
                 r = host.residency(a.model_id)
                 proven = r is None or r.state in POSTCONDITION.get(a.kind, frozenset())
             if not proven:
@@ -170,20 +257,34 @@ def clear_proven_blocks(blocks: dict[str, list[str]], book: ActionBook,
             del blocks[model]
 
 
-def host_views(hosts: Mapping[str, HostSnapshot], book: ActionBook, now: float,
-               policy: GovernorPolicy, detail: bool) -> list[HostView]:
+def host_views(
+    hosts: Mapping[str, HostSnapshot],
+    book: ActionBook,
+    now: float,
+    policy: GovernorPolicy,
+    detail: bool,
+) -> list[HostView]:
     """Status rows for the hosts of the last tick (residencies only with ``detail``)."""
     actions = list(book)
     out = []
     for hid in sorted(hosts):
         h = hosts[hid]
         used = used_mb(h)
-        out.append(HostView(
-            host_id=hid, state=h.state, healthy=h.healthy, reachable=reachable(h, policy),
-            admitting=admitting(h, policy), heartbeat_age_s=h.heartbeat_age_s,
-            capacity_mb=h.capacity_mb, reserved_mb=h.reserved_mb,
-            allocatable_mb=h.allocatable_mb, used_mb=used,
-            free_mb=h.allocatable_mb - used - reserved_by_actions(h, actions, now),
-            failure_domain=h.failure_domain,
-            residencies=list(h.residencies) if detail else []))
+        out.append(
+            HostView(
+                host_id=hid,
+                state=h.state,
+                healthy=h.healthy,
+                reachable=reachable(h, policy),
+                admitting=admitting(h, policy),
+                heartbeat_age_s=h.heartbeat_age_s,
+                capacity_mb=h.capacity_mb,
+                reserved_mb=h.reserved_mb,
+                allocatable_mb=h.allocatable_mb,
+                used_mb=used,
+                free_mb=h.allocatable_mb - used - reserved_by_actions(h, actions, now),
+                failure_domain=h.failure_domain,
+                residencies=list(h.residencies) if detail else [],
+            )
+        )
     return out
