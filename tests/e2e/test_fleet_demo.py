@@ -89,6 +89,9 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, dict
             and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
         ]
         assert stopped.returncode == 0, stopped.stdout + stopped.stderr
+        # The kill switch comes first, then each host reports one readable line.
+        assert stopped.stdout.index("allocator mode: recommend") < stopped.stdout.index("host-01")
+        assert "host-01: agent pid" in stopped.stdout and "drained and stopped" in stopped.stdout
         assert before, "the fleet started no process at all"
         assert not left, f"processes left after 'grid test stop': {left}"
         assert not _owned(home)
