@@ -608,10 +608,9 @@ def baseline_failure(status: dict, want: set[str]) -> str | None:
 
 def _log_hint(root: Path) -> str:
     """Where this run's logs are (they survive the stop; the next start clears them)."""
-    return (
-        f"logs of this run: {root / 'server.log'}, {root / 'hosts'}/<host>/agent.log and "
-        f"{root / 'hosts'}/<host>/logs/llama-<port>.log"
-    )
+    hosts = sorted(d for d in (root / "hosts").glob("*") if d.is_dir())
+    named = ", ".join(f"{d / 'agent.log'}, {d / 'logs'}/llama-*.log" for d in hosts)
+    return f"logs of this run: {root / 'server.log'}" + (f", {named}" if named else "")
 
 
 def _start_hosts(root: Path, url: str, hosts: tuple[HostSpec, ...], echo: Echo) -> None:
