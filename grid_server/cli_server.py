@@ -89,7 +89,9 @@ def up(
             raise CliError(f"cannot listen on {host}:{port}: {exc.strerror}") from None
         return
     (home / SERVER_FILE).unlink(missing_ok=True)
-    log = (home / "server.log").open("ab")
+    log_path = home / "server.log"
+    log = log_path.open("ab")
+    run_start = log.tell()  # only this run's lines explain this run's failure
     proc = subprocess.Popen(
         args,
         stdin=subprocess.DEVNULL,
@@ -105,12 +107,26 @@ def up(
             typer.echo(f"grid: serving on {rec['url']} (pid {proc.pid}); stop with 'grid down'")
             return
         if proc.poll() is not None:
-            msg = f"the server exited with code {proc.returncode}; see {home / 'server.log'}"
+            reason = _last_log_line(log_path, run_start)
+            msg = f"the server exited with code {proc.returncode}"
+            msg += f": {reason}" if reason else f"; see {log_path}"
             raise CliError(msg)
         time.sleep(0.1)
     proc.terminate()
     proc.wait(STOP_TIMEOUT_S)
     raise CliError(f"the server did not start within {START_TIMEOUT_S:.0f} s; see server.log")
+
+
+def _last_log_line(path: Path, offset: int) -> str | None:
+    """The last non-empty line the server wrote after ``offset`` (its own prefix removed)."""
+    try:
+        with path.open("rb") as f:
+            f.seek(offset)
+            text = f.read().decode(errors="replace")
+    except OSError:
+        return None
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return lines[-1].removeprefix("grid: error: ") if lines else None
 
 
 def down() -> None:

@@ -196,6 +196,11 @@ def main(argv: list[str] | None = None) -> None:
             file=sys.stderr,
         )
         raise SystemExit(1) from None
+    except GridError as exc:
+        # A refused start (e.g. a secret file readable by others) is the operator's to fix:
+        # one line that names the file and the fix, not a traceback.
+        print(f"grid: error: {exc}", file=sys.stderr, flush=True)
+        raise SystemExit(1) from None
 
 
 if __name__ == "__main__":

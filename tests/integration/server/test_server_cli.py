@@ -290,3 +290,19 @@ def test_foreground_server_refuses_an_out_of_range_port(tmp_path: Path) -> None:
         check=False,
     )
     assert r.returncode == 2 and "1-65535" in r.stderr and "Traceback" not in r.stderr
+
+
+@pytest.mark.parametrize("secret", ["operator-token", "signing-key"])
+def test_up_detach_with_a_readable_secret_says_why_in_one_line(tmp_path: Path, secret: str) -> None:
+    home = tmp_path / "home"
+    home.mkdir(mode=0o700)
+    (home / secret).write_text("s3cret-value\n")
+    (home / secret).chmod(0o644)
+    (home / "server.log").write_text("an older run's last line\n")
+    r = grid_cli("up", "--detach", "--port", "0", home=home)
+    assert r.returncode == 1
+    assert r.stderr.strip().splitlines() == [r.stderr.strip()]
+    assert f"chmod 600 {home / secret}" in r.stderr
+    assert "older run" not in r.stderr and "s3cret-value" not in r.stderr
+    assert "Traceback" not in (home / "server.log").read_text()
+    assert not (home / "server.json").exists()
