@@ -66,12 +66,33 @@ a throttled logical host still offers its whole memory share (the state stays vi
 # as fractions of the smallest host so that any two replicas never share a host (the fleet
 # genuinely fills up and a high-priority burst needs preemption) while one always fits.
 DEFAULT_MODELS: tuple[dict[str, object], ...] = (
-    {"name": "tiny-general", "embedding": 64, "layers": 2, "share": 0.51, "priority": 50,
-     "min_replicas": 1, "max_replicas": 3},
-    {"name": "tiny-coder", "embedding": 128, "layers": 2, "share": 0.56, "priority": 10,
-     "min_replicas": 0, "max_replicas": 1},
-    {"name": "tiny-writer", "embedding": 192, "layers": 3, "share": 0.62, "priority": 100,
-     "min_replicas": 0, "max_replicas": 1},
+    {
+        "name": "tiny-general",
+        "embedding": 64,
+        "layers": 2,
+        "share": 0.51,
+        "priority": 50,
+        "min_replicas": 1,
+        "max_replicas": 3,
+    },
+    {
+        "name": "tiny-coder",
+        "embedding": 128,
+        "layers": 2,
+        "share": 0.56,
+        "priority": 10,
+        "min_replicas": 0,
+        "max_replicas": 1,
+    },
+    {
+        "name": "tiny-writer",
+        "embedding": 192,
+        "layers": 3,
+        "share": 0.62,
+        "priority": 100,
+        "min_replicas": 0,
+        "max_replicas": 1,
+    },
 )
 """Baseline ``tiny-general`` (min 1), low-priority ``tiny-coder`` and high-priority
 ``tiny-writer`` (min 0). Budgets are shares of the smallest host's memory: any two exceed a
@@ -189,21 +210,27 @@ def plan_capacities(machines: int, capacities_gib: str | None) -> tuple[int, ...
             msg = f"--text-capacities-gib {capacities_gib!r}: use comma-separated GiB, e.g. 4,4,2"
             raise ValidationError(msg) from None
         if len(values) != machines:
-            msg = (f"--text-capacities-gib has {len(values)} values for --machines {machines}; "
-                   "give one capacity per logical machine")
+            msg = (
+                f"--text-capacities-gib has {len(values)} values for --machines {machines}; "
+                "give one capacity per logical machine"
+            )
             raise ValidationError(msg)
         caps = tuple(int(v * GIB_MB) for v in values)
     else:
         caps = tuple([usable // machines] * machines)
     small = [i + 1 for i, c in enumerate(caps) if c < MIN_HOST_MB]
     if small:
-        msg = (f"logical hosts {small} would get less than {MIN_HOST_MB} MB; use fewer "
-               f"--machines or larger --text-capacities-gib")
+        msg = (
+            f"logical hosts {small} would get less than {MIN_HOST_MB} MB; use fewer "
+            f"--machines or larger --text-capacities-gib"
+        )
         raise ValidationError(msg)
     if sum(caps) > usable:
-        msg = (f"the shares add up to {sum(caps)} MB but this machine can give only "
-               f"{usable} MB (available memory minus {OS_RESERVE_MB} MB reserve); "
-               "lower --text-capacities-gib or --machines")
+        msg = (
+            f"the shares add up to {sum(caps)} MB but this machine can give only "
+            f"{usable} MB (available memory minus {OS_RESERVE_MB} MB reserve); "
+            "lower --text-capacities-gib or --machines"
+        )
         raise ValidationError(msg)
     return caps
 
@@ -217,15 +244,24 @@ def host_specs(caps: tuple[int, ...], engine_port_base: int) -> tuple[HostSpec, 
     total_mb = psutil.virtual_memory().total / MB
     last = engine_port_base + len(caps) * ENGINE_PORTS_PER_HOST - 1
     if engine_port_base < 1024 or last > 65535:
-        msg = (f"--engine-port-base {engine_port_base}: the {len(caps)} hosts need ports "
-               f"{engine_port_base}..{last} inside 1024..65535")
+        msg = (
+            f"--engine-port-base {engine_port_base}: the {len(caps)} hosts need ports "
+            f"{engine_port_base}..{last} inside 1024..65535"
+        )
         raise ValidationError(msg)
     out = []
     for i, cap in enumerate(caps):
         low = engine_port_base + i * ENGINE_PORTS_PER_HOST
-        out.append(HostSpec(host_id=f"host-{i + 1:02d}", failure_domain=f"rack-{i + 1:02d}",
-                            capacity_mb=cap, capacity_share=round(cap / total_mb, 6),
-                            port_low=low, port_high=low + ENGINE_PORTS_PER_HOST - 1))
+        out.append(
+            HostSpec(
+                host_id=f"host-{i + 1:02d}",
+                failure_domain=f"rack-{i + 1:02d}",
+                capacity_mb=cap,
+                capacity_share=round(cap / total_mb, 6),
+                port_low=low,
+                port_high=low + ENGINE_PORTS_PER_HOST - 1,
+            )
+        )
     return tuple(out)
 
 
@@ -249,9 +285,15 @@ def policy_document() -> dict[str, object]:
 def profile_document(m: ModelSpec) -> dict[str, object]:
     """The placement profile registered for ``m`` (short demo residency and cooldown)."""
     return {
-        "model_id": m.model_id, "memory_mb": m.memory_mb, "artifact_sha256": m.sha256,
-        "min_replicas": m.min_replicas, "max_replicas": m.max_replicas,
-        "priority": m.priority, "expected_service_time_s": 0.5,
-        "load_estimate_s": 2.0, "warm_estimate_s": 3.0,
-        "min_residency_s": MIN_RESIDENCY_S, "scale_down_cooldown_s": SCALE_DOWN_COOLDOWN_S,
+        "model_id": m.model_id,
+        "memory_mb": m.memory_mb,
+        "artifact_sha256": m.sha256,
+        "min_replicas": m.min_replicas,
+        "max_replicas": m.max_replicas,
+        "priority": m.priority,
+        "expected_service_time_s": 0.5,
+        "load_estimate_s": 2.0,
+        "warm_estimate_s": 3.0,
+        "min_residency_s": MIN_RESIDENCY_S,
+        "scale_down_cooldown_s": SCALE_DOWN_COOLDOWN_S,
     }

@@ -12,6 +12,12 @@ def grid_cli_commands(cli: CliRegistry) -> None:
     from grid_fleet import cli as fleet_cli
 
     test = cli.group("test")
-    for fn in (fleet_cli.start, fleet_cli.status, fleet_cli.watch, fleet_cli.stop,
-               fleet_cli.demo, fleet_cli.replay):
+    for fn in (
+        fleet_cli.start,
+        fleet_cli.status,
+        fleet_cli.watch,
+        fleet_cli.stop,
+        fleet_cli.demo,
+        fleet_cli.replay,
+    ):
         test.command(name=fn.__name__)(fn)

@@ -82,8 +82,9 @@ def default_model(kind: str, rec: FleetRecord) -> str:
     return base.model_id
 
 
-def load_trace(path: Path, span_s: float, mapping: dict[str, str],
-               rec: FleetRecord) -> list[Arrival]:
+def load_trace(
+    path: Path, span_s: float, mapping: dict[str, str], rec: FleetRecord
+) -> list[Arrival]:
     """Arrivals of the first ``span_s`` trace seconds of ``path``.
 
     Raises:
@@ -101,8 +102,10 @@ def load_trace(path: Path, span_s: float, mapping: dict[str, str],
     kind = trace_kind(path)
     model = mapping.get(path.stem) or mapping.get(kind) or default_model(kind, rec)
     if model not in {m.model_id for m in rec.models}:
-        msg = (f"--model-map: {model!r} is not served by this fleet "
-               f"({', '.join(m.model_id for m in rec.models)})")
+        msg = (
+            f"--model-map: {model!r} is not served by this fleet "
+            f"({', '.join(m.model_id for m in rec.models)})"
+        )
         raise ValidationError(msg)
     rows = csv.DictReader(text.splitlines())
     need = {"TIMESTAMP", "ContextTokens", "GeneratedTokens"}
@@ -139,49 +142,66 @@ class Replay:
     outcomes: list[tuple[Arrival, traffic.Outcome]] = field(default_factory=list)
     samples: list[dict[str, Any]] = field(default_factory=list)
 
-    async def _sample(self, client: httpx.AsyncClient, obs: observe.Observer,
-                      t0: float) -> None:
+    async def _sample(self, client: httpx.AsyncClient, obs: observe.Observer, t0: float) -> None:
         last = 0.0
         while True:
             try:
-                resp = await client.get(self.fleet.url + "/allocator/status",
-                                        params={"detail": "1"})
+                resp = await client.get(
+                    self.fleet.url + "/allocator/status", params={"detail": "1"}
+                )
                 for ev in obs.update(resp.json()):
                     self.echo("  " + ev.line(t0))
                 if time.time() - last >= SAMPLE_S:
                     last = time.time()
-                    self.samples.append({"t_s": round(last - t0, 1),
-                                         "ready": observe.ready_counts(obs.last)})
+                    self.samples.append(
+                        {"t_s": round(last - t0, 1), "ready": observe.ready_counts(obs.last)}
+                    )
             except (httpx.HTTPError, ValueError):
                 pass
             await anyio.sleep(observe.POLL_S)
 
-    async def _one(self, client: httpx.AsyncClient, limiter: anyio.CapacityLimiter,
-                   a: Arrival, salt: int, scheduled: float) -> None:
+    async def _one(
+        self,
+        client: httpx.AsyncClient,
+        limiter: anyio.CapacityLimiter,
+        a: Arrival,
+        salt: int,
+        scheduled: float,
+    ) -> None:
         async with limiter:
             out = await traffic.chat(
-                client, self.fleet.url, a.model,
-                prompt=traffic.prompt_of(min(max(1, a.context_tokens),
-                                             self.max_prompt_tokens), salt),
-                max_tokens=min(max(1, a.generated_tokens), self.max_tokens))
+                client,
+                self.fleet.url,
+                a.model,
+                prompt=traffic.prompt_of(
+                    min(max(1, a.context_tokens), self.max_prompt_tokens), salt
+                ),
+                max_tokens=min(max(1, a.generated_tokens), self.max_tokens),
+            )
         out.latency_s = time.monotonic() - scheduled  # from the arrival, client wait included
         self.outcomes.append((a, out))
 
     async def run(self) -> dict[str, Any]:
         """Replay every arrival on its compressed schedule; return the report."""
         arrivals = sorted(self.arrivals, key=lambda a: a.offset_s)
-        limits = httpx.Limits(max_connections=MAX_IN_FLIGHT,
-                              max_keepalive_connections=MAX_IN_FLIGHT)
+        limits = httpx.Limits(
+            max_connections=MAX_IN_FLIGHT, max_keepalive_connections=MAX_IN_FLIGHT
+        )
         obs = observe.Observer(self.fleet.url)
         t0 = time.time()
         span = arrivals[-1].offset_s / self.speedup if arrivals else 0.0
-        self.echo(f"grid: replaying {len(arrivals)} requests over {span:.0f} s "
-                  f"({self.speedup:g}x) against {self.fleet.url}")
+        self.echo(
+            f"grid: replaying {len(arrivals)} requests over {span:.0f} s "
+            f"({self.speedup:g}x) against {self.fleet.url}"
+        )
         limiter = anyio.CapacityLimiter(MAX_IN_FLIGHT)
-        async with httpx.AsyncClient(trust_env=False, limits=limits,
-                                     timeout=traffic.REQUEST_TIMEOUT_S) as client, \
-                httpx.AsyncClient(trust_env=False, timeout=30.0) as status_client, \
-                anyio.create_task_group() as bg:
+        async with (
+            httpx.AsyncClient(
+                trust_env=False, limits=limits, timeout=traffic.REQUEST_TIMEOUT_S
+            ) as client,
+            httpx.AsyncClient(trust_env=False, timeout=30.0) as status_client,
+            anyio.create_task_group() as bg,
+        ):
             bg.start_soon(self._sample, status_client, obs, t0)
             await anyio.sleep(observe.POLL_S)
             start = time.monotonic()
@@ -199,8 +219,15 @@ class Replay:
         done = {id(a) for a, _ in self.outcomes}
         for a in arrivals:  # cut off by the drain deadline
             if id(a) not in done:
-                self.outcomes.append((a, traffic.Outcome(model=a.model, error="no answer "
-                                      f"within {DRAIN_S:.0f} s after the last arrival")))
+                self.outcomes.append(
+                    (
+                        a,
+                        traffic.Outcome(
+                            model=a.model,
+                            error=f"no answer within {DRAIN_S:.0f} s after the last arrival",
+                        ),
+                    )
+                )
         return self._report(wall, obs)
 
     def _report(self, wall: float, obs: observe.Observer) -> dict[str, Any]:
@@ -209,10 +236,19 @@ class Replay:
         per_model = {}
         for model in sorted({a.model for a, _ in self.outcomes}):
             per_model[model] = traffic.summarize([o for a, o in self.outcomes if a.model == model])
-        transitions = [{"t_s": round(e.at - obs.events[0].at, 1) if obs.events else 0.0,
-                        "kind": e.kind, "host_id": e.host_id, "model_id": e.model_id,
-                        "before": e.before, "after": e.after, "detail": e.detail}
-                       for e in obs.events if e.kind == "residency"]
+        transitions = [
+            {
+                "t_s": round(e.at - obs.events[0].at, 1) if obs.events else 0.0,
+                "kind": e.kind,
+                "host_id": e.host_id,
+                "model_id": e.model_id,
+                "before": e.before,
+                "after": e.after,
+                "detail": e.detail,
+            }
+            for e in obs.events
+            if e.kind == "residency"
+        ]
         served = int(summary["served"])  # type: ignore[call-overload]
         requests = int(summary["requests"])  # type: ignore[call-overload]
         return {
@@ -221,9 +257,9 @@ class Replay:
             "wall_s": round(wall, 1),
             "speedup": self.speedup,
             "tokens_per_s": round(int(summary["completion_tokens"]) / wall, 1)  # type: ignore[call-overload]
-            if wall > 0 else None,
-            "caps": {"max_prompt_tokens": self.max_prompt_tokens,
-                     "max_tokens": self.max_tokens},
+            if wall > 0
+            else None,
+            "caps": {"max_prompt_tokens": self.max_prompt_tokens, "max_tokens": self.max_tokens},
             "per_model": per_model,
             "transitions": transitions,
             "replicas_over_time": self.samples,
@@ -233,26 +269,62 @@ class Replay:
 
 def render_report(r: dict[str, Any]) -> str:
     """The replay report as tables."""
+
     def ms(v: object) -> str:
         return f"{v:.0f}" if isinstance(v, int | float) else "-"
 
-    rows = [["all", r["requests"], r["served"], r["unavailable_503"], r["other_errors"],
-             ms(r["p50_ms"]), ms(r["p95_ms"]), ms(r["p99_ms"])]]
+    rows = [
+        [
+            "all",
+            r["requests"],
+            r["served"],
+            r["unavailable_503"],
+            r["other_errors"],
+            ms(r["p50_ms"]),
+            ms(r["p95_ms"]),
+            ms(r["p99_ms"]),
+        ]
+    ]
     for model, s in r["per_model"].items():
-        rows.append([model, s["requests"], s["served"], s["unavailable_503"], s["other_errors"],
-                     ms(s["p50_ms"]), ms(s["p95_ms"]), ms(s["p99_ms"])])
-    lines = ["", render_table(["model", "requests", "served", "503", "other errors", "p50 ms",
-                               "p95 ms", "p99 ms"], rows)]
+        rows.append(
+            [
+                model,
+                s["requests"],
+                s["served"],
+                s["unavailable_503"],
+                s["other_errors"],
+                ms(s["p50_ms"]),
+                ms(s["p95_ms"]),
+                ms(s["p99_ms"]),
+            ]
+        )
+    lines = [
+        "",
+        render_table(
+            ["model", "requests", "served", "503", "other errors", "p50 ms", "p95 ms", "p99 ms"],
+            rows,
+        ),
+    ]
     frac = r["served_fraction"]
-    lines.append(f"served {100 * frac:.1f}% in {r['wall_s']} s at {r['speedup']:g}x; "
-                 f"{r['tokens_per_s']} completion tokens/s" if frac is not None else "no requests")
+    lines.append(
+        f"served {100 * frac:.1f}% in {r['wall_s']} s at {r['speedup']:g}x; "
+        f"{r['tokens_per_s']} completion tokens/s"
+        if frac is not None
+        else "no requests"
+    )
     lines.append(f"residency transitions: {len(r['transitions'])}")
     models = sorted({m for s in r["replicas_over_time"] for m in s["ready"]})
     step = max(1, -(-len(r["replicas_over_time"]) // REPORT_ROWS))
     lines.append("")
-    lines.append(render_table(["t s", *models], [[s["t_s"], *[s["ready"].get(m, 0)
-                                                             for m in models]]
-                                                 for s in r["replicas_over_time"][::step]]))
+    lines.append(
+        render_table(
+            ["t s", *models],
+            [
+                [s["t_s"], *[s["ready"].get(m, 0) for m in models]]
+                for s in r["replicas_over_time"][::step]
+            ],
+        )
+    )
     for e in r["errors_sample"]:
         lines.append(f"error: {e}")
     return "\n".join(lines)
