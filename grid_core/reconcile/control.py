@@ -169,9 +169,10 @@ def with_in_flight(hosts: Iterable[HostSnapshot], book: ActionBook) -> list[Host
     A warm that is pending, running or may still be running appears as a ``warming``
     residency, so the planner seeds it as an incumbent instead of re-scoring its replica onto
     another host while the node converges (the old choice would then still finish, leaving a
-    surplus replica and cancelled actions that later succeed). A ready replica with a drain or
-    unload in flight appears as ``draining``: it is leaving, so it is neither counted as a
-    serving incumbent nor kept as one. Only the planner's view changes; reconciliation and
+    surplus replica and cancelled actions that later succeed). A ready replica with an
+    eviction drain or an unload in flight appears as ``draining``: it is leaving for good, so
+    it is not kept as a serving incumbent and its host stays the beneficiary's cheapest,
+    sticky target. Only the planner's view changes; reconciliation and
     delivery keep judging the reported inventory (specification, "Global placement loop":
     in-progress incumbents are occupied; "Safety invariants" 3 and 5).
 
@@ -189,7 +190,9 @@ def with_in_flight(hosts: Iterable[HostSnapshot], book: ActionBook) -> list[Host
             continue
         if a.kind == "warm":
             warming.setdefault(a.host_id, {}).setdefault(a.model_id, a)
-        elif a.kind in ("drain", "unload"):
+        elif a.kind == "unload" or (a.kind == "drain" and a.eviction):
+            # A routine (obsolete) drain stays visible as ready: if the plan wants the replica
+            # again, keeping it and withdrawing the drain beats a cold load elsewhere.
             leaving.setdefault(a.host_id, set()).add(a.model_id)
     out = []
     for h in hosts:

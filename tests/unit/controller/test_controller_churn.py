@@ -142,3 +142,51 @@ def test_in_flight_warm_is_an_incumbent_not_re_placed_elsewhere() -> None:
     ready = [h for h, n in fleet.nodes.items() if "general" in n.residencies]
     assert len(ready) == 2, ready
     assert fleet.violations == []
+
+
+def _report_all(fleet: SimFleet) -> None:
+    """Every node reports its inventory without polling for commands."""
+    for n in fleet.nodes.values():
+        n.last_report, n.last_report_at = n.snapshot(fleet.now), fleet.now
+    fleet.ctl.note_input(fleet.now, safety_changed=True)
+
+
+def test_returning_demand_keeps_a_replica_whose_routine_drain_is_pending() -> None:
+    """A scale-down drain is issued but not yet delivered when demand comes back: the ready
+    replica is kept (the drain withdrawn) instead of cold-loading a new one elsewhere."""
+    fleet = SimFleet({"h1": 5000, "h2": 5000, "h3": 5000})
+    for h in fleet.nodes:
+        fleet.heartbeat(h)
+    fleet.ctl.set_mode("automatic", fleet.now)
+    fleet.put_profile(
+        ModelProfile(
+            model_id="general",
+            memory_mb=4000,
+            min_replicas=1,
+            max_replicas=2,
+            min_residency_s=0.0,
+            scale_down_cooldown_s=60.0,
+            priority=50,
+        )
+    )
+    fleet.converge(rounds=2)
+    for _ in range(3):
+        _requests(fleet, "general", 40)
+        fleet.converge(rounds=1)
+    drains = []
+    for _ in range(40):  # quiet until the cooldown ends and a scale-down drain is staged
+        fleet.now += 10.0
+        _report_all(fleet)
+        fleet.tick()
+        drains = [a for a in fleet.ctl.book.active() if a.kind == "drain"]
+        if drains:
+            break
+    assert [(a.reason, a.delivered) for a in drains] == [("obsolete", False)]
+    _requests(fleet, "general", 40)
+    fleet.now += 1.0
+    _report_all(fleet)
+    fleet.tick()
+    placed = {a.host_id for a in fleet.ctl.last_plan.assignments}
+    assert drains[0].host_id in placed
+    assert not [a for a in fleet.ctl.book.active() if a.kind in ("load", "warm")]
+    assert [w.reason for w in fleet.ctl.last_report.withdrawals] == ["desired_again"]
