@@ -16,7 +16,13 @@ import typer
 from grid_core.errors import EXIT_USAGE, ValidationError
 from grid_server.client import CliError, home_dir, local_server, request, resolve_grid
 from grid_server.home import SERVER_FILE, grid_home
-from grid_server.serve import DEFAULT_HOST, DEFAULT_PORT, SERVER_MARKER, check_port
+from grid_server.serve import (
+    DEFAULT_HOST,
+    DEFAULT_PORT,
+    SERVER_MARKER,
+    check_port,
+    exposure_warning,
+)
 
 START_TIMEOUT_S = 30.0
 """How long ``grid up --detach`` waits for the server to announce its URL."""
@@ -72,6 +78,9 @@ def up(
         check_port(port)
     except ValidationError as exc:
         raise CliError(str(exc), EXIT_USAGE) from None
+    warning = exposure_warning(host)
+    if warning:
+        typer.echo(warning, err=True)
     home = grid_home()
     rec = local_server()
     if rec and _proven(rec):

@@ -47,6 +47,19 @@ def check_port(port: int, flag: str = "--port") -> None:
         raise ValidationError(msg)
 
 
+def exposure_warning(host: str) -> str | None:
+    """A one-line warning when ``host`` is not loopback (others on the network can connect)."""
+    from grid_server.registry import is_loopback_host
+
+    if is_loopback_host(host):
+        return None
+    where = "every network interface" if host in ("0.0.0.0", "::", "") else host
+    return (
+        f"grid: warning: --host {host} accepts connections on {where}: other machines can reach "
+        "the API and the models (plain HTTP); bind 127.0.0.1 unless that is intended"
+    )
+
+
 def bind(host: str, port: int) -> socket.socket:
     """A listening TCP socket on ``host:port`` (``port`` 0 picks a free one)."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
@@ -180,6 +193,9 @@ def main(argv: list[str] | None = None) -> None:
     except GridError as exc:
         print(f"grid: error: {exc}", file=sys.stderr)
         raise SystemExit(EXIT_USAGE) from None
+    warning = exposure_warning(args.host)
+    if warning:
+        print(warning, file=sys.stderr, flush=True)
     try:
         serve(
             args.host,

@@ -204,6 +204,7 @@ def test_up_detach_and_down_stop_only_that_server(tmp_path: Path) -> None:
     home = tmp_path / "home"
     r = grid_cli("up", "--detach", "--port", "0", home=home)
     assert r.returncode == 0, r.stderr
+    assert "warning" not in r.stderr  # loopback is the safe default: nothing to warn about
     rec = json.loads((home / "server.json").read_text())
     proc = psutil.Process(rec["pid"])
     try:
@@ -306,3 +307,18 @@ def test_up_detach_with_a_readable_secret_says_why_in_one_line(tmp_path: Path, s
     assert "older run" not in r.stderr and "s3cret-value" not in r.stderr
     assert "Traceback" not in (home / "server.log").read_text()
     assert not (home / "server.json").exists()
+
+
+@pytest.mark.parametrize("detach", [False, True])
+def test_up_on_a_non_loopback_address_warns_about_the_exposure(
+    tmp_path: Path, detach: bool
+) -> None:
+    # 192.0.2.1 (TEST-NET-1) is never assigned here, so the bind fails after the warning and
+    # nothing is ever exposed by this test.
+    args = ["up", "--host", "192.0.2.1", "--port", "0"] + (["--detach"] if detach else [])
+    r = grid_cli(*args, home=tmp_path / "home")
+    lines = r.stderr.strip().splitlines()
+    assert lines[0].startswith("grid: warning: --host 192.0.2.1")
+    assert "other machines can reach" in lines[0]
+    assert r.returncode == 1 and "cannot listen" in r.stderr
+
