@@ -71,6 +71,7 @@ def operator_token(token_file: Path | None) -> str:
     """
     if token_file is not None:
         try:
+            _check_owner_only(token_file)
             return token_file.read_text().strip()
         except OSError as exc:
             msg = f"--token-file {token_file}: {exc.strerror}"
@@ -80,6 +81,7 @@ def operator_token(token_file: Path | None) -> str:
         return env
     path = home_dir() / OPERATOR_TOKEN_FILE
     try:
+        _check_owner_only(path)
         return path.read_text().strip()
     except OSError:
         msg = (
@@ -87,6 +89,19 @@ def operator_token(token_file: Path | None) -> str:
             f"the machine whose {path} the server created"
         )
         raise CliError(msg) from None
+
+
+def _check_owner_only(path: Path) -> None:
+    """Refuse a credential file others can read, as the server does for its own secrets.
+
+    Raises:
+        CliError: group/world permission bits are set (exit 2: the operator fixes the file).
+        OSError: the file cannot be inspected.
+    """
+    mode = path.stat().st_mode & 0o777
+    if mode & 0o077:
+        msg = f"{path} is readable by other users (mode {mode:o}); run 'chmod 600 {path}' and retry"
+        raise CliError(msg, EXIT_USAGE)
 
 
 def _check_transport(url: str) -> None:

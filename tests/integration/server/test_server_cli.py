@@ -151,12 +151,14 @@ def test_profile_put_refuses_unknown_fields_runtimes_and_workloads(grid: Grid) -
 def test_wrong_token_file_and_env_are_refused(grid: Grid, tmp_path: Path) -> None:
     bad = tmp_path / "bad-token"
     bad.write_text("wrong\n")
+    bad.chmod(0o600)
     r = run(grid, "allocator", "mode", "observe", "--token-file", str(bad))
     assert r.returncode == 1 and "401" in r.stderr
     r = run(grid, "allocator", "tick", env={"GRID_ALLOCATOR_CONTROL_TOKEN": "wrong"})
     assert r.returncode == 1
     good = tmp_path / "good-token"
     good.write_text(grid.client.operator_token)
+    good.chmod(0o600)
     empty_home = tmp_path / "empty-home"
     r = grid_cli(
         "allocator", "tick", "--grid", grid.url, "--token-file", str(good), home=empty_home
@@ -321,4 +323,20 @@ def test_up_on_a_non_loopback_address_warns_about_the_exposure(
     assert lines[0].startswith("grid: warning: --host 192.0.2.1")
     assert "other machines can reach" in lines[0]
     assert r.returncode == 1 and "cannot listen" in r.stderr
+
+
+def test_a_token_file_others_can_read_is_refused(grid: Grid, tmp_path: Path) -> None:
+    shared = tmp_path / "shared-token"
+    shared.write_text(grid.client.operator_token)
+    shared.chmod(0o644)
+    r = run(grid, "allocator", "mode", "observe", "--token-file", str(shared))
+    assert r.returncode == 2
+    assert r.stderr.strip().splitlines() == [
+        f"grid: error: {shared} is readable by other "
+        f"users (mode 644); run 'chmod 600 {shared}' and retry"
+    ]
+    status = json.loads(run(grid, "allocator", "status", "--json").stdout)
+    assert status["mode"] == "recommend"  # nothing was sent
+    shared.chmod(0o600)
+    assert run(grid, "allocator", "mode", "observe", "--token-file", str(shared)).returncode == 0
 
