@@ -336,12 +336,17 @@ def token_write(
     file: Path = typer.Argument(..., help="Where to write the credential (mode 0600)."),  # noqa: B008
     host_id: str | None = typer.Option(None, "--host-id", help="Stable host id to authorize."),
     ttl_days: float = typer.Option(30.0, "--ttl-days", help="Lifetime in days."),
+    force: bool = typer.Option(False, "--force", help="Overwrite an existing FILE."),
     grid: str | None = GridOpt,
     token_file: Path | None = TokenOpt,
 ) -> None:
     """Write an expiring node credential for one host id to FILE (owner-only)."""
     if ttl_days <= 0:
         raise CliError("--ttl-days must be positive", EXIT_USAGE)
+    if file.exists() and not force:
+        # The file may be the only copy of a host's working credential.
+        msg = f"{file} already exists; pass --force to replace it, or choose another path"
+        raise CliError(msg, EXIT_USAGE)
     body: dict[str, object] = {"ttl_s": ttl_days * 86400.0}
     if host_id:
         body["host_id"] = host_id

@@ -340,3 +340,15 @@ def test_a_token_file_others_can_read_is_refused(grid: Grid, tmp_path: Path) -> 
     shared.chmod(0o600)
     assert run(grid, "allocator", "mode", "observe", "--token-file", str(shared)).returncode == 0
 
+
+def test_token_write_keeps_an_existing_credential_unless_forced(grid: Grid, tmp_path: Path) -> None:
+    target = tmp_path / "node-token"
+    assert run(grid, "allocator", "token", "write", str(target)).returncode == 0
+    first = target.read_text()
+    r = run(grid, "allocator", "token", "write", str(target), "--host-id", "other")
+    assert r.returncode == 2 and "--force" in r.stderr
+    assert target.read_text() == first
+    r = run(grid, "allocator", "token", "write", str(target), "--host-id", "other", "--force")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(target.read_text())["host_id"] == "other"
+    assert stat.S_IMODE(target.stat().st_mode) == 0o600
