@@ -14,7 +14,14 @@ import psutil
 import typer
 
 from grid_core.errors import EXIT_USAGE, ValidationError
-from grid_server.client import CliError, home_dir, local_server, request, resolve_grid
+from grid_server.client import (
+    CliError,
+    exit_code_for,
+    home_dir,
+    local_server,
+    request,
+    resolve_grid,
+)
 from grid_server.home import SERVER_FILE, grid_home
 from grid_server.serve import (
     DEFAULT_HOST,
@@ -206,7 +213,7 @@ def chat(
                     message = resp.json()["error"]["message"]
                 except (ValueError, KeyError, TypeError):
                     message = resp.text[:200]
-                code = EXIT_USAGE if resp.status_code in (400, 404) else 1
+                code = exit_code_for(resp.status_code)
                 raise CliError(f"chat → {resp.status_code}: {message}", code)
             for line in resp.iter_lines():
                 if not line.startswith("data:") or line.strip() == "data: [DONE]":

@@ -23,6 +23,17 @@ CLI_TIMEOUT_S = 30.0
 DEFAULT_URL = f"http://{DEFAULT_HOST}:{DEFAULT_PORT}"
 
 
+OPERATOR_INPUT_STATUSES = frozenset({400, 404, 409, 413, 422})
+"""Refusals caused by what the operator sent (bad value, unknown name, conflict, too large):
+the CLI exits 2 for these. Credential refusals (401/403), an unreachable server and 5xx are
+environment or remote failures and exit 1 (see docs/operations.md, "Exit codes")."""
+
+
+def exit_code_for(status: int) -> int:
+    """The CLI exit code for an HTTP error ``status`` (2 operator input, 1 otherwise)."""
+    return EXIT_USAGE if status in OPERATOR_INPUT_STATUSES else EXIT_RUNTIME_FAILURE
+
+
 class CliError(GridError):
     """A CLI failure with its exit code (1 runtime, 2 usage)."""
 
@@ -67,7 +78,7 @@ def operator_token(token_file: Path | None) -> str:
     """The operator capability: ``--token-file``, then the env var, then ``$GRID_HOME``.
 
     Raises:
-        CliError: none found, or the file is unreadable.
+        CliError: none found, the file is unreadable or readable by others (exit 2).
     """
     if token_file is not None:
         try:
@@ -88,7 +99,7 @@ def operator_token(token_file: Path | None) -> str:
             f"no operator capability: pass --token-file, set {TOKEN_ENV}, or run this on "
             f"the machine whose {path} the server created"
         )
-        raise CliError(msg) from None
+        raise CliError(msg, EXIT_USAGE) from None
 
 
 def _check_owner_only(path: Path) -> None:
@@ -124,7 +135,7 @@ def request(
     """Send one request and return the decoded JSON body.
 
     Raises:
-        CliError: unreachable server (1), a refused request (400 → exit 2, others 1).
+        CliError: unreachable server (exit 1), a refused request (``exit_code_for``).
     """
     base = resolve_grid(grid)
     headers: dict[str, str] = {}
@@ -154,6 +165,6 @@ def request(
     if resp.status_code >= 400:
         err = data.get("error") if isinstance(data, dict) else None
         message = err.get("message") if isinstance(err, dict) else resp.text[:200]
-        code = EXIT_USAGE if resp.status_code in (400, 404, 413, 422) else EXIT_RUNTIME_FAILURE
+        code = exit_code_for(resp.status_code)
         raise CliError(f"{method} {path} → {resp.status_code}: {message}", code, resp.status_code)
     return data

@@ -213,10 +213,10 @@ def main(argv: list[str] | None = None) -> None:
         )
         raise SystemExit(1) from None
     except GridError as exc:
-        # A refused start (e.g. a secret file readable by others) is the operator's to fix:
-        # one line that names the file and the fix, not a traceback.
+        # A refused start (a secret file readable by others: exit 1; a bad --policy file:
+        # exit 2) is the operator's to fix: one line naming the file and the fix.
         print(f"grid: error: {exc}", file=sys.stderr, flush=True)
-        raise SystemExit(1) from None
+        raise SystemExit(exc.exit_code) from None
 
 
 if __name__ == "__main__":

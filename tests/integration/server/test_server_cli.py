@@ -352,3 +352,19 @@ def test_token_write_keeps_an_existing_credential_unless_forced(grid: Grid, tmp_
     assert r.returncode == 0, r.stderr
     assert json.loads(target.read_text())["host_id"] == "other"
     assert stat.S_IMODE(target.stat().st_mode) == 0o600
+
+
+def test_exit_codes_separate_operator_input_from_environment_failures(
+    grid: Grid, tmp_path: Path
+) -> None:
+    r = run(grid, "allocator", "model", "remove", "unknown")
+    assert r.returncode == 2 and "404" in r.stderr  # the operator named a model with no profile
+    wrong = tmp_path / "wrong-token"
+    wrong.write_text("not-the-capability\n")
+    wrong.chmod(0o600)
+    r = run(grid, "allocator", "model", "remove", "unknown", "--token-file", str(wrong))
+    assert r.returncode == 1 and "401" in r.stderr  # the credential was refused
+    r = run(grid, "allocator", "tick", "--token-file", str(tmp_path / "missing"))
+    assert r.returncode == 2 and "missing" in r.stderr
+    r = grid_cli("allocator", "tick", "--grid", grid.url, home=tmp_path / "no-home")
+    assert r.returncode == 2 and "--token-file" in r.stderr  # no capability anywhere
