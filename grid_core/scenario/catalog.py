@@ -14,19 +14,6 @@ from dataclasses import dataclass
 
 from grid_core.profile import ModelProfile, validate_profile
 
-WORKLOADS: tuple[str, ...] = (
-    "coding",
-    "research",
-    "marketing",
-    "sales",
-    "design",
-    "image",
-    "video",
-    "embedding",
-    "general",
-)
-"""The lab's configured workload vocabulary (the classifier returns one of these)."""
-
 BASELINE_MODEL = "general-8b"
 """The configured baseline: operations traffic names it directly, and it keeps one replica."""
 

@@ -11,7 +11,8 @@ import math
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from grid_core.scenario.catalog import WORKLOADS, CatalogEntry
+from grid_core.demand.features import WORKLOADS
+from grid_core.scenario.catalog import CatalogEntry
 from grid_core.scenario.fleet import SimFleet
 from grid_core.scenario.serving import Pool, Served
 from grid_core.scenario.strategies import StepReport

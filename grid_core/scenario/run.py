@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from grid_core.demand.features import RequestFeatures
+from grid_core.demand.features import WORKLOADS, RequestFeatures
 from grid_core.demand.workloads import projection_map
 from grid_core.planner.types import Plan, PlanInputs
 from grid_core.plugins import Plugins
@@ -24,7 +24,7 @@ from grid_core.scenario.arrivals import (
     builtin_mean,
     iter_arrivals,
 )
-from grid_core.scenario.catalog import BASELINE_MODEL, WORKLOADS, build_catalog
+from grid_core.scenario.catalog import BASELINE_MODEL, build_catalog
 from grid_core.scenario.config import TICK_S, ScenarioConfig
 from grid_core.scenario.fleet import SimFleet
 from grid_core.scenario.personas import PERSONAS, User, build_users, persona_named

@@ -23,10 +23,10 @@ from dataclasses import dataclass, field
 
 from grid_core.controller import Controller
 from grid_core.demand import ModelDemand, RequestFeatures
+from grid_core.demand.features import WORKLOADS
 from grid_core.demand.workloads import project_with, projection_map
 from grid_core.planner.types import Plan, PlanInputs, PlannerPolicy
 from grid_core.profile import ModelProfile
-from grid_core.scenario.catalog import WORKLOADS
 from grid_core.scenario.config import TICK_S
 from grid_core.scenario.fleet import Ack, Order, SimFleet
 from grid_core.store import StateStore

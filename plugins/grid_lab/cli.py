@@ -9,8 +9,8 @@ from pathlib import Path
 
 import typer
 
+from grid_core.demand.features import WORKLOADS
 from grid_core.errors import ValidationError
-from grid_core.scenario.catalog import WORKLOADS
 from grid_core.scenario.config import ScenarioConfig, parse_duration
 from grid_core.scenario.traces import MAX_TRACE_BYTES, parse_trace
 from grid_core.table import render_table

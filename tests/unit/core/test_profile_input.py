@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import msgspec
 import pytest
 
 from grid_core.demand.features import WORKLOADS
@@ -37,3 +38,16 @@ def test_persisted_profile_with_an_unlisted_runtime_still_validates() -> None:
     # Controller state written by another Grid version must load, not be quarantined.
     old = ModelProfile(model_id="m", memory_mb=10, runtimes=("mlx",), workload_scores={"chat": 1})
     assert validate_profile(old).runtimes == ("mlx",)
+
+
+def test_every_lab_catalog_profile_is_accepted_from_an_operator() -> None:
+    # The lab and the server share one vocabulary and one runtime list: a lab profile sent to
+    # PUT /allocator/models must never be refused for a name the lab made up.
+    from grid_core.scenario.catalog import CATALOG_SIZE, build_catalog
+
+    used: set[str] = set()
+    for entry in build_catalog(CATALOG_SIZE):
+        doc = msgspec.to_builtins(entry.profile)
+        assert profile_from_json(doc) == entry.profile
+        used |= set(entry.profile.workload_scores)
+    assert used == set(WORKLOADS)
