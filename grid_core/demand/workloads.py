@@ -42,8 +42,12 @@ def _feasible(profile: ModelProfile, hosts: list[HostSnapshot], policy: object |
     return False
 
 
-def best_model_for(workload: str, profiles: Iterable[ModelProfile],
-                   hosts: Iterable[HostSnapshot], policy: object | None = None) -> str | None:
+def best_model_for(
+    workload: str,
+    profiles: Iterable[ModelProfile],
+    hosts: Iterable[HostSnapshot],
+    policy: object | None = None,
+) -> str | None:
     """The highest-scoring feasible model for ``workload``, or ``None`` when none is.
 
     Args:
@@ -55,16 +59,20 @@ def best_model_for(workload: str, profiles: Iterable[ModelProfile],
     host_list = list(hosts)
     ranked = sorted(
         (p for p in profiles if p.workload_scores.get(workload, 0.0) > 0.0),
-        key=lambda p: (-p.workload_scores[workload], p.memory_mb, p.model_id))
+        key=lambda p: (-p.workload_scores[workload], p.memory_mb, p.model_id),
+    )
     for p in ranked:
         if _feasible(p, host_list, policy):
             return p.model_id
     return None
 
 
-def project_unbound(features: RequestFeatures, profiles: Iterable[ModelProfile],
-                    hosts: Iterable[HostSnapshot], policy: object | None = None
-                    ) -> RequestFeatures:
+def project_unbound(
+    features: RequestFeatures,
+    profiles: Iterable[ModelProfile],
+    hosts: Iterable[HostSnapshot],
+    policy: object | None = None,
+) -> RequestFeatures:
     """Rewrite an unbound request as direct demand for its workload's best feasible model.
 
     Named requests, unclassified requests and workloads no feasible model serves come back
@@ -83,17 +91,26 @@ def _retarget(features: RequestFeatures, target: str) -> RequestFeatures:
         return msgspec.structs.replace(features, requested_model=target)
     if features.served_model is None:
         # Nothing could serve it: "no ready route" is supply evidence for the projected model.
-        return msgspec.structs.replace(features, requested_model=target, service_time_s=None,
-                                       queue_s=0.0, outcome="unavailable")
+        return msgspec.structs.replace(
+            features,
+            requested_model=target,
+            service_time_s=None,
+            queue_s=0.0,
+            outcome="unavailable",
+        )
     # Served by a fallback: its latency, queue and outcome belong to the workload, not to
     # the projected model; only the arrival counts.
-    return msgspec.structs.replace(features, requested_model=target, service_time_s=None,
-                                   queue_s=0.0, outcome="ok")
+    return msgspec.structs.replace(
+        features, requested_model=target, service_time_s=None, queue_s=0.0, outcome="ok"
+    )
 
 
-def projection_map(workloads: Iterable[str], profiles: Iterable[ModelProfile],
-                   hosts: Iterable[HostSnapshot], policy: object | None = None
-                   ) -> dict[str, str]:
+def projection_map(
+    workloads: Iterable[str],
+    profiles: Iterable[ModelProfile],
+    hosts: Iterable[HostSnapshot],
+    policy: object | None = None,
+) -> dict[str, str]:
     """Workload → best feasible model, computed once per planning instant.
 
     Same rule as :func:`best_model_for`; callers that project many requests between two

@@ -63,8 +63,7 @@ def canonical_inputs(inputs: PlanInputs) -> PlanInputs:
         ValidationError: two profiles or two hosts share an id.
     """
     profiles = tuple(sorted(inputs.profiles, key=lambda p: p.model_id))
-    hosts = tuple(sorted((_sorted_residencies(h) for h in inputs.hosts),
-                         key=lambda h: h.host_id))
+    hosts = tuple(sorted((_sorted_residencies(h) for h in inputs.hosts), key=lambda h: h.host_id))
     for a, b in itertools.pairwise(profiles):
         if a.model_id == b.model_id:
             msg = f"plan inputs: model '{a.model_id}' is listed twice; pass one profile per id"
@@ -74,8 +73,9 @@ def canonical_inputs(inputs: PlanInputs) -> PlanInputs:
             msg = f"plan inputs: host '{a.host_id}' is listed twice; merge its snapshots"
             raise ValidationError(msg)
     demand = {k: inputs.demand[k] for k in sorted(inputs.demand)}
-    return PlanInputs(now=inputs.now, profiles=profiles, hosts=hosts, demand=demand,
-                      policy=inputs.policy)
+    return PlanInputs(
+        now=inputs.now, profiles=profiles, hosts=hosts, demand=demand, policy=inputs.policy
+    )
 
 
 def _sorted_residencies(host: HostSnapshot) -> HostSnapshot:
@@ -120,8 +120,11 @@ def plan(inputs: PlanInputs, plugins: object, *, reuse: bool = True) -> Plan:
         return _MEMO[key][1]
     terms = list(plugins.score_terms()) if hasattr(plugins, "score_terms") else []
     selector = getattr(plugins, "select_victims", None)
-    if selector is not None and hasattr(plugins, "has_impl") and not plugins.has_impl(
-            "grid_select_victims"):
+    if (
+        selector is not None
+        and hasattr(plugins, "has_impl")
+        and not plugins.has_impl("grid_select_victims")
+    ):
         selector = None
     state = PlanState(canon, terms, selector)
     result = _solve(state, digest)
@@ -139,9 +142,10 @@ def _solve(state: PlanState, digest: str) -> Plan:
     homogeneous = homogeneous_empty(state)
     classes = sorted({p.priority for p in state.profiles}, reverse=True)
     for prio in classes:
-        models = sorted((mi for mi, p in enumerate(state.profiles)
-                         if p.priority == prio and not p.pins),
-                        key=lambda mi: round_key(state, mi))
+        models = sorted(
+            (mi for mi, p in enumerate(state.profiles) if p.priority == prio and not p.pins),
+            key=lambda mi: round_key(state, mi),
+        )
         place_class(state, models)
         repair_class(state, models, homogeneous)
         readmit_deferred(state, models)

@@ -66,14 +66,18 @@ class PlanState:
         self.static_terms, self.dynamic_terms = split_terms(terms)
         self.select_victims = select_victims
         self.demand = [inputs.demand.get(p.model_id) for p in self.profiles]
-        self.desired = [desired_count(p, d) for p, d in zip(self.profiles, self.demand,
-                                                           strict=True)]
-        self.weights = [speed_weight(d, p.replica_concurrency * p.target_utilization)
-                        for p, d in zip(self.profiles, self.demand, strict=True)]
+        self.desired = [
+            desired_count(p, d) for p, d in zip(self.profiles, self.demand, strict=True)
+        ]
+        self.weights = [
+            speed_weight(d, p.replica_concurrency * p.target_utilization)
+            for p, d in zip(self.profiles, self.demand, strict=True)
+        ]
         self.cands = self._candidates()
         self.scarce: dict[int, list[int]] = {}
-        self.mem_rows = [{hi: self.ledger.memory(mi, hi)[1] for hi in hs}
-                         for mi, hs in enumerate(self.cands)]
+        self.mem_rows = [
+            {hi: self.ledger.memory(mi, hi)[1] for hi in hs} for mi, hs in enumerate(self.cands)
+        ]
         """Per model, MB of one new replica on each candidate host (runtime-specific)."""
         self.evictions: list[Eviction] = []
         self.evicted: set[tuple[str, str]] = set()
@@ -94,7 +98,8 @@ class PlanState:
         self._static: dict[tuple[int, int, float], float] = {}
         self.host_class, self.class_rep = _host_classes(self.hosts)
         self._fit: list[dict[int, tuple[int, str | None, bool, float | None]]] = [
-            {} for _ in self.profiles]
+            {} for _ in self.profiles
+        ]
         """Per model, host → (host book version, fit failure, domain novelty, score)."""
         self.res_maps = [_residency_map(h) for h in self.hosts]
         self.alloc = [h.allocatable_mb for h in self.hosts]
@@ -117,8 +122,7 @@ class PlanState:
                     if incompatibility(unpinned, probe) is None:
                         hs.extend(his)
                 else:
-                    hs.extend(hi for hi in his
-                              if incompatibility(p, self.hosts[hi]) is None)
+                    hs.extend(hi for hi in his if incompatibility(p, self.hosts[hi]) is None)
             hs.sort()
             out.append(hs)
         return out
@@ -129,12 +133,18 @@ class PlanState:
         perf = host.performance.get(p.model_id)
         cached = self.ledger.cached(mi, hi)
         return ScoreContext(
-            now=self.now, demand=self.demand[mi], memory_mb=self.ledger.memory(mi, hi)[1],
-            allocatable_mb=self.alloc[hi], free_mb=min(book.inc_free, book.raw_free),
-            domain_new=domain_new, speed_weight=self.weights[mi], cached=cached,
+            now=self.now,
+            demand=self.demand[mi],
+            memory_mb=self.ledger.memory(mi, hi)[1],
+            allocatable_mb=self.alloc[hi],
+            free_mb=min(book.inc_free, book.raw_free),
+            domain_new=domain_new,
+            speed_weight=self.weights[mi],
+            cached=cached,
             resident=self.res_maps[hi].get(p.model_id),
             startup_s=startup_path_s(p, perf, cached),
-            scarcity=scarcity)
+            scarcity=scarcity,
+        )
 
     def prepare_scarcity(self) -> None:
         """Index, per host, the constrained models still short after incumbents are seeded."""
@@ -149,8 +159,9 @@ class PlanState:
         if not others:
             return 0.0
         mine = len(self.cands[mi])
-        return sum(1.0 / len(self.cands[o]) for o in others
-                   if o != mi and len(self.cands[o]) < mine)
+        return sum(
+            1.0 / len(self.cands[o]) for o in others if o != mi and len(self.cands[o]) < mine
+        )
 
     def score(self, mi: int, hi: int, domain_new: bool) -> float:
         """Summed term score of a new replica of ``mi`` on ``hi`` (memoised per state).
@@ -253,10 +264,15 @@ class PlanState:
         return out
 
     def _assignment(self, pl: Placed) -> Assignment:
-        return Assignment(model_id=self.profiles[pl.mi].model_id,
-                          host_id=self.hosts[pl.hi].host_id, incumbent=pl.incumbent,
-                          runtime=pl.runtime, memory_mb=pl.memory_mb, reason=pl.reason,
-                          score=pl.score)
+        return Assignment(
+            model_id=self.profiles[pl.mi].model_id,
+            host_id=self.hosts[pl.hi].host_id,
+            incumbent=pl.incumbent,
+            runtime=pl.runtime,
+            memory_mb=pl.memory_mb,
+            reason=pl.reason,
+            score=pl.score,
+        )
 
 
 def _residency_map(host: HostSnapshot) -> dict[str, object]:
@@ -275,8 +291,9 @@ def _host_classes(hosts: list[HostSnapshot]) -> tuple[list[int], list[int]]:
     host_class: list[int] = []
     reps: list[int] = []
     for hi, h in enumerate(hosts):
-        key = msgspec.json.encode(msgspec.structs.replace(
-            h, host_id="", heartbeat_age_s=None, failure_domain=None))
+        key = msgspec.json.encode(
+            msgspec.structs.replace(h, host_id="", heartbeat_age_s=None, failure_domain=None)
+        )
         cls = keys.setdefault(key, len(keys))
         if cls == len(reps):
             reps.append(hi)
@@ -293,8 +310,14 @@ def serving_incumbents(state: PlanState, mi: int) -> list[tuple[int, object]]:
     mid = state.profiles[mi].model_id
     out = []
     for hi in state.cands[mi]:
-        res = next((r for r in state.hosts[hi].residencies
-                    if r.model_id == mid and r.state in SERVING_STATES), None)
+        res = next(
+            (
+                r
+                for r in state.hosts[hi].residencies
+                if r.model_id == mid and r.state in SERVING_STATES
+            ),
+            None,
+        )
         if res is None:
             continue
         rank = {"ready": 0, "warming": 1, "loading": 2}[res.state]

@@ -68,8 +68,14 @@ def incompatibility(profile: ModelProfile, host: HostSnapshot) -> str | None:
 
 def host_signature(host: HostSnapshot) -> tuple[object, ...]:
     """Everything :func:`incompatibility` reads except the host id (for per-class caching)."""
-    return (host.runtimes, host.backends, host.data_tiers, host.tags, host.gpu_count,
-            host.gpu_memory_mb)
+    return (
+        host.runtimes,
+        host.backends,
+        host.data_tiers,
+        host.tags,
+        host.gpu_count,
+        host.gpu_memory_mb,
+    )
 
 
 def runtime_for(profile: ModelProfile, host: HostSnapshot) -> tuple[str, int]:
@@ -79,6 +85,9 @@ def runtime_for(profile: ModelProfile, host: HostSnapshot) -> tuple[str, int]:
     is the conservative :meth:`ModelProfile.memory_for` over the host's runtimes.
     """
     options = [rt for rt in profile.runtimes if rt in host.runtimes]
-    chosen = min(options, key=lambda rt: (profile.runtime_memory_mb.get(rt, profile.memory_mb),
-                                         rt)) if options else profile.runtimes[0]
+    chosen = (
+        min(options, key=lambda rt: (profile.runtime_memory_mb.get(rt, profile.memory_mb), rt))
+        if options
+        else profile.runtimes[0]
+    )
     return chosen, profile.memory_for(host.runtimes)

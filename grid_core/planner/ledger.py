@@ -73,8 +73,9 @@ class Ledger:
         policy: planner policy.
     """
 
-    def __init__(self, profiles: list[ModelProfile], hosts: list[HostSnapshot],
-                 policy: PlannerPolicy) -> None:
+    def __init__(
+        self, profiles: list[ModelProfile], hosts: list[HostSnapshot], policy: PlannerPolicy
+    ) -> None:
         self.profiles = profiles
         self.hosts = hosts
         self.policy = policy
@@ -83,10 +84,12 @@ class Ledger:
         self.ineligible: list[str | None] = []
         self.count = [0] * len(profiles)
         self.domains: list[dict[str, int]] = [{} for _ in profiles]
-        self.ceiling = {p.model_id: p.max_colocated_models for p in profiles
-                        if p.max_colocated_models > 0}
-        self.excludes: dict[str, set[str]] = {p.model_id: set(p.colocation_excludes)
-                                              for p in profiles}
+        self.ceiling = {
+            p.model_id: p.max_colocated_models for p in profiles if p.max_colocated_models > 0
+        }
+        self.excludes: dict[str, set[str]] = {
+            p.model_id: set(p.colocation_excludes) for p in profiles
+        }
         for p in profiles:  # exclusions are reciprocal even when declared on one side
             for other in p.colocation_excludes:
                 self.excludes.setdefault(other, set()).add(p.model_id)
@@ -117,16 +120,18 @@ class Ledger:
                 unmanaged += r.memory_mb
                 desired.add(r.model_id)
         inc_cap = int(alloc * frac) - self.policy.admission_headroom_mb
-        self.books.append(HostBook(
-            inc_free=inc_cap - live_used,
-            raw_free=alloc - unmanaged,
-            disk_free=host.artifact_disk_free_mb,
-            max_models=host.max_models,
-            live=frozenset(live),
-            desired=desired,
-            present=live | desired,
-            eligible=reason is None,
-        ))
+        self.books.append(
+            HostBook(
+                inc_free=inc_cap - live_used,
+                raw_free=alloc - unmanaged,
+                disk_free=host.artifact_disk_free_mb,
+                max_models=host.max_models,
+                live=frozenset(live),
+                desired=desired,
+                present=live | desired,
+                eligible=reason is None,
+            )
+        )
         self.ineligible.append(reason)
 
     # --- static facts (memoised per plan) ------------------------------------------------
@@ -203,8 +208,7 @@ class Ledger:
             return "memory"
         if book.max_models and len(book.present) + 1 > book.max_models:
             return "slots"
-        if (self.ceiling or self.excludes.get(mid)) and self.colocation_conflict(
-                mid, book.present):
+        if (self.ceiling or self.excludes.get(mid)) and self.colocation_conflict(mid, book.present):
             return "colocation"
         disk = self.disk_cost(mi, hi)
         if disk and book.disk_free is not None and book.disk_free < disk:
@@ -243,11 +247,19 @@ class Ledger:
         book = self.books[hi]
         mid = self.profiles[mi].model_id
         raw = self._incumbent_mb(mi, hi, res) if res.actuatable else 0
-        placed = Placed(mi=mi, hi=hi, incumbent=True,
-                        runtime=res.runtime or self.memory(mi, hi)[0],
-                        memory_mb=max(res.memory_mb, self.memory(mi, hi)[1]) if res.actuatable
-                        else res.memory_mb,
-                        raw_mb=raw, inc_mb=0, disk_mb=0, reason=reason)
+        placed = Placed(
+            mi=mi,
+            hi=hi,
+            incumbent=True,
+            runtime=res.runtime or self.memory(mi, hi)[0],
+            memory_mb=max(res.memory_mb, self.memory(mi, hi)[1])
+            if res.actuatable
+            else res.memory_mb,
+            raw_mb=raw,
+            inc_mb=0,
+            disk_mb=0,
+            reason=reason,
+        )
         book.raw_free -= raw
         book.version += 1
         book.desired.add(mid)
@@ -261,8 +273,18 @@ class Ledger:
         mid = self.profiles[mi].model_id
         runtime, mem = self.memory(mi, hi)
         disk = self.disk_cost(mi, hi)
-        placed = Placed(mi=mi, hi=hi, incumbent=False, runtime=runtime, memory_mb=mem,
-                        raw_mb=mem, inc_mb=mem, disk_mb=disk, reason=reason, score=score)
+        placed = Placed(
+            mi=mi,
+            hi=hi,
+            incumbent=False,
+            runtime=runtime,
+            memory_mb=mem,
+            raw_mb=mem,
+            inc_mb=mem,
+            disk_mb=disk,
+            reason=reason,
+            score=score,
+        )
         book.inc_free -= mem
         book.raw_free -= mem
         book.version += 1

@@ -70,10 +70,12 @@ class VictimNeed(msgspec.Struct, frozen=True, kw_only=True):
     def satisfied_by(self, victims: tuple[VictimCandidate, ...] | list[VictimCandidate]) -> bool:
         """Whether ``victims`` release enough memory, footprint and slots."""
         ids = {v.model_id for v in victims}
-        return (sum(v.memory_mb for v in victims) >= self.memory_mb
-                and sum(v.desired_mb for v in victims) >= self.desired_mb
-                and len(victims) >= self.slots
-                and all(r in ids for r in self.required))
+        return (
+            sum(v.memory_mb for v in victims) >= self.memory_mb
+            and sum(v.desired_mb for v in victims) >= self.desired_mb
+            and len(victims) >= self.slots
+            and all(r in ids for r in self.required)
+        )
 
 
 class VictimContext(msgspec.Struct, frozen=True, kw_only=True):
@@ -90,9 +92,11 @@ def set_cost(victims: tuple[VictimCandidate, ...] | list[VictimCandidate]) -> tu
     Highest victim priority first (the lowest-priority sufficient set wins), then live
     disruption, then warm-back cost, then fewer victims and less memory released, then ids.
     """
-    return (max(v.priority for v in victims),
-            sum(v.disruption for v in victims),
-            round(sum(v.warm_back_s for v in victims), 6),
-            len(victims),
-            sum(v.memory_mb for v in victims),
-            tuple(sorted(v.model_id for v in victims)))
+    return (
+        max(v.priority for v in victims),
+        sum(v.disruption for v in victims),
+        round(sum(v.warm_back_s for v in victims), 6),
+        len(victims),
+        sum(v.memory_mb for v in victims),
+        tuple(sorted(v.model_id for v in victims)),
+    )

@@ -27,8 +27,7 @@ def relocate_for(state: PlanState, models: list[int]) -> None:
         if len(state.relocations) >= MAX_RELOCATIONS:
             return
         floor = max(state.profiles[mi].min_replicas, 1)
-        if (state.ledger.count[mi] >= min(state.desired[mi], floor)
-                or not may_preempt(state, mi)):
+        if state.ledger.count[mi] >= min(state.desired[mi], floor) or not may_preempt(state, mi):
             continue  # relocation only restores a baseline or a first replica, never scale-out
         for hi in state.cands[mi]:
             if mi not in state.ledger.books[hi].models and _relocate_one(state, mi, hi):
@@ -65,8 +64,14 @@ def _relocate_one(state: PlanState, mi: int, hi: int) -> bool:
     for x in book.models.values():
         q = state.profiles[x.mi]
         res = state.res_maps[hi].get(q.model_id)
-        if (not x.incumbent or x.mi == mi or q.priority != p.priority or res is None
-                or not res.actuatable or state.hosts[hi].host_id in q.pins):
+        if (
+            not x.incumbent
+            or x.mi == mi
+            or q.priority != p.priority
+            or res is None
+            or not res.actuatable
+            or state.hosts[hi].host_id in q.pins
+        ):
             continue
         if not sole and state.protected(x.mi, res.loaded_at, res.state):
             continue  # sticky for its minimum residency unless this host is the only option
@@ -84,8 +89,11 @@ def _relocate_one(state: PlanState, mi: int, hi: int) -> bool:
         if dest is not None:
             book.blocked = True  # the released memory is for ``mi``, once proven free
             book.version += 1
-            state.relocations[mi] = (state.profiles[x.mi].model_id, state.hosts[hi].host_id,
-                                     state.hosts[dest].host_id)
+            state.relocations[mi] = (
+                state.profiles[x.mi].model_id,
+                state.hosts[hi].host_id,
+                state.hosts[dest].host_id,
+            )
             return True
         ledger.keep(x.mi, hi, res, x.reason)
     return False
@@ -98,8 +106,11 @@ def _existing_copy(state: PlanState, xi: int, source: int) -> int | None:
 
     ledger = state.ledger
     for hi, res in serving_incumbents(state, xi):
-        if hi != source and xi not in ledger.books[hi].models and \
-                ledger.fit_incumbent(xi, hi, res) is None:
+        if (
+            hi != source
+            and xi not in ledger.books[hi].models
+            and ledger.fit_incumbent(xi, hi, res) is None
+        ):
             ledger.keep(xi, hi, res, "incumbent")
             return hi
     return None

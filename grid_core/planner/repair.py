@@ -20,18 +20,37 @@ def homogeneous_empty(state: PlanState) -> bool:
     if not eligible:
         return True
     first = state.hosts[eligible[0]]
-    shape = (first.capacity_mb, first.reserved_mb, first.max_models, first.throttle_fraction,
-             first.state, first.external_used_mb)
+    shape = (
+        first.capacity_mb,
+        first.reserved_mb,
+        first.max_models,
+        first.throttle_fraction,
+        first.state,
+        first.external_used_mb,
+    )
     from grid_core.planner.eligibility import host_signature
 
     sig = host_signature(first)
     for hi in eligible:
         h = state.hosts[hi]
-        if h.residencies or (h.capacity_mb, h.reserved_mb, h.max_models, h.throttle_fraction,
-                             h.state, h.external_used_mb) != shape or host_signature(h) != sig:
+        if (
+            h.residencies
+            or (
+                h.capacity_mb,
+                h.reserved_mb,
+                h.max_models,
+                h.throttle_fraction,
+                h.state,
+                h.external_used_mb,
+            )
+            != shape
+            or host_signature(h) != sig
+        ):
             return False
-    return not any(p.runtime_memory_mb or p.max_colocated_models or p.colocation_excludes
-                   for p in state.profiles)
+    return not any(
+        p.runtime_memory_mb or p.max_colocated_models or p.colocation_excludes
+        for p in state.profiles
+    )
 
 
 def lower_bound_allows(state: PlanState, mi: int, peers: list[int]) -> bool:
@@ -48,8 +67,15 @@ def lower_bound_allows(state: PlanState, mi: int, peers: list[int]) -> bool:
     if not any(not b.max_models or len(b.present) < b.max_models for b in books):
         return False
     peer_set = set(peers)
-    smallest = min((pl.memory_mb for b in books for pl in b.models.values()
-                    if not pl.incumbent and pl.mi in peer_set and pl.mi != mi), default=None)
+    smallest = min(
+        (
+            pl.memory_mb
+            for b in books
+            for pl in b.models.values()
+            if not pl.incumbent and pl.mi in peer_set and pl.mi != mi
+        ),
+        default=None,
+    )
     return smallest is not None and smallest <= max(frees, default=0)
 
 
@@ -72,17 +98,25 @@ def _repair_one(state: PlanState, mi: int, peers: list[int]) -> bool:
     peer_set = set(peers)
     # Exact pruning: a move only helps when it frees enough memory on the host and the moved
     # replica fits somewhere else; both are cheap to rule out before trying.
-    most_free = max((min(b.inc_free, b.raw_free) for b in ledger.books
-                     if b.eligible and not b.blocked), default=0)
+    most_free = max(
+        (min(b.inc_free, b.raw_free) for b in ledger.books if b.eligible and not b.blocked),
+        default=0,
+    )
     for hi in state.cands[mi]:
         if ledger.fit_new(mi, hi) not in REPAIRABLE:
             continue
         book = ledger.books[hi]
         need = state.mem_rows[mi][hi] - min(book.inc_free, book.raw_free)
-        movable = [pl for pl in book.models.values()
-                   if not pl.incumbent and pl.mi != mi and pl.mi in peer_set
-                   and not state.profiles[pl.mi].pins and pl.memory_mb >= need
-                   and min(state.mem_rows[pl.mi].values()) <= most_free]
+        movable = [
+            pl
+            for pl in book.models.values()
+            if not pl.incumbent
+            and pl.mi != mi
+            and pl.mi in peer_set
+            and not state.profiles[pl.mi].pins
+            and pl.memory_mb >= need
+            and min(state.mem_rows[pl.mi].values()) <= most_free
+        ]
         for pl in sorted(movable, key=lambda pl: (-pl.memory_mb, pl.mi)):
             state.repair_steps += 1
             if state.repair_steps > state.policy.repair_budget:

@@ -29,11 +29,16 @@ def unmet(state: PlanState) -> list[Unmet]:
         need = state.required_domains(mi)
         have = len(state.ledger.domains[mi])
         if state.ledger.count[mi] and have < need:
-            out.append(Unmet(code="failure_domain_shortfall", model_id=p.model_id,
-                             missing=need - have,
-                             message=f"model '{p.model_id}' spans {have} failure domain(s), "
-                                     f"needs {need}; add capacity in other domains or lower "
-                                     "min_failure_domains"))
+            out.append(
+                Unmet(
+                    code="failure_domain_shortfall",
+                    model_id=p.model_id,
+                    missing=need - have,
+                    message=f"model '{p.model_id}' spans {have} failure domain(s), "
+                    f"needs {need}; add capacity in other domains or lower "
+                    "min_failure_domains",
+                )
+            )
     return out
 
 
@@ -42,17 +47,30 @@ def _replica_unmet(state: PlanState, mi: int, missing: int) -> list[Unmet]:
     out: list[Unmet] = []
     staged = min(missing, state.staged.get(mi, 0))
     if staged:
-        out.append(Unmet(code="preemption_staged", model_id=p.model_id, missing=staged,
-                         message=f"model '{p.model_id}': {staged} replica(s) wait for staged "
-                                 "evictions to free memory (placed after a later heartbeat "
-                                 "proves it free)"))
+        out.append(
+            Unmet(
+                code="preemption_staged",
+                model_id=p.model_id,
+                missing=staged,
+                message=f"model '{p.model_id}': {staged} replica(s) wait for staged "
+                "evictions to free memory (placed after a later heartbeat "
+                "proves it free)",
+            )
+        )
     rest = missing - staged
     if rest > 0 and mi in state.relocations:
         moved, src, dst = state.relocations[mi]
-        out.append(Unmet(code="relocation_staged", model_id=p.model_id, host_id=src, missing=1,
-                         message=f"model '{p.model_id}': '{moved}' moves from '{src}' to "
-                                 f"'{dst}' first; this replica is placed on '{src}' once the "
-                                 "old copy is unloaded"))
+        out.append(
+            Unmet(
+                code="relocation_staged",
+                model_id=p.model_id,
+                host_id=src,
+                missing=1,
+                message=f"model '{p.model_id}': '{moved}' moves from '{src}' to "
+                f"'{dst}' first; this replica is placed on '{src}' once the "
+                "old copy is unloaded",
+            )
+        )
         rest -= 1
     if rest <= 0:
         return out
@@ -60,8 +78,10 @@ def _replica_unmet(state: PlanState, mi: int, missing: int) -> list[Unmet]:
         code: UnmetCode = "eviction_budget"
         why = "the per-plan eviction budget is spent; later plans continue"
     elif not state.cands[mi]:
-        code, why = "no_eligible_host", "no eligible host passes its runtime, backend, tier, " \
-            "tag and GPU rules"
+        code, why = (
+            "no_eligible_host",
+            "no eligible host passes its runtime, backend, tier, tag and GPU rules",
+        )
     else:
         reasons = state.fail_reasons[mi]
         code, why = "capacity_shortage", "compatible hosts lack free memory"
@@ -69,9 +89,15 @@ def _replica_unmet(state: PlanState, mi: int, missing: int) -> list[Unmet]:
             if key in reasons:
                 code, why = c, f"compatible hosts are blocked by {key}"
                 break
-    out.append(Unmet(code=code, model_id=p.model_id, missing=rest,
-                     message=f"model '{p.model_id}': {rest} of {state.desired[mi]} desired "
-                             f"replica(s) unplaced: {why}"))
+    out.append(
+        Unmet(
+            code=code,
+            model_id=p.model_id,
+            missing=rest,
+            message=f"model '{p.model_id}': {rest} of {state.desired[mi]} desired "
+            f"replica(s) unplaced: {why}",
+        )
+    )
     return out
 
 
@@ -79,8 +105,9 @@ def _pin_unmet(state: PlanState, mi: int) -> list[Unmet]:
     p = state.profiles[mi]
     ledger = state.ledger
     by_id = {h.host_id: hi for hi, h in enumerate(state.hosts)}
-    held = {state.hosts[hi].host_id for hi in range(len(state.hosts))
-            if mi in ledger.books[hi].models}
+    held = {
+        state.hosts[hi].host_id for hi in range(len(state.hosts)) if mi in ledger.books[hi].models
+    }
     out: list[Unmet] = []
     staged_hosts = {e.host_id for e in state.evictions if e.beneficiary == p.model_id}
     for pin in p.pins:
@@ -94,19 +121,40 @@ def _pin_unmet(state: PlanState, mi: int) -> list[Unmet]:
         elif (bad := incompatibility(p, state.hosts[hi])) is not None:
             why = f"the host is incompatible ({bad})"
         elif pin in staged_hosts:
-            out.append(Unmet(code="preemption_staged", model_id=p.model_id, host_id=pin,
-                             missing=1, message=f"model '{p.model_id}' pinned to '{pin}' "
-                             "waits for staged evictions there"))
+            out.append(
+                Unmet(
+                    code="preemption_staged",
+                    model_id=p.model_id,
+                    host_id=pin,
+                    missing=1,
+                    message=f"model '{p.model_id}' pinned to '{pin}' "
+                    "waits for staged evictions there",
+                )
+            )
             continue
         elif state.relocations.get(mi, ("", "", ""))[1] == pin:
             moved, _, dst = state.relocations[mi]
-            out.append(Unmet(code="relocation_staged", model_id=p.model_id, host_id=pin,
-                             missing=1, message=f"model '{p.model_id}' pinned to '{pin}' "
-                             f"waits for '{moved}' to move to '{dst}'"))
+            out.append(
+                Unmet(
+                    code="relocation_staged",
+                    model_id=p.model_id,
+                    host_id=pin,
+                    missing=1,
+                    message=f"model '{p.model_id}' pinned to '{pin}' "
+                    f"waits for '{moved}' to move to '{dst}'",
+                )
+            )
             continue
         else:
             why = f"the host lacks room ({ledger.fit_new(mi, hi) or 'capacity'})"
-        out.append(Unmet(code="pin_unavailable", model_id=p.model_id, host_id=pin, missing=1,
-                         message=f"model '{p.model_id}' is pinned to '{pin}' but {why}; it is "
-                                 "never moved to another host"))
+        out.append(
+            Unmet(
+                code="pin_unavailable",
+                model_id=p.model_id,
+                host_id=pin,
+                missing=1,
+                message=f"model '{p.model_id}' is pinned to '{pin}' but {why}; it is "
+                "never moved to another host",
+            )
+        )
     return out

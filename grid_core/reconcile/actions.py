@@ -160,8 +160,9 @@ class ActionBook:
     never dropped.
     """
 
-    def __init__(self, actions: Iterable[Action] = (),
-                 failures: dict[str, FailureRecord] | None = None) -> None:
+    def __init__(
+        self, actions: Iterable[Action] = (), failures: dict[str, FailureRecord] | None = None
+    ) -> None:
         self._by_id: dict[str, Action] = {}
         self.failures: dict[str, FailureRecord] = dict(failures or {})
         for a in actions:
@@ -180,8 +181,9 @@ class ActionBook:
 
     def active(self) -> list[Action]:
         """Pending and running actions, in service order."""
-        return sorted((a for a in self._by_id.values() if a.active),
-                      key=lambda a: (a.created_at, a.order))
+        return sorted(
+            (a for a in self._by_id.values() if a.active), key=lambda a: (a.created_at, a.order)
+        )
 
     def index_active(self) -> dict[tuple[str, str, str], Action]:
         """(kind, host, model) → its active action (at most one by construction)."""
@@ -211,14 +213,17 @@ class ActionBook:
             return False
         for a in self._by_id.values():
             if a.active and (a.kind, a.host_id, a.model_id) == (
-                action.kind, action.host_id, action.model_id
+                action.kind,
+                action.host_id,
+                action.model_id,
             ):
                 return False
         self._by_id[action.action_id] = action
         return True
 
-    def close(self, action: Action, status: Literal["cancelled", "withdrawn"], now: float,
-              message: str) -> None:
+    def close(
+        self, action: Action, status: Literal["cancelled", "withdrawn"], now: float, message: str
+    ) -> None:
         """The controller gives up on an active action (a late receipt may still complete it)."""
         if not action.active:
             return
@@ -226,9 +231,16 @@ class ActionBook:
         action.completed_at = now
         action.message = message
 
-    def acknowledge(self, host_id: str, action_id: str, status: AckStatus, now: float,
-                    message: str = "", duration_s: float | None = None,
-                    artifact_fetched: bool = False) -> AckOutcome:
+    def acknowledge(
+        self,
+        host_id: str,
+        action_id: str,
+        status: AckStatus,
+        now: float,
+        message: str = "",
+        duration_s: float | None = None,
+        artifact_fetched: bool = False,
+    ) -> AckOutcome:
         """Apply one node receipt.
 
         Args:

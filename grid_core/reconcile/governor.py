@@ -33,8 +33,16 @@ def service_key(p: Proposal) -> tuple[int, int, int, int, int, float, str, str]:
     """
     cleanup = 1 if p.service_class == "cleanup" else 0
     release_first = 1 if p.kind == "drain" else 0
-    return (cleanup, -p.priority, CLASS_RANK[p.service_class], p.round, release_first,
-            p.cold_path_s, p.model_id, p.host_id)
+    return (
+        cleanup,
+        -p.priority,
+        CLASS_RANK[p.service_class],
+        p.round,
+        release_first,
+        p.cold_path_s,
+        p.model_id,
+        p.host_id,
+    )
 
 
 def rank_of(a: Action) -> tuple[int, int, int]:
@@ -78,8 +86,12 @@ def _slot_holders(actions: Iterable[Action]) -> list[Action]:
     return list(holders.values())
 
 
-def admit(proposals: list[Proposal], actions: Iterable[Action], free_mb: dict[str, int],
-          policy: GovernorPolicy) -> Admission:
+def admit(
+    proposals: list[Proposal],
+    actions: Iterable[Action],
+    free_mb: dict[str, int],
+    policy: GovernorPolicy,
+) -> Admission:
     """Admit a service-ordered prefix of ``proposals`` within every bound.
 
     Args:
@@ -98,17 +110,22 @@ def admit(proposals: list[Proposal], actions: Iterable[Action], free_mb: dict[st
     global_used = len(holders)
     host_used: Counter[str] = Counter(a.host_id for a in holders)
     fanout: Counter[str] = Counter(
-        _artifact(a.model_id, a.artifact_sha256) for a in actions
-        if a.kind == "load" and (a.active or a.maybe_running))
+        _artifact(a.model_id, a.artifact_sha256)
+        for a in actions
+        if a.kind == "load" and (a.active or a.maybe_running)
+    )
     # Undelivered constructive holders are the only ones a higher class may displace.
     displaceable = sorted(
         (a for a in holders if a.active and not a.delivered and not a.destructive),
-        key=rank_of, reverse=True)
+        key=rank_of,
+        reverse=True,
+    )
     free = dict(free_mb)
 
     def defer(p: Proposal, reason: str) -> None:
-        out.deferred.append(Deferred(kind=p.kind, host_id=p.host_id, model_id=p.model_id,
-                                     reason=reason))
+        out.deferred.append(
+            Deferred(kind=p.kind, host_id=p.host_id, model_id=p.model_id, reason=reason)
+        )
 
     for p in sorted(proposals, key=service_key):
         if p.kind == "warm" and p.memory_mb > free.get(p.host_id, 0):
@@ -128,9 +145,12 @@ def admit(proposals: list[Proposal], actions: Iterable[Action], free_mb: dict[st
                 continue
             displaceable.remove(victim)
             out.preempted.extend(
-                a.action_id for a in actions
-                if a.active and (a.host_id, a.model_id) == (victim.host_id, victim.model_id)
-                and not a.destructive)
+                a.action_id
+                for a in actions
+                if a.active
+                and (a.host_id, a.model_id) == (victim.host_id, victim.model_id)
+                and not a.destructive
+            )
             host_used[victim.host_id] -= 1
             global_used -= 1
             if victim.kind == "warm":

@@ -130,8 +130,9 @@ class ReconcileResult:
     ready: dict[str, int] = field(default_factory=dict)
 
 
-def required_replicas(model_id: str, plan: Plan, profiles: Mapping[str, ModelProfile],
-                      retired: frozenset[str]) -> int:
+def required_replicas(
+    model_id: str, plan: Plan, profiles: Mapping[str, ModelProfile], retired: frozenset[str]
+) -> int:
     """Replicas that must be proven READY before an obsolete one may drain.
 
     The plan's desired count, but never below the profile's ``min_replicas``: a plan that
@@ -176,8 +177,9 @@ class _Gate:
         self.active = inp.book.index_active()
         self.last = inp.book.last_finished()
 
-    def check(self, kind: str, host: HostSnapshot,
-              model_id: str) -> tuple[str, float | None] | None:
+    def check(
+        self, kind: str, host: HostSnapshot, model_id: str
+    ) -> tuple[str, float | None] | None:
         """``None`` when an action of ``kind`` may be proposed, else (reason, until)."""
         inp = self.inp
         if (kind, host.host_id, model_id) in self.active:
@@ -214,8 +216,9 @@ def reconcile(inp: ReconcileInputs) -> ReconcileResult:
     evictions = {(e.model_id, e.host_id): e for e in inp.plan.evictions}
     actions = list(inp.book)
     for h in inp.hosts.values():
-        out.free_mb[h.host_id] = h.allocatable_mb - used_mb(h) - reserved_by_actions(
-            h, actions, inp.now)
+        out.free_mb[h.host_id] = (
+            h.allocatable_mb - used_mb(h) - reserved_by_actions(h, actions, inp.now)
+        )
         if admitting(h, inp.policy):
             for r in h.residencies:
                 if r.state == "ready":
@@ -223,9 +226,14 @@ def reconcile(inp: ReconcileInputs) -> ReconcileResult:
 
     _constructive(inp, gate, by_model, out)
     proof = {
-        m: replacement_problem(m, by_model.get(m, ()),
-                               required_replicas(m, inp.plan, inp.profiles, inp.retired),
-                               inp.hosts, inp.policy, lease_margin=False)
+        m: replacement_problem(
+            m,
+            by_model.get(m, ()),
+            required_replicas(m, inp.plan, inp.profiles, inp.retired),
+            inp.hosts,
+            inp.policy,
+            lease_margin=False,
+        )
         for m in {r.model_id for h in inp.hosts.values() for r in h.residencies}
     }
     _destructive(inp, gate, desired_pairs, evictions, proof, out)
@@ -234,14 +242,16 @@ def reconcile(inp: ReconcileInputs) -> ReconcileResult:
     _withdrawals(inp, desired_pairs, evictions, proof, out)
     if inp.mutation_hold is not None:
         out.deferred.extend(
-            Deferred(kind=p.kind, host_id=p.host_id, model_id=p.model_id,
-                     reason=inp.mutation_hold) for p in out.proposals)
+            Deferred(kind=p.kind, host_id=p.host_id, model_id=p.model_id, reason=inp.mutation_hold)
+            for p in out.proposals
+        )
         out.proposals = []
     return out
 
 
-def _constructive(inp: ReconcileInputs, gate: _Gate, by_model: dict[str, list[Assignment]],
-                  out: ReconcileResult) -> None:
+def _constructive(
+    inp: ReconcileInputs, gate: _Gate, by_model: dict[str, list[Assignment]], out: ReconcileResult
+) -> None:
     """Warms (and loads) for desired replicas that are not there yet."""
     for model_id, assigned in by_model.items():
         profile = inp.profiles.get(model_id)
@@ -258,12 +268,21 @@ def _constructive(inp: ReconcileInputs, gate: _Gate, by_model: dict[str, list[As
             if r is not None and r.state in ("ready", "loading", "warming"):
                 continue
             if r is not None and r.state == "draining":
-                out.deferred.append(Deferred(kind="warm", host_id=a.host_id, model_id=model_id,
-                                             reason="draining_here"))
+                out.deferred.append(
+                    Deferred(
+                        kind="warm", host_id=a.host_id, model_id=model_id, reason="draining_here"
+                    )
+                )
                 continue
             if not admitting(host, inp.policy):
-                out.deferred.append(Deferred(kind="warm", host_id=a.host_id, model_id=model_id,
-                                             reason="host_not_admitting"))
+                out.deferred.append(
+                    Deferred(
+                        kind="warm",
+                        host_id=a.host_id,
+                        model_id=model_id,
+                        reason="host_not_admitting",
+                    )
+                )
                 continue
             cached = _cached_exact(host, profile, r)
             blocked = gate.check("warm", host, model_id)
@@ -271,26 +290,46 @@ def _constructive(inp: ReconcileInputs, gate: _Gate, by_model: dict[str, list[As
                 blocked = gate.check("load", host, model_id)
             if blocked is not None:
                 if blocked[0] != "pending_equivalent":
-                    out.deferred.append(Deferred(kind="warm", host_id=a.host_id,
-                                                 model_id=model_id, reason=blocked[0],
-                                                 until=blocked[1]))
+                    out.deferred.append(
+                        Deferred(
+                            kind="warm",
+                            host_id=a.host_id,
+                            model_id=model_id,
+                            reason=blocked[0],
+                            until=blocked[1],
+                        )
+                    )
                 continue
             held = r is not None and r.holds_memory  # a failed residency already holds it
-            out.proposals.append(Proposal(
-                kind="warm", host_id=a.host_id, model_id=model_id,
-                memory_mb=0 if held else (a.memory_mb or profile.memory_for(host.runtimes)),
-                reason="missing_replica", priority=profile.priority,
-                service_class=_service_class(index, profile, a), round=rnd,
-                cold_path_s=_cold_path_s(host, profile, cached), load_first=not cached,
-                artifact_sha256=profile.artifact_sha256, artifact_source=profile.artifact_source,
-                artifact_size_mb=profile.artifact_size_mb, runtime=a.runtime or None,
-            ))
+            out.proposals.append(
+                Proposal(
+                    kind="warm",
+                    host_id=a.host_id,
+                    model_id=model_id,
+                    memory_mb=0 if held else (a.memory_mb or profile.memory_for(host.runtimes)),
+                    reason="missing_replica",
+                    priority=profile.priority,
+                    service_class=_service_class(index, profile, a),
+                    round=rnd,
+                    cold_path_s=_cold_path_s(host, profile, cached),
+                    load_first=not cached,
+                    artifact_sha256=profile.artifact_sha256,
+                    artifact_source=profile.artifact_source,
+                    artifact_size_mb=profile.artifact_size_mb,
+                    runtime=a.runtime or None,
+                )
+            )
             rnd += 1
 
 
-def _destructive(inp: ReconcileInputs, gate: _Gate, desired_pairs: set[tuple[str, str]],
-                 evictions: Mapping[tuple[str, str], object], proof: Mapping[str, str | None],
-                 out: ReconcileResult) -> None:
+def _destructive(
+    inp: ReconcileInputs,
+    gate: _Gate,
+    desired_pairs: set[tuple[str, str]],
+    evictions: Mapping[tuple[str, str], object],
+    proof: Mapping[str, str | None],
+    out: ReconcileResult,
+) -> None:
     """Drains of obsolete replicas and unloads of idle drained ones."""
     for host in inp.hosts.values():
         for r in host.residencies:
@@ -301,37 +340,49 @@ def _destructive(inp: ReconcileInputs, gate: _Gate, desired_pairs: set[tuple[str
             if r.state == "ready" and key in desired_pairs and eviction is None:
                 continue
             kind: ActionKind = "drain" if r.state == "ready" else "unload"
-            reason = _destructive_block(inp, host, r, kind, eviction is not None, proof,
-                                        gate.last)
+            reason = _destructive_block(inp, host, r, kind, eviction is not None, proof, gate.last)
             if reason is None:
                 reason_gate = gate.check(kind, host, r.model_id)
                 if reason_gate is not None:
                     if reason_gate[0] != "pending_equivalent":
-                        out.deferred.append(Deferred(kind=kind, host_id=host.host_id,
-                                                     model_id=r.model_id, reason=reason_gate[0],
-                                                     until=reason_gate[1]))
+                        out.deferred.append(
+                            Deferred(
+                                kind=kind,
+                                host_id=host.host_id,
+                                model_id=r.model_id,
+                                reason=reason_gate[0],
+                                until=reason_gate[1],
+                            )
+                        )
                     continue
             if reason is None and kind == "drain" and isinstance(eviction, Eviction):
                 reason = _prefetch_beneficiary(inp, gate, host, eviction, out)
             if reason is not None:
-                out.deferred.append(Deferred(kind=kind, host_id=host.host_id,
-                                             model_id=r.model_id, reason=reason))
+                out.deferred.append(
+                    Deferred(kind=kind, host_id=host.host_id, model_id=r.model_id, reason=reason)
+                )
                 continue
             profile = inp.profiles.get(r.model_id)
             prio = profile.priority if profile is not None else 0
-            out.proposals.append(Proposal(
-                kind=kind, host_id=host.host_id, model_id=r.model_id,
-                reason="eviction" if eviction is not None else (
-                    "retired" if r.model_id in inp.retired else "obsolete"),
-                priority=getattr(eviction, "priority", prio),
-                service_class="direct" if eviction is not None else "cleanup",
-                eviction=eviction is not None,
-                beneficiary=getattr(eviction, "beneficiary", None),
-            ))
+            out.proposals.append(
+                Proposal(
+                    kind=kind,
+                    host_id=host.host_id,
+                    model_id=r.model_id,
+                    reason="eviction"
+                    if eviction is not None
+                    else ("retired" if r.model_id in inp.retired else "obsolete"),
+                    priority=getattr(eviction, "priority", prio),
+                    service_class="direct" if eviction is not None else "cleanup",
+                    eviction=eviction is not None,
+                    beneficiary=getattr(eviction, "beneficiary", None),
+                )
+            )
 
 
-def _prefetch_beneficiary(inp: ReconcileInputs, gate: _Gate, host: HostSnapshot,
-                          eviction: Eviction, out: ReconcileResult) -> str | None:
+def _prefetch_beneficiary(
+    inp: ReconcileInputs, gate: _Gate, host: HostSnapshot, eviction: Eviction, out: ReconcileResult
+) -> str | None:
     """Before a preemption drain, fetch the beneficiary's authorized weights onto the host.
 
     Only when the beneficiary's profile names an exact artifact source: the drain then waits
@@ -347,11 +398,19 @@ def _prefetch_beneficiary(inp: ReconcileInputs, gate: _Gate, host: HostSnapshot,
         return None
     gated = gate.check("load", host, b.model_id)
     if gated is None:
-        out.proposals.append(Proposal(
-            kind="load", host_id=host.host_id, model_id=b.model_id, reason="prefetch",
-            priority=eviction.priority, service_class="direct",
-            artifact_sha256=b.artifact_sha256, artifact_source=b.artifact_source,
-            artifact_size_mb=b.artifact_size_mb))
+        out.proposals.append(
+            Proposal(
+                kind="load",
+                host_id=host.host_id,
+                model_id=b.model_id,
+                reason="prefetch",
+                priority=eviction.priority,
+                service_class="direct",
+                artifact_sha256=b.artifact_sha256,
+                artifact_source=b.artifact_source,
+                artifact_size_mb=b.artifact_size_mb,
+            )
+        )
         return "prefetching_beneficiary"
     if gated[0] == "backoff":
         return None
@@ -368,14 +427,26 @@ def _evictions_of_retired(inp: ReconcileInputs, gate: _Gate, out: ReconcileResul
         for model_id in sorted(cached & inp.retired - held):
             if gate.check("evict", host, model_id) is not None:
                 continue
-            out.proposals.append(Proposal(kind="evict", host_id=host.host_id,
-                                          model_id=model_id, reason="retired",
-                                          service_class="cleanup"))
+            out.proposals.append(
+                Proposal(
+                    kind="evict",
+                    host_id=host.host_id,
+                    model_id=model_id,
+                    reason="retired",
+                    service_class="cleanup",
+                )
+            )
 
 
-def _destructive_block(inp: ReconcileInputs, host: HostSnapshot, r: ResidencySnapshot,
-                       kind: str, eviction: bool, proof: Mapping[str, str | None],
-                       last: Mapping[tuple[str, str, str], Action]) -> str | None:
+def _destructive_block(
+    inp: ReconcileInputs,
+    host: HostSnapshot,
+    r: ResidencySnapshot,
+    kind: str,
+    eviction: bool,
+    proof: Mapping[str, str | None],
+    last: Mapping[tuple[str, str, str], Action],
+) -> str | None:
     """Why a drain/unload of ``r`` may not be proposed now, or ``None``."""
     if not reachable(host, inp.policy):
         return "host_unreachable"
@@ -401,20 +472,30 @@ def _destructive_block(inp: ReconcileInputs, host: HostSnapshot, r: ResidencySna
         problem = proof.get(r.model_id)
         if problem is not None:
             return problem
-        if (profile is not None and r.loaded_at is not None
-                and inp.now - r.loaded_at < profile.min_residency_s):
+        if (
+            profile is not None
+            and r.loaded_at is not None
+            and inp.now - r.loaded_at < profile.min_residency_s
+        ):
             return "min_residency"
     last_warm = last.get(("warm", host.host_id, r.model_id))
-    if (last_warm is not None and last_warm.status == "succeeded"
-            and last_warm.receipt_at is not None
-            and inp.now - last_warm.receipt_at < inp.policy.mutation_cooldown_s):
+    if (
+        last_warm is not None
+        and last_warm.status == "succeeded"
+        and last_warm.receipt_at is not None
+        and inp.now - last_warm.receipt_at < inp.policy.mutation_cooldown_s
+    ):
         return "mutation_cooldown"
     return None
 
 
-def _withdrawals(inp: ReconcileInputs, desired_pairs: set[tuple[str, str]],
-                 evictions: Mapping[tuple[str, str], object], proof: Mapping[str, str | None],
-                 out: ReconcileResult) -> None:
+def _withdrawals(
+    inp: ReconcileInputs,
+    desired_pairs: set[tuple[str, str]],
+    evictions: Mapping[tuple[str, str], object],
+    proof: Mapping[str, str | None],
+    out: ReconcileResult,
+) -> None:
     """Close active actions the plan no longer wants, or that fresh evidence made unsafe."""
     unsafe_models: dict[str, str] = {}
     for a in inp.book.active():
@@ -423,8 +504,8 @@ def _withdrawals(inp: ReconcileInputs, desired_pairs: set[tuple[str, str]],
         if a.kind in ("load", "warm"):
             reason = None
             prefetch = a.reason == "prefetch" and any(
-                e.beneficiary == a.model_id and e.host_id == a.host_id
-                for e in inp.plan.evictions)
+                e.beneficiary == a.model_id and e.host_id == a.host_id for e in inp.plan.evictions
+            )
             if a.model_id in inp.retired:
                 reason = "retired"
             elif key not in desired_pairs and not prefetch:
@@ -432,8 +513,14 @@ def _withdrawals(inp: ReconcileInputs, desired_pairs: set[tuple[str, str]],
             elif host is not None and not admitting(host, inp.policy) and not a.delivered:
                 reason = "host_not_admitting"
             if reason is not None:
-                out.withdrawals.append(Withdrawal(action_id=a.action_id, model_id=a.model_id,
-                                                  status="cancelled", reason=reason))
+                out.withdrawals.append(
+                    Withdrawal(
+                        action_id=a.action_id,
+                        model_id=a.model_id,
+                        status="cancelled",
+                        reason=reason,
+                    )
+                )
             continue
         if a.kind != "drain" or a.eviction or a.model_id in inp.retired:
             continue
@@ -446,6 +533,11 @@ def _withdrawals(inp: ReconcileInputs, desired_pairs: set[tuple[str, str]],
             unsafe_models.setdefault(a.model_id, problem)
     for a in inp.book.active():
         if a.destructive and a.model_id in unsafe_models:
-            out.withdrawals.append(Withdrawal(action_id=a.action_id, model_id=a.model_id,
-                                              status="withdrawn",
-                                              reason=unsafe_models[a.model_id]))
+            out.withdrawals.append(
+                Withdrawal(
+                    action_id=a.action_id,
+                    model_id=a.model_id,
+                    status="withdrawn",
+                    reason=unsafe_models[a.model_id],
+                )
+            )

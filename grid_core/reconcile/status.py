@@ -49,13 +49,26 @@ class ActionView(msgspec.Struct, frozen=True, kw_only=True):
     @classmethod
     def of(cls, a: Action) -> ActionView:
         """The view of an action record."""
-        return cls(action_id=a.action_id, kind=a.kind, host_id=a.host_id, model_id=a.model_id,
-                   status=a.status, reason=a.reason, priority=a.priority,
-                   service_class=a.service_class, generation=a.generation,
-                   created_at=a.created_at, not_before=a.not_before,
-                   dependencies=list(a.dependencies), delivered_at=a.delivered_at,
-                   completed_at=a.completed_at, late=a.late, message=a.message,
-                   eviction=a.eviction, beneficiary=a.beneficiary)
+        return cls(
+            action_id=a.action_id,
+            kind=a.kind,
+            host_id=a.host_id,
+            model_id=a.model_id,
+            status=a.status,
+            reason=a.reason,
+            priority=a.priority,
+            service_class=a.service_class,
+            generation=a.generation,
+            created_at=a.created_at,
+            not_before=a.not_before,
+            dependencies=list(a.dependencies),
+            delivered_at=a.delivered_at,
+            completed_at=a.completed_at,
+            late=a.late,
+            message=a.message,
+            eviction=a.eviction,
+            beneficiary=a.beneficiary,
+        )
 
 
 class HostView(msgspec.Struct, frozen=True, kw_only=True):

@@ -37,22 +37,40 @@ def test_histogram_p95_brackets_the_true_request_level_p95(values, buckets):
 
 
 @SETTINGS
-@given(st.lists(st.tuples(st.floats(0, 600), st.floats(0.01, 30.0),
-                          st.sampled_from(["ok", "ok", "error", "unavailable"]),
-                          st.floats(0, 5)), max_size=200),
-       st.integers(0, 3), st.integers(0, 5))
+@given(
+    st.lists(
+        st.tuples(
+            st.floats(0, 600),
+            st.floats(0.01, 30.0),
+            st.sampled_from(["ok", "ok", "error", "unavailable"]),
+            st.floats(0, 5),
+        ),
+        max_size=200,
+    ),
+    st.integers(0, 3),
+    st.integers(0, 5),
+)
 def test_desired_is_always_within_bounds_and_state_round_trips(reqs, lo, extra):
     policy = ForecastPolicy(bucket_s=10.0, window_buckets=30)
     t = DemandTracker(policy)
     t.set_configured(["m"])
     for ago, service, outcome, queue in reqs:
-        t.observe(RequestFeatures(at=NOW - ago, endpoint="chat", requested_model="m",
-                                  service_time_s=service if outcome == "ok" else None,
-                                  outcome=outcome, queue_s=queue))
-    profile = validate_profile(ModelProfile(model_id="m", memory_mb=1024, min_replicas=lo,
-                                            max_replicas=max(1, lo + extra)))
-    hosts = [HostSnapshot(host_id="h", capacity_mb=8192, runtimes=("llama.cpp",),
-                          heartbeat_age_s=1.0)]
+        t.observe(
+            RequestFeatures(
+                at=NOW - ago,
+                endpoint="chat",
+                requested_model="m",
+                service_time_s=service if outcome == "ok" else None,
+                outcome=outcome,
+                queue_s=queue,
+            )
+        )
+    profile = validate_profile(
+        ModelProfile(model_id="m", memory_mb=1024, min_replicas=lo, max_replicas=max(1, lo + extra))
+    )
+    hosts = [
+        HostSnapshot(host_id="h", capacity_mb=8192, runtimes=("llama.cpp",), heartbeat_age_s=1.0)
+    ]
     state = t.to_state()
     d = t.forecast(NOW, [profile], hosts, EWMA)["m"]
     assert profile.min_replicas <= d.desired_replicas <= profile.max_replicas

@@ -19,30 +19,44 @@ POLICY = ForecastPolicy(bucket_s=10.0, window_buckets=30)
 
 
 def prof(model_id: str = "m", **kw: object) -> ModelProfile:
-    base: dict[str, object] = {"model_id": model_id, "memory_mb": 4096, "max_replicas": 16,
-                               "replica_concurrency": 1, "target_utilization": 0.5}
+    base: dict[str, object] = {
+        "model_id": model_id,
+        "memory_mb": 4096,
+        "max_replicas": 16,
+        "replica_concurrency": 1,
+        "target_utilization": 0.5,
+    }
     base.update(kw)
     return validate_profile(ModelProfile(**base))  # type: ignore[arg-type]
 
 
 def host(host_id: str = "h", *residencies: ResidencySnapshot, **kw: object) -> HostSnapshot:
-    base: dict[str, object] = {"host_id": host_id, "capacity_mb": 64 * 1024,
-                               "runtimes": ("llama.cpp",), "heartbeat_age_s": 1.0,
-                               "residencies": residencies}
+    base: dict[str, object] = {
+        "host_id": host_id,
+        "capacity_mb": 64 * 1024,
+        "runtimes": ("llama.cpp",),
+        "heartbeat_age_s": 1.0,
+        "residencies": residencies,
+    }
     base.update(kw)
     return HostSnapshot(**base)  # type: ignore[arg-type]
 
 
-def req(at: float, model: str = "m", service: float | None = 1.0, **kw: object
-        ) -> RequestFeatures:
-    base: dict[str, object] = {"at": at, "endpoint": "chat", "requested_model": model,
-                               "served_model": model, "service_time_s": service}
+def req(at: float, model: str = "m", service: float | None = 1.0, **kw: object) -> RequestFeatures:
+    base: dict[str, object] = {
+        "at": at,
+        "endpoint": "chat",
+        "requested_model": model,
+        "served_model": model,
+        "service_time_s": service,
+    }
     base.update(kw)
     return RequestFeatures(**base)  # type: ignore[arg-type]
 
 
-def steady(tracker: DemandTracker, rate_per_bucket: int, buckets: int, end: float = NOW,
-           **kw: object) -> None:
+def steady(
+    tracker: DemandTracker, rate_per_bucket: int, buckets: int, end: float = NOW, **kw: object
+) -> None:
     for b in range(buckets):
         start = end - (buckets - b) * POLICY.bucket_s
         for i in range(rate_per_bucket):
@@ -133,14 +147,24 @@ def test_pressure_asks_for_one_replica_beyond_the_ready_set(pressure):
     if pressure == "errors":
         for i in range(5):
             t.observe(req(NOW - 20 + i, outcome="error", service=None))
-    ready = [host(f"h{i}", ResidencySnapshot(
-        model_id="m", memory_mb=4096, state="ready",
-        queue_depth=1 if pressure == "queue" and i == 0 else 0)) for i in range(3)]
+    ready = [
+        host(
+            f"h{i}",
+            ResidencySnapshot(
+                model_id="m",
+                memory_mb=4096,
+                state="ready",
+                queue_depth=1 if pressure == "queue" and i == 0 else 0,
+            ),
+        )
+        for i in range(3)
+    ]
     d = t.forecast(NOW, [prof(latency_slo_ms=1000.0)], ready, EWMA)["m"]
     assert d.ready_replicas == 3
     assert d.desired_replicas == 4
-    assert {"queue": "queue_pressure", "latency": "latency_pressure",
-            "errors": "error_pressure"}[pressure] in d.reasons
+    assert {"queue": "queue_pressure", "latency": "latency_pressure", "errors": "error_pressure"}[
+        pressure
+    ] in d.reasons
 
 
 def test_rising_demand_is_projected_across_a_slow_cold_start_with_caps():
@@ -154,8 +178,7 @@ def test_rising_demand_is_projected_across_a_slow_cold_start_with_caps():
     assert d.projection_horizon_s == 300.0
     assert d.projected_concurrency <= 2.0 * d.request_rate_rps * d.service_time_s + 1e-9
     # Cached weights and learned warm time shorten the horizon, so less is projected.
-    cached = host(cached={"m": None}, performance={"m": ModelPerformance(warm_s=5.0,
-                                                                         samples=8)})
+    cached = host(cached={"m": None}, performance={"m": ModelPerformance(warm_s=5.0, samples=8)})
     t2 = DemandTracker.__new__(DemandTracker)
     t2.__init__(POLICY)
     t2.from_state(t.to_state())
@@ -192,10 +215,10 @@ def test_cooldown_watermark_holds_and_survives_restart_then_expires():
 
 
 def test_recently_ready_replicas_stay_desired():
-    used = ResidencySnapshot(model_id="m", memory_mb=4096, state="ready",
-                             last_used_at=NOW - 60.0)
-    stale = ResidencySnapshot(model_id="m", memory_mb=4096, state="ready",
-                              last_used_at=NOW - 6000.0)
+    used = ResidencySnapshot(model_id="m", memory_mb=4096, state="ready", last_used_at=NOW - 60.0)
+    stale = ResidencySnapshot(
+        model_id="m", memory_mb=4096, state="ready", last_used_at=NOW - 6000.0
+    )
     t = tracker_for()
     d = t.forecast(NOW, [prof()], [host("a", used), host("b", stale)], EWMA)["m"]
     assert d.desired_replicas == 1 and "recent_ready" in d.reasons
@@ -261,6 +284,10 @@ def test_millisecond_routing_waits_are_not_queue_pressure():
 def test_implausible_learned_startup_times_fall_back_to_the_profile(bad):
     perf = ModelPerformance(warm_s=bad, load_s=bad, samples=8)
     t = tracker_for()
-    d = t.forecast(NOW, [prof(load_estimate_s=30.0, warm_estimate_s=10.0)],
-                   [host(performance={"m": perf})], EWMA)["m"]
+    d = t.forecast(
+        NOW,
+        [prof(load_estimate_s=30.0, warm_estimate_s=10.0)],
+        [host(performance={"m": perf})],
+        EWMA,
+    )["m"]
     assert d.projection_horizon_s == 40.0

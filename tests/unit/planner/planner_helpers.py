@@ -33,18 +33,22 @@ def model(model_id: str, memory_gb: float = 4, **kw: object) -> ModelProfile:
     return validate_profile(ModelProfile(**base))  # type: ignore[arg-type]
 
 
-def res(model_id: str, memory_gb: float = 4, state: str = "ready", **kw: object
-        ) -> ResidencySnapshot:
-    base: dict[str, object] = {"model_id": model_id, "memory_mb": int(memory_gb * GB),
-                               "state": state, "active_requests": 0,
-                               "loaded_at": NOW - 3600.0}
+def res(
+    model_id: str, memory_gb: float = 4, state: str = "ready", **kw: object
+) -> ResidencySnapshot:
+    base: dict[str, object] = {
+        "model_id": model_id,
+        "memory_mb": int(memory_gb * GB),
+        "state": state,
+        "active_requests": 0,
+        "loaded_at": NOW - 3600.0,
+    }
     base.update(kw)
     return ResidencySnapshot(**base)  # type: ignore[arg-type]
 
 
 def demand(model_id: str, replicas: int, **kw: object) -> ModelDemand:
-    base: dict[str, object] = {"model_id": model_id, "desired_replicas": replicas,
-                               "direct": True}
+    base: dict[str, object] = {"model_id": model_id, "desired_replicas": replicas, "direct": True}
     base.update(kw)
     return ModelDemand(**base)  # type: ignore[arg-type]
 
@@ -53,10 +57,16 @@ POLICY = PlannerPolicy(admission_headroom_mb=0)
 """Zero headroom keeps the arithmetic of hand-written cases exact; headroom has its own test."""
 
 
-def run(profiles, hosts, demands=(), policy: PlannerPolicy = POLICY, now: float = NOW,
-        plugins=PLUGINS) -> Plan:
-    inputs = PlanInputs(now=now, profiles=tuple(profiles), hosts=tuple(hosts),
-                        demand={d.model_id: d for d in demands}, policy=policy)
+def run(
+    profiles, hosts, demands=(), policy: PlannerPolicy = POLICY, now: float = NOW, plugins=PLUGINS
+) -> Plan:
+    inputs = PlanInputs(
+        now=now,
+        profiles=tuple(profiles),
+        hosts=tuple(hosts),
+        demand={d.model_id: d for d in demands},
+        policy=policy,
+    )
     return plan(inputs, plugins, reuse=False)
 
 

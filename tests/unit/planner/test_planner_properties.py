@@ -24,8 +24,16 @@ EXAMPLES = 500
 MODEL_IDS = ("m0", "m1", "m2", "m3", "m4", "m5")
 HOST_IDS = tuple(f"h{i}" for i in range(7))
 TAGS = ("ecc", "office", "fast-disk")
-STATES = ("accepting", "accepting", "accepting", "throttled", "draining", "paused",
-          "unhealthy", "quarantined")
+STATES = (
+    "accepting",
+    "accepting",
+    "accepting",
+    "throttled",
+    "draining",
+    "paused",
+    "unhealthy",
+    "quarantined",
+)
 AGES = (1.0, 1.0, 5.0, 400.0, None, -60.0, -1.0)
 
 
@@ -39,25 +47,30 @@ def _profiles(rng: random.Random) -> list[ModelProfile]:
         if "vllm" in runtimes and rng.random() < 0.5:
             rt_mem = {"vllm": rng.randint(1, 24) * GB}
         others = [m for m in ids if m != mid]
-        out.append(validate_profile(ModelProfile(
-            model_id=mid,
-            memory_mb=rng.randint(1, 24) * GB,
-            runtime_memory_mb=rt_mem,
-            runtimes=runtimes,
-            backends=rng.choice([(), (), ("cuda",), ("metal",)]),
-            min_replicas=rng.randint(0, mx),
-            max_replicas=mx,
-            priority=rng.randint(0, 2),
-            required_tags=(rng.choice(TAGS),) if rng.random() < 0.2 else (),
-            forbidden_tags=(rng.choice(TAGS),) if rng.random() < 0.2 else (),
-            min_failure_domains=rng.randint(1, 3),
-            max_colocated_models=rng.choice([0, 0, 0, 1, 2]),
-            colocation_excludes=(rng.choice(others),) if others and rng.random() < 0.3
-            else (),
-            pins=(rng.choice(HOST_IDS),) if rng.random() < 0.1 else (),
-            artifact_size_mb=rng.choice([None, 2 * GB, 8 * GB]),
-            min_residency_s=rng.choice([0.0, 300.0]),
-        )))
+        out.append(
+            validate_profile(
+                ModelProfile(
+                    model_id=mid,
+                    memory_mb=rng.randint(1, 24) * GB,
+                    runtime_memory_mb=rt_mem,
+                    runtimes=runtimes,
+                    backends=rng.choice([(), (), ("cuda",), ("metal",)]),
+                    min_replicas=rng.randint(0, mx),
+                    max_replicas=mx,
+                    priority=rng.randint(0, 2),
+                    required_tags=(rng.choice(TAGS),) if rng.random() < 0.2 else (),
+                    forbidden_tags=(rng.choice(TAGS),) if rng.random() < 0.2 else (),
+                    min_failure_domains=rng.randint(1, 3),
+                    max_colocated_models=rng.choice([0, 0, 0, 1, 2]),
+                    colocation_excludes=(rng.choice(others),)
+                    if others and rng.random() < 0.3
+                    else (),
+                    pins=(rng.choice(HOST_IDS),) if rng.random() < 0.1 else (),
+                    artifact_size_mb=rng.choice([None, 2 * GB, 8 * GB]),
+                    min_residency_s=rng.choice([0.0, 300.0]),
+                )
+            )
+        )
     return out
 
 
@@ -65,10 +78,8 @@ def _residency(rng: random.Random, mid: str) -> ResidencySnapshot:
     return ResidencySnapshot(
         model_id=mid,
         memory_mb=rng.randint(1, 16) * GB,
-        state=rng.choice(["ready", "ready", "loading", "warming", "draining", "failed",
-                          "cached"]),
-        ownership=rng.choice(["managed", "managed", "managed", "external", "manual",
-                              "pinned"]),
+        state=rng.choice(["ready", "ready", "loading", "warming", "draining", "failed", "cached"]),
+        ownership=rng.choice(["managed", "managed", "managed", "external", "manual", "pinned"]),
         active_requests=rng.choice([0, 0, 2, None]),
         loaded_at=NOW - rng.choice([10.0, 5000.0]),
     )
@@ -78,25 +89,27 @@ def _hosts(rng: random.Random, models: list[ModelProfile]) -> list[HostSnapshot]
     out = []
     for hid in HOST_IDS[: rng.randint(1, len(HOST_IDS))]:
         mids = rng.sample([*MODEL_IDS, "ext-1"], rng.randint(0, 3))
-        out.append(HostSnapshot(
-            host_id=hid,
-            capacity_mb=rng.randint(4, 64) * GB,
-            reserved_mb=rng.randint(0, 4) * GB,
-            thermal_derating=rng.choice([0.0, 0.0, 0.1]),
-            state=rng.choice(STATES),
-            healthy=rng.random() < 0.85,
-            heartbeat_age_s=rng.choice(AGES),
-            runtimes=rng.choice([("llama.cpp",), ("llama.cpp", "vllm"), ("vllm",)]),
-            backends=rng.choice([("metal",), ("cuda",)]),
-            tags=tuple(sorted(t for t in TAGS if rng.random() < 0.5)),
-            failure_domain=rng.choice(["fd-1", "fd-2", "fd-3", None]),
-            max_models=rng.choice([0, 0, 1, 2, 3]),
-            throttle_fraction=rng.choice([1.0, 1.0, 0.5]),
-            external_used_mb=rng.choice([0, 0, 2 * GB]),
-            artifact_disk_free_mb=rng.choice([None, 4 * GB, 40 * GB]),
-            residencies=tuple(_residency(rng, m) for m in mids),
-            cached={m.model_id: None for m in models if rng.random() < 0.15},
-        ))
+        out.append(
+            HostSnapshot(
+                host_id=hid,
+                capacity_mb=rng.randint(4, 64) * GB,
+                reserved_mb=rng.randint(0, 4) * GB,
+                thermal_derating=rng.choice([0.0, 0.0, 0.1]),
+                state=rng.choice(STATES),
+                healthy=rng.random() < 0.85,
+                heartbeat_age_s=rng.choice(AGES),
+                runtimes=rng.choice([("llama.cpp",), ("llama.cpp", "vllm"), ("vllm",)]),
+                backends=rng.choice([("metal",), ("cuda",)]),
+                tags=tuple(sorted(t for t in TAGS if rng.random() < 0.5)),
+                failure_domain=rng.choice(["fd-1", "fd-2", "fd-3", None]),
+                max_models=rng.choice([0, 0, 1, 2, 3]),
+                throttle_fraction=rng.choice([1.0, 1.0, 0.5]),
+                external_used_mb=rng.choice([0, 0, 2 * GB]),
+                artifact_disk_free_mb=rng.choice([None, 4 * GB, 40 * GB]),
+                residencies=tuple(_residency(rng, m) for m in mids),
+                cached={m.model_id: None for m in models if rng.random() < 0.15},
+            )
+        )
     return out
 
 
@@ -109,20 +122,27 @@ def random_inputs(seed: int) -> PlanInputs:
     for m in models:
         if rng.random() < 0.5:
             demand[m.model_id] = ModelDemand(
-                model_id=m.model_id, desired_replicas=rng.randint(0, 6),
+                model_id=m.model_id,
+                desired_replicas=rng.randint(0, 6),
                 queue_depth=rng.choice([0.0, 3.0]),
                 request_rate_rps=rng.choice([0.0, 1.0, 2.0]),
-                direct=rng.random() < 0.5)
+                direct=rng.random() < 0.5,
+            )
     policy = PlannerPolicy(admission_headroom_mb=rng.choice([0, 512]))
-    return PlanInputs(now=NOW, profiles=tuple(models), hosts=tuple(fleet), demand=demand,
-                      policy=policy)
+    return PlanInputs(
+        now=NOW, profiles=tuple(models), hosts=tuple(fleet), demand=demand, policy=policy
+    )
 
 
 plan_inputs = st.integers(0, 2**63 - 1).map(random_inputs)
 
 
-SETTINGS = settings(max_examples=EXAMPLES, deadline=None, derandomize=True,
-                    suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(
+    max_examples=EXAMPLES,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.too_slow],
+)
 
 
 def _fraction(h: HostSnapshot, policy: PlannerPolicy) -> float:
@@ -140,8 +160,10 @@ def _conflict(mid: str, peers: set[str], by_id: dict[str, ModelProfile]) -> bool
     size = len(others) + 1
     if p.max_colocated_models and size > p.max_colocated_models:
         return True
-    return any(o in by_id and by_id[o].max_colocated_models
-               and size > by_id[o].max_colocated_models for o in others)
+    return any(
+        o in by_id and by_id[o].max_colocated_models and size > by_id[o].max_colocated_models
+        for o in others
+    )
 
 
 @SETTINGS
@@ -171,12 +193,17 @@ def test_plan_never_breaks_a_hard_rule(inputs: PlanInputs):
         live = [r for r in h.residencies if r.state in MEMORY_STATES]
         live_ids = {r.model_id for r in live}
         unmanaged = [r for r in live if r.ownership != "managed"]
-        managed_assigned = [a for a in assigned
-                            if not any(r.model_id == a.model_id and r.ownership != "managed"
-                                       for r in live)]
+        managed_assigned = [
+            a
+            for a in assigned
+            if not any(r.model_id == a.model_id and r.ownership != "managed" for r in live)
+        ]
         # invariant 1, desired ledger: unmanaged work first, then every managed replica
-        desired_mb = (h.external_used_mb + sum(r.memory_mb for r in unmanaged)
-                      + sum(by_id[a.model_id].memory_for(h.runtimes) for a in managed_assigned))
+        desired_mb = (
+            h.external_used_mb
+            + sum(r.memory_mb for r in unmanaged)
+            + sum(by_id[a.model_id].memory_for(h.runtimes) for a in managed_assigned)
+        )
         if managed_assigned:
             assert desired_mb <= h.allocatable_mb, (hid, desired_mb, h.allocatable_mb)
         # invariant 1, incremental ledger: live now plus new allocations plus headroom
@@ -189,8 +216,9 @@ def test_plan_never_breaks_a_hard_rule(inputs: PlanInputs):
             assert live_mb + new_mb + inputs.policy.admission_headroom_mb <= limit
         # disk: uncached artifacts reserve their ceiling cumulatively against free disk
         if new and h.artifact_disk_free_mb is not None:
-            disk = sum(by_id[a.model_id].artifact_size_mb or 0 for a in new
-                       if a.model_id not in h.cached)
+            disk = sum(
+                by_id[a.model_id].artifact_size_mb or 0 for a in new if a.model_id not in h.cached
+            )
             assert disk <= h.artifact_disk_free_mb
         # model slots and colocation (reciprocal)
         desired_set = set(ids) | {r.model_id for r in unmanaged}
@@ -204,8 +232,11 @@ def test_plan_never_breaks_a_hard_rule(inputs: PlanInputs):
     for mid, prof in by_id.items():
         n = counts.get(mid, 0)
         assert n <= prof.max_replicas and n <= result.desired[mid]
-        missing = sum(u.missing for u in result.unmet
-                      if u.model_id == mid and u.code != "failure_domain_shortfall")
+        missing = sum(
+            u.missing
+            for u in result.unmet
+            if u.model_id == mid and u.code != "failure_domain_shortfall"
+        )
         assert missing == result.desired[mid] - n, (mid, result.unmet)
     # staged preemption: bounded, never protected work, beneficiary not on that host
     assert len(result.evictions) <= inputs.policy.max_evictions
@@ -219,10 +250,12 @@ def test_plan_never_breaks_a_hard_rule(inputs: PlanInputs):
                 assert inputs.now - r.loaded_at >= victim.min_residency_s
 
         if e.beneficiary is not None:
-            assert (e.beneficiary, e.host_id) not in {(a.model_id, a.host_id)
-                                                      for a in result.assignments}
-            assert (e.model_id, e.host_id) not in {(a.model_id, a.host_id)
-                                                   for a in result.assignments}
+            assert (e.beneficiary, e.host_id) not in {
+                (a.model_id, a.host_id) for a in result.assignments
+            }
+            assert (e.model_id, e.host_id) not in {
+                (a.model_id, a.host_id) for a in result.assignments
+            }
 
 
 @SETTINGS
@@ -234,13 +267,23 @@ def test_plan_is_deterministic_and_order_independent(inputs: PlanInputs, seed: i
     profs, fleet = list(inputs.profiles), list(inputs.hosts)
     rng.shuffle(profs)
     rng.shuffle(fleet)
-    fleet = [h.__class__(**{**{f: getattr(h, f) for f in h.__struct_fields__},
-                            "residencies": tuple(rng.sample(h.residencies,
-                                                            len(h.residencies)))})
-             for h in fleet]
+    fleet = [
+        h.__class__(
+            **{
+                **{f: getattr(h, f) for f in h.__struct_fields__},
+                "residencies": tuple(rng.sample(h.residencies, len(h.residencies))),
+            }
+        )
+        for h in fleet
+    ]
     demand = dict(rng.sample(list(inputs.demand.items()), len(inputs.demand)))
-    shuffled = PlanInputs(now=inputs.now, profiles=tuple(profs), hosts=tuple(fleet),
-                          demand=demand, policy=inputs.policy)
+    shuffled = PlanInputs(
+        now=inputs.now,
+        profiles=tuple(profs),
+        hosts=tuple(fleet),
+        demand=demand,
+        policy=inputs.policy,
+    )
     again = plan(shuffled, PLUGINS, reuse=False)
     assert again == first
     assert again.digest == first.digest

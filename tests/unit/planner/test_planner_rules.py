@@ -11,25 +11,37 @@ from grid_core.testing import plugins_with
 # --- eligibility (invariant 2) -------------------------------------------------------------
 
 
-@pytest.mark.parametrize("kw", [
-    {"state": "paused"}, {"state": "draining"}, {"state": "unhealthy"},
-    {"state": "quarantined"}, {"heartbeat_age_s": 600.0}, {"heartbeat_age_s": None},
-    {"heartbeat_age_s": -120.0}, {"healthy": False}, {"authenticated": False},
-])
+@pytest.mark.parametrize(
+    "kw",
+    [
+        {"state": "paused"},
+        {"state": "draining"},
+        {"state": "unhealthy"},
+        {"state": "quarantined"},
+        {"heartbeat_age_s": 600.0},
+        {"heartbeat_age_s": None},
+        {"heartbeat_age_s": -120.0},
+        {"healthy": False},
+        {"authenticated": False},
+    ],
+)
 def test_ineligible_host_gets_nothing_new(kw):
     p = run([model("m", min_replicas=1)], [host("a", **kw), host("b", 8)])
     assert placed(p) == {("m", "b")}
 
 
-@pytest.mark.parametrize(("prof", "hostkw"), [
-    ({"runtimes": ("vllm",)}, {}),
-    ({"backends": ("cuda",)}, {"backends": ("metal",)}),
-    ({"data_tier": "secret"}, {"data_tiers": ("public",)}),
-    ({"required_tags": ("ecc",)}, {"tags": ("office",)}),
-    ({"forbidden_tags": ("office",)}, {"tags": ("office",)}),
-    ({"min_gpu_count": 2}, {"gpu_count": 1}),
-    ({"min_gpu_memory_mb": 24 * GB}, {"gpu_count": 1, "gpu_memory_mb": 16 * GB}),
-])
+@pytest.mark.parametrize(
+    ("prof", "hostkw"),
+    [
+        ({"runtimes": ("vllm",)}, {}),
+        ({"backends": ("cuda",)}, {"backends": ("metal",)}),
+        ({"data_tier": "secret"}, {"data_tiers": ("public",)}),
+        ({"required_tags": ("ecc",)}, {"tags": ("office",)}),
+        ({"forbidden_tags": ("office",)}, {"tags": ("office",)}),
+        ({"min_gpu_count": 2}, {"gpu_count": 1}),
+        ({"min_gpu_memory_mb": 24 * GB}, {"gpu_count": 1, "gpu_memory_mb": 16 * GB}),
+    ],
+)
 def test_static_rules_are_hard(prof, hostkw):
     p = run([model("m", min_replicas=1, **prof)], [host("a", **hostkw)])
     assert p.assignments == ()
@@ -68,8 +80,7 @@ def test_admission_headroom_fences_new_allocations_only():
 
 
 def test_unmanaged_resident_work_consumes_capacity_first():
-    h = host("a", 16, external_used_mb=6 * GB,
-             residencies=(res("ext", 4, ownership="external"),))
+    h = host("a", 16, external_used_mb=6 * GB, residencies=(res("ext", 4, ownership="external"),))
     p = run([model("m", 8, min_replicas=1)], [h])
     assert p.assignments == ()
     p = run([model("m", 6, min_replicas=1)], [h])
@@ -94,8 +105,7 @@ def test_throttled_host_offers_only_its_fraction():
 def test_raw_ledger_drops_lowest_priority_incumbent_when_reserve_grows():
     h = host("a", 16, reserved_mb=6 * GB, residencies=(res("hi", 6), res("lo", 6)))
     peer = host("b", 16, failure_domain="fd-2")
-    p = run([model("hi", 6, min_replicas=1, priority=2), model("lo", 6, min_replicas=1)],
-            [h, peer])
+    p = run([model("hi", 6, min_replicas=1, priority=2), model("lo", 6, min_replicas=1)], [h, peer])
     assert ("hi", "a") in placed(p) and ("lo", "b") in placed(p)
     assert ("lo", "a") not in placed(p)
 
@@ -117,8 +127,7 @@ def test_exact_cached_weights_pay_no_disk():
     p = run([model("m", 4, min_replicas=1, artifact_size_mb=6 * GB, artifact_sha256=sha)], [h])
     assert placed(p) == {("m", "a")}
     other = host("a", 64, artifact_disk_free_mb=1 * GB, cached={"m": "cd" * 32})
-    p = run([model("m", 4, min_replicas=1, artifact_size_mb=6 * GB, artifact_sha256=sha)],
-            [other])
+    p = run([model("m", 4, min_replicas=1, artifact_size_mb=6 * GB, artifact_sha256=sha)], [other])
     assert p.assignments == ()
 
 
@@ -134,16 +143,26 @@ def test_model_slot_limit():
 
 def test_exclusive_model_counts_itself_and_is_reciprocal():
     hosts = [host("a", 64)]
-    p = run([model("solo", 4, min_replicas=1, max_colocated_models=1, priority=1),
-             model("peer", 4, min_replicas=1)], hosts)
+    p = run(
+        [
+            model("solo", 4, min_replicas=1, max_colocated_models=1, priority=1),
+            model("peer", 4, min_replicas=1),
+        ],
+        hosts,
+    )
     assert placed(p) == {("solo", "a")}
     assert codes(p, "peer") == ["colocation_conflict"]
 
 
 def test_colocation_exclude_is_reciprocal_even_declared_on_one_side():
     hosts = [host("a", 64), host("b", 64, failure_domain="fd-2")]
-    p = run([model("x", 4, min_replicas=1, colocation_excludes=("y",)),
-             model("y", 4, min_replicas=2, max_replicas=2, priority=1)], hosts)
+    p = run(
+        [
+            model("x", 4, min_replicas=1, colocation_excludes=("y",)),
+            model("y", 4, min_replicas=2, max_replicas=2, priority=1),
+        ],
+        hosts,
+    )
     assert len(p.hosts_of("y")) == 2
     x_hosts = set(p.hosts_of("x"))
     assert not x_hosts & set(p.hosts_of("y"))
@@ -163,16 +182,27 @@ def test_pinned_model_whose_host_is_offline_is_not_moved():
 
 def test_pins_are_reserved_before_higher_priority_work():
     hosts = [host("a", 8)]
-    p = run([model("pinned", 6, min_replicas=1, pins=("a",)),
-             model("vip", 6, min_replicas=1, priority=5)], hosts)
+    p = run(
+        [
+            model("pinned", 6, min_replicas=1, pins=("a",)),
+            model("vip", 6, min_replicas=1, priority=5),
+        ],
+        hosts,
+    )
     assert placed(p) == {("pinned", "a")}
 
 
 def test_missing_pin_preempts_only_on_its_exact_host():
     a = host("a", 8, residencies=(res("lo", 6),))
     b = host("b", 8, residencies=(res("lo2", 6),))
-    p = run([model("pinned", 6, min_replicas=1, pins=("a",), priority=3),
-             model("lo", 6, min_replicas=1), model("lo2", 6, min_replicas=1)], [a, b])
+    p = run(
+        [
+            model("pinned", 6, min_replicas=1, pins=("a",), priority=3),
+            model("lo", 6, min_replicas=1),
+            model("lo2", 6, min_replicas=1),
+        ],
+        [a, b],
+    )
     assert [(e.model_id, e.host_id) for e in p.evictions] == [("lo", "a")]
     assert codes(p, "pinned") == ["preemption_staged"]
 
@@ -181,15 +211,20 @@ def test_missing_pin_preempts_only_on_its_exact_host():
 
 
 def test_higher_priority_class_fills_first():
-    p = run([model("a-low", 8, min_replicas=1), model("z-high", 8, min_replicas=1,
-                                                      priority=2)], [host("h", 8)])
+    p = run(
+        [model("a-low", 8, min_replicas=1), model("z-high", 8, min_replicas=1, priority=2)],
+        [host("h", 8)],
+    )
     assert placed(p) == {("z-high", "h")}
 
 
 def test_fair_rounds_give_each_model_a_replica_before_seconds():
     hosts = [host(f"h{i}", 8, failure_domain=f"fd-{i}") for i in range(3)]
-    p = run([model("a", 6, max_replicas=3), model("b", 6, max_replicas=3)], hosts,
-            [demand("a", 3), demand("b", 3)])
+    p = run(
+        [model("a", 6, max_replicas=3), model("b", 6, max_replicas=3)],
+        hosts,
+        [demand("a", 3), demand("b", 3)],
+    )
     counts = {m: len(p.hosts_of(m)) for m in ("a", "b")}
     assert sorted(counts.values()) == [1, 2]
 
@@ -197,24 +232,35 @@ def test_fair_rounds_give_each_model_a_replica_before_seconds():
 def test_renaming_identical_models_does_not_move_the_scarce_slot():
     hosts = [host("h", 8)]
     for hurt, calm in (("alpha", "omega"), ("omega", "alpha")):
-        p = run([model("alpha", 6, max_replicas=1), model("omega", 6, max_replicas=1)], hosts,
-                [demand(hurt, 1, queue_depth=5.0, request_rate_rps=1.0),
-                 demand(calm, 1, request_rate_rps=1.0)])
+        p = run(
+            [model("alpha", 6, max_replicas=1), model("omega", 6, max_replicas=1)],
+            hosts,
+            [
+                demand(hurt, 1, queue_depth=5.0, request_rate_rps=1.0),
+                demand(calm, 1, request_rate_rps=1.0),
+            ],
+        )
         assert placed(p) == {(hurt, "h")}, (hurt, calm)
 
 
 def test_harm_order_latency_ratio_then_errors():
     hosts = [host("h", 8)]
     slo = {"latency_slo_ms": 1000.0}
-    p = run([model("a", 6, **slo), model("b", 6, **slo)], hosts,
-            [demand("a", 1, p95_ms=900.0, error_rate=0.5), demand("b", 1, p95_ms=3000.0)])
+    p = run(
+        [model("a", 6, **slo), model("b", 6, **slo)],
+        hosts,
+        [demand("a", 1, p95_ms=900.0, error_rate=0.5), demand("b", 1, p95_ms=3000.0)],
+    )
     assert placed(p) == {("b", "h")}
 
 
 def test_baseline_replicas_place_before_demand_extras():
     hosts = [host(f"h{i}", 8) for i in range(2)]
-    p = run([model("busy", 6, max_replicas=2), model("base", 6, min_replicas=1)], hosts,
-            [demand("busy", 2, request_rate_rps=9.0, queue_depth=9.0)])
+    p = run(
+        [model("busy", 6, max_replicas=2), model("base", 6, min_replicas=1)],
+        hosts,
+        [demand("busy", 2, request_rate_rps=9.0, queue_depth=9.0)],
+    )
     assert set(p.hosts_of("base")) and len(p.hosts_of("busy")) == 1
 
 
@@ -229,10 +275,15 @@ def test_never_exceeds_max_replicas():
 
 def test_failure_domain_diversity_is_reserved_before_scoring():
     sha = "ab" * 32
-    hosts = [host("a1", 16, cached={"m": sha}), host("a2", 16, cached={"m": sha}),
-             host("b1", 16, failure_domain="fd-2")]
-    p = run([model("m", 4, min_replicas=2, max_replicas=2, min_failure_domains=2,
-                   artifact_sha256=sha)], hosts)
+    hosts = [
+        host("a1", 16, cached={"m": sha}),
+        host("a2", 16, cached={"m": sha}),
+        host("b1", 16, failure_domain="fd-2"),
+    ]
+    p = run(
+        [model("m", 4, min_replicas=2, max_replicas=2, min_failure_domains=2, artifact_sha256=sha)],
+        hosts,
+    )
     assert set(p.hosts_of("m")) in ({"a1", "b1"}, {"a2", "b1"})
 
 
@@ -248,8 +299,10 @@ def test_failure_domain_shortfall_is_reported():
 
 def test_cached_weights_beat_an_empty_faster_host():
     sha = "ab" * 32
-    hosts = [host("cold", 16, memory_bandwidth_gbps=800.0, compute_gflops=100_000.0),
-             host("warm", 16, cached={"m": sha})]
+    hosts = [
+        host("cold", 16, memory_bandwidth_gbps=800.0, compute_gflops=100_000.0),
+        host("warm", 16, cached={"m": sha}),
+    ]
     p = run([model("m", 4, min_replicas=1, artifact_sha256=sha)], hosts)
     assert placed(p) == {("m", "warm")}
 
@@ -270,8 +323,7 @@ def test_hot_demand_amortizes_a_measured_faster_cold_host():
 
     sha = "ab" * 32
     fast = ModelPerformance(tokens_per_s=200.0, samples=8)
-    hosts = [host("cached", 16, cached={"m": sha}),
-             host("fast", 16, performance={"m": fast})]
+    hosts = [host("cached", 16, cached={"m": sha}), host("fast", 16, performance={"m": fast})]
     prof = model("m", 4, max_replicas=1, artifact_sha256=sha)
     light = run([prof], hosts, [demand("m", 1, offered_concurrency=0.5)])
     hot = run([prof], hosts, [demand("m", 1, offered_concurrency=40.0)])
@@ -314,8 +366,10 @@ def test_score_terms_are_collected_once_per_plan():
 
 
 def test_complete_current_placement_is_kept_over_better_hosts():
-    hosts = [host("slow", 64, residencies=(res("m", 4),)),
-             host("fast", 8, memory_bandwidth_gbps=800.0, failure_domain="fd-2")]
+    hosts = [
+        host("slow", 64, residencies=(res("m", 4),)),
+        host("fast", 8, memory_bandwidth_gbps=800.0, failure_domain="fd-2"),
+    ]
     p = run([model("m", 4, min_replicas=1)], hosts)
     assert placed(p) == {("m", "slow")}
     assert p.assignments[0].incumbent and p.assignments[0].reason == "incumbent"
@@ -332,8 +386,10 @@ def test_scale_down_keeps_replicas_in_min_residency_first():
 def test_repair_relocates_equal_priority_replicas_when_greedy_fragments():
     # Greedy puts the larger "q" on the tight host (best fit); "p" then lacks a second domain.
     hosts = [host("tight", 8, failure_domain="fd-1"), host("roomy", 12, failure_domain="fd-2")]
-    profiles = [model("p", 4, min_replicas=2, max_replicas=2, min_failure_domains=2),
-                model("q", 8, min_replicas=1)]
+    profiles = [
+        model("p", 4, min_replicas=2, max_replicas=2, min_failure_domains=2),
+        model("q", 8, min_replicas=1),
+    ]
     p = run(profiles, hosts)
     assert placed(p) == {("p", "tight"), ("p", "roomy"), ("q", "roomy")}
     assert {a.reason for a in p.assignments if a.host_id == "tight"} == {"repair"}
@@ -346,8 +402,9 @@ def test_saturated_homogeneous_fleet_fails_fast_without_repair_search():
 
     hosts = [host(f"h{i}", 8, failure_domain=f"fd-{i}") for i in range(8)]
     profiles = [model(f"m{i}", 6, min_replicas=4, max_replicas=4) for i in range(4)]
-    inputs = canonical_inputs(PlanInputs(now=NOW, profiles=tuple(profiles), hosts=tuple(hosts),
-                                         policy=POLICY))
+    inputs = canonical_inputs(
+        PlanInputs(now=NOW, profiles=tuple(profiles), hosts=tuple(hosts), policy=POLICY)
+    )
     state = PlanState(inputs, [], None)
     result = _solve(state, "x")
     assert len(result.assignments) == 8
@@ -361,7 +418,8 @@ def test_saturated_homogeneous_fleet_fails_fast_without_repair_search():
 def test_three_small_idle_residencies_evict_the_smallest_sufficient_set():
     h = host("a", 12, residencies=(res("s1", 4), res("s2", 4), res("s3", 4)))
     profiles = [model("big", 8, min_replicas=1, priority=3)] + [
-        model(f"s{i}", 4, min_replicas=1) for i in (1, 2, 3)]
+        model(f"s{i}", 4, min_replicas=1) for i in (1, 2, 3)
+    ]
     p = run(profiles, [h])
     assert len(p.evictions) == 2
     assert {e.beneficiary for e in p.evictions} == {"big"}
@@ -385,16 +443,24 @@ def test_preemption_prefers_failed_and_idle_victims():
     busy = res("busy", 8, active_requests=3)
     failed = res("broken", 8, state="failed")
     hosts = [host("a", 8, residencies=(busy,)), host("b", 8, residencies=(failed,))]
-    profiles = [model("vip", 8, min_replicas=1, priority=3), model("busy", 8, min_replicas=1),
-                model("broken", 8, min_replicas=1)]
+    profiles = [
+        model("vip", 8, min_replicas=1, priority=3),
+        model("busy", 8, min_replicas=1),
+        model("broken", 8, min_replicas=1),
+    ]
     p = run(profiles, hosts)
     assert [(e.model_id, e.host_id) for e in p.evictions] == [("broken", "b")]
 
 
-@pytest.mark.parametrize("kw", [
-    {"ownership": "external"}, {"ownership": "manual"}, {"ownership": "pinned"},
-    {"loaded_at": NOW - 5.0},
-])
+@pytest.mark.parametrize(
+    "kw",
+    [
+        {"ownership": "external"},
+        {"ownership": "manual"},
+        {"ownership": "pinned"},
+        {"loaded_at": NOW - 5.0},
+    ],
+)
 def test_protected_work_is_never_a_victim(kw):
     h = host("a", 8, residencies=(res("lo", 8, **kw),))
     p = run([model("vip", 8, min_replicas=1, priority=3), model("lo", 8, min_replicas=1)], [h])
@@ -410,19 +476,25 @@ def test_equal_priority_work_is_not_preempted():
 
 def test_inferred_only_demand_cannot_preempt():
     h = host("a", 8, residencies=(res("lo", 8),))
-    p = run([model("guess", 8, priority=3), model("lo", 8, min_replicas=1)], [h],
-            [demand("guess", 1, direct=False, inferred_rps=1.0)])
+    p = run(
+        [model("guess", 8, priority=3), model("lo", 8, min_replicas=1)],
+        [h],
+        [demand("guess", 1, direct=False, inferred_rps=1.0)],
+    )
     assert p.evictions == ()
 
 
 def test_eviction_budget_bounds_one_plan():
     hosts = [host(f"h{i:03d}", 8, residencies=(res(f"lo{i}", 8),)) for i in range(70)]
     profiles = [model("vip", 8, min_replicas=70, max_replicas=70, priority=3)] + [
-        model(f"lo{i}", 8, min_replicas=1) for i in range(70)]
+        model(f"lo{i}", 8, min_replicas=1) for i in range(70)
+    ]
     p = run(profiles, hosts, policy=PlannerPolicy(admission_headroom_mb=0))
     assert len(p.evictions) == 64
-    assert {u.code for u in p.unmet if u.model_id == "vip"} == {"preemption_staged",
-                                                                 "eviction_budget"}
+    assert {u.code for u in p.unmet if u.model_id == "vip"} == {
+        "preemption_staged",
+        "eviction_budget",
+    }
 
 
 def test_lowered_model_ceiling_converges_by_evicting_the_lowest_priority():
@@ -439,19 +511,20 @@ def test_digest_is_stable_and_order_independent():
     profiles = [model("a", 4, min_replicas=1), model("b", 4, min_replicas=1)]
     hosts = [host("x", 16), host("y", 16, failure_domain="fd-2")]
     one = PlanInputs(now=NOW, profiles=tuple(profiles), hosts=tuple(hosts), policy=POLICY)
-    two = PlanInputs(now=NOW, profiles=tuple(reversed(profiles)),
-                     hosts=tuple(reversed(hosts)), policy=POLICY)
+    two = PlanInputs(
+        now=NOW, profiles=tuple(reversed(profiles)), hosts=tuple(reversed(hosts)), policy=POLICY
+    )
     assert input_digest(one) == input_digest(two)
     assert plan(one, plugins_with(), reuse=False) == plan(two, plugins_with(), reuse=False)
-    later = PlanInputs(now=NOW + 1, profiles=tuple(profiles), hosts=tuple(hosts),
-                       policy=POLICY)
+    later = PlanInputs(now=NOW + 1, profiles=tuple(profiles), hosts=tuple(hosts), policy=POLICY)
     assert input_digest(later) != input_digest(one)
 
 
 def test_identical_inputs_reuse_the_plan():
     plugins = plugins_with()
-    inputs = PlanInputs(now=NOW, profiles=(model("a", 4, min_replicas=1),),
-                        hosts=(host("x", 16),), policy=POLICY)
+    inputs = PlanInputs(
+        now=NOW, profiles=(model("a", 4, min_replicas=1),), hosts=(host("x", 16),), policy=POLICY
+    )
     assert plan(inputs, plugins) is plan(inputs, plugins)
 
 
@@ -464,23 +537,33 @@ def test_duplicate_ids_are_refused():
 
 def test_worked_example_of_docs_planner_md():
     def fleet(c_state: str, b_res: tuple = ()):
-        return [host("mac-a", 24, reserved_mb=6 * GB, residencies=(res("chat", 8),)),
-                host("mac-b", 24, reserved_mb=6 * GB, failure_domain="fd-2",
-                     residencies=b_res),
-                host("gpu-c", 32, failure_domain="fd-2", state=c_state)]
-    profiles = [model("chat", 8, min_replicas=1, max_replicas=3, min_failure_domains=2,
-                      priority=1),
-                model("code", 12, min_replicas=1, max_replicas=2, priority=1),
-                model("embed", 2, min_replicas=1)]
+        return [
+            host("mac-a", 24, reserved_mb=6 * GB, residencies=(res("chat", 8),)),
+            host("mac-b", 24, reserved_mb=6 * GB, failure_domain="fd-2", residencies=b_res),
+            host("gpu-c", 32, failure_domain="fd-2", state=c_state),
+        ]
+
+    profiles = [
+        model("chat", 8, min_replicas=1, max_replicas=3, min_failure_domains=2, priority=1),
+        model("code", 12, min_replicas=1, max_replicas=2, priority=1),
+        model("embed", 2, min_replicas=1),
+    ]
     wants = [demand("chat", 2, queue_depth=2.0), demand("code", 2)]
     p = run(profiles, fleet("paused"), wants)
     assert placed(p) == {("chat", "mac-a"), ("code", "mac-b"), ("embed", "mac-b")}
     assert sorted((u.model_id, u.code) for u in p.unmet) == [
-        ("chat", "capacity_shortage"), ("chat", "failure_domain_shortfall"),
-        ("code", "capacity_shortage")]
+        ("chat", "capacity_shortage"),
+        ("chat", "failure_domain_shortfall"),
+        ("code", "capacity_shortage"),
+    ]
     later = run(profiles, fleet("accepting", (res("code", 12), res("embed", 2))), wants)
-    assert placed(later) == {("chat", "mac-a"), ("chat", "gpu-c"), ("code", "mac-b"),
-                             ("code", "gpu-c"), ("embed", "mac-b")}
+    assert placed(later) == {
+        ("chat", "mac-a"),
+        ("chat", "gpu-c"),
+        ("code", "mac-b"),
+        ("code", "gpu-c"),
+        ("embed", "mac-b"),
+    }
     assert later.unmet == ()
 
 
@@ -488,16 +571,26 @@ def test_flexible_model_leaves_a_constrained_models_only_host():
     # "gpu" runs only on the cuda host; "any" (a higher class, placed first) fits both and
     # best fit alone would pick the tighter cuda host; scarcity sends it to the other one.
     hosts = [host("cuda", 16, backends=("cuda",)), host("mac", 32, backends=("metal",))]
-    p = run([model("any", 10, min_replicas=1, priority=1),
-             model("gpu", 8, min_replicas=1, backends=("cuda",))], hosts)
+    p = run(
+        [
+            model("any", 10, min_replicas=1, priority=1),
+            model("gpu", 8, min_replicas=1, backends=("cuda",)),
+        ],
+        hosts,
+    )
     assert placed(p) == {("any", "mac"), ("gpu", "cuda")}
 
 
 def test_inferred_only_demand_waits_behind_direct_demand():
     hosts = [host("h", 8)]
-    p = run([model("a-guess", 6), model("z-real", 6)], hosts,
-            [demand("a-guess", 1, direct=False, inferred_rps=5.0, queue_depth=0.0),
-             demand("z-real", 1, request_rate_rps=0.1)])
+    p = run(
+        [model("a-guess", 6), model("z-real", 6)],
+        hosts,
+        [
+            demand("a-guess", 1, direct=False, inferred_rps=5.0, queue_depth=0.0),
+            demand("z-real", 1, request_rate_rps=0.1),
+        ],
+    )
     assert placed(p) == {("z-real", "h")}
 
 
@@ -511,8 +604,11 @@ def test_unwanted_replica_inside_min_residency_is_not_preempted():
 
 
 def test_incumbents_in_one_domain_make_room_for_a_required_second_domain():
-    hosts = [host("a1", 16, residencies=(res("m", 4),)), host("a2", 16, residencies=(res("m", 4),)),
-             host("b1", 16, failure_domain="fd-2")]
+    hosts = [
+        host("a1", 16, residencies=(res("m", 4),)),
+        host("a2", 16, residencies=(res("m", 4),)),
+        host("b1", 16, failure_domain="fd-2"),
+    ]
     profile = model("m", 4, min_replicas=2, max_replicas=2, min_failure_domains=2)
     p = run([profile], hosts)
     assert placed(p) == {("m", "a1"), ("m", "b1")}
@@ -550,19 +646,23 @@ def test_static_terms_run_once_per_model_and_host_class():
     hosts = [host(f"h{i}", 16, failure_domain=f"fd-{i % 3}") for i in range(6)]
     hosts.append(host("odd", 32))
     profiles = [model("a", 2, max_replicas=5), model("b", 2, max_replicas=5)]
-    p = run(profiles, hosts, [demand("a", 5), demand("b", 5)],
-            plugins=plugins_with(("recording", Mod)))
+    p = run(
+        profiles, hosts, [demand("a", 5), demand("b", 5)], plugins=plugins_with(("recording", Mod))
+    )
     assert len(p.assignments) == 10
     # two host classes (the six identical hosts, and "odd") x two models
     assert sorted(set(seen)) == sorted(seen) and len(seen) == 4
 
 
 def test_eviction_budget_is_shared_one_replica_per_model_per_round():
-    hosts = [host(f"h{i}", 8, failure_domain=f"fd-{i}", residencies=(res(f"lo{i}", 8),))
-             for i in range(4)]
-    profiles = [model("a", 8, min_replicas=2, max_replicas=2, priority=3),
-                model("b", 8, min_replicas=2, max_replicas=2, priority=3)] + [
-        model(f"lo{i}", 8, min_replicas=1) for i in range(4)]
+    hosts = [
+        host(f"h{i}", 8, failure_domain=f"fd-{i}", residencies=(res(f"lo{i}", 8),))
+        for i in range(4)
+    ]
+    profiles = [
+        model("a", 8, min_replicas=2, max_replicas=2, priority=3),
+        model("b", 8, min_replicas=2, max_replicas=2, priority=3),
+    ] + [model(f"lo{i}", 8, min_replicas=1) for i in range(4)]
     p = run(profiles, hosts, policy=PlannerPolicy(admission_headroom_mb=0, max_evictions=2))
     assert sorted(e.beneficiary for e in p.evictions) == ["a", "b"]
 
@@ -574,8 +674,10 @@ def test_host_reported_throttle_fraction_limits_new_placement():
 
 
 def test_sole_feasible_host_relocates_an_equal_priority_incumbent_make_before_break():
-    profiles = [model("gpu", 10, min_replicas=1, backends=("cuda",)),
-                model("flex", 10, min_replicas=1)]
+    profiles = [
+        model("gpu", 10, min_replicas=1, backends=("cuda",)),
+        model("flex", 10, min_replicas=1),
+    ]
     cuda = {"backends": ("cuda",)}
     # Tick 1: "flex" holds the only cuda host; it is assigned a new home, nothing is evicted.
     hosts = [host("cuda-1", 16, residencies=(res("flex", 10),), **cuda), host("mac", 32)]
@@ -585,8 +687,10 @@ def test_sole_feasible_host_relocates_an_equal_priority_incumbent_make_before_br
     [u] = p.unmet
     assert (u.code, u.model_id, u.host_id) == ("relocation_staged", "gpu", "cuda-1")
     # Tick 2: the new copy is ready; the plan keeps it and still keeps cuda-1 for "gpu".
-    hosts = [host("cuda-1", 16, residencies=(res("flex", 10),), **cuda),
-             host("mac", 32, residencies=(res("flex", 10),))]
+    hosts = [
+        host("cuda-1", 16, residencies=(res("flex", 10),), **cuda),
+        host("mac", 32, residencies=(res("flex", 10),)),
+    ]
     p = run(profiles, hosts)
     assert placed(p) == {("flex", "mac")}
     assert [u.code for u in p.unmet] == ["relocation_staged"]
@@ -597,10 +701,11 @@ def test_sole_feasible_host_relocates_an_equal_priority_incumbent_make_before_br
 
 
 def test_relocation_needs_a_destination():
-    profiles = [model("gpu", 10, min_replicas=1, backends=("cuda",)),
-                model("flex", 10, min_replicas=1)]
-    hosts = [host("cuda-1", 16, backends=("cuda",), residencies=(res("flex", 10),)),
-             host("mac", 8)]
+    profiles = [
+        model("gpu", 10, min_replicas=1, backends=("cuda",)),
+        model("flex", 10, min_replicas=1),
+    ]
+    hosts = [host("cuda-1", 16, backends=("cuda",), residencies=(res("flex", 10),)), host("mac", 8)]
     p = run(profiles, hosts)
     assert placed(p) == {("flex", "cuda-1")}
     assert codes(p, "gpu") == ["capacity_shortage"]

@@ -12,16 +12,26 @@ NOW = 2_000_000.0
 
 
 def host(host_id: str, mb: int = 16_000, *res: ResidencySnapshot, **kw: object) -> HostSnapshot:
-    base: dict[str, object] = {"host_id": host_id, "capacity_mb": mb, "heartbeat_age_s": 1.0,
-                               "runtimes": ("llama.cpp",), "residencies": tuple(res)}
+    base: dict[str, object] = {
+        "host_id": host_id,
+        "capacity_mb": mb,
+        "heartbeat_age_s": 1.0,
+        "runtimes": ("llama.cpp",),
+        "residencies": tuple(res),
+    }
     base.update(kw)
     return HostSnapshot(**base)  # type: ignore[arg-type]
 
 
 def ready(model_id: str, mb: int = 4000, **kw: object) -> ResidencySnapshot:
-    base: dict[str, object] = {"model_id": model_id, "memory_mb": mb, "state": "ready",
-                               "active_requests": 0, "routable": True,
-                               "loaded_at": NOW - 3600.0}
+    base: dict[str, object] = {
+        "model_id": model_id,
+        "memory_mb": mb,
+        "state": "ready",
+        "active_requests": 0,
+        "routable": True,
+        "loaded_at": NOW - 3600.0,
+    }
     base.update(kw)
     return ResidencySnapshot(**base)  # type: ignore[arg-type]
 
@@ -32,25 +42,52 @@ def profile(model_id: str, mb: int = 4000, **kw: object) -> ModelProfile:
     return validate_profile(ModelProfile(**base))  # type: ignore[arg-type]
 
 
-def plan(placement: dict[str, list[str]], mb: int = 4000,
-         evictions: tuple[Eviction, ...] = (), desired: dict[str, int] | None = None) -> Plan:
-    assigned = tuple(Assignment(model_id=m, host_id=h, incumbent=False, runtime="llama.cpp",
-                                memory_mb=mb, reason="score")
-                     for m, hs in sorted(placement.items()) for h in hs)
-    return Plan(assignments=assigned,
-                desired=desired if desired is not None else {m: len(h)
-                                                             for m, h in placement.items()},
-                evictions=evictions, digest="test")
+def plan(
+    placement: dict[str, list[str]],
+    mb: int = 4000,
+    evictions: tuple[Eviction, ...] = (),
+    desired: dict[str, int] | None = None,
+) -> Plan:
+    assigned = tuple(
+        Assignment(
+            model_id=m,
+            host_id=h,
+            incumbent=False,
+            runtime="llama.cpp",
+            memory_mb=mb,
+            reason="score",
+        )
+        for m, hs in sorted(placement.items())
+        for h in hs
+    )
+    return Plan(
+        assignments=assigned,
+        desired=desired if desired is not None else {m: len(h) for m, h in placement.items()},
+        evictions=evictions,
+        digest="test",
+    )
 
 
-def run(p: Plan, hosts: list[HostSnapshot], profiles: list[ModelProfile],
-        book: ActionBook | None = None, now: float = NOW, **kw: object) -> ReconcileResult:
-    return reconcile(ReconcileInputs(
-        now=now, plan=p, hosts={h.host_id: h for h in hosts},
-        profiles={x.model_id: x for x in profiles},
-        retired=frozenset(kw.pop("retired", ())),  # type: ignore[arg-type]
-        book=book if book is not None else ActionBook(), policy=kw.pop("policy", GovernorPolicy()),  # type: ignore
-        **kw))  # type: ignore[arg-type]
+def run(
+    p: Plan,
+    hosts: list[HostSnapshot],
+    profiles: list[ModelProfile],
+    book: ActionBook | None = None,
+    now: float = NOW,
+    **kw: object,
+) -> ReconcileResult:
+    return reconcile(
+        ReconcileInputs(
+            now=now,
+            plan=p,
+            hosts={h.host_id: h for h in hosts},
+            profiles={x.model_id: x for x in profiles},
+            retired=frozenset(kw.pop("retired", ())),  # type: ignore[arg-type]
+            book=book if book is not None else ActionBook(),
+            policy=kw.pop("policy", GovernorPolicy()),  # type: ignore
+            **kw,
+        )
+    )  # type: ignore[arg-type]
 
 
 def kinds(result: ReconcileResult) -> list[tuple[str, str, str]]:

@@ -19,8 +19,10 @@ def test_replacement_is_warmed_before_the_obsolete_replica_drains() -> None:
 
     # Ready but not yet corroborated by an engine record: still no proof.
     hosts[1] = host("h2", 16_000, ready("a", routable=False))
-    assert deferred(run(p, hosts, [profile("a", min_replicas=1)]))[("drain", "h1", "a")] == \
-        "replacement_not_routable"
+    assert (
+        deferred(run(p, hosts, [profile("a", min_replicas=1)]))[("drain", "h1", "a")]
+        == "replacement_not_routable"
+    )
 
     hosts[1] = host("h2", 16_000, ready("a"))
     assert kinds(run(p, hosts, [profile("a", min_replicas=1)])) == [("drain", "h1", "a")]
@@ -48,25 +50,33 @@ def test_unload_waits_for_known_zero_in_flight_requests() -> None:
     p = plan({"a": ["h2"]})
     other = host("h2", 16_000, ready("a"))
     prof = [profile("a", min_replicas=1)]
-    assert deferred(run(p, [host("h1", 16_000, draining(2)), other], prof))[
-        ("unload", "h1", "a")] == "in_flight"
-    assert deferred(run(p, [host("h1", 16_000, draining(None)), other], prof))[
-        ("unload", "h1", "a")] == "activity_unknown"
-    assert kinds(run(p, [host("h1", 16_000, draining(0)), other], prof)) == [
-        ("unload", "h1", "a")]
+    assert (
+        deferred(run(p, [host("h1", 16_000, draining(2)), other], prof))[("unload", "h1", "a")]
+        == "in_flight"
+    )
+    assert (
+        deferred(run(p, [host("h1", 16_000, draining(None)), other], prof))[("unload", "h1", "a")]
+        == "activity_unknown"
+    )
+    assert kinds(run(p, [host("h1", 16_000, draining(0)), other], prof)) == [("unload", "h1", "a")]
 
 
 def test_external_manual_and_pinned_engines_are_never_actuated() -> None:
-    res = [ready("x", ownership="external"), ready("y", ownership="manual", mb=2000),
-           ready("z", ownership="pinned", mb=2000)]
+    res = [
+        ready("x", ownership="external"),
+        ready("y", ownership="manual", mb=2000),
+        ready("z", ownership="pinned", mb=2000),
+    ]
     r = run(plan({}), [host("h1", 16_000, *res)], [])
     assert r.proposals == [] and r.deferred == []
 
 
 def test_unauthenticated_external_record_cannot_prove_a_replacement() -> None:
     p = plan({"a": ["h2"]})
-    hosts = [host("h1", 16_000, ready("a")),
-             host("h2", 16_000, ready("a", ownership="external"), authenticated=False)]
+    hosts = [
+        host("h1", 16_000, ready("a")),
+        host("h2", 16_000, ready("a", ownership="external"), authenticated=False),
+    ]
     r = run(p, hosts, [profile("a", min_replicas=1)])
     assert deferred(r)[("drain", "h1", "a")] == "replacement_unauthenticated"
 
@@ -82,39 +92,64 @@ def test_minimum_residency_delays_a_drain_but_not_a_staged_preemption() -> None:
     r = run(plan({"b": ["h2"]}, evictions=(ev,)), hosts, profiles)
     (drain,) = r.proposals
     assert (drain.kind, drain.eviction, drain.priority, drain.beneficiary) == (
-        "drain", True, 5, "b")
+        "drain",
+        True,
+        5,
+        "b",
+    )
 
 
 def test_retired_model_drains_without_replacement_and_cancels_its_loads() -> None:
-    book = ActionBook([Action(action_id="l1", kind="load", host_id="h2", model_id="a",
-                              created_at=NOW - 5)])
-    r = run(plan({}), [host("h1", 16_000, ready("a")), host("h2")], [], book=book,
-            retired={"a"})
+    book = ActionBook(
+        [Action(action_id="l1", kind="load", host_id="h2", model_id="a", created_at=NOW - 5)]
+    )
+    r = run(plan({}), [host("h1", 16_000, ready("a")), host("h2")], [], book=book, retired={"a"})
     assert kinds(r) == [("drain", "h1", "a")]
     assert [(w.action_id, w.status, w.reason) for w in r.withdrawals] == [
-        ("l1", "cancelled", "retired")]
+        ("l1", "cancelled", "retired")
+    ]
 
 
 def test_hosts_that_cannot_take_commands_get_none() -> None:
     p = plan({"a": ["h1", "h2", "h3"]})
-    hosts = [host("h1", state="paused"), host("h2", heartbeat_age_s=600.0),
-             host("h3", healthy=False)]
+    hosts = [
+        host("h1", state="paused"),
+        host("h2", heartbeat_age_s=600.0),
+        host("h3", healthy=False),
+    ]
     r = run(p, hosts, [profile("a", max_replicas=3)])
     assert r.proposals == []
     assert set(deferred(r).values()) == {"host_not_admitting"}
 
 
 def test_replica_on_an_owner_reclaimed_host_may_drain_without_a_replacement() -> None:
-    r = run(plan({"a": ["h2"]}), [host("h1", 16_000, ready("a"), state="paused"), host("h2")],
-            [profile("a", min_replicas=1)])
+    r = run(
+        plan({"a": ["h2"]}),
+        [host("h1", 16_000, ready("a"), state="paused"), host("h2")],
+        [profile("a", min_replicas=1)],
+    )
     assert ("drain", "h1", "a") in kinds(r)
 
 
 def test_warm_waits_for_memory_including_in_flight_warms_the_snapshot_does_not_show() -> None:
-    book = ActionBook([Action(action_id="w0", kind="warm", host_id="h1", model_id="b",
-                              memory_mb=8000, delivered_at=NOW - 1)])
-    r = run(plan({"a": ["h1"], "b": ["h1"]}), [host("h1", 12_000)], [profile("a"), profile("b")],
-            book=book)
+    book = ActionBook(
+        [
+            Action(
+                action_id="w0",
+                kind="warm",
+                host_id="h1",
+                model_id="b",
+                memory_mb=8000,
+                delivered_at=NOW - 1,
+            )
+        ]
+    )
+    r = run(
+        plan({"a": ["h1"], "b": ["h1"]}),
+        [host("h1", 12_000)],
+        [profile("a"), profile("b")],
+        book=book,
+    )
     assert r.free_mb["h1"] == 4000
     # The governor turns this into "awaiting_memory"; the reconciler reports the ledger.
     assert [p.memory_mb for p in r.proposals] == [4000]
@@ -130,9 +165,17 @@ def test_cached_weights_of_a_retired_model_are_evicted_where_the_node_can() -> N
 
 
 def test_a_warm_that_succeeded_after_the_last_report_still_holds_its_memory() -> None:
-    done = Action(action_id="w0", kind="warm", host_id="h1", model_id="b", memory_mb=8000,
-                  status="succeeded", delivered_at=NOW - 9, completed_at=NOW - 2,
-                  receipt_at=NOW - 2)
+    done = Action(
+        action_id="w0",
+        kind="warm",
+        host_id="h1",
+        model_id="b",
+        memory_mb=8000,
+        status="succeeded",
+        delivered_at=NOW - 9,
+        completed_at=NOW - 2,
+        receipt_at=NOW - 2,
+    )
     book = ActionBook([done])
     p = plan({"a": ["h1"], "b": ["h1"]})
     old_report = host("h1", 12_000, heartbeat_age_s=5.0)  # sent before the receipt
@@ -144,8 +187,13 @@ def test_a_warm_that_succeeded_after_the_last_report_still_holds_its_memory() ->
 
 def test_preemption_fetches_the_beneficiarys_authorized_weights_before_draining() -> None:
     sha = "e" * 64
-    big = profile("b", artifact_sha256=sha, artifact_source="hf://o/r/b.gguf",
-                  artifact_size_mb=3000, priority=5)
+    big = profile(
+        "b",
+        artifact_sha256=sha,
+        artifact_source="hf://o/r/b.gguf",
+        artifact_size_mb=3000,
+        priority=5,
+    )
     ev = Eviction(model_id="a", host_id="h1", beneficiary="b", priority=5, reason="preempt")
     p = plan({}, evictions=(ev,), desired={"b": 1})
     r = run(p, [host("h1", 8000, ready("a"))], [profile("a"), big])
@@ -153,10 +201,10 @@ def test_preemption_fetches_the_beneficiarys_authorized_weights_before_draining(
     assert r.proposals[0].artifact_source == "hf://o/r/b.gguf"
     assert deferred(r)[("drain", "h1", "a")] == "prefetching_beneficiary"
     # The pending prefetch is not cancelled as "not desired" while the preemption stands.
-    book = ActionBook([Action(action_id="pf", kind="load", host_id="h1", model_id="b",
-                              reason="prefetch")])
-    assert run(p, [host("h1", 8000, ready("a"))], [profile("a"), big], book=book
-               ).withdrawals == []
+    book = ActionBook(
+        [Action(action_id="pf", kind="load", host_id="h1", model_id="b", reason="prefetch")]
+    )
+    assert run(p, [host("h1", 8000, ready("a"))], [profile("a"), big], book=book).withdrawals == []
     # Once the exact weights are cached on disk the victim drains.
     cached = host("h1", 8000, ready("a"), cached={"b": sha})
     assert kinds(run(p, [cached], [profile("a"), big])) == [("drain", "h1", "a")]
