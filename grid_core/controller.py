@@ -65,12 +65,14 @@ from grid_core.reconcile.status import (
 from grid_core.reconcile.timings import TimingBook, TimingView
 from grid_core.reconcile.view import fresh
 from grid_core.snapshot import HostSnapshot
-from grid_core.store import StateStore
+from grid_core.store import StateConflictError, StateStore, state_digest
 from grid_core.wire import Acknowledgement, Command, Mode
 
 __all__ = ["Controller", "ControllerPolicy", "Delivery", "TickResult"]
 
 MODES: tuple[Mode, ...] = ("observe", "recommend", "automatic")
+SUPERSEDED = "lost: state was written by another controller"
+"""Authority shown in status once a conditional save found newer state from another writer."""
 PlanFn = Callable[[PlanInputs, object], Plan]
 
 
@@ -151,6 +153,10 @@ class Controller:
         self._grace_anchor: float | None = None
         self._fresh_hosts: frozenset[str] = frozenset()
         self._hiccup: tuple[float, frozenset[str]] | None = None
+        # Digest of the durable bytes this instance last loaded or wrote: every save is
+        # conditional on it, so a stale instance can never overwrite a newer writer's state.
+        self._state_digest: str | None = None
+        self.superseded = False
         if not store.durable:
             self.automatic_refusal = (
                 "the controller has no durable state path; configure "
@@ -162,9 +168,11 @@ class Controller:
     def _restore(self) -> None:
         try:
             raw = self.store.load()
+            self._state_digest = state_digest(raw)
             state = decode_state(raw) if raw is not None else None
         except StateError as exc:
-            self._quarantine(str(exc))
+            if self._quarantine(str(exc)):
+                self._state_digest = None  # the corrupt file was moved away
             return
         if state is None:
             return
@@ -206,7 +214,8 @@ class Controller:
                 # No clock here: the lease is taken (term + 1) on the first tick or poll.
                 self.authority = "pending"
 
-    def _quarantine(self, cause: str) -> None:
+    def _quarantine(self, cause: str) -> bool:
+        """Move corrupt state aside; returns whether it was moved."""
         try:
             where = self.store.quarantine(cause)
         except GridError as exc:
@@ -215,11 +224,12 @@ class Controller:
                 "refused until the state file is repaired or removed"
             )
             self.automatic_refusal = self.state_warning
-            return
+            return False
         self.state_warning = (
             f"{cause}; the corrupt file was moved to {where} and the "
             "controller started clean in recommend mode"
         )
+        return True
 
     def _snapshot_state(self) -> ControllerState:
         return ControllerState(
@@ -237,16 +247,60 @@ class Controller:
         )
 
     def _save(self) -> bool:
-        """Persist; on failure keep running, show a warning, and return False."""
+        """Persist conditionally; on failure show a warning and return False.
+
+        A plain write failure keeps the controller running (it retries on the next save).
+        A conflict (the durable state changed since this instance loaded or wrote it) means
+        another controller is the writer now: this instance becomes superseded and never
+        acts or writes again (specification: a single writer, "Local wire contract").
+        """
+        if self.superseded:
+            return False
         self.book.prune()
+        data = encode_state(self._snapshot_state())
         try:
-            self.store.save(encode_state(self._snapshot_state()))
+            self.store.save(data, self._state_digest)
+        except StateConflictError as exc:
+            self._supersede(str(exc))
+            return False
         except GridError as exc:
             self.state_warning = f"controller state could not be written: {exc}"
             return False
+        self._state_digest = state_digest(data)
         if self.state_warning and self.state_warning.startswith("controller state could not"):
             self.state_warning = None
         return True
+
+    def _supersede(self, cause: str) -> None:
+        """Stop for good: another controller wrote the durable state after this one."""
+        self.superseded = True
+        self.authority = SUPERSEDED
+        self.lease_expires_at = 0.0  # stamps no further command and renews nothing
+        self.state_warning = cause
+
+    def _refuse_if_superseded(self) -> None:
+        """Operator changes on a superseded instance could never be saved: refuse them.
+
+        Raises:
+            StateConflictError: this instance is superseded (nothing changes).
+        """
+        if self.superseded:
+            msg = (
+                "this controller is superseded (its durable state was written by another "
+                "controller) and accepts no changes; restart the Grid server"
+            )
+            raise StateConflictError(msg)
+
+    def _save_operator_change(self) -> None:
+        """Persist an operator change; a conflict is reported, never silently dropped.
+
+        Raises:
+            StateConflictError: another controller wrote the state first; this change was
+                not saved and this instance is now superseded.
+        """
+        if not self._save() and self.superseded:
+            msg = f"the change was not saved: {self.state_warning}"
+            raise StateConflictError(msg)
 
     # --- inputs -------------------------------------------------------------------------
     def _dirty(self, safety: bool) -> None:
@@ -286,14 +340,17 @@ class Controller:
 
         Raises:
             ValidationError: the profile is invalid (nothing changes).
+            StateConflictError: this controller is superseded (another controller wrote the
+                durable state); the change is not saved.
         """
+        self._refuse_if_superseded()
         profile = validate_profile(profile)
         self.profiles[profile.model_id] = profile
         self.tombstones.pop(profile.model_id, None)
         self.quality.prune(now, self.profiles)  # a new artifact revision starts uncertain
         self.demand.set_configured(self.profiles)  # count its requests from now on
         self._dirty(True)
-        self._save()
+        self._save_operator_change()
         return profile
 
     def remove_profile(self, model_id: str, now: float) -> None:
@@ -301,7 +358,10 @@ class Controller:
 
         Raises:
             NotFoundError: no profile and no tombstone has this id.
+            StateConflictError: this controller is superseded (another controller wrote the
+                durable state); the change is not saved.
         """
+        self._refuse_if_superseded()
         if model_id not in self.profiles and model_id not in self.tombstones:
             msg = f"model '{model_id}' has no profile; list models with grid allocator status"
             raise NotFoundError(msg)
@@ -313,7 +373,7 @@ class Controller:
             if a.model_id == model_id and not a.destructive:
                 self.book.close(a, "cancelled", now, "retired")
         self._dirty(True)
-        self._save()
+        self._save_operator_change()
 
     def set_mode(self, mode: str, now: float) -> None:
         """Select observe, recommend or automatic.
@@ -325,15 +385,21 @@ class Controller:
             ValidationError: unknown mode.
             ConflictError: automatic was refused (no durable or writable state path, or
                 another controller holds the single-writer lease); the mode is unchanged.
+            StateConflictError: this controller is superseded (another controller wrote the
+                durable state); the change is not saved.
         """
         if mode not in MODES:
             msg = f"mode '{mode}' is unknown; use one of {', '.join(MODES)}"
             raise ValidationError(msg)
         if mode == self.mode and (mode != "automatic" or self.authority == "held"):
             return
+        self._refuse_if_superseded()
         if mode == "automatic":
             self._enter_automatic(now)
             if not self._save():
+                if self.superseded:
+                    msg = f"automatic mode refused: {self.state_warning}"
+                    raise StateConflictError(msg)
                 self.mode = "recommend"
                 self.authority = "none"
                 msg = f"automatic mode refused: {self.state_warning}; fix the state path"
@@ -344,7 +410,7 @@ class Controller:
                     self.book.close(a, "cancelled", now, f"mode changed to {mode}")
             self.mode = mode  # type: ignore[assignment]
             self.authority = "none"
-            self._save()
+            self._save_operator_change()
         self._dirty(True)
 
     def _enter_automatic(self, now: float) -> None:
@@ -363,7 +429,7 @@ class Controller:
 
     def _renew(self, now: float) -> bool:
         """Keep the single-writer lease; returns whether this controller holds authority."""
-        if self.mode != "automatic":
+        if self.mode != "automatic" or self.superseded:
             return False
         # A wall clock that moved backward must not stretch the old deadline: renew then too.
         if self.authority == "held" and self.lease_expires_at - CONTROLLER_LEASE_S <= now < (
@@ -628,6 +694,9 @@ class Controller:
                     "command is treated as possibly delivered"
                 )
             chosen = [a for a in chosen if not (a.destructive and a.model_id in unsafe)]
+        if self.superseded:
+            # Another controller wrote the state meanwhile: this instance commands nothing.
+            return Delivery(mode=self.mode, commands=(), lease_ttl_s=0.0)
         commands = tuple(self._command(a) for a in chosen)
         return Delivery(mode=self.mode, commands=commands, lease_ttl_s=self._ttl(now))
 
@@ -743,9 +812,12 @@ class Controller:
         Raises:
             NotFoundError: no profile has ``model_id``.
             ConflictError: ``artifact_sha256`` differs from the profile's artifact_sha256.
+            StateConflictError: this controller is superseded (another controller wrote the
+                durable state); the change is not saved.
             ValidationError: ``score`` outside [0, 1], a bad latency or an empty workload
                 (nothing is recorded).
         """
+        self._refuse_if_superseded()
         profile = self.profiles.get(model_id)
         if profile is None:
             msg = f"evaluation: model '{model_id}' has no profile; set one first"
@@ -777,7 +849,7 @@ class Controller:
             now=now,
         )
         self.dirty_revision += 1  # new evidence forces a fresh solve
-        self._save()
+        self._save_operator_change()
         return next(
             v
             for v in self.quality.views(self.profiles, now)

@@ -1,8 +1,57 @@
-"""The controller's durable-state interface (the file implementation lives in grid_server)."""
+"""The controller's durable-state interface (the file implementation lives in grid_server).
+
+Writes are conditional (optimistic concurrency): every ``save`` names the digest of the
+state the writer last loaded or wrote, and the store refuses the write when the stored bytes
+differ. A superseded controller instance (one that kept running after a restart created its
+successor on the same store) therefore can never overwrite newer durable state.
+Specification: "Local wire contract" (a single writer) and "HTTP control surface".
+"""
 
 from __future__ import annotations
 
+import hashlib
 from typing import Protocol
+
+from grid_core.errors import ConflictError, StateError
+
+
+class StateConflictError(ConflictError, StateError):
+    """The stored state is not the one the writer last saw: another controller wrote it.
+
+    Raised by :meth:`StateStore.save`; nothing was written. The writer's view is stale, so
+    it must stop acting; restarting the Grid server restores the newer state.
+    """
+
+
+def state_digest(data: bytes | None) -> str | None:
+    """SHA-256 hex digest of saved state bytes (``None`` for "no state yet").
+
+    This is the ``expected`` value a writer passes to :meth:`StateStore.save`.
+    """
+    return None if data is None else hashlib.sha256(data).hexdigest()
+
+
+def check_expected(current: bytes | None, expected: str | None, where: str) -> None:
+    """Refuse a conditional write whose ``expected`` digest does not match ``current``.
+
+    Args:
+        current: the bytes stored right now (``None`` when there is no state).
+        expected: the digest of the bytes the writer last loaded or wrote.
+        where: the state's location, for the message.
+
+    Raises:
+        StateConflictError: the stored state changed since the writer saw it.
+    """
+    actual = state_digest(current)
+    if actual != expected:
+        seen = "no state" if expected is None else f"state {expected[:12]}"
+        now = "no state" if actual is None else f"state {actual[:12]}"
+        msg = (
+            f"controller state {where} was written by another controller (expected {seen}, "
+            f"found {now}); this controller is superseded and wrote nothing — restart the "
+            "Grid server so a single controller restores the newest state"
+        )
+        raise StateConflictError(msg)
 
 
 class StateStore(Protocol):
@@ -25,10 +74,18 @@ class StateStore(Protocol):
         """
         ...
 
-    def save(self, data: bytes) -> None:
-        """Replace the saved state atomically.
+    def save(self, data: bytes, expected: str | None) -> None:
+        """Replace the saved state atomically, only if it is still what the writer saw.
+
+        Args:
+            data: the new state document.
+            expected: :func:`state_digest` of the bytes this writer last loaded or wrote
+                (``None`` when there was no state). Compared with the stored bytes under
+                the store's lock.
 
         Raises:
+            StateConflictError: the stored state differs from ``expected`` (another
+                controller wrote it); nothing is written.
             StateError: the write failed; the previous state is untouched.
         """
         ...
@@ -72,7 +129,8 @@ class MemoryStore:
     def load(self) -> bytes | None:
         return self.data
 
-    def save(self, data: bytes) -> None:
+    def save(self, data: bytes, expected: str | None) -> None:
+        check_expected(self.data, expected, "in memory")
         self.data = data
 
     def quarantine(self, reason: str) -> str:

@@ -25,6 +25,7 @@ import psutil
 from filelock import FileLock, Timeout
 
 from grid_core.errors import ConflictError, StateError
+from grid_core.store import check_expected
 
 OWNER_ONLY = 0o600
 LOCK_TIMEOUT_S = 5.0
@@ -116,13 +117,30 @@ class FileStateStore:
             )
             raise StateError(msg) from None
 
-    def save(self, data: bytes) -> None:
-        """Replace the state atomically.
+    def save(self, data: bytes, expected: str | None) -> None:
+        """Replace the state atomically, only if the file still holds what the writer saw.
+
+        The compare and the rename happen under the same OS file lock as the lease, so two
+        servers (or two controller instances) sharing this path cannot interleave them.
+
+        Args:
+            data: the new state document.
+            expected: SHA-256 hex digest of the bytes this writer last loaded or wrote
+                (``None`` when there was no state file).
 
         Raises:
-            StateError: the write failed; the previous state is untouched.
+            StateConflictError: the file changed since the writer saw it (another
+                controller wrote it); the file is left untouched.
+            StateError: the file could not be locked, read or written; the previous state
+                is untouched.
         """
-        self._write_atomic(self.path, data)
+        try:
+            with self._lock:
+                check_expected(self.load(), expected, str(self.path))
+                self._write_atomic(self.path, data)
+        except Timeout:
+            msg = f"cannot lock {self.path} for writing: another process holds it; retry shortly"
+            raise StateError(msg) from None
 
     def quarantine(self, reason: str) -> str:
         """Move the corrupt state file aside (``controller.json.corrupt-<stamp>``).

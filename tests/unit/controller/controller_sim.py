@@ -18,6 +18,7 @@ from grid_core.errors import ConflictError
 from grid_core.planner import plan
 from grid_core.planner.types import Assignment, Plan, PlanInputs
 from grid_core.profile import ModelProfile
+from grid_core.reconcile.state import ControllerState, decode_state
 from grid_core.snapshot import HostSnapshot, ResidencySnapshot
 from grid_core.store import MemoryStore
 from grid_core.testing import plugins_with
@@ -42,8 +43,12 @@ class DurableMemoryStore(MemoryStore):
 
     def acquire_lease(self, controller_id: str, now: float, ttl_s: float) -> tuple[int, float]:
         holder = self._holder
-        if (holder is not None and holder != controller_id and holder not in self.dead
-                and self._expires > now):
+        if (
+            holder is not None
+            and holder != controller_id
+            and holder not in self.dead
+            and self._expires > now
+        ):
             msg = f"controller '{holder}' holds the lease for {self._expires - now:.0f} s"
             raise ConflictError(msg)
         return super().acquire_lease(controller_id, now, ttl_s)
@@ -81,23 +86,42 @@ class SimNode:
 
     def snapshot(self, now: float) -> HostSnapshot:
         res = tuple(
-            ResidencySnapshot(model_id=r.model_id, memory_mb=r.memory_mb, state=r.state,
-                              active_requests=r.active, loaded_at=r.loaded_at,
-                              routable=r.state == "ready")
-            for r in sorted(self.residencies.values(), key=lambda r: r.model_id))
-        return HostSnapshot(host_id=self.host_id, capacity_mb=self.capacity_mb,
-                            reserved_mb=self.reserved_mb, state=self.lifecycle,  # type: ignore
-                            heartbeat_age_s=0.0, runtimes=("llama.cpp",), backends=("metal",),
-                            failure_domain=f"fd-{self.host_id[-1]}", residencies=res,
-                            cached={m: None for m in sorted(self.cached)},
-                            actuator_capabilities=("load", "warm", "drain", "unload"))
+            ResidencySnapshot(
+                model_id=r.model_id,
+                memory_mb=r.memory_mb,
+                state=r.state,
+                active_requests=r.active,
+                loaded_at=r.loaded_at,
+                routable=r.state == "ready",
+            )
+            for r in sorted(self.residencies.values(), key=lambda r: r.model_id)
+        )
+        return HostSnapshot(
+            host_id=self.host_id,
+            capacity_mb=self.capacity_mb,
+            reserved_mb=self.reserved_mb,
+            state=self.lifecycle,  # type: ignore
+            heartbeat_age_s=0.0,
+            runtimes=("llama.cpp",),
+            backends=("metal",),
+            failure_domain=f"fd-{self.host_id[-1]}",
+            residencies=res,
+            cached={m: None for m in sorted(self.cached)},
+            actuator_capabilities=("load", "warm", "drain", "unload"),
+        )
 
 
 class SimFleet:
     """Nodes, a clock and the controller under test (restartable on the same store)."""
 
-    def __init__(self, hosts: dict[str, int], *, now: float = 1_000_000.0,
-                 plan_fn: Callable[..., object] | None = None, seed: int = 0) -> None:
+    def __init__(
+        self,
+        hosts: dict[str, int],
+        *,
+        now: float = 1_000_000.0,
+        plan_fn: Callable[..., object] | None = None,
+        seed: int = 0,
+    ) -> None:
         self.now = now
         self.nodes = {h: SimNode(host_id=h, capacity_mb=mb) for h, mb in hosts.items()}
         self.store = DurableMemoryStore()
@@ -113,8 +137,7 @@ class SimFleet:
         self.terms_sent: list[int] = []
 
     def _new_controller(self) -> Controller:
-        return Controller(plugins=self.plugins, store=self.store,
-                          plan_fn=self.plan_fn)  # type: ignore[arg-type]
+        return Controller(plugins=self.plugins, store=self.store, plan_fn=self.plan_fn)  # type: ignore[arg-type]
 
     def _plan(self, inputs: PlanInputs, plugins: object) -> Plan:
         """The real planner, unless a test forces an arbitrary (even unsafe) placement."""
@@ -122,12 +145,23 @@ class SimFleet:
             return plan(inputs, plugins)
         mem = {p.model_id: p.memory_mb for p in inputs.profiles}
         assigned = tuple(
-            Assignment(model_id=m, host_id=h, incumbent=False, runtime="llama.cpp",
-                       memory_mb=mem[m], reason="score")
-            for m, hosts in sorted(self.override.items()) if m in mem for h in hosts)
-        return Plan(assignments=assigned,
-                    desired={m: len(h) for m, h in self.override.items() if m in mem},
-                    digest="override")
+            Assignment(
+                model_id=m,
+                host_id=h,
+                incumbent=False,
+                runtime="llama.cpp",
+                memory_mb=mem[m],
+                reason="score",
+            )
+            for m, hosts in sorted(self.override.items())
+            if m in mem
+            for h in hosts
+        )
+        return Plan(
+            assignments=assigned,
+            desired={m: len(h) for m, h in self.override.items() if m in mem},
+            digest="override",
+        )
 
     def stale_heartbeat(self, host_id: str) -> None:
         """Receipts arrive, but with the node's previous (older) inventory report."""
@@ -166,12 +200,24 @@ class SimFleet:
             self.store.dead.add(self.ctl.controller_id)
         self.ctl = self._new_controller()
 
+    def restart_if_superseded(self) -> bool:
+        """The operator restarts a controller whose durable state another instance wrote."""
+        if not self.ctl.superseded:
+            return False
+        self.restart()
+        return True
+
+    def durable_state(self) -> ControllerState | None:
+        """What the next restart would restore."""
+        return None if self.store.data is None else decode_state(self.store.data)
+
     def tick(self) -> None:
         self.ctl.tick(self.now, self.hosts())
 
     # --- heartbeats ----------------------------------------------------------------------
-    def heartbeat(self, host_id: str, *, ack_order: str = "all",
-                  tick: bool = True) -> list[Command]:
+    def heartbeat(
+        self, host_id: str, *, ack_order: str = "all", tick: bool = True
+    ) -> list[Command]:
         """One command-bearing heartbeat of ``host_id`` (a no-op while it is down)."""
         node = self.nodes[host_id]
         if not node.up:
@@ -199,6 +245,11 @@ class SimFleet:
             d = z.deliver(host_id, self.now, self.hosts(), z.dirty_revision)
             self.receive(node, list(d.commands), d.lease_ttl_s, trusted=False)
 
+    def zombie_tick(self) -> None:
+        """Superseded controller instances keep ticking (and so try to save their state)."""
+        for z in self.zombies:
+            z.tick(self.now, self.hosts())
+
     def _pick_acks(self, node: SimNode, order: str) -> list[Acknowledgement]:
         if not node.outbox:
             return []
@@ -216,8 +267,9 @@ class SimFleet:
         return acks
 
     # --- the node ------------------------------------------------------------------------
-    def receive(self, node: SimNode, commands: list[Command], ttl_s: float,
-                trusted: bool = True) -> None:
+    def receive(
+        self, node: SimNode, commands: list[Command], ttl_s: float, trusted: bool = True
+    ) -> None:
         for c in commands:
             if trusted:
                 self.terms_sent.append(c.controller_term)
@@ -225,18 +277,28 @@ class SimFleet:
             if c.node_id != node.host_id or not c.executable or ttl_s <= 0:
                 continue
             if c.controller_term < node.highest_term:
-                self.violations.append(f"term {c.controller_term} command reached "
-                                       f"{node.host_id} after term {node.highest_term}")
+                self.violations.append(
+                    f"term {c.controller_term} command reached "
+                    f"{node.host_id} after term {node.highest_term}"
+                )
             if c.controller_term < node.highest_term or (
-                    c.controller_term == node.highest_term and node.term_owner
-                    and c.controller_id != node.term_owner):
+                c.controller_term == node.highest_term
+                and node.term_owner
+                and c.controller_id != node.term_owner
+            ):
                 if c.action_id not in node.receipts:
-                    node.outbox.append(Acknowledgement(action_id=c.action_id, status="rejected",
-                                                       message="lower term"))
+                    node.outbox.append(
+                        Acknowledgement(
+                            action_id=c.action_id, status="rejected", message="lower term"
+                        )
+                    )
                 continue
             node.highest_term, node.term_owner = c.controller_term, c.controller_id
-            if c.action_id in node.receipts or c.action_id in node.started or any(
-                    q.action_id == c.action_id for q in node.queue):
+            if (
+                c.action_id in node.receipts
+                or c.action_id in node.started
+                or any(q.action_id == c.action_id for q in node.queue)
+            ):
                 continue  # a re-delivered command is never executed twice
             node.queue.append(c)
         self._start_next(node)
@@ -254,8 +316,11 @@ class SimFleet:
             if any(node.receipts.get(d) not in (None, "succeeded") for d in c.dependencies):
                 node.queue.pop(0)
                 node.receipts[c.action_id] = "failed"
-                node.outbox.append(Acknowledgement(action_id=c.action_id, status="failed",
-                                                   message="dependency failed"))
+                node.outbox.append(
+                    Acknowledgement(
+                        action_id=c.action_id, status="failed", message="dependency failed"
+                    )
+                )
                 continue
             if any(d not in node.receipts for d in c.dependencies):
                 return
@@ -274,8 +339,9 @@ class SimFleet:
             extra = 0 if r is not None and r.state == "failed" else c.memory_mb
             if node.held_mb() + extra > node.capacity_mb - node.reserved_mb:
                 self.violations.append(f"overcommit by warm of {c.model_id} on {node.host_id}")
-            node.residencies[c.model_id] = SimResidency(c.model_id, c.memory_mb, "warming",
-                                                        loaded_at=self.now)
+            node.residencies[c.model_id] = SimResidency(
+                c.model_id, c.memory_mb, "warming", loaded_at=self.now
+            )
         elif c.kind == "drain":
             if r is None or r.state != "ready":
                 self.violations.append(f"duplicate drain of {c.model_id} on {node.host_id}")
@@ -287,8 +353,9 @@ class SimFleet:
                 self.violations.append(f"duplicate unload of {c.model_id} on {node.host_id}")
                 return
             if r.active > 0:
-                self.violations.append(f"unload of {c.model_id} on {node.host_id} with "
-                                       f"{r.active} in flight")
+                self.violations.append(
+                    f"unload of {c.model_id} on {node.host_id} with {r.active} in flight"
+                )
             del node.residencies[c.model_id]
 
     def _check_last_replica(self, node: SimNode, c: Command) -> None:
@@ -297,12 +364,18 @@ class SimFleet:
             return
         if node.lifecycle not in ("accepting", "throttled"):
             return  # that replica served nothing; draining it removes no availability
-        others = [n for n in self.nodes.values() if n is not node
-                  and n.lifecycle in ("accepting", "throttled")
-                  and (r := n.residencies.get(c.model_id)) is not None and r.state == "ready"]
+        others = [
+            n
+            for n in self.nodes.values()
+            if n is not node
+            and n.lifecycle in ("accepting", "throttled")
+            and (r := n.residencies.get(c.model_id)) is not None
+            and r.state == "ready"
+        ]
         if not others:
-            self.violations.append(f"drain of the last ready replica of required "
-                                   f"{c.model_id} on {node.host_id}")
+            self.violations.append(
+                f"drain of the last ready replica of required {c.model_id} on {node.host_id}"
+            )
 
     def complete(self, host_id: str, *, fail: bool = False) -> None:
         """The node finishes its running action (success or failure) and queues a receipt."""
@@ -336,8 +409,9 @@ class SimFleet:
 
     # --- checks --------------------------------------------------------------------------
     def overcommitted(self) -> list[str]:
-        return [n.host_id for n in self.nodes.values()
-                if n.held_mb() > n.capacity_mb - n.reserved_mb]
+        return [
+            n.host_id for n in self.nodes.values() if n.held_mb() > n.capacity_mb - n.reserved_mb
+        ]
 
     def converge(self, rounds: int = 30, step_s: float = 10.0) -> None:
         """Heartbeat every up host and finish every started action, repeatedly."""

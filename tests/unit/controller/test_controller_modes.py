@@ -14,6 +14,7 @@ from grid_core.controller import Controller
 from grid_core.demand import RequestFeatures
 from grid_core.errors import ConflictError
 from grid_core.profile import ModelProfile
+from grid_core.store import state_digest
 from grid_core.testing import plugins_with
 from grid_server.store import FileStateStore
 
@@ -25,8 +26,9 @@ def _fleet(placement: dict[str, list[str]] | None = None) -> SimFleet:
     fleet.override = placement
     for h in fleet.nodes:
         fleet.heartbeat(h)
-    fleet.put_profile(ModelProfile(model_id="a", memory_mb=4000, min_replicas=1,
-                                   min_residency_s=0.0))
+    fleet.put_profile(
+        ModelProfile(model_id="a", memory_mb=4000, min_replicas=1, min_residency_s=0.0)
+    )
     return fleet
 
 
@@ -49,9 +51,22 @@ def test_observe_records_drift_recommend_proposes_automatic_issues() -> None:
     fleet.tick()
     assert [a.kind for a in fleet.ctl.book.active()] == ["load", "warm"]
     status = msgspec.json.decode(msgspec.json.encode(fleet.ctl.status(fleet.now, True)))
-    for key in ("mode", "hosts", "profiles", "forecasts", "plan", "reconciliation",
-                "pending_commands", "delivered_pending", "withdrawn_destructive", "unmet",
-                "revisions", "last_tick_duration_ms", "state_warning", "history"):
+    for key in (
+        "mode",
+        "hosts",
+        "profiles",
+        "forecasts",
+        "plan",
+        "reconciliation",
+        "pending_commands",
+        "delivered_pending",
+        "withdrawn_destructive",
+        "unmet",
+        "revisions",
+        "last_tick_duration_ms",
+        "state_warning",
+        "history",
+    ):
         assert key in status
     assert len(status["pending_commands"]) == 2
 
@@ -83,8 +98,12 @@ def test_generations_keep_increasing_across_restarts_within_one_epoch() -> None:
 
 def test_retirement_tombstone_is_durable_until_the_profile_returns() -> None:
     fleet = _fleet()
-    assert fleet.ctl.observe_request(RequestFeatures(at=fleet.now, endpoint="chat",
-                                                     requested_model="a")) is None
+    assert (
+        fleet.ctl.observe_request(
+            RequestFeatures(at=fleet.now, endpoint="chat", requested_model="a")
+        )
+        is None
+    )
     assert fleet.ctl.demand.series("a") is not None  # counted before any tick
     fleet.remove_profile("a")
     assert fleet.ctl.demand.series("a") is None  # retirement clears demand history
@@ -126,8 +145,9 @@ def test_restart_grace_holds_destructive_work_and_rebases_on_a_backward_clock() 
     assert [a.kind for a in fleet.ctl.book.active()] == ["drain"]
 
 
-def test_availability_rides_any_later_tick_but_destructive_needs_the_current_safety_revision(
-        ) -> None:
+def test_availability_rides_any_later_tick_but_destructive_needs_the_current_safety_revision() -> (
+    None
+):
     fleet = _fleet({"a": ["h2"]})
     fleet.nodes["h1"].residencies["a"] = SimResidency("a", 4000, "ready")
     fleet.nodes["h2"].residencies["a"] = SimResidency("a", 4000, "ready")
@@ -167,7 +187,8 @@ def test_final_check_suppresses_and_unmarks_a_drain_whose_replacement_lease_is_s
 
 
 def test_restart_takes_over_with_a_higher_term_and_restamps_restored_commands(
-        tmp_path: Path) -> None:
+    tmp_path: Path,
+) -> None:
     path = tmp_path / "controller.json"
     plugins = plugins_with()
     fleet = _fleet()
@@ -202,13 +223,19 @@ def test_restart_takes_over_with_a_higher_term_and_restamps_restored_commands(
     assert {c.controller_id for c in again} == {third.controller_id}
 
 
-def test_a_dead_holder_on_this_machine_is_taken_over_before_its_lease_ends(
-        tmp_path: Path) -> None:
+def test_a_dead_holder_on_this_machine_is_taken_over_before_its_lease_ends(tmp_path: Path) -> None:
     path = tmp_path / "controller.json"
-    code = ("import sys; from grid_server.store import FileStateStore; "
-            "print(FileStateStore(sys.argv[1]).acquire_lease('gone', 1000.0, 30.0))")
-    out = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True,
-                         text=True, check=True, timeout=60)
+    code = (
+        "import sys; from grid_server.store import FileStateStore; "
+        "print(FileStateStore(sys.argv[1]).acquire_lease('gone', 1000.0, 30.0))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(path)],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    )
     assert out.stdout.strip() == "(1, 1030.0)"
     term, expires = FileStateStore(path).acquire_lease("next", 1001.0, 30.0)
     assert (term, expires) == (2, 1031.0)
@@ -220,11 +247,14 @@ def test_state_file_is_owner_only_and_written_atomically(tmp_path: Path) -> None
     path = tmp_path / "state" / "controller.json"
     store = FileStateStore(path)
     assert store.load() is None
-    store.save(b'{"x": 1}')
-    store.save(b'{"x": 2}')
+    store.save(b'{"x": 1}', None)
+    store.save(b'{"x": 2}', state_digest(b'{"x": 1}'))
     assert store.load() == b'{"x": 2}'
     assert path.stat().st_mode & 0o777 == 0o600
-    assert sorted(p.name for p in path.parent.iterdir()) == ["controller.json"]
+    # No temporary file is left behind (the OS lock file for conditional writes stays).
+    assert sorted(p.name for p in path.parent.iterdir() if p.name != "controller.json.lock") == [
+        "controller.json"
+    ]
 
 
 def test_restored_store_keeps_profiles_actions_and_blocks(tmp_path: Path) -> None:
@@ -288,8 +318,10 @@ def test_a_superseded_controller_loses_authority_and_sends_nothing() -> None:
     for h in fleet.nodes:
         fleet.heartbeat(h)
     assert fleet.ctl.authority == "held" and fleet.ctl.term == old.term + 1
-    assert fleet.nodes["h1"].highest_term == fleet.ctl.term or fleet.nodes["h2"].highest_term \
-        == fleet.ctl.term
+    assert (
+        fleet.nodes["h1"].highest_term == fleet.ctl.term
+        or fleet.nodes["h2"].highest_term == fleet.ctl.term
+    )
     # The old controller still believes it is automatic; it must not command anyone now.
     for h in fleet.nodes:
         assert old.deliver(h, fleet.now, fleet.hosts(), old.dirty_revision).commands == ()

@@ -12,8 +12,10 @@ from controller_sim import SimFleet
 from hypothesis import HealthCheck, settings
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
+from grid_core.controller import SUPERSEDED
 from grid_core.errors import ConflictError
 from grid_core.profile import ModelProfile
+from grid_core.store import StateConflictError
 
 HOSTS = {"h1": 10_000, "h2": 10_000, "h3": 12_000, "h4": 8_000}
 """Tight on purpose: most pairs of models do not fit one host, so any memory mistake shows."""
@@ -21,7 +23,8 @@ MODELS = {"a": 5000, "b": 4000, "c": 6000}
 host_ids = st.sampled_from(sorted(HOSTS))
 model_ids = st.sampled_from(sorted(MODELS))
 placements = st.none() | st.fixed_dictionaries(
-    {m: st.lists(host_ids, max_size=2, unique=True) for m in sorted(MODELS)})
+    {m: st.lists(host_ids, max_size=2, unique=True) for m in sorted(MODELS)}
+)
 
 
 class FleetMachine(RuleBasedStateMachine):
@@ -32,12 +35,24 @@ class FleetMachine(RuleBasedStateMachine):
         self.fleet = SimFleet(dict(HOSTS))
         for h in self.fleet.nodes:
             self.fleet.heartbeat(h)
-        self.fleet.put_profile(ModelProfile(model_id="a", memory_mb=MODELS["a"],
-                                            min_replicas=1, max_replicas=2,
-                                            min_residency_s=10.0))
-        self.fleet.put_profile(ModelProfile(model_id="b", memory_mb=MODELS["b"],
-                                            min_replicas=1, max_replicas=1,
-                                            min_residency_s=10.0))
+        self.fleet.put_profile(
+            ModelProfile(
+                model_id="a",
+                memory_mb=MODELS["a"],
+                min_replicas=1,
+                max_replicas=2,
+                min_residency_s=10.0,
+            )
+        )
+        self.fleet.put_profile(
+            ModelProfile(
+                model_id="b",
+                memory_mb=MODELS["b"],
+                min_replicas=1,
+                max_replicas=1,
+                min_residency_s=10.0,
+            )
+        )
         self.fleet.ctl.set_mode("automatic", self.fleet.now)
 
     # --- a well-behaved fleet, so work actually converges between perturbations -----------
@@ -62,8 +77,10 @@ class FleetMachine(RuleBasedStateMachine):
         if tick:
             self.fleet.tick()
 
-    @rule(host=host_ids, order=st.sampled_from(["all", "reverse", "duplicate", "partial",
-                                                "old_report"]))
+    @rule(
+        host=host_ids,
+        order=st.sampled_from(["all", "reverse", "duplicate", "partial", "old_report"]),
+    )
     def one_heartbeat(self, host: str, order: str) -> None:
         # Receipts reordered, duplicated, partly held back, or sent with an old inventory.
         if order == "old_report":
@@ -83,8 +100,12 @@ class FleetMachine(RuleBasedStateMachine):
     def host_lost_or_back(self, host: str, up: bool) -> None:
         self.fleet.nodes[host].up = up
 
-    @rule(host=host_ids, state=st.sampled_from(["accepting", "throttled", "paused", "draining",
-                                                "unhealthy", "accepting"]))
+    @rule(
+        host=host_ids,
+        state=st.sampled_from(
+            ["accepting", "throttled", "paused", "draining", "unhealthy", "accepting"]
+        ),
+    )
     def host_lifecycle(self, host: str, state: str) -> None:
         self.fleet.nodes[host].lifecycle = state
 
@@ -100,21 +121,43 @@ class FleetMachine(RuleBasedStateMachine):
         self.fleet.override = {m: [host] for m in MODELS}
 
     # --- operator ---------------------------------------------------------------------------
-    @rule(model=model_ids, lo=st.integers(0, 2), extra=st.integers(0, 1),
-          prio=st.integers(0, 2), remove=st.booleans())
+    @rule(
+        model=model_ids,
+        lo=st.integers(0, 2),
+        extra=st.integers(0, 1),
+        prio=st.integers(0, 2),
+        remove=st.booleans(),
+    )
     def profile_change(self, model: str, lo: int, extra: int, prio: int, remove: bool) -> None:
-        if remove:
-            if model in self.fleet.profiles:
-                self.fleet.remove_profile(model)
-            return
-        self.fleet.put_profile(ModelProfile(model_id=model, memory_mb=MODELS[model],
-                                            min_replicas=lo, max_replicas=max(1, lo + extra),
-                                            priority=prio, min_residency_s=10.0))
+        try:
+            if remove:
+                if model in self.fleet.profiles:
+                    self.fleet.remove_profile(model)
+                return
+            self.fleet.put_profile(
+                ModelProfile(
+                    model_id=model,
+                    memory_mb=MODELS[model],
+                    min_replicas=lo,
+                    max_replicas=max(1, lo + extra),
+                    priority=prio,
+                    min_residency_s=10.0,
+                )
+            )
+        except StateConflictError:
+            # A lingering older instance wrote the state after this one loaded it: this
+            # controller is superseded, refuses the change, and the operator restarts it.
+            assert self.fleet.ctl.superseded
+            assert self.fleet.restart_if_superseded()
 
     @rule(mode=st.sampled_from(["observe", "recommend", "automatic", "automatic"]))
     def set_mode(self, mode: str) -> None:
         try:
             self.fleet.ctl.set_mode(mode, self.fleet.now)
+        except StateConflictError:
+            # Another instance wrote the state first: this one is superseded (see above).
+            assert self.fleet.ctl.superseded and self.fleet.zombies
+            assert self.fleet.restart_if_superseded()
         except ConflictError:
             # A live superseded controller still holds the lease: refusal is the safe answer.
             assert mode == "automatic" and self.fleet.zombies
@@ -128,6 +171,11 @@ class FleetMachine(RuleBasedStateMachine):
     @rule(host=host_ids)
     def superseded_controller_sends(self, host: str) -> None:
         self.fleet.zombie_deliver(host)
+
+    @rule()
+    def superseded_controller_ticks(self) -> None:
+        # A lingering instance keeps ticking on its stale view and tries to save it.
+        self.fleet.zombie_tick()
 
     # --- invariants -------------------------------------------------------------------------
     @invariant()
@@ -151,6 +199,24 @@ class FleetMachine(RuleBasedStateMachine):
                 assert c.controller_term <= node.highest_term
 
     @invariant()
+    def operator_changes_survive_a_restart(self) -> None:
+        # Every profile change the controller accepted is in the state the next restart
+        # restores: no lingering older instance may overwrite it with its stale view.
+        state = self.fleet.durable_state()
+        assert state is not None
+        assert {p.model_id: p for p in state.profiles} == self.fleet.profiles
+        assert set(state.tombstones) == self.fleet.retired
+
+    @invariant()
+    def a_superseded_controller_commands_nothing(self) -> None:
+        for c in [self.fleet.ctl, *self.fleet.zombies]:
+            if c.superseded:
+                assert c.authority == SUPERSEDED
+                for h in sorted(self.fleet.nodes):
+                    d = c.deliver(h, self.fleet.now, self.fleet.hosts(), c.dirty_revision)
+                    assert d.commands == () and d.lease_ttl_s == 0.0
+
+    @invariant()
     def one_active_action_per_identity(self) -> None:
         active = self.fleet.ctl.book.active()
         keys = [(a.kind, a.host_id, a.model_id) for a in active]
@@ -163,6 +229,9 @@ class FleetMachine(RuleBasedStateMachine):
 
 
 FleetMachine.TestCase.settings = settings(
-    max_examples=100, stateful_step_count=50, deadline=None,
-    suppress_health_check=[HealthCheck.too_slow])
+    max_examples=100,
+    stateful_step_count=50,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
 TestFleet = FleetMachine.TestCase
