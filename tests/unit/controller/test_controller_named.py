@@ -26,12 +26,23 @@ def _fixed_plan(placement: dict[str, list[str]]):  # type: ignore[no-untyped-def
     def plan_fn(inputs, plugins):  # type: ignore[no-untyped-def]
         mem = {p.model_id: p.memory_mb for p in inputs.profiles}
         assigned = tuple(
-            Assignment(model_id=m, host_id=h, incumbent=False, runtime="llama.cpp",
-                       memory_mb=mem[m], reason="score")
-            for m, hosts in sorted(placement.items()) if m in mem for h in hosts)
-        return Plan(assignments=assigned,
-                    desired={m: len(h) for m, h in placement.items() if m in mem},
-                    digest="fixed")
+            Assignment(
+                model_id=m,
+                host_id=h,
+                incumbent=False,
+                runtime="llama.cpp",
+                memory_mb=mem[m],
+                reason="score",
+            )
+            for m, hosts in sorted(placement.items())
+            if m in mem
+            for h in hosts
+        )
+        return Plan(
+            assignments=assigned,
+            desired={m: len(h) for m, h in placement.items() if m in mem},
+            digest="fixed",
+        )
 
     return plan_fn
 
@@ -50,8 +61,11 @@ def test_restart_with_corrupt_state_file_quarantines_it_and_starts_clean(tmp_pat
     assert status.mode == "recommend"
     assert status.profiles == []  # nothing half-restored from the broken document
     assert status.state_warning is not None and "started clean" in status.state_warning
-    moved = [p for p in tmp_path.iterdir() if p.name.startswith("controller.json.corrupt-")
-             and not p.name.endswith(".reason")]
+    moved = [
+        p
+        for p in tmp_path.iterdir()
+        if p.name.startswith("controller.json.corrupt-") and not p.name.endswith(".reason")
+    ]
     assert len(moved) == 1 and moved[0].read_bytes().endswith(b'"profiles": [')
     assert str(moved[0]) in (status.state_warning or "")
     # The status is plain JSON for the HTTP layer, warning included.
@@ -105,10 +119,8 @@ def _converged_fleet() -> SimFleet:
     fleet = SimFleet({"h1": 16_000, "h2": 16_000, "h3": 16_000, "h4": 16_000})
     for h in fleet.nodes:
         fleet.heartbeat(h)
-    fleet.put_profile(ModelProfile(model_id="a", memory_mb=6000, min_replicas=2,
-                                   max_replicas=2))
-    fleet.put_profile(ModelProfile(model_id="b", memory_mb=6000, min_replicas=1,
-                                   max_replicas=1))
+    fleet.put_profile(ModelProfile(model_id="a", memory_mb=6000, min_replicas=2, max_replicas=2))
+    fleet.put_profile(ModelProfile(model_id="b", memory_mb=6000, min_replicas=1, max_replicas=1))
     fleet.ctl.set_mode("automatic", fleet.now)
     fleet.converge(rounds=12)
     assert fleet.violations == []
@@ -122,7 +134,8 @@ def _inventory(fleet: SimFleet) -> dict[str, dict[str, str]]:
 
 @pytest.mark.parametrize("missing", ["stale", "absent", "all_but_one"])
 def test_one_tick_without_any_heartbeat_unloads_nothing_and_reschedules_nothing(
-        missing: str) -> None:
+    missing: str,
+) -> None:
     fleet = _converged_fleet()
     before = _inventory(fleet)
     ready_before = sum(s == "ready" for h in before.values() for s in h.values())
@@ -151,8 +164,7 @@ def test_one_tick_without_any_heartbeat_unloads_nothing_and_reschedules_nothing(
 
 
 # --- late receipts ------------------------------------------------------------------------
-def test_late_success_completes_a_cancelled_action_and_a_conflicting_receipt_is_ignored(
-        ) -> None:
+def test_late_success_completes_a_cancelled_action_and_a_conflicting_receipt_is_ignored() -> None:
     store = DurableMemoryStore()
     ctl = Controller(plugins=plugins_with(), store=store, plan_fn=_fixed_plan({"a": ["h1"]}))
     fleet = SimFleet({"h1": 16_000})
@@ -167,16 +179,21 @@ def test_late_success_completes_a_cancelled_action_and_a_conflicting_receipt_is_
     ctl.set_mode("recommend", NOW + 1)  # leaving automatic cancels pending commands
     assert ctl.book.get(load.action_id).status == "cancelled"  # type: ignore[union-attr]
 
-    out = ctl.acknowledge("h1", [Acknowledgement(action_id=load.action_id, status="succeeded")],
-                          NOW + 5)
+    out = ctl.acknowledge(
+        "h1", [Acknowledgement(action_id=load.action_id, status="succeeded")], NOW + 5
+    )
     assert out == ["late"]
     rec = ctl.book.get(load.action_id)
     assert rec is not None and rec.status == "succeeded" and rec.late
     # A duplicate is harmless, a conflicting later receipt changes nothing.
-    again = ctl.acknowledge("h1", [
-        Acknowledgement(action_id=load.action_id, status="succeeded"),
-        Acknowledgement(action_id=load.action_id, status="failed"),
-    ], NOW + 6)
+    again = ctl.acknowledge(
+        "h1",
+        [
+            Acknowledgement(action_id=load.action_id, status="succeeded"),
+            Acknowledgement(action_id=load.action_id, status="failed"),
+        ],
+        NOW + 6,
+    )
     assert again == ["duplicate", "conflict"]
     assert ctl.book.get(load.action_id).status == "succeeded"  # type: ignore[union-attr]
     history = {v.action_id: v for v in ctl.status(NOW + 7, detail=True).history}
@@ -189,8 +206,9 @@ def test_drain_withdrawn_after_delivery_blocks_destructive_work_until_its_receip
     fleet.nodes["h1"].residencies["a"] = SimResidency("a", 4000, "ready", loaded_at=0.0)
     for h in fleet.nodes:
         fleet.heartbeat(h)
-    fleet.put_profile(ModelProfile(model_id="a", memory_mb=4000, min_replicas=1,
-                                   min_residency_s=0.0))
+    fleet.put_profile(
+        ModelProfile(model_id="a", memory_mb=4000, min_replicas=1, min_residency_s=0.0)
+    )
     fleet.ctl.set_mode("automatic", fleet.now)
     # Make before break: the replacement on h2 becomes ready first.
     for _ in range(4):
@@ -235,8 +253,11 @@ def test_drain_withdrawn_after_delivery_blocks_destructive_work_until_its_receip
         assert ("drain", "h1", "destructive_blocked") in reasons
 
     # The authenticated terminal receipt of the withdrawn drain arrives: the block ends.
-    ctl.acknowledge("h1", [Acknowledgement(action_id=drain.action_id, status="failed",
-                                           message="never started")], fleet.now)
+    ctl.acknowledge(
+        "h1",
+        [Acknowledgement(action_id=drain.action_id, status="failed", message="never started")],
+        fleet.now,
+    )
     assert ctl.status(fleet.now).blocked_models == {}
     fleet.now += 3600
     fleet.heartbeat("h2")
@@ -250,8 +271,9 @@ def test_a_heartbeat_proving_the_drain_also_releases_the_block() -> None:
     fleet.nodes["h2"].residencies["a"] = SimResidency("a", 4000, "ready", loaded_at=0.0)
     for h in fleet.nodes:
         fleet.heartbeat(h, tick=False)
-    fleet.put_profile(ModelProfile(model_id="a", memory_mb=4000, min_replicas=1,
-                                   min_residency_s=0.0))
+    fleet.put_profile(
+        ModelProfile(model_id="a", memory_mb=4000, min_replicas=1, min_residency_s=0.0)
+    )
     fleet.ctl.set_mode("automatic", fleet.now)
     fleet.tick()
     ctl = fleet.ctl
@@ -282,18 +304,30 @@ def test_unbound_requests_become_demand_for_the_best_feasible_model() -> None:
     plugins = plugins_with(builtins=("grid_forecast_ewma", "grid_scoring", "grid_victims"))
     ctl = Controller(plugins=plugins, store=MemoryStore())
     now = 1_790_000_000.0
-    ctl.put_profile(ModelProfile(model_id="coder", memory_mb=1000,
-                                 workload_scores={"coding": 1.0}), now)
-    ctl.put_profile(ModelProfile(model_id="giant-coder", memory_mb=900_000,
-                                 workload_scores={"coding": 1.0}), now)  # fits no host
-    ctl.put_profile(ModelProfile(model_id="general", memory_mb=500,
-                                 workload_scores={"coding": 0.4}), now)
-    host = HostSnapshot(host_id="h1", capacity_mb=16_000, runtimes=("llama.cpp",),
-                        heartbeat_age_s=1.0)
+    ctl.put_profile(
+        ModelProfile(model_id="coder", memory_mb=1000, workload_scores={"coding": 1.0}), now
+    )
+    ctl.put_profile(
+        ModelProfile(model_id="giant-coder", memory_mb=900_000, workload_scores={"coding": 1.0}),
+        now,
+    )  # fits no host
+    ctl.put_profile(
+        ModelProfile(model_id="general", memory_mb=500, workload_scores={"coding": 0.4}), now
+    )
+    host = HostSnapshot(
+        host_id="h1", capacity_mb=16_000, runtimes=("llama.cpp",), heartbeat_age_s=1.0
+    )
     ctl.tick(now, [host])
     for i in range(30):
-        ctl.observe_request(RequestFeatures(at=now + i, endpoint="chat", requested_model="auto",
-                                            workload="coding", outcome="unavailable"))
+        ctl.observe_request(
+            RequestFeatures(
+                at=now + i,
+                endpoint="chat",
+                requested_model="auto",
+                workload="coding",
+                outcome="unavailable",
+            )
+        )
     result = ctl.tick(now + 40, [host])
     assert ctl.last_forecasts["coder"].request_rate_rps > 0
     assert ctl.last_forecasts["giant-coder"].request_rate_rps == 0
