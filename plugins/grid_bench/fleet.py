@@ -12,7 +12,7 @@ from pathlib import Path
 
 from grid_core.demand.desired import desired_for
 from grid_core.demand.series import Forecast, ForecastPolicy
-from grid_core.errors import NotFoundError, ValidationError
+from grid_core.errors import ValidationError
 from grid_core.planner.types import PlanInputs, PlannerPolicy
 from grid_core.profile import ModelProfile, validate_profile
 from grid_core.snapshot import HostSnapshot, ResidencySnapshot
@@ -24,13 +24,13 @@ def load_fleet(path: str | Path) -> dict:
     """Parse a fleet file.
 
     Raises:
-        NotFoundError: the file does not exist.
-        ValidationError: not JSON, or not the ``grid-bench-fleet/1`` schema.
+        ValidationError: the file does not exist, is not JSON, or is not the
+            ``grid-bench-fleet/1`` schema (all are a wrong ``--fleet`` value: exit 2).
     """
     p = Path(path)
     if not p.is_file():
         msg = f"fleet file '{p}' does not exist; generate one with fleet_gen.py"
-        raise NotFoundError(msg)
+        raise ValidationError(msg)
     try:
         data = json.loads(p.read_text())
     except (OSError, ValueError) as exc:
