@@ -26,7 +26,6 @@ Lifecycle in the server::
 from __future__ import annotations
 
 import hashlib
-import math
 import secrets
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
@@ -46,23 +45,20 @@ from grid_core.reconcile.control import (
     TickResult,
     build_actions,
     clear_proven_blocks,
-    host_views,
     penalise_failures,
     with_in_flight,
 )
 from grid_core.reconcile.delivery import destructive_problem, select
 from grid_core.reconcile.governor import admit, service_key
-from grid_core.reconcile.quality import MAX_LATENCY_MS, QualityBook, QualityView
+from grid_core.reconcile.quality import QualityBook, QualityView, check_evaluation
 from grid_core.reconcile.reconciler import Deferred, ReconcileInputs, Withdrawal, reconcile
-from grid_core.reconcile.state import ControllerState, decode_state, encode_state
+from grid_core.reconcile.state import decode_state, encode_state, restore_into, snapshot_of
 from grid_core.reconcile.status import (
-    STATUS_HISTORY,
-    ActionView,
     ControllerStatus,
     ReconcileReport,
-    Revisions,
+    controller_status,
 )
-from grid_core.reconcile.timings import TimingBook, TimingView
+from grid_core.reconcile.timings import TimingBook
 from grid_core.reconcile.view import fresh
 from grid_core.snapshot import HostSnapshot
 from grid_core.store import StateConflictError, StateStore, state_digest
@@ -176,43 +172,7 @@ class Controller:
             return
         if state is None:
             return
-        self.epoch = state.epoch
-        self.sequence = state.sequence
-        self.profiles = {p.model_id: p for p in state.profiles}
-        self.tombstones = dict(state.tombstones)
-        self.book = ActionBook(state.actions, state.failures)
-        self.blocks = {m: list(ids) for m, ids in state.blocks.items()}
-        self._order = max((a.order for a in state.actions), default=0)
-        self.quality = QualityBook(state.quality)
-        self.timings = TimingBook(state.timings)
-        dropped = (len(state.quality) - len(self.quality), len(state.timings) - len(self.timings))
-        if any(dropped):
-            self.warnings.append(
-                f"implausible evidence discarded on restore: {dropped[0]} "
-                f"quality and {dropped[1]} timing rows"
-            )
-        self.demand.set_configured(self.profiles)
-        if state.demand is not None:
-            try:
-                self.demand.from_state(state.demand)
-            except GridError as exc:
-                self.warnings.append(f"demand history discarded: {exc}")
-        self._restored = True
-        self.mode = state.mode
-        if state.mode == "automatic":
-            if self.automatic_refusal is not None:
-                self.mode = "recommend"
-                self.warnings.append(
-                    f"automatic mode not resumed after restart: {self.automatic_refusal}"
-                )
-                stamps = [a.completed_at or a.created_at for a in self.book]
-                for a in self.book.active():
-                    self.book.close(
-                        a, "cancelled", max(stamps, default=0.0), "automatic mode not resumed"
-                    )
-            else:
-                # No clock here: the lease is taken (term + 1) on the first tick or poll.
-                self.authority = "pending"
+        restore_into(self, state)
 
     def _quarantine(self, cause: str) -> bool:
         """Move corrupt state aside; returns whether it was moved."""
@@ -231,21 +191,6 @@ class Controller:
         )
         return True
 
-    def _snapshot_state(self) -> ControllerState:
-        return ControllerState(
-            epoch=self.epoch,
-            sequence=self.sequence,
-            mode=self.mode,
-            profiles=[self.profiles[k] for k in sorted(self.profiles)],
-            tombstones=dict(self.tombstones),
-            actions=list(self.book),
-            failures=dict(self.book.failures),
-            blocks={m: list(v) for m, v in self.blocks.items()},
-            demand=self.demand.to_state(),
-            quality=self.quality.entries(),
-            timings=self.timings.entries(),
-        )
-
     def _save(self) -> bool:
         """Persist conditionally; on failure show a warning and return False.
 
@@ -257,7 +202,7 @@ class Controller:
         if self.superseded:
             return False
         self.book.prune()
-        data = encode_state(self._snapshot_state())
+        data = encode_state(snapshot_of(self))
         try:
             self.store.save(data, self._state_digest)
         except StateConflictError as exc:
@@ -818,28 +763,9 @@ class Controller:
                 (nothing is recorded).
         """
         self._refuse_if_superseded()
-        profile = self.profiles.get(model_id)
-        if profile is None:
-            msg = f"evaluation: model '{model_id}' has no profile; set one first"
-            raise NotFoundError(msg)
-        configured = profile.artifact_sha256
-        if artifact_sha256 is not None and artifact_sha256.lower() != configured:
-            msg = (
-                f"evaluation: artifact_sha256 {artifact_sha256[:12]}… does not match the "
-                f"configured artifact_sha256 of '{model_id}' "
-                f"({configured[:12] + '…' if configured else 'none declared'}); evaluate "
-                "the configured artifact or update the profile first"
-            )
-            raise ConflictError(msg)
-        if not workload:
-            raise ValidationError("evaluation: 'workload' must be a non-empty name")
-        if not (isinstance(score, int | float) and math.isfinite(score) and 0 <= score <= 1):
-            raise ValidationError(f"evaluation: 'score' {score!r} must be a number in [0, 1]")
-        if latency_ms is not None and not (
-            math.isfinite(latency_ms) and 0.0 <= latency_ms <= MAX_LATENCY_MS
-        ):
-            msg = f"evaluation: 'latency_ms' must be in [0, {MAX_LATENCY_MS:.0f}] ms"
-            raise ValidationError(msg)
+        configured = check_evaluation(
+            self.profiles.get(model_id), model_id, workload, artifact_sha256, score, latency_ms
+        )
         self.quality.record(
             model_id=model_id,
             workload=workload,
@@ -864,50 +790,4 @@ class Controller:
             now: wall-clock seconds.
             detail: include host residencies, the full plan and action history.
         """
-        active = self.book.active()
-        finished = sorted(
-            (a for a in self.book if not a.active),
-            key=lambda a: a.completed_at or 0.0,
-            reverse=True,
-        )
-        blocked_ids = {i for ids in self.blocks.values() for i in ids}
-        grace = None
-        if self._restored and self._grace_anchor is not None:
-            grace = self._grace_anchor + self.policy.governor.restart_grace_s
-        return ControllerStatus(
-            mode=self.mode,
-            controller_id=self.controller_id,
-            controller_term=self.term,
-            controller_lease_expires_at=self.lease_expires_at,
-            authority=self.authority,
-            automatic_refusal=self.automatic_refusal,
-            generation=self.generation,
-            profiles=[self.profiles[k] for k in sorted(self.profiles)],
-            retired=dict(self.tombstones),
-            forecasts=msgspec.to_builtins(self.last_forecasts),
-            hosts=host_views(self.last_hosts, self.book, now, self.policy.governor, detail),
-            plan=self.last_plan if detail else None,
-            reconciliation=self.last_report,
-            pending_commands=[ActionView.of(a) for a in active],
-            delivered_pending=[a.action_id for a in active if a.delivered],
-            withdrawn_destructive=[
-                ActionView.of(a) for a in self.book if a.action_id in blocked_ids
-            ],
-            blocked_models={m: list(v) for m, v in self.blocks.items()},
-            unmet=list(self.last_plan.unmet) if self.last_plan else [],
-            revisions=Revisions(
-                dirty=self.dirty_revision,
-                processed=self.processed_revision,
-                success=self.success_revision,
-                safety=self.safety_revision,
-                tick_safety=self.tick_safety_revision,
-            ),
-            last_tick_at=self.last_tick_at,
-            last_tick_duration_ms=self.last_tick_duration_ms,
-            state_warning=self.state_warning,
-            warnings=list(self.warnings[-16:]),
-            restart_grace_until=grace,
-            history=[ActionView.of(a) for a in finished[: STATUS_HISTORY if detail else 8]],
-            quality=self.quality.views(self.profiles, now),
-            timings=[TimingView.of(e, now) for e in self.timings.entries()] if detail else [],
-        )
+        return controller_status(self, now, detail)

@@ -14,6 +14,7 @@ from collections.abc import Iterable, Mapping
 
 import msgspec
 
+from grid_core.errors import ConflictError, NotFoundError, ValidationError
 from grid_core.profile import ModelProfile
 
 QUALITY_FULL_SAMPLES = 8.0
@@ -185,3 +186,53 @@ class QualityBook:
                 )
             )
         return out
+
+
+def check_evaluation(
+    profile: ModelProfile | None,
+    model_id: str,
+    workload: str,
+    artifact_sha256: str | None,
+    score: float,
+    latency_ms: float | None,
+) -> str | None:
+    """Validate one operator evaluation before anything is recorded.
+
+    Args:
+        profile: the configured profile of ``model_id`` (``None`` when there is none).
+        model_id: the evaluated model.
+        workload: the workload the evaluation measured (non-empty).
+        artifact_sha256: the evaluated revision; ``None`` means the configured one.
+        score: quality in [0, 1].
+        latency_ms: optional latency in milliseconds (0 .. one hour).
+
+    Returns:
+        The configured artifact SHA-256 the evidence is keyed by (``None`` when undeclared).
+
+    Raises:
+        NotFoundError: no profile has ``model_id``.
+        ConflictError: ``artifact_sha256`` differs from the profile's artifact_sha256.
+        ValidationError: an empty workload, a score outside [0, 1] or a bad latency.
+    """
+    if profile is None:
+        msg = f"evaluation: model '{model_id}' has no profile; set one first"
+        raise NotFoundError(msg)
+    configured = profile.artifact_sha256
+    if artifact_sha256 is not None and artifact_sha256.lower() != configured:
+        msg = (
+            f"evaluation: artifact_sha256 {artifact_sha256[:12]}… does not match the "
+            f"configured artifact_sha256 of '{model_id}' "
+            f"({configured[:12] + '…' if configured else 'none declared'}); evaluate "
+            "the configured artifact or update the profile first"
+        )
+        raise ConflictError(msg)
+    if not workload:
+        raise ValidationError("evaluation: 'workload' must be a non-empty name")
+    if not (isinstance(score, int | float) and math.isfinite(score) and 0 <= score <= 1):
+        raise ValidationError(f"evaluation: 'score' {score!r} must be a number in [0, 1]")
+    if latency_ms is not None and not (
+        math.isfinite(latency_ms) and 0.0 <= latency_ms <= MAX_LATENCY_MS
+    ):
+        msg = f"evaluation: 'latency_ms' must be in [0, {MAX_LATENCY_MS:.0f}] ms"
+        raise ValidationError(msg)
+    return configured

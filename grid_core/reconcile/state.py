@@ -8,16 +8,19 @@ malformed document is treated as corrupt (quarantined by the controller), never 
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import msgspec
 
-from grid_core.errors import StateError
+from grid_core.errors import GridError, StateError
 from grid_core.profile import ModelProfile, validate_profile
-from grid_core.reconcile.actions import Action, FailureRecord
-from grid_core.reconcile.quality import QualityEvidence
-from grid_core.reconcile.timings import LearnedTiming
+from grid_core.reconcile.actions import Action, ActionBook, FailureRecord
+from grid_core.reconcile.quality import QualityBook, QualityEvidence
+from grid_core.reconcile.timings import LearnedTiming, TimingBook
 from grid_core.wire import Mode
+
+if TYPE_CHECKING:  # the controller is only read and restored here; importing it is circular
+    from grid_core.controller import Controller
 
 STATE_SCHEMA = "grid-controller-state/1"
 
@@ -81,3 +84,66 @@ def decode_state(data: bytes) -> ControllerState:
         msg = "controller state is corrupt (duplicate action ids); it will be quarantined"
         raise StateError(msg)
     return state
+
+
+def snapshot_of(ctl: Controller) -> ControllerState:
+    """The durable part of a controller, ready to encode (profiles sorted for stable bytes)."""
+    return ControllerState(
+        epoch=ctl.epoch,
+        sequence=ctl.sequence,
+        mode=ctl.mode,
+        profiles=[ctl.profiles[k] for k in sorted(ctl.profiles)],
+        tombstones=dict(ctl.tombstones),
+        actions=list(ctl.book),
+        failures=dict(ctl.book.failures),
+        blocks={m: list(v) for m, v in ctl.blocks.items()},
+        demand=ctl.demand.to_state(),
+        quality=ctl.quality.entries(),
+        timings=ctl.timings.entries(),
+    )
+
+
+def restore_into(ctl: Controller, state: ControllerState) -> None:
+    """Load durable state into a freshly built controller.
+
+    Evidence rows that fail their plausibility checks are dropped with a warning; a restored
+    automatic mode resumes only when durable writes are possible, and then takes its lease
+    (term + 1) on the first tick or poll, never here (no clock is read).
+    """
+    ctl.epoch = state.epoch
+    ctl.sequence = state.sequence
+    ctl.profiles = {p.model_id: p for p in state.profiles}
+    ctl.tombstones = dict(state.tombstones)
+    ctl.book = ActionBook(state.actions, state.failures)
+    ctl.blocks = {m: list(ids) for m, ids in state.blocks.items()}
+    ctl._order = max((a.order for a in state.actions), default=0)
+    ctl.quality = QualityBook(state.quality)
+    ctl.timings = TimingBook(state.timings)
+    dropped = (len(state.quality) - len(ctl.quality), len(state.timings) - len(ctl.timings))
+    if any(dropped):
+        ctl.warnings.append(
+            f"implausible evidence discarded on restore: {dropped[0]} "
+            f"quality and {dropped[1]} timing rows"
+        )
+    ctl.demand.set_configured(ctl.profiles)
+    if state.demand is not None:
+        try:
+            ctl.demand.from_state(state.demand)
+        except GridError as exc:
+            ctl.warnings.append(f"demand history discarded: {exc}")
+    ctl._restored = True
+    ctl.mode = state.mode
+    if state.mode == "automatic":
+        if ctl.automatic_refusal is not None:
+            ctl.mode = "recommend"
+            ctl.warnings.append(
+                f"automatic mode not resumed after restart: {ctl.automatic_refusal}"
+            )
+            stamps = [a.completed_at or a.created_at for a in ctl.book]
+            for a in ctl.book.active():
+                ctl.book.close(
+                    a, "cancelled", max(stamps, default=0.0), "automatic mode not resumed"
+                )
+        else:
+            # No clock here: the lease is taken (term + 1) on the first tick or poll.
+            ctl.authority = "pending"

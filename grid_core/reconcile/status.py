@@ -7,7 +7,7 @@ unmet constraints, the persistent-state warning and bounded action history.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
@@ -19,6 +19,9 @@ from grid_core.reconcile.reconciler import Deferred, Proposal, Withdrawal
 from grid_core.reconcile.timings import TimingView
 from grid_core.snapshot import ResidencySnapshot
 from grid_core.wire import Mode
+
+if TYPE_CHECKING:  # the controller is only read here; importing it would be circular
+    from grid_core.controller import Controller
 
 STATUS_HISTORY = 64
 """Finished actions shown in status: the recent past, not the whole durable history."""
@@ -158,3 +161,60 @@ class ControllerStatus(msgspec.Struct, kw_only=True):
     """Labelled quality evidence of each configured model's current artifact revision."""
     timings: list[TimingView] = []
     """Learned lifecycle durations by host, model, artifact revision and phase."""
+
+
+def controller_status(ctl: Controller, now: float, detail: bool) -> ControllerStatus:
+    """Assemble the controller's status value (what ``GET /allocator/status`` shows).
+
+    Args:
+        ctl: the controller to describe (read only).
+        now: wall-clock seconds (ages, grace deadline).
+        detail: include host residencies, the full plan, timings and the longer history.
+    """
+    from grid_core.reconcile.control import host_views  # control imports this module
+
+    active = ctl.book.active()
+    finished = sorted(
+        (a for a in ctl.book if not a.active),
+        key=lambda a: a.completed_at or 0.0,
+        reverse=True,
+    )
+    blocked_ids = {i for ids in ctl.blocks.values() for i in ids}
+    grace = None
+    if ctl._restored and ctl._grace_anchor is not None:
+        grace = ctl._grace_anchor + ctl.policy.governor.restart_grace_s
+    return ControllerStatus(
+        mode=ctl.mode,
+        controller_id=ctl.controller_id,
+        controller_term=ctl.term,
+        controller_lease_expires_at=ctl.lease_expires_at,
+        authority=ctl.authority,
+        automatic_refusal=ctl.automatic_refusal,
+        generation=ctl.generation,
+        profiles=[ctl.profiles[k] for k in sorted(ctl.profiles)],
+        retired=dict(ctl.tombstones),
+        forecasts=msgspec.to_builtins(ctl.last_forecasts),
+        hosts=host_views(ctl.last_hosts, ctl.book, now, ctl.policy.governor, detail),
+        plan=ctl.last_plan if detail else None,
+        reconciliation=ctl.last_report,
+        pending_commands=[ActionView.of(a) for a in active],
+        delivered_pending=[a.action_id for a in active if a.delivered],
+        withdrawn_destructive=[ActionView.of(a) for a in ctl.book if a.action_id in blocked_ids],
+        blocked_models={m: list(v) for m, v in ctl.blocks.items()},
+        unmet=list(ctl.last_plan.unmet) if ctl.last_plan else [],
+        revisions=Revisions(
+            dirty=ctl.dirty_revision,
+            processed=ctl.processed_revision,
+            success=ctl.success_revision,
+            safety=ctl.safety_revision,
+            tick_safety=ctl.tick_safety_revision,
+        ),
+        last_tick_at=ctl.last_tick_at,
+        last_tick_duration_ms=ctl.last_tick_duration_ms,
+        state_warning=ctl.state_warning,
+        warnings=list(ctl.warnings[-16:]),
+        restart_grace_until=grace,
+        history=[ActionView.of(a) for a in finished[: STATUS_HISTORY if detail else 8]],
+        quality=ctl.quality.views(ctl.profiles, now),
+        timings=[TimingView.of(e, now) for e in ctl.timings.entries()] if detail else [],
+    )
