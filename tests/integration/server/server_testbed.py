@@ -7,6 +7,7 @@ from pathlib import Path
 
 import httpx
 
+from grid_core.wire import CONTROL_HEADER, control_record_id
 from grid_server.harness import Child, GridClient
 
 
@@ -86,5 +87,34 @@ def serve_model(
     ).raise_for_status()
     grid.client.register_engine(
         token, host_id, engine.model, engine.url, key if key is not None else engine.key
+    ).raise_for_status()
+    return token
+
+
+def host_with_cached_model(grid: Grid, host_id: str, model_id: str, sha: str) -> str:
+    """Register ``host_id`` holding cached weights of ``model_id`` and give that model a
+    baseline profile (min_replicas 1, 4096 MB, exact digest); returns the host's credential."""
+    c, http = grid.client, grid.client.http
+    token = c.node_token(host_id)
+    body = {
+        "role": "allocator",
+        "host_id": host_id,
+        "resources": {"capacity_mb": 32768, "runtimes": ["llama.cpp"]},
+        "allocator": {
+            "schema_version": 1,
+            "state": "accepting",
+            "cached_artifacts": [{"model_id": model_id, "artifact_sha256": sha}],
+            "actuator_capabilities": ["load", "warm", "drain", "unload"],
+        },
+    }
+    http.put(
+        f"{grid.url}/nodes/{control_record_id(host_id)}",
+        json=body,
+        headers={CONTROL_HEADER: token},
+    ).raise_for_status()
+    http.put(
+        f"{grid.url}/allocator/models/{model_id}",
+        headers=c.operator(),
+        json={"memory_mb": 4096, "min_replicas": 1, "artifact_sha256": sha},
     ).raise_for_status()
     return token

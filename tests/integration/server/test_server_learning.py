@@ -8,7 +8,7 @@ from typing import Any
 
 import httpx
 import pytest
-from server_testbed import Grid
+from server_testbed import Grid, host_with_cached_model
 
 from grid_core.wire import CONTROL_HEADER, HeartbeatResponse, control_record_id, decode
 from grid_server.harness import GridClient, start_server
@@ -103,28 +103,7 @@ def heartbeat(grid: Grid, token: str, host: str, **body: object) -> HeartbeatRes
 
 def test_acknowledged_warm_duration_is_learned_and_persisted(grid: Grid) -> None:
     c, http = grid.client, grid.client.http
-    token = c.node_token("host-learn")
-    body = {
-        "role": "allocator",
-        "host_id": "host-learn",
-        "resources": {"capacity_mb": 32768, "runtimes": ["llama.cpp"]},
-        "allocator": {
-            "schema_version": 1,
-            "state": "accepting",
-            "cached_artifacts": [{"model_id": "m-learn", "artifact_sha256": SHA}],
-            "actuator_capabilities": ["load", "warm", "drain", "unload"],
-        },
-    }
-    http.put(
-        f"{grid.url}/nodes/{control_record_id('host-learn')}",
-        json=body,
-        headers={CONTROL_HEADER: token},
-    ).raise_for_status()
-    http.put(
-        grid.url + "/allocator/models/m-learn",
-        headers=c.operator(),
-        json={"memory_mb": 4096, "min_replicas": 1, "artifact_sha256": SHA},
-    ).raise_for_status()
+    token = host_with_cached_model(grid, "host-learn", "m-learn", SHA)
     http.put(
         grid.url + "/allocator/mode", headers=c.operator(), json={"mode": "automatic"}
     ).raise_for_status()

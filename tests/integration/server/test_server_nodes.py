@@ -6,7 +6,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from server_testbed import Engine, Grid, serve_model
+from server_testbed import Engine, Grid, host_with_cached_model, serve_model
 
 from grid_core.wire import CONTROL_HEADER, HeartbeatResponse, control_record_id, decode
 from grid_server.harness import server_url, start_server
@@ -80,28 +80,7 @@ def test_invalid_lifecycle_state_is_refused_whole(grid: Grid) -> None:
 
 def test_automatic_mode_delivers_a_command_once_marked(grid: Grid) -> None:
     c, http = grid.client, grid.client.http
-    token = c.node_token("host-5")
-    body = {
-        "role": "allocator",
-        "host_id": "host-5",
-        "resources": {"capacity_mb": 32768, "runtimes": ["llama.cpp"]},
-        "allocator": {
-            "schema_version": 1,
-            "state": "accepting",
-            "cached_artifacts": [{"model_id": "m-auto", "artifact_sha256": SHA}],
-            "actuator_capabilities": ["load", "warm", "drain", "unload"],
-        },
-    }
-    http.put(
-        f"{grid.url}/nodes/{control_record_id('host-5')}",
-        json=body,
-        headers={CONTROL_HEADER: token},
-    ).raise_for_status()
-    http.put(
-        grid.url + "/allocator/models/m-auto",
-        headers=c.operator(),
-        json={"memory_mb": 4096, "min_replicas": 1, "artifact_sha256": SHA},
-    ).raise_for_status()
+    token = host_with_cached_model(grid, "host-5", "m-auto", SHA)
     r = http.put(grid.url + "/allocator/mode", headers=c.operator(), json={"mode": "automatic"})
     assert r.status_code == 200 and r.json()["mode"] == "automatic"
     http.post(grid.url + "/allocator/tick", headers=c.operator()).raise_for_status()
