@@ -40,9 +40,13 @@ test: engine
 check: venv
 	$(BIN)/python -m pytest -q tests/unit
 
+# Static checks, all configured in pyproject.toml: style and format (ruff), types (mypy:
+# strict on grid_core, default mode on the server, node and plugins), layers (import-linter).
 lint: venv
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+	$(BIN)/lint-imports --no-logo
 
 clean:
 	rm -rf $(VENV) build *.egg-info
