@@ -93,7 +93,7 @@ def _fail(field: str, problem: str, fix: str) -> ValidationError:
     return ValidationError(f"profile field '{field}': {problem}; {fix}")
 
 
-def _check_finite(name: str, value: float, lo: float, hi: float) -> None:
+def _check_finite(name: str, value: object, lo: float, hi: float) -> None:
     if not (isinstance(value, int | float) and math.isfinite(value) and lo <= value <= hi):
         raise _fail(name, f"{value!r} is out of range", f"use a number in [{lo}, {hi}]")
 

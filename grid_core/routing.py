@@ -151,7 +151,7 @@ def _decayed(samples: float, at: float, now: float) -> float:
     age = max(0.0, now - at)
     if samples <= 0 or age >= MEASUREMENT_TTL_S:
         return 0.0
-    return samples * 0.5 ** (age / MEASUREMENT_HALF_LIFE_S)
+    return samples * math.pow(0.5, age / MEASUREMENT_HALF_LIFE_S)
 
 
 def latency_confidence(m: Measurement | None, now: float) -> float:

@@ -88,8 +88,8 @@ class WireError(ValidationError):
     """A wire document is malformed; the message names the field path."""
 
 
-class Struct(msgspec.Struct, kw_only=True):
-    """Base for wire structs: keyword-only; every field is encoded (explicit documents)."""
+class Struct(msgspec.Struct, frozen=True, kw_only=True):
+    """Base for wire structs: frozen, keyword-only; every field is encoded (explicit documents)."""
 
 
 class GpuDevice(Struct, frozen=True, kw_only=True):

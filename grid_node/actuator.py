@@ -21,7 +21,14 @@ import psutil
 from grid_core.errors import GridError, UnavailableError
 from grid_core.protection import ProtectionDecision
 from grid_core.runtime import ArtifactSpec, ChildRecord
-from grid_core.wire import Acknowledgement, CachedArtifact, Command, Residency
+from grid_core.wire import (
+    Acknowledgement,
+    AckStatus,
+    CachedArtifact,
+    Command,
+    Residency,
+    ResidencyState,
+)
 from grid_node import admission
 from grid_node.config import NodeConfig
 from grid_node.state import NodeState, Receipt, StateFile
@@ -35,7 +42,7 @@ MB = 1024 * 1024
 MAX_EVENTS = 50
 """Notable events kept in memory for status: the last few minutes of a busy node."""
 
-RESIDENCY_OF_CHILD = {
+RESIDENCY_OF_CHILD: dict[str, ResidencyState] = {
     "starting": "warming",
     "ready": "ready",
     "draining": "draining",
@@ -294,6 +301,7 @@ class Actuator:
             self.save()
             started = time.monotonic()
             fetched = False
+            status: AckStatus
             try:
                 message, fetched = await self._run(cmd)
                 status = "succeeded"

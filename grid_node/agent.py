@@ -30,6 +30,7 @@ from grid_core.wire import (
     MAX_LIST,
     OPERATOR_HEADER,
     AllocatorEnvelope,
+    Capability,
     Command,
     Heartbeat,
     HeartbeatResponse,
@@ -52,7 +53,7 @@ HTTP_TIMEOUT_S = 15.0
 """Seconds for one request to the server; a heartbeat that takes longer is retried next beat."""
 READY_LEASE_BEATS = 3
 """The readiness lease covers this many heartbeat intervals; a dead agent's file goes stale."""
-CAPABILITIES = ["load", "warm", "drain", "unload", "evict"]
+CAPABILITIES: list[Capability] = ["load", "warm", "drain", "unload", "evict"]
 
 
 def write_json_atomic(path: Path, doc: object) -> None:
@@ -317,7 +318,7 @@ class NodeAgent:
             cached_models=sorted(self.state.artifacts),
             cached_artifacts=self.actuator.cached_artifacts(),
             residencies=self.actuator.residencies(),
-            actuator_capabilities=CAPABILITIES,  # type: ignore[arg-type]
+            actuator_capabilities=CAPABILITIES,
             highest_term=self.state.highest_term,
             latest_generation=self.state.latest_generation,
         )

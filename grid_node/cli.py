@@ -19,7 +19,7 @@ from typing import Annotated
 import typer
 
 from grid_core.errors import ConflictError, NotFoundError, UnavailableError, ValidationError
-from grid_core.protection import Override
+from grid_core.protection import Override, OverrideKind
 from grid_node.agent import AGENT_FILE, read_override, write_override
 from grid_node.config import DEFAULT_GRID_URL, check_grid_url, grid_home, parse_port_range
 from grid_node.identity import Proof, is_gone, prove, signal_proven
@@ -377,7 +377,7 @@ async def _stop_children(sdir: Path, force: bool) -> list[str]:
 
 
 def _set_override(
-    kind: str, reason: str, for_seconds: float | None, state_dir: Path | None
+    kind: OverrideKind, reason: str, for_seconds: float | None, state_dir: Path | None
 ) -> None:
     if not reason.strip():
         raise ValidationError("--reason must say why (it is shown in status)")
@@ -388,7 +388,7 @@ def _set_override(
     override = Override(
         kind=kind,
         reason=reason.strip()[:500],
-        set_at=now,  # type: ignore[arg-type]
+        set_at=now,
         expires_at=now + for_seconds if for_seconds else None,
     )
     write_override(sdir, override)

@@ -215,7 +215,10 @@ class FakeEngine:
                 choice = {"index": 0, "text": f"tok{i} ", "finish_reason": None}
             await event({**base, "choices": [choice]})
         end: dict[str, Any] = {"index": 0, "finish_reason": "length"}
-        end.update({"delta": {}} if chat else {"text": ""})
+        if chat:
+            end["delta"] = {}
+        else:
+            end["text"] = ""
         await event({**base, "choices": [end]})
         await event(
             {

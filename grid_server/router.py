@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from grid_core import routing
 from grid_core.hosts import RegistryRecord
 from grid_core.routing import Breaker, Measurement, RouteCandidate
-from grid_core.wire import Residency
+from grid_core.wire import HostState, Residency
 from grid_server.registry import Registry
 
 MAX_TRACKED = 16384
@@ -91,7 +91,7 @@ class RouterState:
         for r in routes:
             eng, ctl = r.engine, r.control
             env = ctl.allocator if ctl is not None else None
-            host_state = "accepting"
+            host_state: HostState = "accepting"
             if ctl is not None:
                 # A control record without an envelope, or with rejected rows, fails closed.
                 host_state = env.state if env is not None and not ctl.rejected_rows else "unhealthy"

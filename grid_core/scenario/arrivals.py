@@ -9,9 +9,11 @@ are identical for every strategy; their digest goes into the report so that is c
 from __future__ import annotations
 
 import hashlib
+import random
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from grid_core.demand.features import EndpointFamily, Modality
 from grid_core.scenario.config import TICK_S
 from grid_core.scenario.personas import PERSONAS, User
 from grid_core.scenario.streams import poisson, stream
@@ -94,8 +96,8 @@ class Arrival:
     user: int
     persona: str
     requested_model: str
-    endpoint: str
-    modality: str
+    endpoint: EndpointFamily
+    modality: Modality
     input_units: int
     output_units: int
     template: int
@@ -110,7 +112,7 @@ class Arrival:
         )
 
 
-def _units(rng, typical: int) -> int:
+def _units(rng: random.Random, typical: int) -> int:
     if typical <= 1:
         return typical
     return max(1, int(typical * rng.uniform(0.4, 1.6)))

@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 
+from grid_core.demand.features import Modality
 from grid_core.profile import ModelProfile, validate_profile
 
 BASELINE_MODEL = "general-8b"
@@ -38,7 +39,7 @@ class CatalogEntry:
     """
 
     profile: ModelProfile
-    modality: str
+    modality: Modality
     base_s: float
     per_unit_s: float
 
@@ -48,8 +49,22 @@ class CatalogEntry:
         return self.profile.model_id
 
 
-# (id, modality, GB, runtimes, backends, gpu GB, slots, base_s, per_unit_s, SLO s, scores)
-_BASE: tuple[tuple, ...] = (
+_Row = tuple[
+    str,
+    Modality,
+    float,
+    tuple[str, ...],
+    tuple[str, ...],
+    float,
+    int,
+    float,
+    float,
+    float,
+    dict[str, float],
+]
+"""(id, modality, GB, runtimes, backends, gpu GB, slots, base_s, per_unit_s, SLO s, scores)."""
+
+_BASE: tuple[_Row, ...] = (
     (
         "general-8b",
         "text",
@@ -243,7 +258,7 @@ def _sha(model_id: str) -> str:
     return hashlib.sha256(f"grid-scenario-artifact/{model_id}".encode()).hexdigest()
 
 
-def _entry(row: tuple, quant: bool) -> CatalogEntry:
+def _entry(row: _Row, quant: bool) -> CatalogEntry:
     mid, modality, gb, runtimes, backends, gpu_gb, slots, base_s, per_unit, slo_s, scores = row
     mem = int(gb * MB_PER_GB * (QUANT_MEMORY_FACTOR if quant else 1.0))
     if quant:

@@ -18,6 +18,20 @@ Strategy = Literal["smart", "reactive", "greedy", "static"]
 STRATEGIES: tuple[Strategy, ...] = ("smart", "reactive", "greedy", "static")
 """The four controls every scenario can run; graduate runs all of them."""
 
+
+def parse_strategy(value: str) -> Strategy:
+    """The strategy named by ``--strategy``.
+
+    Raises:
+        ValidationError: ``value`` is not one of :data:`STRATEGIES` (the message names the flag).
+    """
+    for strategy in STRATEGIES:
+        if value == strategy:
+            return strategy
+    msg = f"--strategy: {value!r} is unknown; use one of {', '.join(STRATEGIES)}"
+    raise ValidationError(msg)
+
+
 MIN_MACHINES, MAX_MACHINES = 1, 64
 """64 logical machines is the largest planning pass the lab promises to finish quickly."""
 MIN_MODELS, MAX_MODELS = 1, 32
@@ -100,9 +114,7 @@ class ScenarioConfig:
         _check_range(
             "--duration", self.duration_s / 60, MIN_DURATION_S / 60, MAX_DURATION_S / 60, " min"
         )
-        if self.strategy not in STRATEGIES:
-            msg = f"--strategy: {self.strategy!r} is unknown; use one of {', '.join(STRATEGIES)}"
-            raise ValidationError(msg)
+        parse_strategy(self.strategy)
         if not 0 <= self.seed < 2**63:
             msg = f"--seed: {self.seed} is out of range; use 0 to 2^63-1"
             raise ValidationError(msg)

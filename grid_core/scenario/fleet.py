@@ -18,6 +18,7 @@ from grid_core.scenario.catalog import CatalogEntry
 from grid_core.scenario.config import TICK_S
 from grid_core.scenario.topology import Machine
 from grid_core.snapshot import HostSnapshot, ResidencySnapshot
+from grid_core.wire import ResidencyState
 
 THROTTLE_SPEED = 0.5
 """A throttled machine serves at half speed."""
@@ -60,7 +61,7 @@ class SimResidency:
 
     model_id: str
     memory_mb: int
-    state: str
+    state: ResidencyState
     loaded_at: float
     runtime: str | None
     ready_tick: int

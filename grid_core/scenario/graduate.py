@@ -8,8 +8,9 @@ next allocator improvement. Source: the specification's scenario lab ("grid test
 from __future__ import annotations
 
 import statistics
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import replace
+from typing import Any, TypedDict
 
 from grid_core.scenario.config import STRATEGIES, ScenarioConfig
 from grid_core.scenario.run import LabEnv, run_scenario
@@ -27,8 +28,29 @@ LEAST_WORKLOAD_SLACK = 0.05
 WAIT_STATES = ("starting", "planned", "deferred")
 """Admission states in which an active workload waits for capacity (startup cost)."""
 
+Gate = TypedDict(
+    "Gate",
+    {
+        "gate": str,
+        "pass": bool,
+        "rule": str,
+        "measured": Mapping[str, object],
+        "failing": list[str],
+    },
+)
+"""One graduation gate: its name, verdict, rule, measured numbers and the failing cases."""
 
-def _row(report: dict) -> dict[str, object]:
+
+class Graduation(TypedDict):
+    """What :func:`graduate` returns (JSON-compatible, deterministic)."""
+
+    runs: list[dict[str, Any]]
+    """One row per (fleet size, seed, strategy): its score, served fraction, mutations…"""
+    gates: list[Gate]
+    passed: bool
+
+
+def _row(report: dict[str, Any]) -> dict[str, object]:
     d = report["demand"]
     least = d["least_served_workload"] or {"workload": None, "served_fraction": 1.0}
     waits = sum(
@@ -50,8 +72,8 @@ def _row(report: dict) -> dict[str, object]:
 
 
 def _gate(
-    name: str, passed: bool, rule: str, measured: dict[str, object], failing: list[str]
-) -> dict[str, object]:
+    name: str, passed: bool, rule: str, measured: Mapping[str, object], failing: list[str]
+) -> Gate:
     return {
         "gate": name,
         "pass": passed,
@@ -67,7 +89,7 @@ def graduate(
     base: ScenarioConfig,
     env: LabEnv,
     progress: Callable[[str], None] | None = None,
-) -> dict[str, object]:
+) -> Graduation:
     """Run all four strategies for every fleet size and seed, then evaluate the gates.
 
     Args:
@@ -80,7 +102,7 @@ def graduate(
     Returns:
         ``{"runs": [...], "gates": [...], "passed": bool}`` (JSON-compatible, deterministic).
     """
-    runs: list[dict[str, object]] = []
+    runs: list[dict[str, Any]] = []
     for size in machines:
         for seed in seeds:
             for strategy in STRATEGIES:
@@ -101,11 +123,11 @@ def graduate(
     return {"runs": runs, "gates": gates, "passed": all(g["pass"] for g in gates)}
 
 
-def _by(runs: list[dict], strategy: str) -> dict[tuple[int, int], dict]:
+def _by(runs: list[dict[str, Any]], strategy: str) -> dict[tuple[int, int], dict[str, Any]]:
     return {(r["machines"], r["seed"]): r for r in runs if r["strategy"] == strategy}
 
 
-def evaluate_gates(runs: list[dict], largest: int) -> list[dict[str, object]]:
+def evaluate_gates(runs: list[dict[str, Any]], largest: int) -> list[Gate]:
     """Every gate over the matrix (see the module constants for thresholds)."""
     smart, reactive = _by(runs, "smart"), _by(runs, "reactive")
     greedy, static = _by(runs, "greedy"), _by(runs, "static")

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable
+from typing import NotRequired, TypedDict
 
 from grid_core.demand.features import RequestFeatures
 from grid_core.scenario.arrivals import Arrival, FleetEvents
@@ -39,6 +40,39 @@ MAX_CHANGES_LISTED = 60
 """Winning placement changes listed in the report; the count is always complete."""
 
 Placement = tuple[str | None, ...]
+"""The model on each machine (``None``: empty), in fleet order."""
+Path = tuple[tuple[int, Placement], ...]
+"""The winning schedule: (first minute of a hold block, placement held in it)."""
+_CapacityKey = tuple[int, tuple[tuple[str, float], ...]]
+"""(minute, sorted (model, serving capacity in device seconds)): memo key of one minute."""
+_BeamEntry = tuple[int, int, Placement, Path]
+"""(requests served, mutations, last placement, schedule so far)."""
+
+
+class OracleSummary(TypedDict):
+    """The ``oracle`` section of the scenario report (counts are requests unless named).
+
+    The run adds ``strategy_served``, ``gap`` and ``gap_fraction`` once it compares the
+    strategy with the ceiling.
+    """
+
+    ceiling_served: int
+    requests: int
+    hold_minutes: int
+    load_to_ready_minutes: int
+    placements_per_block: int
+    states_evaluated: int
+    service_evaluations: int
+    tie_state_cap: int
+    beam: int
+    mutations: int
+    changes: list[dict[str, object]]
+    disk_audit: dict[str, int]
+    startup_audit: dict[str, bool]
+    gap_meaning: str
+    strategy_served: NotRequired[int]
+    gap: NotRequired[int]
+    gap_fraction: NotRequired[float]
 
 
 class _Minute:
@@ -73,7 +107,7 @@ class _Scorer:
         self.machines = machines
         self.entries = entries
         self.events = events
-        self.memo: dict[tuple, int] = {}
+        self.memo: dict[_CapacityKey, int] = {}
         self.evaluated = 0
 
     def online(self, i: int, minute: int) -> bool:
@@ -96,7 +130,7 @@ class _Scorer:
                 self.machines[i].kind.concurrency, self.entries[mid].profile.replica_concurrency
             )
             caps[mid] = caps.get(mid, 0.0) + TICK_S * slots * self.speed(i, minute)
-        key = (minute, tuple(sorted((k, round(v, 6)) for k, v in caps.items())))
+        key: _CapacityKey = (minute, tuple(sorted((k, round(v, 6)) for k, v in caps.items())))
         hit = self.memo.get(key)
         if hit is not None:
             return hit
@@ -149,7 +183,7 @@ def run_oracle(
     classify: Callable[[RequestFeatures, str], str | None],
     events: FleetEvents,
     seed: int,
-) -> dict[str, object]:
+) -> OracleSummary:
     """The hindsight schedule for the observed arrivals; see the module docstring.
 
     Returns:
@@ -178,7 +212,7 @@ def run_oracle(
     options = _options(machines, catalog)
     everything = list(itertools.product(*options))
     empty: Placement = tuple(None for _ in machines)
-    beam: list[tuple[int, int, Placement, tuple]] = [(0, 0, empty, ())]
+    beam: list[_BeamEntry] = [(0, 0, empty, ())]
     scored = 0
     blocks = range(0, len(minutes), HOLD_MIN)
     for b0 in blocks:
@@ -197,13 +231,13 @@ def run_oracle(
         candidates = {q for _, q in full[:TIE_STATES]} | {
             p for _, _, p, _ in beam if p in allowed_set
         }
-        candidates = sorted(candidates or {empty}, key=_key)
-        nxt: dict[Placement, tuple[int, int, Placement, tuple]] = {}
+        ordered = sorted(candidates or {empty}, key=_key)
+        nxt: dict[Placement, _BeamEntry] = {}
         for value, muts, prev, path in beam:
             prev_live = tuple(
                 p if all(scorer.online(i, m) for m in block) else None for i, p in enumerate(prev)
             )
-            for q in candidates:
+            for q in ordered:
                 gain = scorer.served(block[0], _ready_first(prev_live, q))
                 gain += sum(scorer.served(m, q) for m in block[1:])
                 cand = (value + gain, muts + _mutations(prev_live, q), q, (*path, (b0, q)))
@@ -218,14 +252,14 @@ def run_oracle(
 def _summary(
     value: int,
     muts: int,
-    path: tuple,
+    path: Path,
     machines: tuple[Machine, ...],
     entries: dict[str, CatalogEntry],
-    arrivals,
+    arrivals: tuple[tuple[Arrival, ...], ...],
     scorer: _Scorer,
     scored: int,
     per_block: int,
-) -> dict[str, object]:
+) -> OracleSummary:
     changes: list[dict[str, object]] = []
     cached = [set(m.cached) for m in machines]
     disk = [

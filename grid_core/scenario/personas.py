@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from grid_core.demand.features import EndpointFamily, Modality
 from grid_core.scenario.catalog import BASELINE_MODEL
 from grid_core.scenario.streams import stream
 
@@ -35,8 +36,8 @@ class Persona:
     name: str
     weight: float
     rate_per_h: float
-    endpoint: str
-    modality: str
+    endpoint: EndpointFamily
+    modality: Modality
     input_units: int
     output_units: int
     texts: tuple[str, ...]

@@ -180,7 +180,7 @@ def run_scenario(cfg: ScenarioConfig, env: LabEnv) -> dict[str, object]:
         oracle = run_oracle(
             catalog, machines, tuple(kept), fleet, texts, classify, events, cfg.seed
         )
-        served = report["demand"]["served"]  # type: ignore[index]
+        served = metrics.total.served
         oracle["strategy_served"] = served
         oracle["gap"] = oracle["ceiling_served"] - served
         oracle["gap_fraction"] = round(oracle["gap"] / max(1, oracle["ceiling_served"]), 6)

@@ -18,7 +18,7 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from grid_core.demand.features import RequestFeatures
+from grid_core.demand.features import Outcome, RequestFeatures
 from grid_core.scenario.arrivals import Arrival
 from grid_core.scenario.catalog import CatalogEntry
 from grid_core.scenario.config import TICK_S
@@ -65,7 +65,7 @@ class Served:
     arrival: Arrival
     workload: str | None
     model: str | None
-    outcome: str
+    outcome: Outcome
     latency_s: float
     queue_s: float
     service_s: float

@@ -16,6 +16,7 @@ from grid_core.errors import ValidationError
 from grid_core.planner.types import PlanInputs, PlannerPolicy
 from grid_core.profile import ModelProfile, validate_profile
 from grid_core.snapshot import HostSnapshot, ResidencySnapshot
+from grid_core.wire import Ownership
 
 SCHEMA = "grid-bench-fleet/1"
 
@@ -44,7 +45,9 @@ def load_fleet(path: str | Path) -> dict:
 
 def _residency(r: dict, catalog: set[str]) -> ResidencySnapshot:
     managed = bool(r.get("managed", True))
-    ownership = "managed" if managed else ("manual" if r["model_id"] in catalog else "external")
+    ownership: Ownership = (
+        "managed" if managed else ("manual" if r["model_id"] in catalog else "external")
+    )
     return ResidencySnapshot(
         model_id=r["model_id"],
         memory_mb=int(r["memory_mb"]),

@@ -420,7 +420,7 @@ class Demo:
                 or unload.get("status") != "succeeded"
                 or not unload.get("eviction")
                 or float(unload.get("created_at") or 0) < since
-                or prio.get(unload.get("model_id"), 0) >= self.high.priority
+                or prio.get(unload.get("model_id", ""), 0) >= self.high.priority
             ):
                 continue
             host, victim = unload.get("host_id"), unload.get("model_id")

@@ -21,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import os
 from pathlib import Path
+from typing import TypedDict
 
 import msgspec
 import psutil
@@ -62,10 +63,25 @@ THROTTLED_FRACTION = 1.0
 """All logical hosts share one CPU, so one host's CPU throttle is mostly its siblings' load;
 a throttled logical host still offers its whole memory share (the state stays visible)."""
 
+
+class DefaultModel(TypedDict):
+    """One generated default model: its GGUF shape, budget and placement policy."""
+
+    name: str
+    embedding: int
+    """Embedding width of the generated GGUF."""
+    layers: int
+    share: float
+    """Memory budget as a fraction of the smallest host's memory."""
+    priority: int
+    min_replicas: int
+    max_replicas: int
+
+
 # Default models: three distinct tiny GGUFs of clearly different sizes. Budgets are declared
 # as fractions of the smallest host so that any two replicas never share a host (the fleet
 # genuinely fills up and a high-priority burst needs preemption) while one always fits.
-DEFAULT_MODELS: tuple[dict[str, object], ...] = (
+DEFAULT_MODELS: tuple[DefaultModel, ...] = (
     {
         "name": "tiny-general",
         "embedding": 64,

@@ -155,9 +155,9 @@ def prepare_models(root: Path, settings: FleetSettings, echo: Echo) -> tuple[Mod
             size = make_model(
                 path,
                 TinyModelSpec(
-                    name=str(m["name"]),
-                    layers=int(m["layers"]),  # type: ignore[call-overload]
-                    embedding=int(m["embedding"]),  # type: ignore[call-overload]
+                    name=m["name"],
+                    layers=m["layers"],
+                    embedding=m["embedding"],
                     context=layout.MODEL_CONTEXT,
                     seed=i,
                 ),
@@ -168,12 +168,12 @@ def prepare_models(root: Path, settings: FleetSettings, echo: Echo) -> tuple[Mod
                 model_id=path.name,
                 path=str(path),
                 sha256=layout.sha256_of(path),
-                memory_mb=int(small * float(m["share"])),  # type: ignore[arg-type]
-                priority=int(m["priority"]),  # type: ignore[call-overload]
-                min_replicas=int(m["min_replicas"]),  # type: ignore[call-overload]
-                max_replicas=min(int(m["max_replicas"]), settings.machines),
+                memory_mb=int(small * m["share"]),
+                priority=m["priority"],
+                min_replicas=m["min_replicas"],
+                max_replicas=min(m["max_replicas"], settings.machines),
             )
-        )  # type: ignore[call-overload]
+        )
     return tuple(out)
 
 

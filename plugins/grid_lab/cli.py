@@ -11,7 +11,7 @@ import typer
 
 from grid_core.demand.features import WORKLOADS
 from grid_core.errors import ValidationError
-from grid_core.scenario.config import ScenarioConfig, parse_duration
+from grid_core.scenario.config import ScenarioConfig, parse_duration, parse_strategy
 from grid_core.scenario.traces import MAX_TRACE_BYTES, parse_trace
 from grid_core.table import render_table
 
@@ -70,10 +70,10 @@ def _config(
         users=users,
         duration_s=parse_duration(duration),
         seed=seed,
-        strategy=strategy,
+        strategy=parse_strategy(strategy),
         traces={},
         oracle=oracle,
-    )  # type: ignore[arg-type]
+    )
     cfg.validate()  # bounds first: a bad flag fails before any file is read
     return ScenarioConfig(**{**cfg.__dict__, "traces": _traces(traces)}).validate()
 
