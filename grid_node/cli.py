@@ -18,6 +18,7 @@ from typing import Annotated
 
 import typer
 
+from grid_core.cliregistry import CliRegistry
 from grid_core.errors import ConflictError, NotFoundError, UnavailableError, ValidationError
 from grid_core.protection import Override, OverrideKind
 from grid_node.agent import AGENT_FILE, read_override, write_override
@@ -425,8 +426,8 @@ def resume(state_dir: StateDir = None) -> None:
     typer.echo("local override cleared" if previous else "no local override was set")
 
 
-def register(cli: object) -> None:
+def register(cli: CliRegistry) -> None:
     """Mount the node commands on ``grid allocator node``."""
-    node = cli.subgroup("allocator", "node", help="This machine's managed node agent.")  # type: ignore[attr-defined]
+    node = cli.subgroup("allocator", "node", help="This machine's managed node agent.")
     for fn in (start, status, stop, drain, pause, quarantine, resume):
         node.command(name=fn.__name__)(fn)

@@ -249,16 +249,13 @@ class Replay:
             for e in obs.events
             if e.kind == "residency"
         ]
-        served = int(summary["served"])  # type: ignore[call-overload]
-        requests = int(summary["requests"])  # type: ignore[call-overload]
+        served, requests = summary["served"], summary["requests"]
         return {
             **summary,
             "served_fraction": served / requests if requests else None,
             "wall_s": round(wall, 1),
             "speedup": self.speedup,
-            "tokens_per_s": round(int(summary["completion_tokens"]) / wall, 1)  # type: ignore[call-overload]
-            if wall > 0
-            else None,
+            "tokens_per_s": round(summary["completion_tokens"] / wall, 1) if wall > 0 else None,
             "caps": {"max_prompt_tokens": self.max_prompt_tokens, "max_tokens": self.max_tokens},
             "per_model": per_model,
             "transitions": transitions,

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
+from typing import TypedDict
 
 import anyio
 import httpx
@@ -155,7 +156,22 @@ def percentile(values: list[float], q: float) -> float | None:
     return ordered[min(rank, len(ordered)) - 1]
 
 
-def summarize(outcomes: list[Outcome]) -> dict[str, object]:
+class BatchSummary(TypedDict):
+    """What :func:`summarize` reports for a batch (counts of requests, latencies in ms)."""
+
+    requests: int
+    served: int
+    unavailable_503: int
+    other_errors: int
+    first_attempt_503s: int
+    p50_ms: float | None
+    p95_ms: float | None
+    p99_ms: float | None
+    max_ms: float | None
+    completion_tokens: int
+
+
+def summarize(outcomes: list[Outcome]) -> BatchSummary:
     """Counts, latency percentiles (ms) and token totals of a batch."""
     lat = [o.latency_s * 1000.0 for o in outcomes if o.ok]
     return {
