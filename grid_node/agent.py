@@ -25,6 +25,7 @@ import msgspec
 from grid_core.errors import AuthError, GridError, StateError
 from grid_core.plugins import Plugins
 from grid_core.protection import Override, ProtectionDecision, ProtectionPolicy, step
+from grid_core.system import birth_of, grid_home, write_atomic
 from grid_core.wire import (
     CONTROL_HEADER,
     MAX_LIST,
@@ -44,7 +45,7 @@ from grid_core.wire import (
 )
 from grid_node import telemetry
 from grid_node.actuator import UNLOAD_IDLE_WAIT_S, Actuator
-from grid_node.config import NodeConfig, grid_home
+from grid_node.config import NodeConfig
 from grid_node.state import NodeState, StateFile
 
 OVERRIDE_FILE = "override.json"
@@ -54,17 +55,6 @@ HTTP_TIMEOUT_S = 15.0
 READY_LEASE_BEATS = 3
 """The readiness lease covers this many heartbeat intervals; a dead agent's file goes stale."""
 CAPABILITIES: list[Capability] = ["load", "warm", "drain", "unload", "evict"]
-
-
-def write_json_atomic(path: Path, doc: object) -> None:
-    """Write ``doc`` as JSON owner-only, atomically."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        json.dump(doc, f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
 
 
 def read_override(state_dir: Path) -> Override | None:
@@ -85,7 +75,7 @@ def write_override(state_dir: Path, override: Override | None) -> None:
         path.unlink(missing_ok=True)
         return
     state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-    write_json_atomic(path, msgspec.to_builtins(override))
+    write_atomic(path, msgspec.json.encode(override))
 
 
 class Credential(msgspec.Struct, frozen=True):
@@ -437,8 +427,6 @@ class NodeAgent:
         self._write_agent_file(ready=False)
 
     def _write_agent_file(self, *, ready: bool) -> None:
-        from grid_node.identity import birth_of
-
         now = time.time()
         doc = {
             "instance": self.instance,
@@ -459,5 +447,5 @@ class NodeAgent:
             "routes": sorted(self.routes),
             "events": self.actuator.events[-10:] if self.actuator else [],
         }
-        with contextlib.suppress(OSError):
-            write_json_atomic(self.config.state_dir / AGENT_FILE, doc)
+        with contextlib.suppress(StateError):
+            write_atomic(self.config.state_dir / AGENT_FILE, json.dumps(doc))

@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import signal
 import sys
 import time
 import uuid
@@ -21,15 +20,24 @@ import typer
 from grid_core.cliregistry import CliRegistry
 from grid_core.errors import ConflictError, NotFoundError, UnavailableError, ValidationError
 from grid_core.protection import Override, OverrideKind
+from grid_core.system import (
+    ProcessIdentity,
+    Proof,
+    exit_status,
+    grid_home,
+    spawn_detached,
+    stop_process_sync,
+    wait_until_sync,
+)
 from grid_node.agent import AGENT_FILE, read_override, write_override
-from grid_node.config import DEFAULT_GRID_URL, check_grid_url, grid_home, parse_port_range
-from grid_node.identity import Proof, is_gone, prove, signal_proven
+from grid_node.config import DEFAULT_GRID_URL, check_grid_url, parse_port_range
 
 START_WAIT_S = 60.0
 """Seconds ``node start`` waits for the new instance to register before reporting failure."""
 STOP_WAIT_S = 180.0
 """Seconds ``node stop`` waits for the daemon to drain and exit (covers the unload idle wait)."""
 POLL_S = 0.2
+"""Seconds between checks of the agent record while starting or stopping."""
 
 StateDir = Annotated[
     Path | None,
@@ -62,10 +70,14 @@ def _agent_record(state_dir: Path) -> dict | None:
         return None
 
 
-def _daemon_proof(rec: dict) -> Proof:
-    return prove(
-        int(rec["pid"]), birth=rec.get("birth"), args=(("--instance", str(rec["instance"])),)
+def _daemon_identity(rec: dict) -> ProcessIdentity:
+    return ProcessIdentity(
+        int(rec["pid"]), rec.get("birth"), args=(("--instance", str(rec["instance"])),)
     )
+
+
+def _daemon_proof(rec: dict) -> Proof:
+    return _daemon_identity(rec).prove()
 
 
 def _tail(path: Path, n: int = 8) -> str:
@@ -185,23 +197,11 @@ def start(
     for t in tag or ():
         argv += ["--tag", t]
     log = sdir / "agent.log"
-    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-    try:
-        pid = os.posix_spawn(
-            sys.executable,
-            argv,
-            dict(os.environ),
-            setsid=True,
-            file_actions=[
-                (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
-                (os.POSIX_SPAWN_DUP2, fd, 1),
-                (os.POSIX_SPAWN_DUP2, fd, 2),
-            ],
-        )
-    finally:
-        os.close(fd)
-    deadline = time.monotonic() + START_WAIT_S
-    while time.monotonic() < deadline:
+    # The daemon inherits the whole environment on purpose: GRID_ALLOCATOR_NODE_TOKEN may be
+    # how its credential arrives (never in argv).
+    pid = spawn_detached(argv, log_path=log, env=dict(os.environ))
+
+    def registered() -> dict | None:
         rec = _agent_record(sdir)
         if (
             rec
@@ -210,17 +210,20 @@ def start(
             and rec.get("registered")
             and (rec.get("ready_until") or 0) > time.time()
         ):
-            typer.echo(
-                f"node agent started: host {rec['host_id']} pid {pid} "
-                f"grid {rec['grid_url']} state {sdir}"
-            )
-            return
-        done, _ = os.waitpid(pid, os.WNOHANG)
-        if done:
+            return rec
+        if exit_status(pid) is not None:
             msg = f"node agent exited during start:\n{_tail(log)}"
             raise UnavailableError(msg)
-        time.sleep(POLL_S)
-    err = (rec or {}).get("last_error") or "no heartbeat yet"
+        return None
+
+    rec = wait_until_sync(registered, timeout_s=START_WAIT_S, interval_s=POLL_S)
+    if rec is not None:
+        typer.echo(
+            f"node agent started: host {rec['host_id']} pid {pid} "
+            f"grid {rec['grid_url']} state {sdir}"
+        )
+        return
+    err = (_agent_record(sdir) or {}).get("last_error") or "no heartbeat yet"
     msg = (
         f"node agent pid {pid} is running but has not registered within "
         f"{START_WAIT_S:.0f} s ({err}); see {log}"
@@ -325,11 +328,9 @@ def stop(
     if rec is not None:
         proof = _daemon_proof(rec)
         if proof.status == "proven":
-            signal_proven(int(rec["pid"]), signal.SIGTERM, proof)
-            deadline = time.monotonic() + STOP_WAIT_S
-            while time.monotonic() < deadline and not is_gone(int(rec["pid"])):
-                time.sleep(POLL_S)
-            if not is_gone(int(rec["pid"])):
+            # No SIGKILL: a draining agent is waiting for requests; killing it would cut them.
+            outcome = stop_process_sync(_daemon_identity(rec), grace_s=STOP_WAIT_S, escalate=False)
+            if outcome == "running":
                 msg = (
                     f"node agent pid {rec['pid']} is still draining after {STOP_WAIT_S:.0f} s; "
                     "run node stop again later"

@@ -13,6 +13,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from grid_core.errors import ValidationError
+from grid_core.system import grid_home
 
 DEFAULT_GRID_URL = "http://127.0.0.1:22100"
 DEFAULT_PORT_RANGE = (22200, 22299)
@@ -49,11 +50,6 @@ def check_grid_url(url: str) -> str:
             )
             raise ValidationError(msg)
     return url
-
-
-def grid_home() -> Path:
-    """``$GRID_HOME`` or ``~/.grid``."""
-    return Path(os.environ.get("GRID_HOME") or Path.home() / ".grid")
 
 
 def parse_port_range(text: str) -> tuple[int, int]:

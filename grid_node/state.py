@@ -23,6 +23,7 @@ import msgspec
 from grid_core.errors import ConflictError, StateError
 from grid_core.protection import Override, ProtectionState
 from grid_core.runtime import ChildRecord, LoadResult
+from grid_core.system import write_atomic
 from grid_core.wire import Acknowledgement
 
 STATE_FILE = "node.json"
@@ -162,38 +163,16 @@ class StateFile:
             StateError: the write failed; the previous file is untouched.
         """
         self.ensure_dir()
-        tmp = self.dir / f".{STATE_FILE}.{os.getpid()}.tmp"
-        data = msgspec.json.encode(state)
-        try:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-            try:
-                os.write(fd, data)
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            os.replace(tmp, self.path)
-            dfd = os.open(self.dir, os.O_RDONLY)
-            try:
-                os.fsync(dfd)
-            finally:
-                os.close(dfd)
-        except OSError as exc:
-            with contextlib.suppress(OSError):
-                tmp.unlink()
-            msg = f"cannot write node state {self.path}: {exc}"
-            raise StateError(msg) from exc
+        write_atomic(self.path, msgspec.json.encode(state))
 
     def write_key_file(self, key: str) -> Path:
-        """Write llama.cpp's one-key-per-line file owner-only; returns its path."""
+        """Write llama.cpp's one-key-per-line file owner-only; returns its path.
+
+        Raises:
+            StateError: the file could not be written.
+        """
         self.ensure_dir()
-        tmp = self.dir / f".{KEY_FILE}.tmp"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        try:
-            os.write(fd, (key + "\n").encode())
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, self.key_path)
+        write_atomic(self.key_path, key + "\n")
         return self.key_path
 
     def load_or_create(self, host_id: str | None = None) -> NodeState:

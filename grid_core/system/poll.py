@@ -10,7 +10,7 @@ from __future__ import annotations
 import inspect
 import time
 from collections.abc import Awaitable, Callable
-from typing import TypeVar, cast
+from typing import TypeVar, cast, overload
 
 import anyio
 
@@ -19,6 +19,18 @@ T = TypeVar("T")
 DEFAULT_INTERVAL_S = 0.1
 """Seconds between checks: a local process or loopback server answers in far less, and ten
 checks a second cost nothing measurable."""
+
+
+@overload
+async def wait_until(
+    predicate: Callable[[], Awaitable[T]], *, timeout_s: float, interval_s: float = ...
+) -> T | None: ...
+
+
+@overload
+async def wait_until(
+    predicate: Callable[[], T], *, timeout_s: float, interval_s: float = ...
+) -> T | None: ...
 
 
 async def wait_until(

@@ -19,7 +19,6 @@ Grid configuration::
 from __future__ import annotations
 
 import hashlib
-import os
 from pathlib import Path
 from typing import TypedDict
 
@@ -27,6 +26,7 @@ import msgspec
 import psutil
 
 from grid_core.errors import ValidationError
+from grid_core.system import ProcessIdentity, grid_home, write_atomic
 
 MIN_MACHINES = 1
 MAX_MACHINES = 32
@@ -162,6 +162,10 @@ class ProcessRecord(msgspec.Struct, frozen=True, kw_only=True):
     marker: tuple[str, str]
     """A ``(flag, value)`` pair that must appear in the process's command line."""
 
+    def identity(self) -> ProcessIdentity:
+        """The recorded process as a provable identity (PID, birth, marker pair)."""
+        return ProcessIdentity(self.pid, self.birth, args=(self.marker,))
+
 
 class FleetRecord(msgspec.Struct, kw_only=True):
     """``fleet.json``."""
@@ -176,8 +180,7 @@ class FleetRecord(msgspec.Struct, kw_only=True):
 
 def fleet_dir() -> Path:
     """``$GRID_HOME/fleet`` (the fixture's whole world)."""
-    home = Path(os.environ.get("GRID_HOME") or Path.home() / ".grid").expanduser()
-    return home / "fleet"
+    return grid_home() / "fleet"
 
 
 def record_path(root: Path) -> Path:
@@ -196,11 +199,12 @@ def load_record(root: Path) -> FleetRecord | None:
 
 
 def save_record(root: Path, rec: FleetRecord) -> None:
-    """Write ``fleet.json`` atomically."""
-    path = record_path(root)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_bytes(msgspec.json.format(msgspec.json.encode(rec)))
-    os.replace(tmp, path)
+    """Write ``fleet.json`` atomically and durably (owner-only).
+
+    Raises:
+        StateError: the file could not be written (the previous record is kept).
+    """
+    write_atomic(record_path(root), msgspec.json.format(msgspec.json.encode(rec)))
 
 
 def usable_memory_mb() -> int:

@@ -28,9 +28,18 @@ import httpx
 import msgspec
 
 from grid_core.errors import ConflictError, GridError, UnavailableError, ValidationError
+from grid_core.system import (
+    ProcessIdentity,
+    SpawnedChild,
+    exit_status,
+    is_gone,
+    same_birth,
+    spawn_detached,
+    stop_process_sync,
+    wait_until_sync,
+)
 from grid_fleet import layout
 from grid_fleet.layout import FleetRecord, FleetSettings, HostSpec, ModelSpec, ProcessRecord
-from grid_node.identity import is_gone, prove, signal_proven
 
 SERVER_START_S = 30.0
 """The server binds and answers /healthz within a second or two; 30 s covers a busy machine."""
@@ -182,7 +191,7 @@ def server_proof(rec: ProcessRecord | None) -> str:
     """``proven``, ``dead`` or ``unproven`` for the recorded server process."""
     if rec is None:
         return "dead"
-    return prove(rec.pid, birth=rec.birth, args=(rec.marker,)).status
+    return rec.identity().prove().status
 
 
 def _start_server(root: Path, port: int) -> tuple[ProcessRecord, str]:
@@ -210,76 +219,56 @@ def _start_server(root: Path, port: int) -> tuple[ProcessRecord, str]:
     env = dict(os.environ, GRID_HOME=str(home))
     # A fresh log per run: an error quotes its tail, which must be this run's text only.
     log_path = root / "server.log"
-    log = log_path.open("wb")
+    pid = spawn_detached(argv, log_path=log_path, env=env, truncate_log=True)
     try:
-        proc = subprocess.Popen(
-            argv,
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=log,
-            env=env,
-            start_new_session=True,
-            close_fds=True,
-        )
-    finally:
-        log.close()
-    try:
-        return _await_server(proc, url_file, log_path)
+        return _await_server(pid, url_file, log_path)
     except BaseException:
         # Not yet in fleet.json: nobody else could stop it, so stop it here.
-        if proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(SERVER_STOP_S)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(SERVER_STOP_S)
+        stop_process_sync(SpawnedChild(pid), grace_s=SERVER_STOP_S)
         raise
 
 
-def _await_server(
-    proc: subprocess.Popen[bytes], url_file: Path, log_path: Path
-) -> tuple[ProcessRecord, str]:
-    deadline = time.monotonic() + SERVER_START_S
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
+def _await_server(pid: int, url_file: Path, log_path: Path) -> tuple[ProcessRecord, str]:
+    def announced() -> tuple[ProcessRecord, str] | None:
+        code = exit_status(pid)
+        if code is not None:
             tail = log_path.read_text(errors="replace").splitlines()[-LOG_TAIL_LINES:]
-            msg = f"the fleet server exited ({proc.returncode}); {log_path} ends with:\n" + (
+            msg = f"the fleet server exited ({code}); {log_path} ends with:\n" + (
                 "\n".join(tail) or "(empty)"
             )
             raise UnavailableError(msg)
         try:
             doc = json.loads(url_file.read_text())
-            if doc.get("pid") == proc.pid:
+            if doc.get("pid") == pid:
                 rec = ProcessRecord(
-                    pid=proc.pid,
-                    birth=float(doc["create_time"]),
-                    marker=("--url-file", str(url_file)),
+                    pid=pid, birth=float(doc["create_time"]), marker=("--url-file", str(url_file))
                 )
                 return rec, str(doc["url"])
         except (OSError, ValueError, KeyError):
             pass
-        time.sleep(POLL_S)
-    msg = f"the fleet server did not start within {SERVER_START_S:.0f} s; see {log_path}"
-    raise UnavailableError(msg)
+        return None
+
+    found = wait_until_sync(announced, timeout_s=SERVER_START_S, interval_s=POLL_S)
+    if found is None:
+        msg = f"the fleet server did not start within {SERVER_START_S:.0f} s; see {log_path}"
+        raise UnavailableError(msg)
+    return found
 
 
 def _stop_server(rec: ProcessRecord | None, echo: Echo) -> None:
     if rec is None:
         return
-    proof = prove(rec.pid, birth=rec.birth, args=(rec.marker,))
+    proof = rec.identity().prove()
     if proof.status == "dead":
         return
     if proof.status != "proven":
         echo(f"  not signalling pid {rec.pid}: {proof.reason} (inspect it by hand)")
         return
-    signal_proven(rec.pid, signal.SIGTERM, proof)
-    deadline = time.monotonic() + SERVER_STOP_S
-    while time.monotonic() < deadline and not is_gone(rec.pid):
-        time.sleep(POLL_S)
-    if not is_gone(rec.pid):
-        again = prove(rec.pid, birth=rec.birth, args=(rec.marker,))
-        signal_proven(rec.pid, signal.SIGKILL, again)
+    try:
+        stop_process_sync(rec.identity(), grace_s=SERVER_STOP_S)
+    except GridError as exc:
+        echo(f"  server pid {rec.pid}: {exc}")
+        return
     echo(f"  server pid {rec.pid} stopped")
 
 
@@ -366,14 +355,10 @@ def node_running(root: Path, host_id: str) -> bool:
     rec = node_record(root, host_id)
     if not rec or "pid" not in rec:
         return False
-    return (
-        prove(
-            int(rec["pid"]),
-            birth=rec.get("birth"),
-            args=(("--instance", str(rec.get("instance"))),),
-        ).status
-        == "proven"
+    agent = ProcessIdentity(
+        int(rec["pid"]), rec.get("birth"), args=(("--instance", str(rec.get("instance"))),)
     )
+    return agent.prove().status == "proven"
 
 
 # --- exclusivity and termination -----------------------------------------------------------
@@ -556,16 +541,15 @@ def _wait_baseline(url: str, root: Path, models: tuple[ModelSpec, ...], echo: Ec
             names the engine logs, which stay on disk after the failed start is stopped.
     """
     want = {m.model_id for m in models if m.min_replicas > 0}
-    deadline = time.monotonic() + BASELINE_READY_S
     with httpx.Client(timeout=HTTP_TIMEOUT_S, trust_env=False) as client:
-        while time.monotonic() < deadline:
+
+        def ready() -> bool:
             try:
-                ready = {m["id"] for m in client.get(url + "/v1/models").json()["data"]}
+                serving = {m["id"] for m in client.get(url + "/v1/models").json()["data"]}
             except (httpx.HTTPError, ValueError, KeyError, TypeError):
-                ready = set()
-            if want <= ready:
-                echo(f"  baseline ready: {', '.join(sorted(want))}")
-                return
+                serving = set()
+            if want <= serving:
+                return True
             try:
                 status = client.get(url + "/allocator/status", params={"detail": "1"}).json()
             except (httpx.HTTPError, ValueError):
@@ -574,7 +558,11 @@ def _wait_baseline(url: str, root: Path, models: tuple[ModelSpec, ...], echo: Ec
             if failure is not None:
                 msg = f"the baseline did not start: {failure}; {_log_hint(root)}"
                 raise UnavailableError(msg)
-            time.sleep(POLL_S * 2)
+            return False
+
+        if wait_until_sync(ready, timeout_s=BASELINE_READY_S, interval_s=POLL_S * 2):
+            echo(f"  baseline ready: {', '.join(sorted(want))}")
+            return
     msg = (
         f"the baseline {sorted(want)} has no ready engine after {BASELINE_READY_S:.0f} s; "
         + _log_hint(root)
@@ -671,7 +659,7 @@ def _stop(echo: Echo, root: Path) -> list[int]:
         for hid, line in pool.map(stop_host, rec.hosts):
             echo(f"  {hid}: {line}")
     _stop_server(rec.server, echo)
-    left = [pid for pid, birth in pids if not is_gone(pid) and _same(pid, birth)]
+    left = [pid for pid, birth in pids if not is_gone(pid) and same_birth(pid, birth)]
     if not left:
         layout.record_path(root).unlink(missing_ok=True)
     return left
@@ -691,13 +679,6 @@ def _kill_switch(rec: FleetRecord, root: Path, echo: Echo) -> None:
         echo(f"  could not switch the allocator to recommend mode ({exc}); stopping anyway")
         return
     echo(f"  allocator mode: {doc.get('mode', 'recommend')} (no new engines during the stop)")
-
-
-def _same(pid: int, birth: float | None) -> bool:
-    from grid_node.identity import birth_of
-
-    got = birth_of(pid)
-    return got is not None and birth is not None and abs(got - birth) < 0.05
 
 
 def _owned_pids(root: Path, rec: FleetRecord) -> list[tuple[int, float | None]]:

@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
-import signal
 import time
 from pathlib import Path
 
@@ -28,9 +26,20 @@ from grid_core.runtime import (
     Probe,
     RuntimeHost,
 )
+from grid_core.system import (
+    ProcessIdentity,
+    Proof,
+    SpawnedChild,
+    birth_of,
+    exe_of,
+    is_gone,
+    reap,
+    spawn_detached,
+    stop_process,
+    wait_until,
+)
 from grid_llamacpp.artifacts import ArtifactStore
 from grid_llamacpp.install import find_llama_server
-from grid_node.identity import birth_of, exe_of, is_gone, prove, signal_proven
 
 RUNTIME_NAME = "llama.cpp"
 READY_TIMEOUT_S = 180.0
@@ -45,14 +54,8 @@ TERM_GRACE_S = 15.0
 under a second once idle."""
 DEFAULT_PARALLEL = 4
 """Server slots per child: concurrent requests one engine serves (its max_concurrency)."""
-SECRET_ENV_PREFIXES = ("GRID_ALLOCATOR_", "GRID_ENGINE_")
-"""Environment variables never inherited by a child (credentials live there)."""
 LOG_TAIL_BYTES = 2000
 """Bytes of a failed child's log quoted in the error message."""
-
-
-def _child_env() -> dict[str, str]:
-    return {k: v for k, v in os.environ.items() if not k.startswith(SECRET_ENV_PREFIXES)}
 
 
 def _tail(path: Path) -> str:
@@ -70,17 +73,26 @@ class LlamaCppAdapter:
         executable: explicit ``llama-server`` path (else GRID_LLAMA_SERVER, PATH, cache).
         parallel: server slots per child.
         ctx_size: context size per child in tokens (0 = the model's own).
+        ready_timeout_s: seconds a child may take to become ready before it is stopped.
+        term_grace_s: seconds between SIGTERM and SIGKILL when a child is stopped.
     """
 
     name = RUNTIME_NAME
 
     def __init__(
-        self, executable: str | None = None, parallel: int = DEFAULT_PARALLEL, ctx_size: int = 0
+        self,
+        executable: str | None = None,
+        parallel: int = DEFAULT_PARALLEL,
+        ctx_size: int = 0,
+        *,
+        ready_timeout_s: float = READY_TIMEOUT_S,
+        term_grace_s: float = TERM_GRACE_S,
     ) -> None:
         self._configured = executable
         self.parallel = parallel
         self.ctx_size = ctx_size
-        self._spawned: set[int] = set()
+        self.ready_timeout_s = ready_timeout_s
+        self.term_grace_s = term_grace_s
 
     def executable(self) -> Path:
         """The resolved ``llama-server`` (raises NotFoundError with the install hint)."""
@@ -139,7 +151,8 @@ class LlamaCppAdapter:
         logs.mkdir(parents=True, exist_ok=True, mode=0o700)
         log_path = logs / f"llama-{port}.log"
         argv = self.argv(exe, loaded.path, alias, host.bind_host, port, host.api_key_file)
-        pid = self._spawn(argv, log_path)
+        # The key lives only in the 0600 key file; credential variables are not inherited.
+        pid = spawn_detached(argv, log_path=log_path)
         child = ChildRecord(
             runtime=self.name,
             model_id=loaded.model_id,
@@ -161,7 +174,7 @@ class LlamaCppAdapter:
                 raise UnavailableError(msg)
             host.publish(child)
         except (StateError, OSError, UnavailableError) as exc:
-            self._kill_own(pid)
+            await self._stop_spawned(pid)
             self._record_failure(host, child, str(exc))
             if isinstance(exc, GridError):
                 raise
@@ -170,7 +183,7 @@ class LlamaCppAdapter:
         try:
             await self._wait_ready(host, child, log_path)
         except GridError as exc:
-            self._kill_own(pid)
+            await self._stop_spawned(pid)
             self._record_failure(host, child, str(exc))
             raise
         child.state = "ready"
@@ -185,60 +198,30 @@ class LlamaCppAdapter:
         with contextlib.suppress(GridError, OSError):
             host.publish(child)
 
-    def _spawn(self, argv: list[str], log_path: Path) -> int:
-        """Start a child in its own session with stdout/stderr to ``log_path``; returns its pid.
+    async def _stop_spawned(self, pid: int) -> None:
+        """Stop a child this adapter spawned moments ago, without blocking the event loop.
 
-        ``posix_spawn`` (not ``Popen``) because a child must outlive this agent object: a
-        restarted agent adopts it by proven identity, and its exit status is reaped by pid.
+        Being our unreaped child is its proof (its PID cannot be reused before we reap it).
+        SIGTERM, up to ``term_grace_s`` seconds, then SIGKILL; heartbeats keep flowing.
         """
-        fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-        try:
-            pid = os.posix_spawn(
-                argv[0],
-                argv,
-                _child_env(),
-                setsid=True,
-                file_actions=[
-                    (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
-                    (os.POSIX_SPAWN_DUP2, fd, 1),
-                    (os.POSIX_SPAWN_DUP2, fd, 2),
-                ],
-            )
-        finally:
-            os.close(fd)
-        self._spawned.add(pid)
-        return pid
-
-    def _kill_own(self, pid: int) -> None:
-        """Stop a child this adapter spawned moments ago (the spawn itself is the proof)."""
-        if pid not in self._spawned:
-            return
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGTERM)
-        end = time.monotonic() + TERM_GRACE_S
-        while time.monotonic() < end and not self._reap(pid):
-            time.sleep(POLL_INTERVAL_S)
-        if not self._reap(pid):
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-            with contextlib.suppress(ChildProcessError):
-                os.waitpid(pid, 0)
-            self._spawned.discard(pid)
+        with contextlib.suppress(GridError):
+            await stop_process(SpawnedChild(pid), grace_s=self.term_grace_s)
 
     async def _wait_ready(self, host: RuntimeHost, child: ChildRecord, log_path: Path) -> None:
-        deadline = time.monotonic() + READY_TIMEOUT_S
         async with httpx.AsyncClient(timeout=PROBE_TIMEOUT_S) as client:
-            while time.monotonic() < deadline:
-                if self._reap(child.pid) or is_gone(child.pid):
+
+            async def ready() -> bool:
+                if reap(child.pid) or is_gone(child.pid):
                     msg = (
                         f"llama-server for {child.alias} exited before ready; "
                         f"log: {_tail(log_path)}"
                     )
                     raise UnavailableError(msg)
-                if await self._ready(client, host, child):
-                    return
-                await asyncio.sleep(POLL_INTERVAL_S)
-        msg = f"llama-server for {child.alias} not ready after {READY_TIMEOUT_S:.0f} s"
+                return await self._ready(client, host, child)
+
+            if await wait_until(ready, timeout_s=self.ready_timeout_s, interval_s=POLL_INTERVAL_S):
+                return
+        msg = f"llama-server for {child.alias} not ready after {self.ready_timeout_s:.0f} s"
         raise UnavailableError(msg)
 
     async def _ready(
@@ -259,11 +242,12 @@ class LlamaCppAdapter:
         return child.alias in ids
 
     # --- probe / activity -----------------------------------------------------------------
-    def proof(self, child: ChildRecord):
-        """Identity proof of ``child`` (executable, model path, alias, port, birth)."""
-        return prove(
+    @staticmethod
+    def identity(child: ChildRecord) -> ProcessIdentity:
+        """What proves ``child``: PID, birth, executable, model path, alias and port."""
+        return ProcessIdentity(
             child.pid,
-            birth=child.birth,
+            child.birth,
             executable=child.executable or None,
             args=(
                 ("--model", child.model_path),
@@ -271,6 +255,10 @@ class LlamaCppAdapter:
                 ("--port", str(child.port)),
             ),
         )
+
+    def proof(self, child: ChildRecord) -> Proof:
+        """Identity proof of ``child`` (see :meth:`identity`)."""
+        return self.identity(child).prove()
 
     async def activity(self, host: RuntimeHost, child: ChildRecord) -> int | None:
         """Busy slots from authenticated ``/slots``; ``None`` when unknown."""
@@ -311,26 +299,30 @@ class LlamaCppAdapter:
         Returns:
             Requests still running at the end (0 = idle), ``None`` when activity is unknown.
         """
-        end = time.monotonic() + deadline_s
-        active = await self.activity(host, child)
-        while (active is None or active > 0) and time.monotonic() < end:
-            await asyncio.sleep(POLL_INTERVAL_S)
-            active = await self.activity(host, child)
-        return active
+        last: list[int | None] = [None]
+
+        async def idle() -> bool:
+            last[0] = await self.activity(host, child)
+            return last[0] == 0
+
+        await wait_until(idle, timeout_s=deadline_s, interval_s=POLL_INTERVAL_S)
+        return last[0]
 
     async def unload(
         self, host: RuntimeHost, child: ChildRecord, *, idle_wait_s: float, force: bool = False
     ) -> None:
         """Stop a proven child after it is idle.
 
+        SIGTERM, up to ``term_grace_s`` seconds, then SIGKILL while the proof still holds.
+
         Raises:
             ForbiddenError: the child's identity is not proven (it is never signalled).
             UnavailableError: it stayed busy (or activity unknown) for ``idle_wait_s``
-                without ``force``; it is left running.
+                without ``force``; it is left running. Or it outlived SIGKILL.
         """
         proof = await asyncio.to_thread(self.proof, child)
         if proof.status == "dead":
-            self._reap(child.pid)
+            reap(child.pid)
             return
         if proof.status != "proven":
             msg = f"refusing to stop {child.alias} (pid {child.pid}): {proof.reason}"
@@ -344,32 +336,7 @@ class LlamaCppAdapter:
                     "(drain again later, or stop with force)"
                 )
                 raise UnavailableError(msg)
-            proof = await asyncio.to_thread(self.proof, child)
-        signal_proven(child.pid, signal.SIGTERM, proof)
-        end = time.monotonic() + TERM_GRACE_S
-        while time.monotonic() < end:
-            if self._reap(child.pid) or is_gone(child.pid):
-                self._reap(child.pid)
-                return
-            await asyncio.sleep(POLL_INTERVAL_S)
-        proof = await asyncio.to_thread(self.proof, child)
-        if proof.status == "proven":
-            signal_proven(child.pid, signal.SIGKILL, proof)
-        while not (self._reap(child.pid) or is_gone(child.pid)):
-            await asyncio.sleep(POLL_INTERVAL_S)
-        self._reap(child.pid)
-
-    def _reap(self, pid: int) -> bool:
-        """Collect the exit status of a child of this process; True when it has exited."""
-        try:
-            done, _ = os.waitpid(pid, os.WNOHANG)
-        except ChildProcessError:
-            self._spawned.discard(pid)
-            return False  # not our child (adopted): its real parent reaps it
-        if done:
-            self._spawned.discard(pid)
-            return True
-        return False
+        await stop_process(self.identity(child), grace_s=self.term_grace_s)
 
     # --- adopt ----------------------------------------------------------------------------
     async def adopt(self, host: RuntimeHost, child: ChildRecord) -> tuple[AdoptOutcome, str]:

@@ -7,8 +7,6 @@ is a failure with the install hint, never a skip.
 from __future__ import annotations
 
 import contextlib
-import os
-import signal
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,10 +17,10 @@ from grid_llamacpp.adapter import LlamaCppAdapter
 from grid_llamacpp.install import find_llama_server
 from grid_llamacpp.tinymodel import TinyModelSpec, make_model
 
+from grid_core.system import ProcessIdentity, stop_process
 from grid_core.wire import Command
 from grid_node.actuator import Actuator
 from grid_node.config import NodeConfig
-from grid_node.identity import prove
 from grid_node.state import StateFile
 
 E2E_PORTS = (22400, 22499)
@@ -84,17 +82,19 @@ class Node:
         return self.act
 
 
-def _stop_leftovers(state_dir: Path) -> None:
-    """Kill every child this test's state recorded that is provably still ours."""
+LEFTOVER_GRACE_S = 2.0
+"""Seconds a leftover engine gets after SIGTERM at teardown (idle llama-server exits at once)."""
+
+
+async def _stop_leftovers(state_dir: Path) -> None:
+    """Stop every child this test's state recorded that is provably still ours."""
     store = StateFile(state_dir)
     with contextlib.suppress(Exception):
         state = store.load()
         for child in state.children.values() if state else ():
-            proof = prove(child.pid, birth=child.birth, args=(("--port", str(child.port)),))
-            if proof.status == "proven":
-                os.kill(child.pid, signal.SIGKILL)
-                with contextlib.suppress(psutil.Error):
-                    psutil.Process(child.pid).wait(10)
+            ident = ProcessIdentity(child.pid, child.birth, args=(("--port", str(child.port)),))
+            if ident.prove().status == "proven":
+                await stop_process(ident, grace_s=LEFTOVER_GRACE_S)
 
 
 @pytest.fixture
@@ -114,7 +114,7 @@ async def node(tmp_path: Path, models_dir: Path, llama_server: Path) -> AsyncIte
     try:
         yield n
     finally:
-        _stop_leftovers(config.state_dir)
+        await _stop_leftovers(config.state_dir)
         me = psutil.Process()
         for p in me.children(recursive=True):
             if p.name().startswith("llama-server"):

@@ -20,7 +20,7 @@ import psutil
 import pytest
 from grid_llamacpp.tinymodel import TinyModelSpec, make_model
 
-from grid_node.identity import is_gone
+from grid_core.system import is_gone, wait_until, wait_until_sync
 from grid_server.harness import GridClient, start_server
 
 pytestmark = pytest.mark.e2e
@@ -32,13 +32,10 @@ WAIT_S = 90.0
 
 
 def wait_for(predicate, what: str):
-    deadline = time.monotonic() + WAIT_S
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
+    value = wait_until_sync(predicate, timeout_s=WAIT_S, interval_s=0.2)
+    if not value:
+        raise AssertionError(f"timed out waiting for {what}")
+    return value
 
 
 @pytest.fixture
@@ -283,16 +280,16 @@ async def test_lease_and_fence_heartbeats_never_consume_commands(tmp_path):
 
         for _ in range(15):  # several controller ticks happen meanwhile
             await agent._heartbeat(request_commands=False)
-            await asyncio.sleep(0.2)
+            await asyncio.sleep(0.2)  # a fixed count of beats, not a deadline
         assert agent._queue.empty()
         waiting = pending()
         assert waiting and all(a.get("delivered_at") is None for a in waiting)
 
-        for _ in range(50):
+        async def delivered() -> bool:
             await agent._heartbeat(request_commands=True)
-            if not agent._queue.empty():
-                break
-            await asyncio.sleep(0.2)
+            return not agent._queue.empty()
+
+        await wait_until(delivered, timeout_s=WAIT_S, interval_s=0.2)
         cmd, deadline = agent._queue.get_nowait()
         assert cmd.kind == "load" and cmd.model_id == "tiny.gguf" and cmd.executable
         assert deadline > time.monotonic()  # authority measured on the node's own clock

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import resource
+import signal
 import stat
 
 import pytest
@@ -58,12 +60,20 @@ def test_failed_write_leaves_the_previous_state(tmp_path):
     store = StateFile(tmp_path / "n")
     state = store.load_or_create("host-a")
     before = store.path.read_bytes()
-    # Block the temp-file name so the write fails the way a full or read-only disk would.
-    (store.dir / f".node.json.{os.getpid()}.tmp").mkdir()
+    # A real write failure: the file-size limit makes write(2) fail with EFBIG the way a
+    # full disk fails with ENOSPC (SIGXFSZ is ignored so the process survives it).
+    limits = resource.getrlimit(resource.RLIMIT_FSIZE)
+    old_handler = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (8, limits[1]))
     state.highest_term = 9
-    with pytest.raises(StateError, match="cannot write node state"):
-        store.save(state)
+    try:
+        with pytest.raises(StateError, match=r"node\.json"):
+            store.save(state)
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, limits)
+        signal.signal(signal.SIGXFSZ, old_handler)
     assert store.path.read_bytes() == before
+    assert sorted(p.name for p in store.dir.iterdir() if p.name.endswith(".tmp")) == []
 
 
 def test_one_agent_per_state_directory(tmp_path):
