@@ -26,6 +26,19 @@ HF_SOURCE = re.compile(r"^hf://[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+(@[A-Za-z0-9_.-]+)
 """An exact, credential-free Hugging Face file URI (``hf://owner/repo[@rev]/path``)."""
 SHA256 = re.compile(r"^[0-9a-f]{64}$")
 WORKLOAD_NAME = re.compile(r"^[a-z][a-z0-9_-]{0,31}$")
+WORKLOADS: tuple[str, ...] = (
+    "coding",
+    "research",
+    "marketing",
+    "sales",
+    "design",
+    "image",
+    "video",
+    "embedding",
+    "general",
+)
+"""The configured workload vocabulary: what the classifier may answer for ``model: auto`` and
+the only names a profile's ``workload_scores`` may use (a typo would silently never match)."""
 
 
 class ModelProfile(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
@@ -195,7 +208,7 @@ def validate_declared_profile(p: ModelProfile) -> ModelProfile:
     """``validate_profile`` plus the checks only new operator input gets.
 
     A runtime outside ``KNOWN_RUNTIMES`` or a workload outside the configured vocabulary
-    (``grid_core.demand.features.WORKLOADS``) is almost always a typo, and the profile would
+    (:data:`WORKLOADS`) is almost always a typo, and the profile would
     silently never be placed or never match ``model: auto`` traffic. These checks are not part
     of ``validate_profile`` because that also runs when persisted controller state is loaded,
     where an older profile must keep loading rather than quarantine the whole state.
@@ -203,9 +216,6 @@ def validate_declared_profile(p: ModelProfile) -> ModelProfile:
     Raises:
         ValidationError: the message names the field, the value and the accepted values.
     """
-    # Imported here: the demand package imports this module, so a top-level import would cycle.
-    from grid_core.demand.features import WORKLOADS
-
     for rt in (*p.runtimes, *p.runtime_memory_mb):
         if rt not in KNOWN_RUNTIMES:
             field = "runtimes" if rt in p.runtimes else "runtime_memory_mb"

@@ -10,25 +10,14 @@ from typing import Literal
 
 import msgspec
 
+# The workload vocabulary lives beside the profiles that score it; re-exported for classifiers.
+from grid_core.profile import WORKLOADS as WORKLOADS
+
 EndpointFamily = Literal["chat", "completions", "embeddings", "image", "video", "other"]
 Modality = Literal["text", "image", "video", "embedding"]
 Outcome = Literal["ok", "error", "rejected", "unavailable", "client_error"]
 """ok = 2xx; error = transport/5xx from the engine; rejected = 429; unavailable = Grid's own
 503 (no ready route); client_error = caller-caused 4xx (never counts against an engine)."""
-
-WORKLOADS: tuple[str, ...] = (
-    "coding",
-    "research",
-    "marketing",
-    "sales",
-    "design",
-    "image",
-    "video",
-    "embedding",
-    "general",
-)
-"""The configured workload vocabulary: what the classifier may answer for ``model: auto`` and
-the only names a profile's ``workload_scores`` may use (a typo would silently never match)."""
 
 MAX_KEYWORD_HITS = 16
 """Keyword hits kept per request: enough for a classifier, never the text itself."""
