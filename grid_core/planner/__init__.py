@@ -137,23 +137,27 @@ def plan(inputs: PlanInputs, plugins: object, *, reuse: bool = True) -> Plan:
 
 def _solve(state: PlanState, digest: str) -> Plan:
     seed_incumbents(state)
-    state.prepare_scarcity()
     place_pins(state)
     homogeneous = homogeneous_empty(state)
     classes = sorted({p.priority for p in state.profiles}, reverse=True)
     for prio in classes:
         models = sorted(
-            (mi for mi, p in enumerate(state.profiles) if p.priority == prio and not p.pins),
+            (mi for mi, p in enumerate(state.profiles) if p.priority == prio),
             key=lambda mi: round_key(state, mi),
         )
+        state.prepare_scarcity(prio)
         place_class(state, models)
         repair_class(state, models, homogeneous)
         readmit_deferred(state, models)
         preempt_rounds(state, models)
         relocate_for(state, [mi for mi, p in enumerate(state.profiles) if p.priority == prio])
+    # Lower classes have placed since: a last repair pass may move their new replicas to
+    # make room for a higher-priority model that is still short.
+    everyone = sorted(range(len(state.profiles)), key=lambda mi: round_key(state, mi))
+    repair_class(state, everyone, homogeneous)
     return Plan(
         assignments=tuple(state.assignments()),
-        desired={p.model_id: state.desired[mi] for mi, p in enumerate(state.profiles)},
+        desired={p.model_id: state.reported[mi] for mi, p in enumerate(state.profiles)},
         evictions=tuple(state.evictions),
         unmet=tuple(unmet(state)),
         digest=digest,

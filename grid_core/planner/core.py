@@ -18,6 +18,8 @@ order of decisions (see docs/planner.md):
 
 from __future__ import annotations
 
+from bisect import bisect_right
+
 import msgspec
 
 from grid_core.demand.desired import startup_path_s
@@ -25,7 +27,6 @@ from grid_core.demand.types import ModelDemand
 from grid_core.planner.eligibility import SERVING_STATES, host_signature, incompatibility
 from grid_core.planner.ledger import Ledger, Placed
 from grid_core.planner.scoring import (
-    SCARCE_CANDIDATES,
     ScoreContext,
     speed_weight,
     split_terms,
@@ -34,15 +35,22 @@ from grid_core.planner.types import Assignment, Eviction, PlanInputs
 from grid_core.profile import ModelProfile
 from grid_core.snapshot import HostSnapshot
 
+SCARCITY_PENALTY = 80.0
+"""Score cost of one expected lost placement of another still-short model: above best fit
+(10) and hardware priors, below a new failure domain (100), cached weights (300) and a ready
+residency (1000), so scarcity steers new replicas but never undoes locality."""
 MIN_RESIDENCY_STATES = frozenset({"loading", "warming", "ready"})
 """States whose minimum residency protects them from preemption (failed/draining never)."""
 
 
 def desired_count(profile: ModelProfile, demand: ModelDemand | None) -> int:
-    """Replicas wanted: demand clamped to ``[min_replicas, max_replicas]``; pins are all
-    reserved (a pinned model runs exactly on its pins)."""
-    if profile.pins:
-        return len(profile.pins)
+    """Replicas wanted: demand clamped to ``[min_replicas, max_replicas]``, and at least one
+    per pin (a pin is a floor: it guarantees a replica on its host, never caps the count)."""
+    return max(demand_count(profile, demand), len(profile.pins))
+
+
+def demand_count(profile: ModelProfile, demand: ModelDemand | None) -> int:
+    """Replicas the demand asks for, clamped to ``[min_replicas, max_replicas]`` (pins aside)."""
     want = demand.desired_replicas if demand is not None else 0
     return max(profile.min_replicas, min(profile.max_replicas, want))
 
@@ -69,12 +77,20 @@ class PlanState:
         self.desired = [
             desired_count(p, d) for p, d in zip(self.profiles, self.demand, strict=True)
         ]
+        """Replicas each model is planned towards. For a pinned model whose pin host cannot
+        take its replica this drops to what its demand alone asks for (see
+        :func:`grid_core.planner.phases.place_pins`); :attr:`reported` keeps the full count."""
+        self.reported = list(self.desired)
+        """Desired replicas as the plan reports them (demand, bounds and pins)."""
+        by_id = {h.host_id: hi for hi, h in enumerate(self.hosts)}
+        self.pin_hosts = [{by_id[h] for h in p.pins if h in by_id} for p in self.profiles]
+        """Per model, the host indexes of its pins (registered hosts only)."""
         self.weights = [
             speed_weight(d, p.replica_concurrency * p.target_utilization)
             for p, d in zip(self.profiles, self.demand, strict=True)
         ]
         self.cands = self._candidates()
-        self.scarce: dict[int, list[int]] = {}
+        self.scarce: dict[int, tuple[list[int], list[float], dict[int, float]]] = {}
         self.mem_rows = [
             {hi: self.ledger.memory(mi, hi)[1] for hi in hs} for mi, hs in enumerate(self.cands)
         ]
@@ -95,7 +111,7 @@ class PlanState:
         """Memoised fair-round order key per model (fixed within one plan)."""
         self.last_round: list[int | None] = []
         """Host chosen per model in the latest fair round (``None`` = not placed)."""
-        self._static: dict[tuple[int, int, float], float] = {}
+        self._static: dict[tuple[int, int], float] = {}
         self.host_class, self.class_rep = _host_classes(self.hosts)
         self._fit: list[dict[int, tuple[int, str | None, bool, float | None]]] = [
             {} for _ in self.profiles
@@ -103,7 +119,7 @@ class PlanState:
         """Per model, host → (host book version, fit failure, domain novelty, score)."""
         self.res_maps = [_residency_map(h) for h in self.hosts]
         self.alloc = [h.allocatable_mb for h in self.hosts]
-        self._dynamic: dict[tuple[int, int, float, int, bool], float] = {}
+        self._dynamic: dict[tuple[int, int, int, bool], float] = {}
 
     # --- static indexes -------------------------------------------------------------------
     def _candidates(self) -> list[list[int]]:
@@ -114,21 +130,16 @@ class PlanState:
                 by_sig.setdefault(host_signature(host), []).append(hi)
         out: list[list[int]] = []
         for p in self.profiles:
-            unpinned = p if not p.pins else None
             hs: list[int] = []
             for his in by_sig.values():
-                probe = self.hosts[his[0]]
-                if unpinned is not None:
-                    if incompatibility(unpinned, probe) is None:
-                        hs.extend(his)
-                else:
-                    hs.extend(hi for hi in his if incompatibility(p, self.hosts[hi]) is None)
+                if incompatibility(p, self.hosts[his[0]]) is None:
+                    hs.extend(his)
             hs.sort()
             out.append(hs)
         return out
 
     # --- scoring --------------------------------------------------------------------------
-    def _context(self, mi: int, hi: int, domain_new: bool, scarcity: float) -> ScoreContext:
+    def _context(self, mi: int, hi: int, domain_new: bool) -> ScoreContext:
         p, host, book = self.profiles[mi], self.hosts[hi], self.ledger.books[hi]
         perf = host.performance.get(p.model_id)
         cached = self.ledger.cached(mi, hi)
@@ -143,53 +154,116 @@ class PlanState:
             cached=cached,
             resident=self.res_maps[hi].get(p.model_id),
             startup_s=startup_path_s(p, perf, cached),
-            scarcity=scarcity,
         )
 
-    def prepare_scarcity(self) -> None:
-        """Index, per host, the constrained models still short after incumbents are seeded."""
-        self.scarce: dict[int, list[int]] = {}
+    def prepare_scarcity(self, priority: int | None = None) -> None:
+        """Price every host by how much still-unplaced demand needs it (the specification's
+        future-compatible host set, extended from the most constrained models to all).
+
+        For each model of priority ``<= priority`` (all models when ``None``) that still
+        misses replicas, ``need = missing / hosts where it fits now`` (at most 1) is the
+        chance it needs any one of those hosts. Each host keeps its needy models sorted by
+        footprint with prefix sums, so :meth:`scarcity` prices one placement in O(log n).
+        Recomputed when a priority class starts: placements of higher classes are final.
+        """
+        ledger = self.ledger
+        books = ledger.books
+        free = [
+            min(b.inc_free, b.raw_free)
+            if b.eligible
+            and not b.blocked
+            and not (b.max_models and len(b.present) >= b.max_models)
+            else -1
+            for b in books
+        ]
+        rows: dict[int, list[tuple[int, float, int]]] = {}
         for mi, hs in enumerate(self.cands):
-            if 0 < len(hs) <= SCARCE_CANDIDATES and self.ledger.count[mi] < self.desired[mi]:
-                for hi in hs:
-                    self.scarce.setdefault(hi, []).append(mi)
+            if priority is not None and self.profiles[mi].priority > priority:
+                continue
+            missing = self.desired[mi] - ledger.count[mi]
+            if missing <= 0 or not hs:
+                continue
+            mid = self.profiles[mi].model_id
+            mems = self.mem_rows[mi]
+            fits = [hi for hi in hs if free[hi] >= mems[hi] and mid not in books[hi].present]
+            if not fits:
+                continue
+            need = min(1.0, missing / len(fits))
+            for hi in fits:
+                rows.setdefault(hi, []).append((mems[hi], need, mi))
+        self.scarce = {}
+        self._fit = [{} for _ in self.profiles]  # cached scores carry the old prices
+        for hi, row in rows.items():
+            row.sort()
+            sizes = [r[0] for r in row]
+            prefix = [0.0]
+            acc = 0.0
+            for r in row:
+                acc += r[1]
+                prefix.append(acc)
+            self.scarce[hi] = (sizes, prefix, {r[2]: r[1] for r in row})
 
-    def _scarcity(self, mi: int, hi: int) -> float:
-        others = self.scarce.get(hi)
-        if not others:
+    def scarcity(self, mi: int, hi: int) -> float:
+        """Expected placements of other still-short models lost if ``mi`` takes ``hi`` now
+        (0..1).
+
+        Two scarce dimensions, whichever binds harder: the model slot (the others that fit
+        here compete for the slots left after this one) and memory (others that fit now but
+        would not fit in what this replica leaves). Disk, colocation and failure domains
+        are hard fit rules or have their own terms.
+        """
+        got = self.scarce.get(hi)
+        if got is None:
             return 0.0
-        mine = len(self.cands[mi])
-        return sum(
-            1.0 / len(self.cands[o]) for o in others if o != mi and len(self.cands[o]) < mine
-        )
+        sizes, prefix, own = got
+        book = self.ledger.books[hi]
+        free = min(book.inc_free, book.raw_free)
+        mem = self.mem_rows[mi][hi]
+        fit_now = bisect_right(sizes, free)
+        self_need = own.get(mi, 0.0) if mem <= free else 0.0
+        harm = 0.0
+        if book.max_models:
+            slots_after = book.max_models - len(book.present) - 1
+            harm = max(0.0, min(1.0, prefix[fit_now] - self_need - slots_after))
+        lost = prefix[fit_now] - prefix[bisect_right(sizes, free - mem)]
+        if self_need and free - mem < mem:
+            lost -= self_need  # its own entry: one replica per host, it never needed more
+        return max(harm, min(1.0, lost))
 
     def score(self, mi: int, hi: int, domain_new: bool) -> float:
-        """Summed term score of a new replica of ``mi`` on ``hi`` (memoised per state).
+        """Summed term score of a new replica of ``mi`` on ``hi`` minus the scarcity price.
 
         Terms see the host's facts, not its identity: hosts identical apart from id,
         heartbeat age and failure domain form one class and share every evaluation (the
         domain reaches terms only as ``ctx.domain_new``). Static terms run once per
         model/class; dynamic terms once per model/class/free-memory/domain-novelty state.
+        The scarcity price (:data:`SCARCITY_PENALTY` per expected lost placement of other
+        short models) is the planner's own packing rule, added on top.
         """
+        base = self._term_score(mi, hi, domain_new)
+        if self.scarce:
+            return base - SCARCITY_PENALTY * self.scarcity(mi, hi)
+        return base
+
+    def _term_score(self, mi: int, hi: int, domain_new: bool) -> float:
         cls = self.host_class[hi]
-        scar = self._scarcity(mi, hi) if self.scarce else 0.0
-        key = (mi, cls, scar)
+        key = (mi, cls)
         static = self._static.get(key)
         ctx = None
         rep = self.hosts[self.class_rep[cls]]
         if static is None:
-            ctx = self._context(mi, hi, domain_new, scar)
+            ctx = self._context(mi, hi, domain_new)
             p = self.profiles[mi]
             static = float(sum(t.score(p, rep, ctx) for t in self.static_terms))
             self._static[key] = static
         if not self.dynamic_terms:
             return static
         book = self.ledger.books[hi]
-        dkey = (mi, cls, scar, min(book.inc_free, book.raw_free), domain_new)
+        dkey = (mi, cls, min(book.inc_free, book.raw_free), domain_new)
         dyn = self._dynamic.get(dkey)
         if dyn is None:
             if ctx is None or ctx.domain_new != domain_new:
-                ctx = self._context(mi, hi, domain_new, scar)
+                ctx = self._context(mi, hi, domain_new)
             p = self.profiles[mi]
             dyn = float(sum(t.score(p, rep, ctx) for t in self.dynamic_terms))
             self._dynamic[dkey] = dyn

@@ -44,8 +44,9 @@ def incompatibility(profile: ModelProfile, host: HostSnapshot) -> str | None:
     """The first static rule ``host`` breaks for ``profile``, or ``None`` when compatible.
 
     Static rules do not depend on what else is planned: runtime, backend, data tier, required and
-    forbidden tags, GPU count and per-GPU memory, pins. Capacity, slots and colocation are
-    checked by the ledger because they change as the plan grows.
+    forbidden tags, GPU count and per-GPU memory. Pins are not a restriction: a pin reserves
+    a replica on its host, and demand beyond the pins may use any compatible host. Capacity,
+    slots and colocation are checked by the ledger because they change as the plan grows.
     """
     if not any(rt in host.runtimes for rt in profile.runtimes):
         return "runtime"
@@ -61,8 +62,6 @@ def incompatibility(profile: ModelProfile, host: HostSnapshot) -> str | None:
         return "gpu_count"
     if profile.min_gpu_memory_mb and host.gpu_memory_mb < profile.min_gpu_memory_mb:
         return "gpu_memory"
-    if profile.pins and host.host_id not in profile.pins:
-        return "pins"
     return None
 
 

@@ -58,9 +58,21 @@ def seed_incumbents(state: PlanState) -> None:
         )
         kept = 0
         seen: set[str] = set()
-        for hi, res in serving_incumbents(state, mi):
+        pins = state.pin_hosts[mi]
+        incumbents = serving_incumbents(state, mi)
+        # A pin is reserved before anything else: replicas off the pins may only use the
+        # count the open pins leave (a surplus one is re-admitted if the model stays short).
+        off_pin_room = want - len(pins & set(state.cands[mi]))
+        if pins:
+            incumbents.sort(key=lambda t: t[0] not in pins)
+        for hi, res in incumbents:
             if kept >= want:
                 break
+            if pins and hi not in pins:
+                if off_pin_room <= 0:
+                    state.deferred.setdefault(mi, []).append((hi, res))
+                    continue
+                off_pin_room -= 1
             dom = ledger.domain_list[hi]
             if dom in seen and want - kept - 1 < domains_needed - len(seen):
                 # Keeping a second replica in this domain would leave no room for a domain
@@ -168,22 +180,38 @@ def _evict(
 
 # --- 4. pins ------------------------------------------------------------------------------
 def place_pins(state: PlanState) -> None:
-    """Reserve every hard pin on its exact host (higher priority first)."""
+    """Reserve every hard pin on its exact host (higher priority first).
+
+    A pin is a floor: it guarantees a replica on its host (placed here, or a preemption
+    staged there and nowhere else) and demand beyond the pins is placed by the ordinary
+    rounds on any compatible host. A pin whose host cannot take the replica (offline,
+    incompatible, or full of work that may not be preempted) is never substituted: the
+    model is then planned towards what its demand alone asks for and the pin is reported.
+    """
+    from grid_core.planner.core import demand_count
+
     ledger = state.ledger
     pinned = [mi for mi, p in enumerate(state.profiles) if p.pins]
     for mi in class_order(state, pinned):
-        held = {
-            ledger.hosts[hi].host_id
-            for hi in range(len(state.hosts))
-            if mi in ledger.books[hi].models
-        }
-        for hi in state.cands[mi]:
-            if state.hosts[hi].host_id in held:
+        cands = set(state.cands[mi])
+        ok = 0
+        for hi in sorted(state.pin_hosts[mi]):
+            if mi in ledger.books[hi].models:
+                ok += 1
+                continue
+            if hi not in cands:
                 continue
             if ledger.fit_new(mi, hi) is None:
                 ledger.place(mi, hi, "pin", state.score(mi, hi, True))
-            elif not preempt_on(state, mi, [hi]):
-                state.fail_reasons[mi].add("pin_capacity")
+                ok += 1
+            elif preempt_on(state, mi, [hi], authorized=True):
+                ok += 1
+            else:
+                state.fail_reasons[mi].add("pin")
+        want = demand_count(state.profiles[mi], state.demand[mi])
+        # Live replicas already kept off the pins stay (no churn for a pin that cannot land).
+        state.desired[mi] = max(ok, want, ledger.count[mi])
+    readmit_deferred(state, pinned)  # keep live off-pin replicas before any new one starts
 
 
 # --- 5. fair rounds -----------------------------------------------------------------------
@@ -281,7 +309,8 @@ def preempt_rounds(state: PlanState, models: list[int]) -> None:
 
 
 def may_preempt(state: PlanState, mi: int) -> bool:
-    """Destructive authority needs a baseline, a pin or live direct evidence (never inference).
+    """Destructive authority needs a baseline or live direct evidence (never inference); a
+    pin has it on its own host only (:func:`place_pins`).
 
     Direct evidence covers only the replicas it asks for: replicas the scale-down cooldown
     merely holds (``held_replicas``) are hysteresis, so losing one is not a reason to evict
@@ -289,7 +318,7 @@ def may_preempt(state: PlanState, mi: int) -> bool:
     """
     p, d = state.profiles[mi], state.demand[mi]
     have = state.ledger.count[mi] + state.staged.get(mi, 0)
-    if p.pins or have < p.min_replicas:
+    if have < p.min_replicas:
         return True
     return d is not None and d.direct and have < state.desired[mi] - d.held_replicas
 
@@ -306,9 +335,13 @@ def preempt_for(state: PlanState, mi: int) -> bool:
     return preempt_on(state, mi, hosts)
 
 
-def preempt_on(state: PlanState, mi: int, hosts: list[int]) -> bool:
-    """Choose the cheapest sufficient victim set among ``hosts`` and stage it."""
-    if state.select_victims is None or not may_preempt(state, mi):
+def preempt_on(state: PlanState, mi: int, hosts: list[int], authorized: bool = False) -> bool:
+    """Choose the cheapest sufficient victim set among ``hosts`` and stage it.
+
+    ``authorized`` grants destructive authority regardless of demand (a missing pin on its
+    own host); otherwise :func:`may_preempt` decides.
+    """
+    if state.select_victims is None or not (authorized or may_preempt(state, mi)):
         return False
     if len(state.evictions) >= state.policy.max_evictions:
         state.budget_hit.add(mi)

@@ -80,53 +80,88 @@ def lower_bound_allows(state: PlanState, mi: int, peers: list[int]) -> bool:
 
 
 def repair_class(state: PlanState, models: list[int], homogeneous: bool) -> None:
-    """Try to place each short model of one class by relocating equal-priority replicas."""
+    """Try to place each short model of ``models`` by relocating new replicas.
+
+    Any new (not yet live) replica may move, whatever its priority, as long as it lands on
+    another host: repair never drops a placed replica and never touches live work, so it
+    only ever adds coverage. A move may chain once (the moved replica itself displaces a
+    second one) within the per-plan step budget.
+    """
+    everyone = list(range(len(state.profiles)))
     for mi in models:
-        if state.profiles[mi].pins or not state.cands[mi]:
+        if not state.cands[mi]:
             continue
         while state.ledger.count[mi] < state.desired[mi]:
             if state.repair_steps >= state.policy.repair_budget:
                 return
-            if homogeneous and not lower_bound_allows(state, mi, models):
+            if homogeneous and not lower_bound_allows(state, mi, everyone):
                 break
-            if not _repair_one(state, mi, models):
+            if not _repair_one(state, mi):
                 break
 
 
-def _repair_one(state: PlanState, mi: int, peers: list[int]) -> bool:
+def _movable(state: PlanState, hi: int, mi: int, need: int, avoid: set[int]) -> list:
+    """New replicas on ``hi`` whose departure could make room for ``mi`` (largest first)."""
+    book = state.ledger.books[hi]
+    out = [
+        pl
+        for pl in book.models.values()
+        if not pl.incumbent
+        and pl.reason != "pin"
+        and pl.mi != mi
+        and pl.mi not in avoid
+        and pl.memory_mb >= need
+    ]
+    out.sort(key=lambda pl: (-pl.memory_mb, pl.mi))
+    return out
+
+
+def _repair_one(state: PlanState, mi: int) -> bool:
+    """Place one more replica of ``mi`` by moving one new replica (chained at most once)."""
     ledger = state.ledger
-    peer_set = set(peers)
-    # Exact pruning: a move only helps when it frees enough memory on the host and the moved
-    # replica fits somewhere else; both are cheap to rule out before trying.
-    most_free = max(
-        (min(b.inc_free, b.raw_free) for b in ledger.books if b.eligible and not b.blocked),
-        default=0,
-    )
     for hi in state.cands[mi]:
         if ledger.fit_new(mi, hi) not in REPAIRABLE:
             continue
         book = ledger.books[hi]
         need = state.mem_rows[mi][hi] - min(book.inc_free, book.raw_free)
-        movable = [
-            pl
-            for pl in book.models.values()
-            if not pl.incumbent
-            and pl.mi != mi
-            and pl.mi in peer_set
-            and not state.profiles[pl.mi].pins
-            and pl.memory_mb >= need
-            and min(state.mem_rows[pl.mi].values()) <= most_free
-        ]
-        for pl in sorted(movable, key=lambda pl: (-pl.memory_mb, pl.mi)):
+        for pl in _movable(state, hi, mi, need, set()):
             state.repair_steps += 1
             if state.repair_steps > state.policy.repair_budget:
                 return False
             ledger.remove(pl.mi, hi)
             if ledger.fit_new(mi, hi) is None:
                 mine = ledger.place(mi, hi, "repair", state.score(mi, hi, True))
-                found = state.best_host(pl.mi)
-                if found is not None:
-                    ledger.place(pl.mi, found[0], "repair", found[1])
+                if _rehome(state, pl.mi, {mi, pl.mi}, depth=1):
+                    return True
+                ledger.remove(mine.mi, hi)
+            ledger.place(pl.mi, hi, pl.reason, pl.score)
+    return False
+
+
+def _rehome(state: PlanState, xi: int, avoid: set[int], depth: int) -> bool:
+    """Give displaced replica ``xi`` a new host, moving one more replica when ``depth``."""
+    ledger = state.ledger
+    reasons = set(state.fail_reasons[xi])
+    found = state.best_host(xi)
+    state.fail_reasons[xi] = reasons  # a trial placement is not a reason to report
+    if found is not None:
+        ledger.place(xi, found[0], "repair", found[1])
+        return True
+    if depth <= 0:
+        return False
+    for hi in state.cands[xi]:
+        if ledger.fit_new(xi, hi) not in REPAIRABLE:
+            continue
+        book = ledger.books[hi]
+        need = state.mem_rows[xi][hi] - min(book.inc_free, book.raw_free)
+        for pl in _movable(state, hi, xi, need, avoid):
+            state.repair_steps += 1
+            if state.repair_steps > state.policy.repair_budget:
+                return False
+            ledger.remove(pl.mi, hi)
+            if ledger.fit_new(xi, hi) is None:
+                mine = ledger.place(xi, hi, "repair", state.score(xi, hi, True))
+                if _rehome(state, pl.mi, avoid | {pl.mi}, depth - 1):
                     return True
                 ledger.remove(mine.mi, hi)
             ledger.place(pl.mi, hi, pl.reason, pl.score)

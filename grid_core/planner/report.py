@@ -10,22 +10,45 @@ from grid_core.planner.core import PlanState
 from grid_core.planner.eligibility import incompatibility
 from grid_core.planner.types import Unmet, UnmetCode
 
-REASON_CODES: tuple[tuple[str, UnmetCode], ...] = (
-    ("memory", "capacity_shortage"),
-    ("slots", "slot_limit"),
-    ("colocation", "colocation_conflict"),
-    ("disk", "disk_shortage"),
-)
-"""Fit failure → unmet code, most fundamental first (memory explains most shortfalls)."""
+STATIC_RESOURCE = {
+    "runtime": "runtime",
+    "backend": "runtime",
+    "required_tags": "tags",
+    "forbidden_tags": "tags",
+    "data_tier": "tier",
+    "gpu_count": "gpu",
+    "gpu_memory": "gpu",
+}
+"""Static incompatibility → the resource an operator would change (runtime, tags, ...)."""
+
+FIT_CODES: dict[str, UnmetCode] = {
+    "memory": "capacity_shortage",
+    "slots": "slot_limit",
+    "disk": "disk_shortage",
+    "colocation": "colocation_conflict",
+}
+"""Binding dynamic resource → unmet code."""
+
+FIT_ORDER = ("memory", "slots", "disk", "colocation")
+"""Tie-break between dynamic resources that block equally many hosts."""
 
 
 def unmet(state: PlanState) -> list[Unmet]:
-    """Every shortfall; the ``missing`` of replica codes sums to desired minus placed."""
+    """Every shortfall; the ``missing`` of replica codes sums to desired minus placed.
+
+    Each entry names the binding resource (``resource``): for a replica shortfall the one
+    whose relaxation alone would open the most compatible hosts (model slots, memory, disk,
+    colocation), or the static rule that leaves too few compatible hosts (runtime, tags,
+    tier, gpu); ``domain`` for a failure-domain shortfall and ``pin`` for a pin whose host
+    cannot take its replica.
+    """
     out: list[Unmet] = []
     for mi, p in enumerate(state.profiles):
         missing = state.desired[mi] - state.ledger.count[mi]
         if missing > 0:
-            out.extend(_pin_unmet(state, mi) if p.pins else _replica_unmet(state, mi, missing))
+            out.extend(_replica_unmet(state, mi, missing))
+        if p.pins:
+            out.extend(_pin_unmet(state, mi))
         need = state.required_domains(mi)
         have = len(state.ledger.domains[mi])
         if state.ledger.count[mi] and have < need:
@@ -33,6 +56,7 @@ def unmet(state: PlanState) -> list[Unmet]:
                 Unmet(
                     code="failure_domain_shortfall",
                     model_id=p.model_id,
+                    resource="domain",
                     missing=need - have,
                     message=f"model '{p.model_id}' spans {have} failure domain(s), "
                     f"needs {need}; add capacity in other domains or lower "
@@ -74,87 +98,162 @@ def _replica_unmet(state: PlanState, mi: int, missing: int) -> list[Unmet]:
         rest -= 1
     if rest <= 0:
         return out
+    code, resource, why = binding(state, mi)
     if mi in state.budget_hit:
-        code: UnmetCode = "eviction_budget"
-        why = "the per-plan eviction budget is spent; later plans continue"
-    elif not state.cands[mi]:
-        code, why = (
-            "no_eligible_host",
-            "no eligible host passes its runtime, backend, tier, tag and GPU rules",
-        )
-    else:
-        reasons = state.fail_reasons[mi]
-        code, why = "capacity_shortage", "compatible hosts lack free memory"
-        for key, c in REASON_CODES:
-            if key in reasons:
-                code, why = c, f"compatible hosts are blocked by {key}"
-                break
+        code = "eviction_budget"
+        why = f"the per-plan eviction budget is spent ({why}); later plans continue"
     out.append(
         Unmet(
             code=code,
             model_id=p.model_id,
+            resource=resource,
             missing=rest,
-            message=f"model '{p.model_id}': {rest} of {state.desired[mi]} desired "
+            message=f"model '{p.model_id}': {rest} of {state.reported[mi]} desired "
             f"replica(s) unplaced: {why}",
         )
     )
     return out
 
 
+def binding(state: PlanState, mi: int) -> tuple[UnmetCode, str, str]:
+    """(code, binding resource, explanation) for a model that is still short.
+
+    Every compatible host without a replica of the model is classified by which dynamic
+    resources it lacks now (memory, model slots, disk, colocation). The binding resource
+    is the one that alone blocks the most hosts (relaxing it would open them); when every
+    host lacks several, the one lacking on the most hosts. When no compatible host is left
+    at all, the static rule that excludes the most eligible hosts binds.
+    """
+    ledger = state.ledger
+    p = state.profiles[mi]
+    mid = p.model_id
+    alone = dict.fromkeys(FIT_ORDER, 0)
+    anywhere = dict.fromkeys(FIT_ORDER, 0)
+    staged = 0
+    open_hosts = 0
+    for hi in state.cands[mi]:
+        book = ledger.books[hi]
+        if mid in book.present:
+            continue
+        open_hosts += 1
+        if book.blocked:
+            staged += 1
+            continue
+        lacks = _lacks(state, mi, hi)
+        for r in lacks:
+            anywhere[r] += 1
+        if len(lacks) == 1:
+            alone[lacks[0]] += 1
+    if open_hosts == 0:
+        return _static_binding(state, mi)
+    if not any(anywhere.values()):
+        return (
+            "capacity_shortage",
+            "memory",
+            f"its {staged} open compatible host(s) wait for staged changes",
+        )
+    score = {r: (alone[r], anywhere[r], -FIT_ORDER.index(r)) for r in FIT_ORDER}
+    resource = max(FIT_ORDER, key=lambda r: score[r])
+    names = {"memory": "memory", "slots": "model slots", "disk": "disk", "colocation": "colocation"}
+    parts = [f"{names[r]} on {anywhere[r]}" for r in FIT_ORDER if anywhere[r]]
+    why = (
+        f"{names[resource]} binds: of {open_hosts} compatible host(s) without a replica, "
+        f"{alone[resource]} lack only {names[resource]} (lacking: {', '.join(parts)})"
+    )
+    return FIT_CODES[resource], resource, why
+
+
+def _lacks(state: PlanState, mi: int, hi: int) -> list[str]:
+    """Dynamic resources host ``hi`` lacks for one more replica of ``mi`` right now."""
+    ledger = state.ledger
+    book = ledger.books[hi]
+    mid = state.profiles[mi].model_id
+    out = []
+    mem = state.mem_rows[mi][hi]
+    if book.inc_free < mem or book.raw_free < mem:
+        out.append("memory")
+    if book.max_models and len(book.present) + 1 > book.max_models:
+        out.append("slots")
+    disk = ledger.disk_cost(mi, hi)
+    if disk and book.disk_free is not None and book.disk_free < disk:
+        out.append("disk")
+    if (ledger.ceiling or ledger.excludes.get(mid)) and ledger.colocation_conflict(
+        mid, book.present
+    ):
+        out.append("colocation")
+    return out
+
+
+def _static_binding(state: PlanState, mi: int) -> tuple[UnmetCode, str, str]:
+    """Every compatible host is used (or none exists): which static rule binds."""
+    p = state.profiles[mi]
+    counts: dict[str, int] = {}
+    eligible = 0
+    for hi, host in enumerate(state.hosts):
+        if not state.ledger.books[hi].eligible:
+            continue
+        eligible += 1
+        bad = incompatibility(p, host)
+        if bad is not None:
+            r = STATIC_RESOURCE.get(bad, bad)
+            counts[r] = counts.get(r, 0) + 1
+    n = len(state.cands[mi])
+    if not counts:
+        resource = "eligibility"
+        detail = f"{eligible} host(s) are eligible for new work"
+    else:
+        resource = max(sorted(counts), key=lambda r: counts[r])
+        detail = f"its {resource} rule excludes {counts[resource]} of {eligible} eligible host(s)"
+    if n == 0:
+        return "no_eligible_host", resource, f"no eligible host is compatible ({detail})"
+    return (
+        "host_shortage",
+        resource,
+        f"all {n} compatible host(s) already run a replica, one per host ({detail})",
+    )
+
+
 def _pin_unmet(state: PlanState, mi: int) -> list[Unmet]:
+    """Pins whose host holds no replica and has no staged change for it.
+
+    A pin is a floor: when its host cannot take the replica the model is planned towards
+    what its demand alone asks for; the replicas that this leaves out are counted here
+    (``missing``), a pin whose replica the demand places elsewhere counts 0.
+    """
     p = state.profiles[mi]
     ledger = state.ledger
     by_id = {h.host_id: hi for hi, h in enumerate(state.hosts)}
-    held = {
-        state.hosts[hi].host_id for hi in range(len(state.hosts)) if mi in ledger.books[hi].models
-    }
-    out: list[Unmet] = []
     staged_hosts = {e.host_id for e in state.evictions if e.beneficiary == p.model_id}
+    reloc_host = state.relocations.get(mi, ("", "", ""))[1]
+    left = state.reported[mi] - state.desired[mi]
+    out: list[Unmet] = []
     for pin in p.pins:
-        if pin in held:
-            continue
         hi = by_id.get(pin)
+        if hi is not None and mi in ledger.books[hi].models:
+            continue
+        if pin in staged_hosts or pin == reloc_host:
+            continue  # reported with the replica shortfall (preemption/relocation staged)
         if hi is None:
             why = "the host is not registered"
         elif ledger.ineligible[hi] is not None:
             why = f"the host is ineligible ({ledger.ineligible[hi]})"
         elif (bad := incompatibility(p, state.hosts[hi])) is not None:
             why = f"the host is incompatible ({bad})"
-        elif pin in staged_hosts:
-            out.append(
-                Unmet(
-                    code="preemption_staged",
-                    model_id=p.model_id,
-                    host_id=pin,
-                    missing=1,
-                    message=f"model '{p.model_id}' pinned to '{pin}' "
-                    "waits for staged evictions there",
-                )
-            )
-            continue
-        elif state.relocations.get(mi, ("", "", ""))[1] == pin:
-            moved, _, dst = state.relocations[mi]
-            out.append(
-                Unmet(
-                    code="relocation_staged",
-                    model_id=p.model_id,
-                    host_id=pin,
-                    missing=1,
-                    message=f"model '{p.model_id}' pinned to '{pin}' "
-                    f"waits for '{moved}' to move to '{dst}'",
-                )
-            )
-            continue
         else:
-            why = f"the host lacks room ({ledger.fit_new(mi, hi) or 'capacity'})"
+            lacks = _lacks(state, mi, hi) or ["capacity"]
+            why = f"the host lacks {', '.join(lacks)} and holds nothing that may be preempted"
+        count = 1 if left > 0 else 0
+        left -= count
         out.append(
             Unmet(
                 code="pin_unavailable",
                 model_id=p.model_id,
+                resource="pin",
                 host_id=pin,
-                missing=1,
-                message=f"model '{p.model_id}' is pinned to '{pin}' but {why}; it is "
-                "never moved to another host",
+                missing=count,
+                message=f"model '{p.model_id}' is pinned to '{pin}' but {why}; the pin is "
+                "never moved to another host"
+                + ("" if count else " (its demand is placed on other hosts)"),
             )
         )
     return out

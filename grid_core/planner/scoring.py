@@ -21,9 +21,6 @@ from dataclasses import dataclass
 from grid_core.demand.types import ModelDemand
 from grid_core.snapshot import ResidencySnapshot
 
-SCARCE_CANDIDATES = 3
-"""A model with at most this many candidate hosts is "constrained": flexible models should
-leave those hosts to it when they have somewhere else to go."""
 MAX_SPEED_WEIGHT = 8.0
 """Measured speed may matter at most 8x more under hot demand than for a light workload."""
 
@@ -44,9 +41,10 @@ class ScoreContext:
         cached: exact weights are already on the host's disk.
         resident: the model's residency on the host, if any.
         startup_s: expected load+warm time of a replica on this host (seconds).
-        scarcity: how much more constrained, still-short models need this host: the sum of
-            ``1 / candidate hosts`` over those with fewer candidates than this model (and at
-            most :data:`SCARCE_CANDIDATES`); 0 when the model itself is the constrained one.
+
+    Scarcity (how much still-unplaced demand needs the host) is not a term: the planner
+    prices it itself on top of the summed terms (:meth:`PlanState.score`), because it
+    changes with every placement while term results are memoised.
     """
 
     now: float
@@ -59,7 +57,6 @@ class ScoreContext:
     cached: bool
     resident: ResidencySnapshot | None
     startup_s: float
-    scarcity: float = 0.0
 
 
 def speed_weight(demand: ModelDemand | None, per_replica: float) -> float:

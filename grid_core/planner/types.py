@@ -35,7 +35,23 @@ UnmetCode = Literal[
     "slot_limit",
     "eviction_budget",
     "relocation_staged",
+    "host_shortage",
 ]
+
+UnmetResource = Literal[
+    "memory",
+    "slots",
+    "disk",
+    "colocation",
+    "runtime",
+    "tags",
+    "tier",
+    "gpu",
+    "eligibility",
+    "domain",
+    "pin",
+]
+"""The resource that binds a shortfall: what an operator would add or relax."""
 
 
 class Assignment(msgspec.Struct, frozen=True, kw_only=True):
@@ -73,10 +89,20 @@ class Eviction(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class Unmet(msgspec.Struct, frozen=True, kw_only=True):
-    """A shortfall the plan could not satisfy; never hidden, never overcommitted."""
+    """A shortfall the plan could not satisfy; never hidden, never overcommitted.
+
+    Attributes:
+        code: machine-stable kind of shortfall.
+        model_id: the model that is short.
+        resource: the binding resource (``None`` for staged changes and budgets).
+        message: one line naming the model, the numbers and the fix.
+        host_id: the host concerned (pins, staged relocations).
+        missing: replicas (or failure domains) missing.
+    """
 
     code: UnmetCode
     model_id: str
+    resource: UnmetResource | None = None
     message: str
     host_id: str | None = None
     missing: int = 0

@@ -160,3 +160,65 @@ def overcommitted_hosts(data: dict, assignments: list[dict]) -> list[str]:
         if len(set(assigned)) != len(assigned) or max(desired, transition) > placeable:
             bad.append(h["host_id"])
     return bad
+
+
+LIVE_STATES = ("accepting", "throttled")
+"""Host states that may receive new replicas (the format's other states only drain)."""
+STALE_HEARTBEAT_S = 90.0
+"""Checker's staleness bound: a host silent this long must not receive a new replica."""
+
+
+def violations(data: dict, assignments: list[dict]) -> dict[str, list[str]]:
+    """Every hard-rule violation of a placement, checked from the fleet file alone.
+
+    Independent of the planner (only the file and the assignment list are read). Kinds:
+    ``memory`` (see :func:`overcommitted_hosts`), ``slots`` (models resident after the plan,
+    live or assigned, above a non-zero ``max_models``), ``duplicate`` (two replicas of one
+    model on one host), ``compatibility`` (runtime, back-end or required tags), ``eligibility``
+    (a new replica on a host that is not accepting/throttled or whose heartbeat is stale),
+    ``unknown`` (a model or host id the file does not have).
+
+    Returns:
+        kind → sorted ``"model@host"`` (or host) entries; empty lists when the plan is clean.
+    """
+    models = {m["model_id"]: m for m in data["models"]}
+    hosts = {h["host_id"]: h for h in data["hosts"]}
+    holding = {"ready", "loading", "warming", "draining", "failed"}
+    out: dict[str, list[str]] = {
+        k: [] for k in ("memory", "slots", "duplicate", "compatibility", "eligibility", "unknown")
+    }
+    out["memory"] = (
+        sorted(overcommitted_hosts(data, assignments)) if _known(assignments, models, hosts) else []
+    )
+    by_host: dict[str, list[str]] = {}
+    for a in assignments:
+        mid, hid = a["model_id"], a["host_id"]
+        if mid not in models or hid not in hosts:
+            out["unknown"].append(f"{mid}@{hid}")
+            continue
+        by_host.setdefault(hid, []).append(mid)
+        m, h = models[mid], hosts[hid]
+        if not (
+            set(m["runtimes"]) & set(h["runtimes"])
+            and (not m.get("backends") or set(m["backends"]) & set(h["backends"]))
+            and set(m.get("required_tags", ())) <= set(h["tags"])
+        ):
+            out["compatibility"].append(f"{mid}@{hid}")
+        live = {r["model_id"] for r in h["residencies"] if r["state"] in holding}
+        if mid not in live and (
+            h["state"] not in LIVE_STATES or float(h["heartbeat_age_s"]) > STALE_HEARTBEAT_S
+        ):
+            out["eligibility"].append(f"{mid}@{hid}")
+    for hid, mids in by_host.items():
+        h = hosts[hid]
+        if len(set(mids)) != len(mids):
+            out["duplicate"].append(hid)
+        live = {r["model_id"] for r in h["residencies"] if r["state"] in holding}
+        new = set(mids) - live
+        if h["max_models"] and new and len(live | set(mids)) > h["max_models"]:
+            out["slots"].append(hid)
+    return {k: sorted(v) for k, v in out.items()}
+
+
+def _known(assignments: list[dict], models: dict, hosts: dict) -> bool:
+    return all(a["model_id"] in models and a["host_id"] in hosts for a in assignments)

@@ -1,7 +1,9 @@
 """``grid bench plan``: time the planner on a neutral fleet file and print the numbers.
 
-Timings are printed, never asserted. The overcommit figure comes from an independent check of
-the assignments against the file's capacities (:func:`grid_bench.fleet.overcommitted_hosts`).
+Timings are printed, never asserted. Violations come from an independent check of the
+assignments against the file alone (:func:`grid_bench.fleet.violations`). ``--exact`` also
+solves the same input as a mixed-integer program (:mod:`grid_core.planner.exact`, needs the
+optional ``highspy``) and prints the optimum, Grid's coverage and the gap.
 """
 
 from __future__ import annotations
@@ -14,8 +16,9 @@ from typing import Annotated
 
 import typer
 
-from grid_bench.fleet import fleet_inputs, load_fleet, overcommitted_hosts
+from grid_bench.fleet import fleet_inputs, load_fleet, violations
 from grid_core.planner import plan
+from grid_core.planner.exact import DEFAULT_TIME_LIMIT_S
 from grid_core.table import render_table
 
 JSON_KEYS = (
@@ -24,10 +27,13 @@ JSON_KEYS = (
     "desired",
     "placed",
     "unsatisfied",
+    "coverage",
     "overcommitted_hosts",
+    "violations",
+    "unmet",
     "assignments",
 )
-"""Exactly the keys ``--json`` prints (a checker can rely on them and nothing else)."""
+"""The keys ``--json`` always prints (``exact`` is added with ``--exact``)."""
 DEFAULT_RUNS = 15
 """Timed plans per fleet: enough for a stable p50/p90 on a noisy 2-core machine."""
 WARMUP_RUNS = 1
@@ -38,10 +44,13 @@ def run_plan_bench(path: Path, runs: int = DEFAULT_RUNS) -> dict:
     """Plan ``path`` ``runs`` times (no reuse) and summarise.
 
     Returns:
-        ``{p50_ms, p90_ms, desired, placed, unsatisfied, overcommitted_hosts, assignments}``
-        (desired/placed/unsatisfied are replica counts; overcommitted_hosts is a host count)
-        plus ``evictions``, ``cpu_p50_ms`` (process CPU time: the wall-clock figures include
-        whatever else the machine is doing) and an ``unmet`` breakdown for the table.
+        ``{p50_ms, p90_ms, desired, placed, unsatisfied, coverage, overcommitted_hosts,
+        violations, unmet, assignments}``: desired/placed/unsatisfied are replica counts,
+        coverage is placed/desired, overcommitted_hosts a host count, violations the total
+        of :func:`grid_bench.fleet.violations` (``violation_kinds`` has the breakdown), unmet
+        one row per shortfall (model, code, binding resource, missing); plus ``evictions``,
+        ``cpu_p50_ms`` (process CPU time: the wall-clock figures include whatever else the
+        machine is doing), ``unmet_codes`` and the plan ``inputs`` (for ``--exact``).
     """
     from grid_core.plugins import get_plugins
 
@@ -65,17 +74,73 @@ def run_plan_bench(path: Path, runs: int = DEFAULT_RUNS) -> dict:
     codes: dict[str, int] = {}
     for u in result.unmet:
         codes[u.code] = codes.get(u.code, 0) + max(1, u.missing)
+    kinds = violations(data, assignments)
     return {
         "p50_ms": round(statistics.median(times), 3),
         "p90_ms": round(times[min(len(times) - 1, int(0.9 * len(times)))], 3),
         "desired": desired,
         "placed": len(result.assignments),
         "unsatisfied": desired - len(result.assignments),
-        "overcommitted_hosts": len(overcommitted_hosts(data, assignments)),
+        "coverage": round(len(result.assignments) / desired, 4) if desired else 1.0,
+        "overcommitted_hosts": len(kinds["memory"]),
+        "violations": sum(len(v) for v in kinds.values()),
+        "violation_kinds": {k: len(v) for k, v in kinds.items()},
+        "unmet": [
+            {
+                "model_id": u.model_id,
+                "code": u.code,
+                "resource": u.resource,
+                "missing": u.missing,
+                **({"host_id": u.host_id} if u.host_id else {}),
+            }
+            for u in result.unmet
+        ],
         "assignments": assignments,
         "evictions": len(result.evictions),
         "cpu_p50_ms": round(statistics.median(cpu), 3),
-        "unmet": codes,
+        "unmet_codes": codes,
+        "inputs": inputs,
+    }
+
+
+def exact_summary(out: dict, time_limit_s: float) -> dict:
+    """Solve the bench input exactly and compare (see :mod:`grid_core.planner.exact`).
+
+    Returns:
+        ``{optimum, coverage, grid_coverage, gap, unordered, unordered_coverage, optimal,
+        status, solve_s, variables, constraints, short_models}``; ``gap`` is the optimum's
+        coverage minus Grid's (0 when Grid is optimal), ``short_models`` lists models Grid
+        places fewer replicas of than the optimum.
+
+    Raises:
+        ValidationError: ``highspy`` is missing (the message names the extra).
+    """
+    from grid_core.planner.exact import exact_optimum
+
+    res = exact_optimum(out["inputs"], time_limit_s)
+    desired = out["desired"]
+    grid_cov = out["placed"] / desired if desired else 1.0
+    per_model: dict[str, int] = {}
+    for a in out["assignments"]:
+        per_model[a["model_id"]] = per_model.get(a["model_id"], 0) + 1
+    short = {
+        m: {"grid": per_model.get(m, 0), "exact": n}
+        for m, n in res.per_model.items()
+        if per_model.get(m, 0) < n
+    }
+    return {
+        "optimum": res.optimum,
+        "coverage": round(res.coverage, 4),
+        "grid_coverage": round(grid_cov, 4),
+        "gap": round(res.coverage - grid_cov, 4),
+        "unordered": res.unordered,
+        "unordered_coverage": round(res.unordered / desired, 4) if desired else 1.0,
+        "optimal": res.optimal,
+        "status": res.status,
+        "solve_s": round(res.seconds, 3),
+        "variables": res.variables,
+        "constraints": res.constraints,
+        "short_models": short,
     }
 
 
@@ -83,24 +148,53 @@ def bench_plan(
     fleet: Annotated[Path, typer.Option("--fleet", help="grid-bench-fleet/1 JSON file.")],
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object on stdout.")] = False,
     runs: Annotated[int, typer.Option("--runs", min=1, help="Timed plans.")] = DEFAULT_RUNS,
+    exact: Annotated[
+        bool,
+        typer.Option(
+            "--exact",
+            help="Also solve the fleet as a MILP (HiGHS; pip install 'grid[exact]') and "
+            "print the optimum, Grid's coverage and the gap.",
+        ),
+    ] = False,
+    time_limit: Annotated[
+        float,
+        typer.Option("--exact-time-limit", min=0.1, help="Solver budget in seconds."),
+    ] = DEFAULT_TIME_LIMIT_S,
 ) -> None:
     """Time the placement planner on a fleet file (p50/p90 ms) and check the placement."""
     out = run_plan_bench(fleet, runs)
+    ex = None
+    if exact:
+        if not as_json:
+            typer.echo("grid: solving the exact optimum (HiGHS)...", err=True)
+        ex = exact_summary(out, time_limit)
     if as_json:
-        typer.echo(json.dumps({k: out[k] for k in JSON_KEYS}))
+        doc = {k: out[k] for k in JSON_KEYS}
+        if ex is not None:
+            doc["exact"] = ex
+        typer.echo(json.dumps(doc))
         return
-    rows = [
-        [k, out[k]]
-        for k in (
-            "p50_ms",
-            "p90_ms",
-            "cpu_p50_ms",
-            "desired",
-            "placed",
-            "unsatisfied",
-            "overcommitted_hosts",
-            "evictions",
-        )
-    ]
-    rows += [[f"unmet:{k}", v] for k, v in sorted(out["unmet"].items())]
+    keys = ("p50_ms", "p90_ms", "cpu_p50_ms", "desired", "placed", "unsatisfied", "coverage")
+    rows = [[k, out[k]] for k in keys]
+    rows += [["violations", out["violations"]], ["evictions", out["evictions"]]]
+    rows += [[f"violations:{k}", v] for k, v in out["violation_kinds"].items() if v]
+    rows += [[f"unmet:{k}", v] for k, v in sorted(out["unmet_codes"].items())]
+    if ex is not None:
+        rows += [
+            ["exact:optimum", ex["optimum"]],
+            ["exact:coverage", ex["coverage"]],
+            ["exact:gap", ex["gap"]],
+            ["exact:unordered_coverage", ex["unordered_coverage"]],
+            ["exact:status", ex["status"]],
+            ["exact:solve_s", ex["solve_s"]],
+        ]
     typer.echo(render_table(["metric", "value"], rows))
+    short = [u for u in out["unmet"] if u["code"] != "failure_domain_shortfall"]
+    if short:
+        typer.echo("")
+        typer.echo(
+            render_table(
+                ["model", "code", "binding", "missing"],
+                [[u["model_id"], u["code"], u["resource"] or "-", u["missing"]] for u in short],
+            )
+        )

@@ -38,10 +38,6 @@ HOST_PRIORITY_PENALTY = 2.0
 COLD_START_PENALTY_PER_MIN = 5.0
 COLD_START_PENALTY_MAX = 30.0
 THROTTLED_PENALTY = 25.0
-SCARCITY_PENALTY = 40.0
-"""Per unit of scarcity (a host that is one of two candidates of a short model costs 20):
-above best fit and hardware priors, below a new failure domain or cached weights."""
-SCARCITY_MAX = 2.0
 
 
 class ReadyResidency:
@@ -148,16 +144,6 @@ class Penalties:
         return -penalty
 
 
-class Scarcity:
-    """Leave hosts that more constrained, still-short models need to those models."""
-
-    name = "scarcity"
-    dynamic = False
-
-    def score(self, model: object, host: object, ctx: ScoreContext) -> float:
-        return -SCARCITY_PENALTY * min(SCARCITY_MAX, ctx.scarcity)
-
-
 TERMS = (
     ReadyResidency(),
     CachedWeights(),
@@ -166,7 +152,6 @@ TERMS = (
     HardwarePrior(),
     BestFit(),
     Penalties(),
-    Scarcity(),
 )
 
 

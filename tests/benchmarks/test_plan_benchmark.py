@@ -13,7 +13,7 @@ import random
 from pathlib import Path
 
 import pytest
-from grid_bench.fleet import fleet_inputs, load_fleet, overcommitted_hosts
+from grid_bench.fleet import fleet_inputs, load_fleet, overcommitted_hosts, violations
 from grid_bench.plan_bench import run_plan_bench
 from typer.testing import CliRunner
 
@@ -28,7 +28,10 @@ KEYS = {
     "desired",
     "placed",
     "unsatisfied",
+    "coverage",
     "overcommitted_hosts",
+    "violations",
+    "unmet",
     "assignments",
 }
 
@@ -137,6 +140,7 @@ def test_plan_bench_numbers_and_safety(tmp_path, capsys):
         out = run_plan_bench(path, runs=3)
         assert set(out) >= KEYS
         assert out["overcommitted_hosts"] == 0
+        assert out["violations"] == 0, out["violation_kinds"]
         assert out["placed"] == len(out["assignments"])
         assert out["unsatisfied"] == out["desired"] - out["placed"]
         rows.append(
@@ -169,12 +173,60 @@ def test_cli_json_has_exactly_the_documented_keys(tmp_path):
     assert set(out) == KEYS
     inputs = fleet_inputs(load_fleet(p))
     assert out["desired"] == sum(
-        max(m.min_replicas, min(m.max_replicas, inputs.demand[m.model_id].desired_replicas))
+        max(
+            m.min_replicas,
+            min(m.max_replicas, inputs.demand[m.model_id].desired_replicas),
+            len(m.pins),
+        )
         for m in inputs.profiles
     )
+    assert all(set(u) >= {"model_id", "code", "resource", "missing"} for u in out["unmet"])
 
 
 def test_cli_reports_a_missing_file_in_one_line(tmp_path):
     app = build_app(plugins_with(builtins=("grid_bench",)))
     result = CliRunner().invoke(app, ["bench", "plan", "--fleet", str(tmp_path / "nope.json")])
     assert result.exit_code != 0
+
+
+def test_violation_check_is_independent_and_catches_each_kind(tmp_path):
+    data = _fleet(6, 4, 11, 0.0)
+    slotted = next(h for h in data["hosts"] if h["max_models"] and h["state"] == "accepting")
+    small = sorted(data["models"], key=lambda m: m["memory_mb"])
+    gguf = [m for m in small if "llama.cpp" in m["runtimes"]]
+    crowd = [
+        {"model_id": m["model_id"], "host_id": slotted["host_id"]}
+        for m in gguf[: slotted["max_models"] + 1]
+    ]
+    if len(crowd) > slotted["max_models"]:
+        assert slotted["host_id"] in violations(data, crowd)["slots"]
+    cuda_only = {"model_id": "cuda", "memory_mb": 1024, "runtimes": ["vllm"], "backends": ["cuda"]}
+    data["models"].append({**cuda_only, "required_tags": []})
+    mac = next(h for h in data["hosts"] if "metal" in h["backends"])
+    assert violations(data, [{"model_id": "cuda", "host_id": mac["host_id"]}])[
+        "compatibility"
+    ] == [f"cuda@{mac['host_id']}"]
+    paused = dict(data["hosts"][0], state="paused", residencies=[])
+    data["hosts"][0] = paused
+    bad = [{"model_id": gguf[0]["model_id"], "host_id": paused["host_id"]}]
+    assert violations(data, bad)["eligibility"] == [f"{gguf[0]['model_id']}@{paused['host_id']}"]
+    assert violations(data, bad * 2)["duplicate"] == [paused["host_id"]]
+    assert violations(data, [{"model_id": "nope", "host_id": "x"}])["unknown"] == ["nope@x"]
+
+
+def test_cli_exact_prints_the_optimum_and_the_gap(tmp_path):
+    pytest.importorskip("highspy")
+    p = tmp_path / "fleet.json"
+    p.write_text(json.dumps(_fleet(10, 6, 5, 0.0)))
+    app = build_app(plugins_with(builtins=("grid_bench", "grid_scoring", "grid_victims")))
+    args = ["bench", "plan", "--fleet", str(p), "--json", "--runs", "1", "--exact"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.output)
+    ex = out["exact"]
+    assert ex["optimal"] and ex["status"] == "Optimal"
+    # the unordered optimum is an upper bound on any plan, Grid's included
+    assert out["placed"] <= ex["unordered"] <= out["desired"]
+    assert ex["gap"] == pytest.approx(ex["coverage"] - out["coverage"], abs=1e-3)
+    table = CliRunner().invoke(app, ["bench", "plan", "--fleet", str(p), "--runs", "1", "--exact"])
+    assert "exact:gap" in table.output

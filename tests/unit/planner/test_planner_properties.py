@@ -179,13 +179,12 @@ def test_plan_never_breaks_a_hard_rule(inputs: PlanInputs):
     for a in result.assignments:
         counts[a.model_id] = counts.get(a.model_id, 0) + 1
         prof, h = by_id[a.model_id], hosts[a.host_id]
-        # invariant 2: eligible host, static compatibility, pins
+        # invariant 2: eligible host, static compatibility (pins do not restrict: a floor)
         assert host_ineligible_reason(h, inputs.policy) is None
         assert any(rt in h.runtimes for rt in prof.runtimes)
         assert not prof.backends or set(prof.backends) & set(h.backends)
         assert set(prof.required_tags) <= set(h.tags)
         assert not set(prof.forbidden_tags) & set(h.tags)
-        assert not prof.pins or a.host_id in prof.pins
     for hid, assigned in per_host.items():
         h = hosts[hid]
         ids = [a.model_id for a in assigned]
@@ -238,6 +237,15 @@ def test_plan_never_breaks_a_hard_rule(inputs: PlanInputs):
             if u.model_id == mid and u.code != "failure_domain_shortfall"
         )
         assert missing == result.desired[mid] - n, (mid, result.unmet)
+        # a pin is a floor: each pin holds a replica, or the plan says why not
+        where = {a.host_id for a in result.assignments if a.model_id == mid}
+        assert n >= len(prof.pins) or any(u.model_id == mid for u in result.unmet)
+        for pin in prof.pins:
+            assert pin in where or any(
+                u.model_id == mid
+                and u.code in ("pin_unavailable", "preemption_staged", "relocation_staged")
+                for u in result.unmet
+            ), (mid, pin, result.unmet)
     # staged preemption: bounded, never protected work, beneficiary not on that host
     assert len(result.evictions) <= inputs.policy.max_evictions
     for e in result.evictions:

@@ -172,12 +172,23 @@ def test_colocation_exclude_is_reciprocal_even_declared_on_one_side():
 # --- pins -----------------------------------------------------------------------------------
 
 
-def test_pinned_model_whose_host_is_offline_is_not_moved():
+def test_pin_whose_host_is_offline_is_reported_and_never_substituted():
+    # The pin alone asks for the replica: it is not started elsewhere, the pin is reported.
     hosts = [host("a", 64, state="paused"), host("b", 64)]
-    p = run([model("m", 4, min_replicas=1, pins=("a",))], hosts)
+    p = run([model("m", 4, pins=("a",))], hosts)
     assert p.assignments == ()
     [u] = p.unmet
-    assert (u.code, u.host_id, u.missing) == ("pin_unavailable", "a", 1)
+    assert (u.code, u.resource, u.host_id, u.missing) == ("pin_unavailable", "pin", "a", 1)
+
+
+def test_offline_pin_does_not_starve_the_baseline_it_does_not_own():
+    # min_replicas=1 is demand of its own: it is placed on another host; the pin is reported
+    # as a constraint shortfall with no replica missing.
+    hosts = [host("a", 64, state="paused"), host("b", 64)]
+    p = run([model("m", 4, min_replicas=1, pins=("a",))], hosts)
+    assert placed(p) == {("m", "b")}
+    [u] = p.unmet
+    assert (u.code, u.host_id, u.missing) == ("pin_unavailable", "a", 0)
 
 
 def test_pins_are_reserved_before_higher_priority_work():
@@ -383,8 +394,9 @@ def test_scale_down_keeps_replicas_in_min_residency_first():
     assert placed(p) == {("m", "b")}
 
 
-def test_repair_relocates_equal_priority_replicas_when_greedy_fragments():
-    # Greedy puts the larger "q" on the tight host (best fit); "p" then lacks a second domain.
+def test_fragmentation_is_avoided_or_repaired_for_equal_priority_replicas():
+    # Best fit alone puts the larger "q" on the tight host and "p" then lacks a second
+    # domain; scarcity pricing (or, failing it, repair) keeps the tight host for "p".
     hosts = [host("tight", 8, failure_domain="fd-1"), host("roomy", 12, failure_domain="fd-2")]
     profiles = [
         model("p", 4, min_replicas=2, max_replicas=2, min_failure_domains=2),
@@ -392,7 +404,22 @@ def test_repair_relocates_equal_priority_replicas_when_greedy_fragments():
     ]
     p = run(profiles, hosts)
     assert placed(p) == {("p", "tight"), ("p", "roomy"), ("q", "roomy")}
-    assert {a.reason for a in p.assignments if a.host_id == "tight"} == {"repair"}
+    assert p.unmet == ()
+
+
+def test_higher_priority_replica_leaves_the_only_host_a_lower_priority_model_fits():
+    # "small" (priority 2) is placed first and best fit alone would send it to the
+    # single-slot host that "big" (priority 0) needs; scarcity pricing keeps it free.
+    hosts = [
+        host("one-slot", 16, max_models=1, backends=("cuda",)),
+        host("roomy", 64, backends=("metal",)),
+    ]
+    profiles = [
+        model("small", 2, min_replicas=1, priority=2),
+        model("big", 12, min_replicas=1, backends=("cuda",)),
+    ]
+    p = run(profiles, hosts)
+    assert placed(p) == {("small", "roomy"), ("big", "one-slot")}
     assert p.unmet == ()
 
 
@@ -715,3 +742,109 @@ def test_a_loading_copy_beside_a_draining_one_is_the_incumbent():
     h = host("a", 16, residencies=(res("m", 4, state="draining"), res("m", 4, state="loading")))
     p = run([model("m", 4, min_replicas=1)], [h])
     assert placed(p) == {("m", "a")} and p.assignments[0].incumbent
+
+
+# --- packing quality (issue 17) -------------------------------------------------------------
+
+
+def _cuda(host_id: str, gb: float, **kw: object):
+    return host(
+        host_id, gb, runtimes=("llama.cpp", "vllm"), backends=("cuda",), tags=("nvidia",), **kw
+    )
+
+
+def test_minimal_slot_case_places_all_five_models():
+    # Four single-slot 24 GB CUDA hosts, one 192 GB Mac without a slot ceiling, four 2 GB
+    # priority-2 GGUF models and one 12 GB priority-0 CUDA-only model. Slot-blind best fit
+    # filled the CUDA hosts with the small models and dropped the CUDA one; the optimum
+    # places all five.
+    hosts = [_cuda(f"cuda-{i}", 24, max_models=1) for i in range(1, 5)]
+    hosts.append(host("mac", 192, backends=("metal",), tags=("apple-silicon",)))
+    profiles = [model(f"gguf-{i}", 2, min_replicas=1, priority=2) for i in range(1, 5)]
+    profiles.append(
+        model("cuda-only", 12, min_replicas=1, priority=0, runtimes=("vllm",), backends=("cuda",))
+    )
+    p = run(profiles, hosts)
+    assert p.unmet == ()
+    assert {a.model_id for a in p.assignments} == {m.model_id for m in profiles}
+    [cuda_host] = p.hosts_of("cuda-only")
+    assert cuda_host.startswith("cuda-")
+
+
+def test_minimal_slot_case_when_higher_priority_demand_fills_every_slot():
+    # Same fleet, but the small models ask for 2 replicas each (8 in all, one per host): the
+    # Mac takes 4 and the four CUDA slots the other 4, in priority order.
+    hosts = [_cuda(f"cuda-{i}", 24, max_models=1) for i in range(1, 5)]
+    hosts.append(host("mac", 192, backends=("metal",), tags=("apple-silicon",)))
+    profiles = [model(f"gguf-{i}", 2, max_replicas=2, priority=2) for i in range(1, 5)]
+    profiles.append(
+        model("cuda-only", 12, min_replicas=1, priority=0, runtimes=("vllm",), backends=("cuda",))
+    )
+    wants = [demand(f"gguf-{i}", 2) for i in range(1, 5)]
+    p = run(profiles, hosts, wants)
+    # priority 2 comes first: 4 on the Mac + 4 on the CUDA hosts fill every slot, so the
+    # priority-0 model is short, and the reason names the binding resource: model slots.
+    assert len(p.assignments) == 8
+    [u] = p.unmet
+    assert (u.model_id, u.code, u.resource, u.missing) == ("cuda-only", "slot_limit", "slots", 1)
+
+
+def test_pins_are_a_floor_not_a_ceiling():
+    # The pin guarantees a replica on "pinned" (reserved first); demand beyond it (3) is
+    # placed on the other eligible hosts.
+    hosts = [host("pinned", 16), host("b", 16), host("c", 16), host("d", 16)]
+    p = run([model("m", 4, max_replicas=4, pins=("pinned",))], hosts, [demand("m", 3)])
+    assert p.desired["m"] == 3
+    assert "pinned" in p.hosts_of("m") and len(p.hosts_of("m")) == 3
+    assert [a.reason for a in p.assignments if a.host_id == "pinned"] == ["pin"]
+    assert p.unmet == ()
+
+
+def test_pin_is_reserved_before_other_demand_takes_its_host():
+    # "other" is more important and would fit the pinned host too, but the pin is first.
+    hosts = [host("pinned", 8), host("b", 8)]
+    p = run(
+        [
+            model("m", 6, pins=("pinned",)),
+            model("other", 6, min_replicas=2, max_replicas=2, priority=3),
+        ],
+        hosts,
+    )
+    assert ("m", "pinned") in placed(p)
+    assert [(u.model_id, u.resource) for u in p.unmet] == [("other", "memory")]
+
+
+def test_pin_floor_respects_tags_beyond_the_pin():
+    # Demand beyond the pin may only use hosts the profile's tags allow.
+    hosts = [
+        host("pinned", 16, tags=("gpu",)),
+        host("tagged", 16, tags=("gpu",)),
+        host("plain", 16),
+    ]
+    p = run(
+        [model("m", 4, max_replicas=3, pins=("pinned",), required_tags=("gpu",))],
+        hosts,
+        [demand("m", 3)],
+    )
+    assert set(p.hosts_of("m")) == {"pinned", "tagged"}
+    [u] = p.unmet
+    assert (u.code, u.resource, u.missing) == ("host_shortage", "tags", 1)
+
+
+def test_unmet_reason_names_slots_when_memory_is_free():
+    # Plenty of memory, one slot per host: the shortfall is about model slots, not memory.
+    hosts = [host("a", 64, max_models=1), host("b", 64, max_models=1)]
+    p = run(
+        [model("x", 4, min_replicas=2, max_replicas=2, priority=1), model("y", 4, min_replicas=1)],
+        hosts,
+    )
+    [u] = p.unmet
+    assert (u.model_id, u.code, u.resource) == ("y", "slot_limit", "slots")
+    assert "model slots" in u.message
+
+
+def test_unmet_reason_names_runtime_when_no_host_can_run_the_model():
+    hosts = [host("a", 64), host("b", 64)]
+    p = run([model("v", 4, min_replicas=1, runtimes=("vllm",))], hosts)
+    [u] = p.unmet
+    assert (u.code, u.resource) == ("no_eligible_host", "runtime")

@@ -1,0 +1,343 @@
+"""Exact placement optimum: the same planning input as a mixed-integer program (HiGHS).
+
+An optimality certificate for the greedy planner: :func:`exact_optimum` builds, from one
+:class:`PlanInputs`, the largest number of replicas any single plan could place under exactly
+the hard rules :func:`grid_core.planner.plan` obeys, and solves it with HiGHS (the optional
+``highspy`` dependency, extra ``exact``). ``grid bench plan --exact`` and the scenario lab
+compare the planner's coverage with it.
+
+The program (one binary per model and candidate host; the candidate lists, memory footprints
+and starting ledgers are Grid's own, from :class:`grid_core.planner.core.PlanState`)::
+
+    maximise    sum x[m, h]
+    subject to  sum_h x[m, h]                    <= desired[m]           every model
+                sum_m inc[m, h] * x[m, h]        <= incremental free[h]  every host
+                sum_m raw[m, h] * x[m, h]        <= desired free[h]      every host
+                sum_m new_slot[m, h] * x[m, h]   <= free slots[h]        hosts with a ceiling
+                sum_m disk[m, h] * x[m, h]       <= free disk[h]         hosts reporting disk
+                colocation exclusions and ceilings                       where profiles set them
+
+A kept incumbent costs nothing incremental and no new slot (it is live already) but its size in
+the desired ledger; a new replica costs its footprint in both and a slot. What the program
+deliberately leaves out, so its optimum is an upper bound on the planner's coverage:
+
+* failure-domain spread (the planner treats it as a goal and reports a shortfall, never as a
+  reason to leave a replica out when another domain has no room);
+* pins (the planner reserves them first; the program may place the replica anywhere eligible);
+* staged preemption and relocation (they free memory only after a later heartbeat proves it,
+  so no single plan can use it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from grid_core.errors import ValidationError
+from grid_core.planner.core import PlanState, serving_incumbents
+from grid_core.planner.types import PlanInputs
+
+DEFAULT_TIME_LIMIT_S = 120.0
+"""Solver wall-clock budget: the 1024-host bench fleet solves in seconds; a pathological input
+returns the best solution and bound found instead of running for hours."""
+RELATIVE_GAP = 1e-6
+"""Stop only when the solution is proven within one part in a million of the bound (the
+objective is an integer count, so this is exact for every fleet below a million replicas)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ExactResult:
+    """The solved program.
+
+    Attributes:
+        desired: replicas wanted in total (the planner's desired counts, summed).
+        optimum: replicas placed by the best solution that, like Grid, gives every priority
+            class the most replicas it can have before any lower class (lexicographic).
+        unordered: replicas the best solution places when priority is ignored (the pure
+            packing maximum; equals ``optimum`` whenever everything desired fits).
+        bound: proven upper bound on ``unordered`` (equals it when optimal).
+        optimal: HiGHS proved optimality within :data:`RELATIVE_GAP`.
+        status: HiGHS model status text.
+        seconds: solver wall-clock time.
+        per_model: model id → replicas in the best solution.
+        assignments: (model id, host id) of every replica in the best solution.
+        variables / constraints: size of the program.
+    """
+
+    desired: int
+    optimum: int
+    unordered: int
+    bound: int
+    optimal: bool
+    status: str
+    seconds: float
+    per_model: dict[str, int]
+    assignments: tuple[tuple[str, str], ...]
+    variables: int
+    constraints: int
+
+    @property
+    def coverage(self) -> float:
+        """Fraction of desired replicas the optimum places (1.0 when nothing is desired)."""
+        return self.optimum / self.desired if self.desired else 1.0
+
+
+def _highs():  # type: ignore[no-untyped-def]
+    try:
+        import highspy
+    except ImportError:
+        msg = (
+            "the exact optimum needs HiGHS: install the optional extra with "
+            "pip install 'grid[exact]' (or pip install highspy)"
+        )
+        raise ValidationError(msg) from None
+    return highspy
+
+
+def _quiet_solver(highspy):  # type: ignore[no-untyped-def]
+    """A HiGHS instance whose copyright banner (written to fd 1 on creation) is discarded,
+    so ``--json`` output stays one JSON document."""
+    import os
+    import sys
+
+    sys.stdout.flush()
+    saved = os.dup(1)
+    try:
+        with open(os.devnull, "wb") as sink:
+            os.dup2(sink.fileno(), 1)
+            h = highspy.Highs()
+            h.setOptionValue("output_flag", False)
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
+    return h
+
+
+def exact_optimum(inputs: PlanInputs, time_limit_s: float = DEFAULT_TIME_LIMIT_S) -> ExactResult:
+    """Solve ``inputs`` exactly: the most replicas any one plan could place.
+
+    Args:
+        inputs: the planning input (the same value :func:`grid_core.planner.plan` takes).
+        time_limit_s: solver wall-clock budget in seconds (> 0).
+
+    Returns:
+        An :class:`ExactResult` (optimum, proven bound, per-model counts).
+
+    Raises:
+        ValidationError: ``highspy`` is not installed (names the extra), or the time limit is
+            not positive.
+    """
+    if not time_limit_s > 0:
+        msg = f"exact: time limit must be positive seconds, got {time_limit_s}"
+        raise ValidationError(msg)
+    highspy = _highs()
+    from grid_core.planner import canonical_inputs
+
+    state = PlanState(canonical_inputs(inputs), [], None)
+    cols = _columns(state)
+    rows = _rows(state, cols)
+    h = _quiet_solver(highspy)
+    h.setOptionValue("time_limit", float(time_limit_s))
+    h.setOptionValue("mip_rel_gap", RELATIVE_GAP)
+    h.setOptionValue("threads", 1)
+    inf = highspy.kHighsInf
+    n = len(cols)
+    import numpy as np
+
+    if n:
+        h.addCols(
+            n,
+            np.full(n, -1.0),
+            np.zeros(n),
+            np.ones(n),
+            0,
+            np.array([], dtype=np.int32),
+            np.array([], dtype=np.int32),
+            np.array([], dtype=np.float64),
+        )
+        h.changeColsIntegrality(
+            n,
+            np.arange(n, dtype=np.int32),
+            np.full(n, highspy.HighsVarType.kInteger, dtype=np.uint8),
+        )
+    starts, index, value, upper = [], [], [], []
+    for coeffs, ub in rows:
+        starts.append(len(index))
+        for j, a in coeffs:
+            index.append(j)
+            value.append(float(a))
+        upper.append(float(ub))
+    if rows:
+        h.addRows(
+            len(rows),
+            np.full(len(rows), -inf),
+            np.array(upper),
+            len(index),
+            np.array(starts, dtype=np.int32),
+            np.array(index, dtype=np.int32),
+            np.array(value),
+        )
+    import time
+
+    t0 = time.perf_counter()
+    desired = sum(state.desired)
+    if not n:
+        return ExactResult(desired, 0, 0, 0, True, "empty", 0.0, {}, (), 0, 0)
+    h.run()
+    status = h.modelStatusToString(h.getModelStatus())
+    unordered, bound = _objective(h, inf)
+    optimal = status == "Optimal"
+    sol = _solution(h, n)
+    if unordered < desired:
+        # Lexicographic in the order Grid must respect: pins first (they are reserved before
+        # anything else), then the most replicas of the highest priority class, each level's
+        # optimum then fixed as a floor for the next.
+        pins = [j for j, (mi, hi, _) in enumerate(cols) if hi in state.pin_hosts[mi]]
+        prios = [state.profiles[mi].priority for mi, _, _ in cols]
+        levels = ([pins] if pins else []) + [
+            [j for j, q in enumerate(prios) if q == prio]
+            for prio in sorted(set(prios), reverse=True)
+        ]
+        for members in levels:
+            cost = np.zeros(n)
+            cost[members] = -1.0
+            h.changeColsCost(n, np.arange(n, dtype=np.int32), cost)
+            h.run()
+            best, _ = _objective(h, inf)
+            optimal = optimal and h.modelStatusToString(h.getModelStatus()) == "Optimal"
+            h.addRow(
+                float(best),
+                inf,
+                len(members),
+                np.array(members, dtype=np.int32),
+                np.ones(len(members)),
+            )
+        h.changeColsCost(n, np.arange(n, dtype=np.int32), np.full(n, -1.0))
+        h.run()
+        optimal = optimal and h.modelStatusToString(h.getModelStatus()) == "Optimal"
+        status = h.modelStatusToString(h.getModelStatus())
+        sol = _solution(h, n)
+    seconds = time.perf_counter() - t0
+    per_model: dict[str, int] = {}
+    chosen: list[tuple[str, str]] = []
+    for (mi, hi, _kind), v in zip(cols, sol, strict=True):
+        if v > 0.5:
+            mid = state.profiles[mi].model_id
+            per_model[mid] = per_model.get(mid, 0) + 1
+            chosen.append((mid, state.hosts[hi].host_id))
+    return ExactResult(
+        desired=desired,
+        optimum=sum(per_model.values()),
+        unordered=unordered,
+        bound=bound,
+        optimal=optimal,
+        status=status,
+        seconds=seconds,
+        per_model=dict(sorted(per_model.items())),
+        assignments=tuple(sorted(chosen)),
+        variables=n,
+        constraints=len(rows),
+    )
+
+
+def _objective(h, inf: float) -> tuple[int, int]:  # type: ignore[no-untyped-def]
+    """(best placed count found, proven upper bound) of the last solve."""
+    info = h.getInfo()
+    found = round(-info.objective_function_value) if info.primal_solution_status else 0
+    dual = info.mip_dual_bound
+    bound = int(-dual + 1e-6) if abs(dual) < inf else found
+    return found, max(found, bound)
+
+
+def _solution(h, n: int) -> list[float]:  # type: ignore[no-untyped-def]
+    info = h.getInfo()
+    return list(h.getSolution().col_value) if info.primal_solution_status else [0.0] * n
+
+
+def _columns(state: PlanState) -> list[tuple[int, int, object]]:
+    """(model, host, incumbent residency or ``None``) per binary variable."""
+    cols: list[tuple[int, int, object]] = []
+    ledger = state.ledger
+    for mi in range(len(state.profiles)):
+        if not state.desired[mi]:
+            continue
+        inc = {hi: res for hi, res in serving_incumbents(state, mi)}
+        mid = state.profiles[mi].model_id
+        for hi in state.cands[mi]:
+            book = ledger.books[hi]
+            if hi in inc:
+                cols.append((mi, hi, inc[hi]))
+            elif mid not in book.present:
+                cols.append((mi, hi, None))
+    return cols
+
+
+def _rows(state: PlanState, cols: list[tuple[int, int, object]]) -> list[tuple[list, int]]:
+    """Every constraint as (sparse coefficients, upper bound)."""
+    ledger = state.ledger
+    rows: list[tuple[list, int]] = []
+    per_model: dict[int, list[int]] = {}
+    inc_row: dict[int, list] = {}
+    raw_row: dict[int, list] = {}
+    slot_row: dict[int, list] = {}
+    disk_row: dict[int, list] = {}
+    on_host: dict[int, dict[int, int]] = {}
+    for j, (mi, hi, res) in enumerate(cols):
+        per_model.setdefault(mi, []).append(j)
+        on_host.setdefault(hi, {})[mi] = j
+        book = ledger.books[hi]
+        if res is None:
+            mem = state.mem_rows[mi][hi]
+            inc_row.setdefault(hi, []).append((j, mem))
+            raw_row.setdefault(hi, []).append((j, mem))
+            if book.max_models:
+                slot_row.setdefault(hi, []).append((j, 1))
+            disk = ledger.disk_cost(mi, hi)
+            if disk and book.disk_free is not None:
+                disk_row.setdefault(hi, []).append((j, disk))
+        elif res.actuatable:  # type: ignore[attr-defined]
+            raw_row.setdefault(hi, []).append((j, ledger._incumbent_mb(mi, hi, res)))  # type: ignore[arg-type]
+    for mi, js in per_model.items():
+        if len(js) > state.desired[mi]:
+            rows.append(([(j, 1) for j in js], state.desired[mi]))
+    for hi, coeffs in inc_row.items():
+        rows.append((coeffs, max(0, ledger.books[hi].inc_free)))
+    for hi, coeffs in raw_row.items():
+        rows.append((coeffs, max(0, ledger.books[hi].raw_free)))
+    for hi, coeffs in slot_row.items():
+        book = ledger.books[hi]
+        rows.append((coeffs, max(0, book.max_models - len(book.present))))
+    for hi, coeffs in disk_row.items():
+        rows.append((coeffs, max(0, ledger.books[hi].disk_free or 0)))
+    rows.extend(_colocation_rows(state, cols, on_host))
+    return rows
+
+
+def _colocation_rows(
+    state: PlanState, cols: list[tuple[int, int, object]], on_host: dict[int, dict[int, int]]
+) -> list[tuple[list, int]]:
+    """Exclusions (x_a + x_b <= 1 minus what is live) and ceilings (big-M) per host."""
+    ledger = state.ledger
+    if not ledger.ceiling and not any(ledger.excludes.values()):
+        return []
+    rows: list[tuple[list, int]] = []
+    index = ledger.index
+    for hi, here in on_host.items():
+        book = ledger.books[hi]
+        fixed = {index[m] for m in book.live if m in index} - set(here)
+        present_other = len(book.present - {state.profiles[mi].model_id for mi in here})
+        for mi, j in here.items():
+            mid = state.profiles[mi].model_id
+            for other in ledger.excludes.get(mid, ()):
+                oi = index.get(other)
+                if oi is None:
+                    continue
+                if oi in fixed or (other in book.live and oi not in here):
+                    rows.append(([(j, 1)], 0))
+                elif oi in here and oi > mi:
+                    rows.append(([(j, 1), (here[oi], 1)], 1))
+            cap = ledger.ceiling.get(mid, 0)
+            if cap:
+                big = len(here) + present_other
+                coeffs = [(k, 1) for k in here.values() if k != j] + [(j, big)]
+                rows.append((coeffs, big + cap - 1 - present_other))
+    return rows
