@@ -31,13 +31,20 @@ deliberately leaves out, so its optimum is an upper bound on the planner's cover
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any, cast
 
 from grid_core.errors import ValidationError
 from grid_core.planner.core import PlanState, serving_incumbents
 from grid_core.planner.types import PlanInputs
+from grid_core.snapshot import ResidencySnapshot
+
+Column = tuple[int, int, ResidencySnapshot | None]
+"""One binary: (model index, host index, the incumbent it keeps or ``None`` for a new one)."""
+Row = tuple[list[tuple[int, int]], int]
+"""One constraint: sparse (column, coefficient) pairs and its upper bound."""
 
 DEFAULT_TIME_LIMIT_S = 120.0
-"""Solver wall-clock budget: the 1024-host bench fleet solves in seconds; a pathological input
+"""Solver budget per solve: the 1024-host bench fleet solves within it; a pathological input
 returns the best solution and bound found instead of running for hours."""
 RELATIVE_GAP = 1e-6
 """Stop only when the solution is proven within one part in a million of the bound (the
@@ -57,7 +64,7 @@ class ExactResult:
         bound: proven upper bound on ``unordered`` (equals it when optimal).
         optimal: HiGHS proved optimality within :data:`RELATIVE_GAP`.
         status: HiGHS model status text.
-        seconds: solver wall-clock time.
+        seconds: solver run time as HiGHS accounts it (the last of its solves).
         per_model: model id → replicas in the best solution.
         assignments: (model id, host id) of every replica in the best solution.
         variables / constraints: size of the program.
@@ -81,7 +88,7 @@ class ExactResult:
         return self.optimum / self.desired if self.desired else 1.0
 
 
-def _highs():  # type: ignore[no-untyped-def]
+def _highs() -> Any:
     try:
         import highspy
     except ImportError:
@@ -93,7 +100,7 @@ def _highs():  # type: ignore[no-untyped-def]
     return highspy
 
 
-def _quiet_solver(highspy):  # type: ignore[no-untyped-def]
+def _quiet_solver(highspy: Any) -> Any:
     """A HiGHS instance whose copyright banner (written to fd 1 on creation) is discarded,
     so ``--json`` output stays one JSON document."""
     import os
@@ -159,7 +166,10 @@ def exact_optimum(inputs: PlanInputs, time_limit_s: float = DEFAULT_TIME_LIMIT_S
             np.arange(n, dtype=np.int32),
             np.full(n, highspy.HighsVarType.kInteger, dtype=np.uint8),
         )
-    starts, index, value, upper = [], [], [], []
+    starts: list[int] = []
+    index: list[int] = []
+    value: list[float] = []
+    upper: list[float] = []
     for coeffs, ub in rows:
         starts.append(len(index))
         for j, a in coeffs:
@@ -176,9 +186,6 @@ def exact_optimum(inputs: PlanInputs, time_limit_s: float = DEFAULT_TIME_LIMIT_S
             np.array(index, dtype=np.int32),
             np.array(value),
         )
-    import time
-
-    t0 = time.perf_counter()
     desired = sum(state.desired)
     if not n:
         return ExactResult(desired, 0, 0, 0, True, "empty", 0.0, {}, (), 0, 0)
@@ -216,7 +223,7 @@ def exact_optimum(inputs: PlanInputs, time_limit_s: float = DEFAULT_TIME_LIMIT_S
         optimal = optimal and h.modelStatusToString(h.getModelStatus()) == "Optimal"
         status = h.modelStatusToString(h.getModelStatus())
         sol = _solution(h, n)
-    seconds = time.perf_counter() - t0
+    seconds = h.getRunTime()  # HiGHS's own accounting: the planner core reads no clock
     per_model: dict[str, int] = {}
     chosen: list[tuple[str, str]] = []
     for (mi, hi, _kind), v in zip(cols, sol, strict=True):
@@ -239,7 +246,7 @@ def exact_optimum(inputs: PlanInputs, time_limit_s: float = DEFAULT_TIME_LIMIT_S
     )
 
 
-def _objective(h, inf: float) -> tuple[int, int]:  # type: ignore[no-untyped-def]
+def _objective(h: Any, inf: float) -> tuple[int, int]:
     """(best placed count found, proven upper bound) of the last solve."""
     info = h.getInfo()
     found = round(-info.objective_function_value) if info.primal_solution_status else 0
@@ -248,19 +255,19 @@ def _objective(h, inf: float) -> tuple[int, int]:  # type: ignore[no-untyped-def
     return found, max(found, bound)
 
 
-def _solution(h, n: int) -> list[float]:  # type: ignore[no-untyped-def]
+def _solution(h: Any, n: int) -> list[float]:
     info = h.getInfo()
     return list(h.getSolution().col_value) if info.primal_solution_status else [0.0] * n
 
 
-def _columns(state: PlanState) -> list[tuple[int, int, object]]:
+def _columns(state: PlanState) -> list[Column]:
     """(model, host, incumbent residency or ``None``) per binary variable."""
-    cols: list[tuple[int, int, object]] = []
+    cols: list[Column] = []
     ledger = state.ledger
     for mi in range(len(state.profiles)):
         if not state.desired[mi]:
             continue
-        inc = {hi: res for hi, res in serving_incumbents(state, mi)}
+        inc = {hi: cast(ResidencySnapshot, res) for hi, res in serving_incumbents(state, mi)}
         mid = state.profiles[mi].model_id
         for hi in state.cands[mi]:
             book = ledger.books[hi]
@@ -271,15 +278,15 @@ def _columns(state: PlanState) -> list[tuple[int, int, object]]:
     return cols
 
 
-def _rows(state: PlanState, cols: list[tuple[int, int, object]]) -> list[tuple[list, int]]:
+def _rows(state: PlanState, cols: list[Column]) -> list[Row]:
     """Every constraint as (sparse coefficients, upper bound)."""
     ledger = state.ledger
-    rows: list[tuple[list, int]] = []
+    rows: list[Row] = []
     per_model: dict[int, list[int]] = {}
-    inc_row: dict[int, list] = {}
-    raw_row: dict[int, list] = {}
-    slot_row: dict[int, list] = {}
-    disk_row: dict[int, list] = {}
+    inc_row: dict[int, list[tuple[int, int]]] = {}
+    raw_row: dict[int, list[tuple[int, int]]] = {}
+    slot_row: dict[int, list[tuple[int, int]]] = {}
+    disk_row: dict[int, list[tuple[int, int]]] = {}
     on_host: dict[int, dict[int, int]] = {}
     for j, (mi, hi, res) in enumerate(cols):
         per_model.setdefault(mi, []).append(j)
@@ -294,8 +301,8 @@ def _rows(state: PlanState, cols: list[tuple[int, int, object]]) -> list[tuple[l
             disk = ledger.disk_cost(mi, hi)
             if disk and book.disk_free is not None:
                 disk_row.setdefault(hi, []).append((j, disk))
-        elif res.actuatable:  # type: ignore[attr-defined]
-            raw_row.setdefault(hi, []).append((j, ledger._incumbent_mb(mi, hi, res)))  # type: ignore[arg-type]
+        elif res.actuatable:
+            raw_row.setdefault(hi, []).append((j, ledger._incumbent_mb(mi, hi, res)))
     for mi, js in per_model.items():
         if len(js) > state.desired[mi]:
             rows.append(([(j, 1) for j in js], state.desired[mi]))
@@ -313,13 +320,13 @@ def _rows(state: PlanState, cols: list[tuple[int, int, object]]) -> list[tuple[l
 
 
 def _colocation_rows(
-    state: PlanState, cols: list[tuple[int, int, object]], on_host: dict[int, dict[int, int]]
-) -> list[tuple[list, int]]:
+    state: PlanState, cols: list[Column], on_host: dict[int, dict[int, int]]
+) -> list[Row]:
     """Exclusions (x_a + x_b <= 1 minus what is live) and ceilings (big-M) per host."""
     ledger = state.ledger
     if not ledger.ceiling and not any(ledger.excludes.values()):
         return []
-    rows: list[tuple[list, int]] = []
+    rows: list[Row] = []
     index = ledger.index
     for hi, here in on_host.items():
         book = ledger.books[hi]

@@ -8,6 +8,7 @@ memory and model slots are an admissible lower bound, so a saturated fleet fails
 from __future__ import annotations
 
 from grid_core.planner.core import PlanState
+from grid_core.planner.ledger import Placed
 
 REPAIRABLE = frozenset({"memory", "slots"})
 """Fit failures a relocation can cure (presence, blocking, colocation and disk cannot)."""
@@ -100,7 +101,7 @@ def repair_class(state: PlanState, models: list[int], homogeneous: bool) -> None
                 break
 
 
-def _movable(state: PlanState, hi: int, mi: int, need: int, avoid: set[int]) -> list:
+def _movable(state: PlanState, hi: int, mi: int, need: int, avoid: set[int]) -> list[Placed]:
     """New replicas on ``hi`` whose departure could make room for ``mi`` (largest first)."""
     book = state.ledger.books[hi]
     out = [

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from grid_core.planner.core import PlanState
 from grid_core.planner.eligibility import incompatibility
-from grid_core.planner.types import Unmet, UnmetCode
+from grid_core.planner.types import Unmet, UnmetCode, UnmetResource
 
-STATIC_RESOURCE = {
+STATIC_RESOURCE: dict[str, UnmetResource] = {
     "runtime": "runtime",
     "backend": "runtime",
     "required_tags": "tags",
@@ -29,7 +29,7 @@ FIT_CODES: dict[str, UnmetCode] = {
 }
 """Binding dynamic resource → unmet code."""
 
-FIT_ORDER = ("memory", "slots", "disk", "colocation")
+FIT_ORDER: tuple[UnmetResource, ...] = ("memory", "slots", "disk", "colocation")
 """Tie-break between dynamic resources that block equally many hosts."""
 
 
@@ -115,7 +115,7 @@ def _replica_unmet(state: PlanState, mi: int, missing: int) -> list[Unmet]:
     return out
 
 
-def binding(state: PlanState, mi: int) -> tuple[UnmetCode, str, str]:
+def binding(state: PlanState, mi: int) -> tuple[UnmetCode, UnmetResource, str]:
     """(code, binding resource, explanation) for a model that is still short.
 
     Every compatible host without a replica of the model is classified by which dynamic
@@ -163,12 +163,12 @@ def binding(state: PlanState, mi: int) -> tuple[UnmetCode, str, str]:
     return FIT_CODES[resource], resource, why
 
 
-def _lacks(state: PlanState, mi: int, hi: int) -> list[str]:
+def _lacks(state: PlanState, mi: int, hi: int) -> list[UnmetResource]:
     """Dynamic resources host ``hi`` lacks for one more replica of ``mi`` right now."""
     ledger = state.ledger
     book = ledger.books[hi]
     mid = state.profiles[mi].model_id
-    out = []
+    out: list[UnmetResource] = []
     mem = state.mem_rows[mi][hi]
     if book.inc_free < mem or book.raw_free < mem:
         out.append("memory")
@@ -184,10 +184,10 @@ def _lacks(state: PlanState, mi: int, hi: int) -> list[str]:
     return out
 
 
-def _static_binding(state: PlanState, mi: int) -> tuple[UnmetCode, str, str]:
+def _static_binding(state: PlanState, mi: int) -> tuple[UnmetCode, UnmetResource, str]:
     """Every compatible host is used (or none exists): which static rule binds."""
     p = state.profiles[mi]
-    counts: dict[str, int] = {}
+    counts: dict[UnmetResource, int] = {}
     eligible = 0
     for hi, host in enumerate(state.hosts):
         if not state.ledger.books[hi].eligible:
@@ -195,9 +195,10 @@ def _static_binding(state: PlanState, mi: int) -> tuple[UnmetCode, str, str]:
         eligible += 1
         bad = incompatibility(p, host)
         if bad is not None:
-            r = STATIC_RESOURCE.get(bad, bad)
+            r = STATIC_RESOURCE.get(bad, "eligibility")
             counts[r] = counts.get(r, 0) + 1
     n = len(state.cands[mi])
+    resource: UnmetResource
     if not counts:
         resource = "eligibility"
         detail = f"{eligible} host(s) are eligible for new work"
@@ -240,8 +241,8 @@ def _pin_unmet(state: PlanState, mi: int) -> list[Unmet]:
         elif (bad := incompatibility(p, state.hosts[hi])) is not None:
             why = f"the host is incompatible ({bad})"
         else:
-            lacks = _lacks(state, mi, hi) or ["capacity"]
-            why = f"the host lacks {', '.join(lacks)} and holds nothing that may be preempted"
+            lacks = ", ".join(_lacks(state, mi, hi)) or "capacity"
+            why = f"the host lacks {lacks} and holds nothing that may be preempted"
         count = 1 if left > 0 else 0
         left -= count
         out.append(

@@ -203,9 +203,9 @@ def test_violation_check_is_independent_and_catches_each_kind(tmp_path):
     cuda_only = {"model_id": "cuda", "memory_mb": 1024, "runtimes": ["vllm"], "backends": ["cuda"]}
     data["models"].append({**cuda_only, "required_tags": []})
     mac = next(h for h in data["hosts"] if "metal" in h["backends"])
-    assert violations(data, [{"model_id": "cuda", "host_id": mac["host_id"]}])[
-        "compatibility"
-    ] == [f"cuda@{mac['host_id']}"]
+    assert violations(data, [{"model_id": "cuda", "host_id": mac["host_id"]}])["compatibility"] == [
+        f"cuda@{mac['host_id']}"
+    ]
     paused = dict(data["hosts"][0], state="paused", residencies=[])
     data["hosts"][0] = paused
     bad = [{"model_id": gguf[0]["model_id"], "host_id": paused["host_id"]}]
