@@ -18,7 +18,7 @@ from grid_core.scenario.catalog import CatalogEntry
 from grid_core.scenario.config import TICK_S
 from grid_core.scenario.topology import Machine
 from grid_core.snapshot import HostSnapshot, ResidencySnapshot
-from grid_core.wire import ResidencyState
+from grid_core.wire import AckStatus, ResidencyState
 
 THROTTLE_SPEED = 0.5
 """A throttled machine serves at half speed."""
@@ -50,7 +50,7 @@ class Ack:
     ``running``) with a short reason."""
 
     action_id: str
-    status: str
+    status: AckStatus
     message: str = ""
     artifact_fetched: bool = False
 
