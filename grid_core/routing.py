@@ -8,7 +8,8 @@ returns values.
 Ordering of a route, best first:
 
 1. protection class: an accepting host before a throttled one (others never route);
-2. admission: an engine below its concurrency limit before a saturated one;
+2. admission: an engine at its concurrency limit (scaled down on a throttled host) never
+   receives a new request: the caller waits briefly or gets 503 + Retry-After;
 3. estimated completion: active requests plus advertised queue as a fraction of the
    engine's effective concurrency (the "service wave"), multiplied by a confidence- and
    freshness-weighted latency EWMA when measurements for this model exist, plus a
@@ -242,6 +243,123 @@ def record_outcome(b: Breaker, outcome: BreakerOutcome, now: float) -> Breaker:
     return Breaker(streak=streak, open_until=max(b.open_until, now + backoff))
 
 
+# --- Retry-After for a model with no ready engine ---------------------------------------------
+MIN_RETRY_AFTER_S = 1
+"""Retry-After is whole seconds (RFC 9110); zero would invite a tight retry loop."""
+MAX_COLD_RETRY_AFTER_S = 30
+"""Longest advised wait for a cold model: clients with a retry budget (the OpenAI client's is
+about 10 s) should keep asking rather than give up on a long first load."""
+UNKNOWN_STARTUP_RETRY_AFTER_S = 2
+"""Advised wait when nothing is planned for the model yet: the next planning pass is at most
+a couple of seconds away and may place it on a free host."""
+
+
+def cold_retry_after_s(startup_remaining_s: Iterable[float]) -> int:
+    """``Retry-After`` for a configured model with no ready engine (whole seconds).
+
+    Args:
+        startup_remaining_s: estimated seconds until each replica that is starting or planned
+            becomes ready (learned load+warm time of its host minus time already spent);
+            empty when nothing is planned.
+
+    Returns:
+        The soonest estimate rounded up, within [:data:`MIN_RETRY_AFTER_S`,
+        :data:`MAX_COLD_RETRY_AFTER_S`]; :data:`UNKNOWN_STARTUP_RETRY_AFTER_S` without any
+        estimate. Non-finite estimates are ignored.
+    """
+    finite = [s for s in startup_remaining_s if math.isfinite(s)]
+    if not finite:
+        return UNKNOWN_STARTUP_RETRY_AFTER_S
+    soonest = math.ceil(max(0.0, min(finite)))
+    return min(MAX_COLD_RETRY_AFTER_S, max(MIN_RETRY_AFTER_S, soonest))
+
+
+# --- upstream answers: whose fault -----------------------------------------------------------
+UPSTREAM_NOT_OFFERED = frozenset({404, 405, 501})
+"""Engine statuses meaning "this engine does not offer that endpoint" (llama-server answers
+501 to ``/v1/embeddings`` when it was started without embeddings): the caller asked for
+something the model does not do; the engine is healthy."""
+CALLER_ERROR_TYPES = frozenset(
+    {"invalid_request_error", "exceed_context_size_error", "not_supported_error"}
+)
+"""OpenAI-shaped ``error.type`` values that blame the request, whatever the status."""
+CONTEXT_LENGTH_PHRASES = (
+    "context size",
+    "context length",
+    "context window",
+    "exceeds the available context",
+    "too large to process",
+    "n_ctx",
+    "prompt is too long",
+    "too many tokens",
+)
+"""Phrases engines use when a prompt does not fit (llama-server answered these with 500
+before it had a dedicated error type)."""
+CALLER_PHRASES = (
+    "failed to parse",
+    "unsupported param",
+    "not supported",
+    "does not support",
+    "invalid request",
+    "invalid value",
+    "must be",
+)
+"""Phrases of an engine's 5xx that name a bad parameter of the request (grammar, JSON
+schema, tools without a template): the request is at fault, not the engine."""
+
+
+class UpstreamVerdict(msgspec.Struct, frozen=True, kw_only=True):
+    """Who caused an engine's answer and what the caller receives.
+
+    Attributes:
+        breaker: the outcome the engine's circuit breaker records.
+        status: the HTTP status the caller receives.
+        code: Grid's OpenAI error code when Grid rewrites the answer (``None`` = the engine's
+            answer is relayed as it is).
+    """
+
+    breaker: BreakerOutcome
+    status: int
+    code: str | None = None
+
+
+def classify_upstream(
+    status: int, error_type: str | None = None, message: str | None = None
+) -> UpstreamVerdict:
+    """Classify one engine answer as caller-caused or engine-caused.
+
+    Caller-caused answers never penalise the breaker (source: the specification's circuit
+    breaker text, "caller-caused 4xx responses do not poison route health"; issue 16 items 6
+    and 10 extend it to 5xx/501 answers that blame the request). Where the engine's answer
+    names the request as the cause, the caller gets a 4xx instead of a 5xx.
+
+    Args:
+        status: the engine's HTTP status.
+        error_type: ``error.type`` of an OpenAI-shaped error body, if any.
+        message: ``error.message`` of that body, if any (only searched, never stored).
+
+    Returns:
+        The verdict: breaker outcome, caller status and Grid's error code when rewritten.
+    """
+    if 200 <= status < 300:
+        return UpstreamVerdict(breaker="success", status=status)
+    if status == 429:
+        return UpstreamVerdict(breaker="rate_limited", status=429)
+    if status in (401, 403):
+        # The engine refused Grid's private key: a registry problem, never the caller's.
+        return UpstreamVerdict(breaker="failure", status=502, code="upstream_auth")
+    if status in UPSTREAM_NOT_OFFERED:
+        return UpstreamVerdict(breaker="client_error", status=400, code="unsupported_endpoint")
+    if status < 500:
+        return UpstreamVerdict(breaker="client_error", status=status)
+    text = (message or "").lower()
+    if any(p in text for p in CONTEXT_LENGTH_PHRASES) or error_type == "exceed_context_size_error":
+        return UpstreamVerdict(breaker="client_error", status=400, code="context_length_exceeded")
+    if error_type in CALLER_ERROR_TYPES or any(p in text for p in CALLER_PHRASES):
+        return UpstreamVerdict(breaker="client_error", status=400, code="invalid_request_error")
+    return UpstreamVerdict(breaker="failure", status=status)
+
+
 # --- route choice -------------------------------------------------------------------------
 class RouteCandidate(msgspec.Struct, frozen=True, kw_only=True):
     """One engine that claims to serve the requested model.
@@ -259,6 +377,8 @@ class RouteCandidate(msgspec.Struct, frozen=True, kw_only=True):
         lease_age_s: seconds since the record's last refresh (server clock; may be negative).
         measurement: server-owned measurement for this model on this engine, if any.
         breaker_open: the circuit breaker refuses new requests now.
+        concurrency_multiplier: share of ``max_concurrency`` a throttled host admits
+            (its advertised throttle fraction; ignored while the host is accepting).
     """
 
     engine_id: str
@@ -272,6 +392,24 @@ class RouteCandidate(msgspec.Struct, frozen=True, kw_only=True):
     lease_age_s: float = 0.0
     measurement: Measurement | None = None
     breaker_open: bool = False
+    concurrency_multiplier: float = 1.0
+
+
+def admission_limit(c: RouteCandidate) -> int | None:
+    """Requests the engine may have in flight at once (``None`` = unknown, no hard limit).
+
+    An engine's concurrency is a hard admission boundary; on a throttled host only the
+    advertised fraction of it admits new requests, and at least one request unless the
+    fraction is zero (source: the specification's host-protection text, "the advertised
+    concurrency multiplier limits new admissions").
+    """
+    if c.max_concurrency is None:
+        return None
+    if c.host_state != "throttled" or c.concurrency_multiplier >= 1.0:
+        return c.max_concurrency
+    if c.concurrency_multiplier <= 0.0 or c.max_concurrency == 0:
+        return 0
+    return max(1, math.floor(c.max_concurrency * c.concurrency_multiplier))
 
 
 class RouteEstimate(msgspec.Struct, frozen=True, kw_only=True):
@@ -368,7 +506,8 @@ def estimate_routes(
                 tps = _weighted(m.tokens_per_s if m else None, tputs[c.engine_id], median_tps)
                 if tps:
                     completion += hint / tps * 1000.0
-        saturated = c.max_concurrency is not None and c.active_requests >= c.max_concurrency
+        limit = admission_limit(c)
+        saturated = limit is not None and c.active_requests >= limit
         out.append(
             RouteEstimate(
                 engine_id=c.engine_id,
@@ -424,9 +563,10 @@ def choose_route(
         affinity_hash: :func:`hash_affinity_key` of the client's session key.
 
     Returns:
-        An engine id from ``candidates``, or ``None``.
+        An engine id from ``candidates``, or ``None`` when no route is eligible or every
+        eligible route is at its admission limit (the request must wait, never pile on).
     """
-    ranked = estimate_routes(candidates, now, max_tokens)
+    ranked = [r for r in estimate_routes(candidates, now, max_tokens) if not r.saturated]
     if not ranked:
         return None
     best = ranked[0]

@@ -21,13 +21,14 @@ from grid_core.plugins import Plugins
 from grid_server.api_allocator import allocator_routes
 from grid_server.api_nodes import node_routes
 from grid_server.auth import Credentials
-from grid_server.context import ServerContext, upstream_transport
+from grid_server.context import ServerContext
 from grid_server.home import STATE_DIR
 from grid_server.http import error_response, json_response
 from grid_server.proxy import Proxy, Receive, Scope, Send
 from grid_server.registry import Registry
 from grid_server.router import RouterState
 from grid_server.runner import TICK_INTERVAL_S, ControllerRunner
+from grid_server.upstream import UpstreamPool
 
 log = logging.getLogger("grid.server")
 
@@ -121,7 +122,7 @@ def build_app(
 
     @asynccontextmanager
     async def lifespan(_app: Litestar) -> AsyncIterator[None]:
-        ctx.client = upstream_transport()
+        ctx.client = UpstreamPool()
         try:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(runner.run)

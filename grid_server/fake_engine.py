@@ -6,9 +6,14 @@ It speaks the llama-server HTTP shape Grid relies on: ``GET /health`` and ``GET 
 usage chunk and ``data: [DONE]``. Replies are deterministic filler text, not inference.
 
 Test controls (require the key too): ``POST /fake/behaviour`` with
-``{"status": 500, "count": 2, "delay_ms": 0, "token_delay_ms": 0, "tokens": 8}`` makes the
-next ``count`` requests answer ``status`` (and sets response delay, per-token stream delay and
-default length); ``GET /fake/stats`` returns request counts by path.
+``{"status": 500, "count": 2, "message": "...", "type": "...", "delay_ms": 0,
+"token_delay_ms": 0, "tokens": 8, "close_after_stream": false, "embeddings": true}`` makes
+the next ``count`` requests answer ``status`` with that error message/type (and sets response
+delay, per-token stream delay and default length). ``close_after_stream`` closes the
+connection right after a stream although keep-alive was announced (llama-server's fault);
+``embeddings: false`` answers ``/v1/embeddings`` with 501 like llama-server started without
+``--embeddings``. ``GET /fake/stats`` returns request counts by path and the wall-clock times
+at which the fake saw a caller disconnect while it was still generating.
 
 Run: ``python -m grid_server.fake_engine --model NAME --api-key-file F --url-file F``.
 """
@@ -48,6 +53,13 @@ class FakeEngine:
         self.delay_ms = 0.0
         self.token_delay_ms = 0.0
         self.tokens = DEFAULT_TOKENS
+        self.fail_message = "fake failure"
+        self.fail_type: str | None = None
+        self.close_after_stream = False
+        self.embeddings = True
+        self.cancelled_at: list[float] = []
+        self.active = 0
+        self.max_active = 0
         self._auth = f"Bearer {api_key}".encode() if api_key else None
 
     def _authorized(self, scope: Scope) -> bool:
@@ -104,10 +116,19 @@ class FakeEngine:
             self.delay_ms = float(cfg.get("delay_ms", 0.0))
             self.token_delay_ms = float(cfg.get("token_delay_ms", 0.0))
             self.tokens = min(MAX_FAKE_TOKENS, int(cfg.get("tokens", DEFAULT_TOKENS)))
+            self.fail_message = str(cfg.get("message", "fake failure"))
+            self.fail_type = cfg.get("type")
+            self.close_after_stream = bool(cfg.get("close_after_stream", False))
+            self.embeddings = bool(cfg.get("embeddings", True))
             await respond(send, 200, b'{"ok":true}', JSON)
             return
         if path == "/fake/stats" and method == "GET":
-            await respond(send, 200, msgspec.json.encode({"requests": dict(self.stats)}), JSON)
+            stats = {
+                "requests": dict(self.stats),
+                "cancelled_at": self.cancelled_at,
+                "max_active": self.max_active,
+            }
+            await respond(send, 200, msgspec.json.encode(stats), JSON)
             return
         if method != "POST" or path not in (
             "/v1/chat/completions",
@@ -122,8 +143,25 @@ class FakeEngine:
             )
             return
         self.stats[path] += 1
-        if self.delay_ms:
-            await anyio.sleep(self.delay_ms / 1000.0)
+        self.active += 1
+        self.max_active = max(self.max_active, self.active)
+        try:
+            await self._infer(path, body, receive, send)
+        finally:
+            self.active -= 1
+
+    async def _infer(self, path: str, body: bytes, receive: Receive, send: Send) -> None:
+        if self.delay_ms and await self._generate_or_hang_up(receive, self.delay_ms / 1000.0):
+            return
+        if path == "/v1/embeddings" and not self.embeddings:
+            await respond(
+                send,
+                501,
+                b'{"error":{"code":501,"message":"This server does not support embeddings. '
+                b'Start it with `--embeddings`","type":"not_supported_error"}}',
+                JSON,
+            )
+            return
         if self.fail_count > 0:
             self.fail_count -= 1
             await respond(
@@ -133,10 +171,13 @@ class FakeEngine:
                     {
                         "error": {
                             "code": self.fail_status,
-                            "message": "fake failure",
-                            "type": "server_error"
-                            if self.fail_status >= 500
-                            else "invalid_request_error",
+                            "message": self.fail_message,
+                            "type": self.fail_type
+                            or (
+                                "server_error"
+                                if self.fail_status >= 500
+                                else "invalid_request_error"
+                            ),
                         }
                     }
                 ),
@@ -161,8 +202,30 @@ class FakeEngine:
         chat = path == "/v1/chat/completions"
         if req.get("stream") is True:
             await self._stream(send, chat, n)
+            if self.close_after_stream:
+                # uvicorn closes the connection when an app fails after its response:
+                # keep-alive was announced, the connection still goes away.
+                raise ConnectionAbortedError("fake: closing the connection after a stream")
         else:
             await respond(send, 200, self._complete(chat, n), JSON)
+
+    async def _generate_or_hang_up(self, receive: Receive, seconds: float) -> bool:
+        """'Generate' for ``seconds``; True (and the time recorded) if the caller left."""
+        gone = False
+        async with anyio.create_task_group() as tg:
+
+            async def watch() -> None:
+                nonlocal gone
+                while (await receive())["type"] != "http.disconnect":
+                    pass
+                gone = True
+                self.cancelled_at.append(time.time())
+                tg.cancel_scope.cancel()
+
+            tg.start_soon(watch)
+            await anyio.sleep(seconds)
+            tg.cancel_scope.cancel()
+        return gone
 
     def _complete(self, chat: bool, n: int) -> bytes:
         text = " ".join(f"tok{i}" for i in range(n))

@@ -2,34 +2,39 @@
 
 A plain ASGI callable mounted in front of the Litestar app so the hot path does no routing,
 validation or middleware work it does not need. Source: the specification's "HTTP control
-surface", "Global placement loop" (request routing) and "Proactive observation".
+surface", "Global placement loop" (request routing, circuit breaker) and "Proactive
+observation".
 
-Rules kept here:
+A POST goes through four steps, all working on one per-request :class:`Exchange`:
 
-* a request for a model with no ready route gets 503 + ``Retry-After`` (OpenAI error shape);
-  an unknown model 404; a non-JSON body 400; a body over :data:`MAX_BODY_BYTES` 413;
-* the engine's private key is added on the upstream hop and never forwarded back; the
-  caller's own ``Authorization`` and the affinity key are never forwarded;
-* a failed POST is never replayed; the breaker only steers later requests;
-* observation (features, measurements) happens after the response and never raises.
+1. **parse** — read the bounded body, the model, the affinity key and the request's shape;
+2. **resolve** — choose one ready engine below its admission limit (a short bounded wait
+   when every ready engine is saturated);
+3. **relay** — one upstream POST, its answer classified as caller- or engine-caused,
+   relayed byte for byte; the caller leaving cancels the upstream request at any point;
+4. **observe** — breaker, in-flight count, measurements and demand features, once.
+
+Any step refuses with :class:`ProxyError`; one handler turns it into the caller's
+OpenAI-shaped answer. Rules kept here: the engine's private key is added on the upstream
+hop and never forwarded back; the caller's ``Authorization`` and affinity key are never
+forwarded; a failed POST is never replayed (the breaker only steers later requests).
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import TYPE_CHECKING, Any
 
 import anyio
-import httpx
 import msgspec
 
 from grid_core import routing
 from grid_core.demand.features import EndpointFamily, Outcome
 from grid_server import telemetry
-from grid_server.context import UPSTREAM_EXTENSIONS
-from grid_server.sse import MAX_JSON_BODY_BYTES, UsageScanner, usage_from_json
+from grid_server.relay import relay
 
 if TYPE_CHECKING:
     from grid_server.context import ServerContext
@@ -43,14 +48,17 @@ Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 
 MAX_BODY_BYTES = 32 * 1024 * 1024
 """Largest request body: a long context plus a few inline images; more is refused with 413."""
-NO_ROUTE_RETRY_AFTER_S = 5
-"""Retry-After for a configured model with no ready engine: about one warm-up probe period."""
 AUTO_MODEL = "auto"
 """Model name for unbound work: Grid chooses the model from the workload."""
+ADMISSION_WAIT_S = 2.0
+"""Longest a request waits for a slot when every ready engine of its model is saturated:
+about one short generation; longer waits are better spent by the client honouring
+Retry-After than by holding a connection here."""
+MAX_WAITING_PER_MODEL = 256
+"""Requests of one model allowed to wait for a slot at once; beyond it Grid answers 503 at
+once (a bounded queue never becomes an unbounded pile on a saturated engine)."""
 JSON_HEADERS = [(b"content-type", b"application/json")]
-_FORWARD_RESPONSE_HEADERS = frozenset({b"content-type", b"cache-control", b"content-length"})
-"""Response headers passed back to the caller; the body is relayed byte for byte, so its
-length stays true (the upstream hop asks for identity encoding)."""
+MODELS_PREFIX = "/v1/models/"
 
 
 def error_body(status: int, message: str, kind: str, code: str | None = None) -> bytes:
@@ -97,174 +105,327 @@ async def read_body(scope: Scope, receive: Receive, limit: int = MAX_BODY_BYTES)
             return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
+class ProxyError(Exception):
+    """A step refuses the request; the single error path answers the caller with it.
+
+    Attributes:
+        status: HTTP status for the caller.
+        message: one line naming what is wrong and what to do.
+        kind: OpenAI error ``type``.
+        code: OpenAI error ``code``.
+        outcome: what demand tracking records for it.
+        retry_after_s: ``Retry-After`` seconds, when the caller should come back.
+    """
+
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        code: str,
+        *,
+        kind: str | None = None,
+        outcome: Outcome | None = None,
+        retry_after_s: int | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.code = code
+        self.kind = kind or ("server_error" if status >= 500 else "invalid_request_error")
+        self.outcome: Outcome = outcome or ("error" if status >= 500 else "client_error")
+        self.retry_after_s = retry_after_s
+
+    async def answer(self, send: Send) -> None:
+        """Send this error as a complete OpenAI-shaped response."""
+        headers = JSON_HEADERS
+        if self.retry_after_s is not None:
+            headers = [*JSON_HEADERS, (b"retry-after", str(self.retry_after_s).encode())]
+        await respond(
+            send, self.status, error_body(self.status, self.message, self.kind, self.code), headers
+        )
+
+
+class Exchange:
+    """Everything one proxied POST carries through the four steps.
+
+    Attributes:
+        scope / receive / send: the ASGI triple.
+        path: request path; endpoint: its family (chat, completions, embeddings).
+        t0: ``perf_counter`` at arrival.
+        body: the request body (re-encoded when ``auto`` was resolved).
+        requested: the model the caller named; served: the model Grid routes to.
+        shape: bounded request features (sizes, stream flag, output hint).
+        workload: classified workload of an ``auto`` request.
+        affinity_hash: digest of the caller's affinity key.
+        route: the chosen engine once resolved; began: the router counted it in flight.
+        status: the status the caller received; breaker: outcome for the engine's breaker.
+        outcome: outcome for demand tracking; tokens: completion tokens from usage.
+        started: the response has started (errors can no longer be answered).
+        completed: the response was sent completely; gone: the caller left before that.
+        queue_s: seconds from arrival to the upstream request; service_s: upstream seconds.
+    """
+
+    __slots__ = (
+        "affinity_hash",
+        "began",
+        "body",
+        "breaker",
+        "completed",
+        "endpoint",
+        "gone",
+        "outcome",
+        "path",
+        "queue_s",
+        "receive",
+        "requested",
+        "route",
+        "scope",
+        "send",
+        "served",
+        "service_s",
+        "shape",
+        "started",
+        "status",
+        "t0",
+        "tokens",
+        "workload",
+    )
+
+    def __init__(
+        self, scope: Scope, receive: Receive, send: Send, path: str, endpoint: EndpointFamily
+    ) -> None:
+        self.scope = scope
+        self.receive = receive
+        self.send = send
+        self.path = path
+        self.endpoint = endpoint
+        self.t0 = time.perf_counter()
+        self.body = b""
+        self.requested = ""
+        self.served: str | None = None
+        self.shape = telemetry.Shape()
+        self.workload: str | None = None
+        self.affinity_hash: str | None = None
+        self.route: Route | None = None
+        self.began = False
+        self.status = 0
+        self.breaker: routing.BreakerOutcome = "failure"
+        self.outcome: Outcome = "error"
+        self.tokens: int | None = None
+        self.started = False
+        self.completed = False
+        self.gone = False
+        self.queue_s = 0.0
+        self.service_s: float | None = None
+
+    async def start(self, status: int, headers: list[tuple[bytes, bytes]]) -> None:
+        """Start the caller's response."""
+        self.status = status
+        self.started = True
+        await self.send({"type": "http.response.start", "status": status, "headers": headers})
+
+    async def body_chunk(self, chunk: bytes) -> None:
+        """Send one body chunk (more follows)."""
+        await self.send({"type": "http.response.body", "body": chunk, "more_body": True})
+
+    async def finish(self) -> None:
+        """End the caller's response; from here a disconnect is not a hang-up."""
+        self.completed = True
+        await self.send({"type": "http.response.body", "body": b""})
+
+
 class Proxy:
     """ASGI callable for ``/v1/*``."""
 
     def __init__(self, ctx: ServerContext) -> None:
         self.ctx = ctx
+        self.retries = telemetry.RetryLedger()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         path = scope["path"]
         method = scope["method"]
         endpoint = telemetry.ENDPOINTS.get(path)
         if endpoint is not None and method == "POST":
-            await self._proxy(scope, receive, send, path, endpoint)
+            await self.handle(Exchange(scope, receive, send, path, endpoint))
         elif path == "/v1/models" and method == "GET":
             await respond(send, 200, self._models())
+        elif path.startswith(MODELS_PREFIX) and method == "GET":
+            await self._model(send, path[len(MODELS_PREFIX) :])
         else:
-            await respond(
-                send,
-                404,
-                error_body(404, f"no route {method} {path}", "invalid_request_error", "not_found"),
-            )
+            await ProxyError(404, f"no route {method} {path}", "not_found").answer(send)
 
-    # --- /v1/models ---------------------------------------------------------------------
-    def _models(self) -> bytes:
+    # --- GET /v1/models and /v1/models/{id} --------------------------------------------------
+    def _ready_models(self) -> list[str]:
         now = time.time()
         mono = time.monotonic()
         router = self.ctx.router
-        data = []
-        for model in sorted(router.routed_models()):
-            cands = router.candidates(router.routes(model), now, mono, breakers=False)
-            if any(routing.eligible(c) for c in cands):
-                data.append({"id": model, "object": "model", "created": 0, "owned_by": "grid"})
+        return [
+            m
+            for m in sorted(router.routed_models())
+            if any(
+                routing.eligible(c)
+                for c in router.candidates(router.routes(m), now, mono, breakers=False)
+            )
+        ]
+
+    def _models(self) -> bytes:
+        data = [_model_doc(m) for m in self._ready_models()]
         return msgspec.json.encode({"object": "list", "data": data})
 
-    # --- POST endpoints -----------------------------------------------------------------
-    async def _proxy(
-        self, scope: Scope, receive: Receive, send: Send, path: str, endpoint: EndpointFamily
-    ) -> None:
-        t0 = time.perf_counter()
-        try:
-            body = await read_body(scope, receive)
-        except BodyTooLarge:
-            await respond(
-                send,
-                413,
-                error_body(
-                    413,
-                    f"request body exceeds {MAX_BODY_BYTES} bytes; send a smaller request",
-                    "invalid_request_error",
-                    "request_too_large",
-                ),
-            )
+    async def _model(self, send: Send, model: str) -> None:
+        # Model ids may contain '/', as in OpenAI's fine-tune names.
+        if model in self._ready_models():
+            await respond(send, 200, msgspec.json.encode(_model_doc(model)))
             return
+        await ProxyError(
+            404,
+            f"model '{model}' is not served by this grid right now; see GET /v1/models",
+            "model_not_found",
+        ).answer(send)
+
+    # --- POST: the four steps ------------------------------------------------------------------
+    async def handle(self, ex: Exchange) -> None:
+        """Parse, resolve, relay and observe one POST; the single error path lives here."""
+        try:
+            try:
+                await self.parse(ex)
+            except ProxyError as err:
+                await self._refuse(ex, err)
+                return
+            # From here on the body has been read: a disconnect can only mean the caller left.
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(_watch_disconnect, ex, tg.cancel_scope)
+                try:
+                    await self.resolve(ex)
+                    await relay(self.ctx, ex)
+                except ProxyError as err:
+                    await self._refuse(ex, err)
+                tg.cancel_scope.cancel()
+            if ex.gone:
+                # The caller hung up; leaving the task group closed the upstream request,
+                # which is what stops the engine generating.
+                ex.breaker = "client_error"
+                ex.outcome = "client_error"
+        except OSError:
+            # The caller's connection broke while Grid was writing to it.
+            ex.gone = True
+            ex.breaker = "client_error"
+            ex.outcome = "client_error"
+        finally:
+            self.observe(ex)
+
+    async def _refuse(self, ex: Exchange, err: ProxyError) -> None:
+        """Answer ``err`` unless the response already started (then only record it)."""
+        ex.outcome = err.outcome
+        if not ex.started:
+            ex.status = err.status
+            ex.started = ex.completed = True
+            await err.answer(ex.send)
+
+    async def parse(self, ex: Exchange) -> None:
+        """Step 1: body, model, affinity key, shape, and the model for ``auto``.
+
+        Raises:
+            ProxyError: 413 oversized body, 400 non-JSON body or missing model.
+        """
+        try:
+            body = await read_body(ex.scope, ex.receive)
+        except BodyTooLarge:
+            raise ProxyError(
+                413,
+                f"request body exceeds {MAX_BODY_BYTES} bytes; send a smaller request",
+                "request_too_large",
+            ) from None
         try:
             doc = msgspec.json.decode(body)
         except msgspec.DecodeError:
-            await respond(
-                send,
-                400,
-                error_body(
-                    400, "request body is not valid JSON", "invalid_request_error", "invalid_json"
-                ),
-            )
-            return
+            raise ProxyError(400, "request body is not valid JSON", "invalid_json") from None
         model = doc.get("model") if isinstance(doc, dict) else None
         if not isinstance(model, str) or not model:
-            await respond(
-                send,
-                400,
-                error_body(
-                    400,
-                    "request needs a string 'model' field",
-                    "invalid_request_error",
-                    "missing_model",
-                ),
-            )
-            return
-        affinity_hash = None
-        for name, value in scope["headers"]:
+            raise ProxyError(400, "request needs a string 'model' field", "missing_model")
+        ex.body = body
+        ex.requested = model
+        for name, value in ex.scope["headers"]:
             if name == b"x-grid-affinity-key":
-                affinity_hash = routing.hash_affinity_key(value.decode("utf-8", "replace"))
+                ex.affinity_hash = routing.hash_affinity_key(value.decode("utf-8", "replace"))
                 break
-        shape = telemetry.shape_of(endpoint, doc)
-        workload: str | None = None
-        served = model
+        ex.shape = telemetry.shape_of(ex.endpoint, doc)
+        ex.served = model
         if model == AUTO_MODEL:
-            workload = self._classify(endpoint, shape)
-            served = self._auto_model(workload)
-            if served is not None:
-                doc["model"] = served
-                body = msgspec.json.encode(doc)
-        now = time.time()
-        mono = time.monotonic()
-        route = self._pick(served, shape, affinity_hash, now, mono) if served else None
+            ex.workload = self._classify(ex.endpoint, ex.shape)
+            ex.served = self._auto_model(ex.workload)
+            if ex.served is not None:
+                doc["model"] = ex.served
+                ex.body = msgspec.json.encode(doc)
+
+    async def resolve(self, ex: Exchange) -> None:
+        """Step 2: one ready engine below its admission limit.
+
+        When every ready engine is saturated the request waits up to
+        :data:`ADMISSION_WAIT_S` for a slot (at most :data:`MAX_WAITING_PER_MODEL` waiters).
+
+        Raises:
+            ProxyError: 404 for a model this grid does not know, 503 + ``Retry-After`` when
+                no engine is ready or every ready engine stays saturated.
+        """
+        served = ex.served
+        if served is None:
+            raise self._no_route(ex, saturated=False)
+        router = self.ctx.router
+        route, saturated = self._pick(ex, served)
+        if route is None and saturated and router.waiting(served) < MAX_WAITING_PER_MODEL:
+            deadline = time.monotonic() + ADMISSION_WAIT_S
+            while route is None and saturated:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                await router.wait_for_slot(served, left)
+                route, saturated = self._pick(ex, served)
         if route is None:
-            known = served is not None and (
-                served in self.ctx.runner.profile_ids or served in self.ctx.router.routed_models()
+            raise self._no_route(ex, saturated=saturated)
+        ex.route = route
+
+    def _no_route(self, ex: Exchange, *, saturated: bool) -> ProxyError:
+        served = ex.served
+        known = served is not None and (
+            served in self.ctx.runner.profile_ids or served in self.ctx.router.routed_models()
+        )
+        if ex.requested != AUTO_MODEL and not known:
+            return ProxyError(
+                404,
+                f"model '{ex.requested}' is not served by this grid; see GET /v1/models",
+                "model_not_found",
             )
-            if model != AUTO_MODEL and not known:
-                await respond(
-                    send,
-                    404,
-                    error_body(
-                        404,
-                        f"model '{model}' is not served by this grid; see GET /v1/models",
-                        "invalid_request_error",
-                        "model_not_found",
-                    ),
-                )
-                outcome: Outcome = "client_error"
-            else:
-                await respond(
-                    send,
-                    503,
-                    error_body(
-                        503,
-                        f"model '{model}' has no ready engine right now; retry later",
-                        "server_error",
-                        "model_not_ready",
-                    ),
-                    [*JSON_HEADERS, (b"retry-after", str(NO_ROUTE_RETRY_AFTER_S).encode())],
-                )
-                outcome = "unavailable"
-            self._observe(
-                now,
-                endpoint,
-                model,
-                None,
-                shape,
-                None,
-                workload,
-                None,
-                time.perf_counter() - t0,
-                outcome,
-                affinity_hash,
+        if saturated:
+            return ProxyError(
+                503,
+                f"every engine of model '{served}' is busy; retry after the advised delay",
+                "model_saturated",
+                outcome="rejected",
+                retry_after_s=self.ctx.router.busy_retry_after_s(served or "", time.time()),
             )
-            return
-        await self._forward(
-            scope,
-            receive,
-            send,
-            path,
-            endpoint,
-            body,
-            model,
-            route,
-            shape,
-            workload,
-            affinity_hash,
-            t0,
+        return ProxyError(
+            503,
+            f"model '{ex.requested}' has no ready engine right now; retry after the advised delay",
+            "model_not_ready",
+            outcome="unavailable",
+            retry_after_s=self.ctx.runner.retry_after_s(served, time.time()),
         )
 
-    def _pick(
-        self, model: str, shape: telemetry.Shape, affinity_hash: str | None, now: float, mono: float
-    ) -> Route | None:
+    def _pick(self, ex: Exchange, model: str) -> tuple[Route | None, bool]:
+        """(route, saturated): the chosen engine, or ``None`` and whether any was eligible."""
         router = self.ctx.router
         routes = router.routes(model)
         if not routes:
-            return None
-        if len(routes) == 1:
-            cands = router.candidates(routes, now, mono)
-            return routes[0] if routing.eligible(cands[0]) else None
-        cands = router.candidates(routes, now, mono)
+            return None, False
+        now = time.time()
+        cands = router.candidates(routes, now, time.monotonic())
         chosen = routing.choose_route(
-            cands, now, max_tokens=shape.max_tokens, affinity_hash=affinity_hash
+            cands, now, max_tokens=ex.shape.max_tokens, affinity_hash=ex.affinity_hash
         )
         if chosen is None:
-            return None
-        return next(r for r in routes if r.engine.record_id == chosen)
+            return None, any(routing.eligible(c) for c in cands)
+        return next(r for r in routes if r.engine.record_id == chosen), False
 
     def _classify(self, endpoint: EndpointFamily, shape: telemetry.Shape) -> str | None:
         vocabulary = self.ctx.runner.vocabulary
@@ -293,17 +454,10 @@ class Proxy:
 
     def _auto_model(self, workload: str | None) -> str | None:
         """The ready model best suited to ``workload`` (configured workload scores)."""
-        now = time.time()
-        mono = time.monotonic()
-        router = self.ctx.router
-        profiles = self.ctx.runner.profiles
-        ready = [
-            m
-            for m in router.routed_models()
-            if any(routing.eligible(c) for c in router.candidates(router.routes(m), now, mono))
-        ]
+        ready = self._ready_models()
         if not ready:
             return None
+        profiles = self.ctx.runner.profiles
 
         def score(m: str) -> tuple[float, str]:
             p = profiles.get(m)
@@ -312,249 +466,76 @@ class Proxy:
 
         return min(ready, key=score)
 
-    async def _forward(
-        self,
-        scope: Scope,
-        receive: Receive,
-        send: Send,
-        path: str,
-        endpoint: EndpointFamily,
-        body: bytes,
-        model: str,
-        route: Route,
-        shape: telemetry.Shape,
-        workload: str | None,
-        affinity_hash: str | None,
-        t0: float,
-    ) -> None:
-        ctx = self.ctx
-        router = ctx.router
-        eng = route.engine
-        # identity: the body is relayed raw and scanned for usage, so it must not be
-        # compressed on the upstream hop (httpx would otherwise offer gzip/br).
-        headers = {
-            "content-type": "application/json",
-            "accept-encoding": "identity",
-            "accept": "text/event-stream" if shape.stream else "application/json",
-        }
-        key = ctx.registry.engine_key(eng.record_id)
-        if key:
-            headers["authorization"] = f"Bearer {key}"
-        mono = time.monotonic()
-        router.begin(route, mono)
-        queue_s = time.perf_counter() - t0
-        t_up = time.perf_counter()
-        outcome: routing.BreakerOutcome = "failure"
-        status = 502
-        tokens: int | None = None
-        started = False
-        try:
-            request = httpx.Request(
-                "POST",
-                _upstream_url(eng.url, path),
-                content=body,
-                headers=headers,
-                extensions=UPSTREAM_EXTENSIONS,
-            )
+    def observe(self, ex: Exchange) -> None:
+        """Step 4: breaker, in-flight count, measurements and demand, once per request.
+
+        Never raises: observation is best effort and must not fail a response.
+        """
+        if not ex.requested:
+            return  # refused before a model was named: nothing to attribute
+        now = time.time()
+        route = ex.route
+        if route is not None and ex.began:
+            service_s = ex.service_s if ex.service_s is not None else 0.0
+            ok = ex.breaker == "success"
             try:
-                upstream = await ctx.client.handle_async_request(request)
-            except httpx.HTTPError as exc:
-                await respond(
-                    send,
-                    502,
-                    error_body(
-                        502,
-                        f"engine for '{route.model_id}' could not be reached "
-                        f"({type(exc).__name__}); the request was not retried",
-                        "server_error",
-                        "upstream_unreachable",
-                    ),
-                )
-                return
-            try:
-                status = upstream.status_code
-                outcome = _classify_status(status)
-                if status in (401, 403):
-                    # The engine refused Grid's private key: a registry problem, not the
-                    # caller's. Its body is not forwarded (it could echo credentials).
-                    await respond(
-                        send,
-                        502,
-                        error_body(
-                            502,
-                            f"engine for '{route.model_id}' refused Grid's credential",
-                            "server_error",
-                            "upstream_auth",
-                        ),
-                    )
-                    return
-                resp_headers = [
-                    (k, v)
-                    for k, v in upstream.headers.raw
-                    if k.lower() in _FORWARD_RESPONSE_HEADERS
-                ]
-                await send(
-                    {"type": "http.response.start", "status": status, "headers": resp_headers}
-                )
-                started = True
-                gone, tokens = await _relay(upstream, status, send, receive)
-                if gone:
-                    # The caller hung up: closing the upstream stream stops generation.
-                    outcome = "client_error"
-            finally:
-                await upstream.aclose()
-        except httpx.HTTPError:
-            outcome = "failure"
-            if not started:
-                await respond(
-                    send,
-                    502,
-                    error_body(
-                        502,
-                        f"engine for '{route.model_id}' failed mid-response; not retried",
-                        "server_error",
-                        "upstream_error",
-                    ),
-                )
-        except OSError:
-            # The client went away; the engine did nothing wrong.
-            outcome = "client_error"
-        finally:
-            service_s = time.perf_counter() - t_up
-            now = time.time()
-            try:
-                router.finish(
-                    route, outcome, time.monotonic(), now, service_s * 1000.0, tokens, service_s
+                self.ctx.router.finish(
+                    route,
+                    ex.breaker,
+                    time.monotonic(),
+                    now,
+                    service_s * 1000.0 if ok else None,
+                    ex.tokens if ok else None,
+                    service_s,
                 )
             except Exception:  # observation never fails a response
                 log.exception("router bookkeeping failed")
-            self._observe(
-                now,
-                endpoint,
-                model,
-                route.model_id,
-                shape,
-                tokens,
-                workload,
-                service_s,
-                queue_s,
-                _feature_outcome(outcome, status),
-                affinity_hash,
-            )
-
-    def _observe(
-        self,
-        now: float,
-        endpoint: EndpointFamily,
-        requested: str,
-        served: str | None,
-        shape: telemetry.Shape,
-        tokens: int | None,
-        workload: str | None,
-        service_s: float | None,
-        queue_s: float,
-        outcome: Outcome,
-        affinity_hash: str | None,
-    ) -> None:
         try:
+            retry = self._is_retry(ex)
             self.ctx.runner.observe(
                 telemetry.features(
                     at=now,
-                    endpoint=endpoint,
-                    requested_model=requested,
-                    served_model=served,
-                    shape=shape,
-                    output_units=tokens,
-                    workload=workload,
-                    service_time_s=service_s,
-                    queue_s=queue_s,
-                    outcome=outcome,
-                    affinity_hash=affinity_hash,
+                    endpoint=ex.endpoint,
+                    requested_model=ex.requested or "",
+                    served_model=route.model_id if route is not None else None,
+                    shape=ex.shape,
+                    output_units=ex.tokens,
+                    workload=ex.workload,
+                    service_time_s=ex.service_s if route is not None else None,
+                    queue_s=ex.queue_s if route is not None else time.perf_counter() - ex.t0,
+                    outcome=ex.outcome,
+                    affinity_hash=ex.affinity_hash,
+                    retry=retry,
                 )
             )
         except Exception:  # observation is best effort
             log.exception("request observation failed")
 
-
-async def _relay(
-    upstream: httpx.Response, status: int, send: Send, receive: Receive
-) -> tuple[bool, int | None]:
-    """Relay the upstream body; returns (caller hung up, completion tokens if known)."""
-    if b"text/event-stream" in upstream.headers.get("content-type", "").encode():
-        scanner = UsageScanner()
-        gone = await _relay_watching(upstream, scanner, send, receive)
-        ok = 200 <= status < 300 and not gone
-        return gone, scanner.completion_tokens if ok else None
-    whole: list[bytes] = []
-    size = 0
-    async for chunk in upstream.aiter_raw():
-        if size <= MAX_JSON_BODY_BYTES:
-            whole.append(chunk)
-            size += len(chunk)
-        await send({"type": "http.response.body", "body": chunk, "more_body": True})
-    await send({"type": "http.response.body", "body": b""})
-    if 200 <= status < 300 and whole:
-        return False, usage_from_json(b"".join(whole))[0]
-    return False, None
+    def _is_retry(self, ex: Exchange) -> bool:
+        """Whether this request repeats one already counted as demand after a 503."""
+        ledger = self.retries
+        refused = ex.status == 503 and ex.route is None
+        if not refused and not (ex.outcome == "ok" and len(ledger)):
+            return False
+        client = ex.scope.get("client")
+        identity = ledger.identity(client[0] if client else "", ex.affinity_hash, ex.body)
+        mono = time.monotonic()
+        return ledger.refused(identity, mono) if refused else ledger.served(identity, mono)
 
 
-async def _relay_watching(
-    upstream: httpx.Response, scanner: UsageScanner, send: Send, receive: Receive
-) -> bool:
-    """Relay an SSE stream chunk by chunk; stop early when the caller disconnects.
-
-    Returns:
-        True when the caller went away before the stream ended.
-    """
-    gone = False
-    async with anyio.create_task_group() as tg:
-
-        async def watch() -> None:
-            nonlocal gone
-            while (await receive())["type"] != "http.disconnect":
-                pass
-            gone = True
-            tg.cancel_scope.cancel()
-
-        tg.start_soon(watch)
-        async for chunk in upstream.aiter_raw():
-            scanner.feed(chunk)
-            await send({"type": "http.response.body", "body": chunk, "more_body": True})
-        await send({"type": "http.response.body", "body": b""})
-        tg.cancel_scope.cancel()
-    return gone
+async def _watch_disconnect(ex: Exchange, scope: anyio.CancelScope) -> None:
+    """Cancel the exchange when the caller disconnects before its response is complete."""
+    while (await ex.receive())["type"] != "http.disconnect":
+        pass
+    if not ex.completed:
+        ex.gone = True
+        scope.cancel()
 
 
-_URLS: dict[tuple[str, str], httpx.URL] = {}
-MAX_CACHED_URLS = 4096
-"""Parsed upstream URLs kept (engines × endpoints); cleared when full."""
+def _model_doc(model: str) -> dict[str, object]:
+    return {"id": model, "object": "model", "created": 0, "owned_by": "grid"}
 
 
-def _upstream_url(base: str, path: str) -> httpx.URL:
-    key = (base, path)
-    url = _URLS.get(key)
-    if url is None:
-        if len(_URLS) >= MAX_CACHED_URLS:
-            _URLS.clear()
-        url = _URLS[key] = httpx.URL(base + path)
-    return url
-
-
-def _classify_status(status: int) -> routing.BreakerOutcome:
-    if 200 <= status < 300:
-        return "success"
-    if status == 429:
-        return "rate_limited"
-    if status >= 500 or status in (401, 403):
-        return "failure"
-    return "client_error"
-
-
-def _feature_outcome(outcome: routing.BreakerOutcome, status: int) -> Outcome:
-    if outcome == "success":
-        return "ok"
-    if outcome == "rate_limited":
-        return "rejected"
-    if outcome == "client_error":
-        return "client_error"
-    return "error"
+def retry_after_header(seconds: float) -> int:
+    """A ``Retry-After`` value: whole seconds, at least one."""
+    return max(1, math.ceil(seconds))

@@ -7,7 +7,10 @@ measurements start empty after a restart (source: "Global placement loop").
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
+
+import anyio
 
 from grid_core import routing
 from grid_core.hosts import RegistryRecord
@@ -17,6 +20,10 @@ from grid_server.registry import Registry
 
 MAX_TRACKED = 16384
 """Ceiling on breaker and measurement entries (engines × models); stale ones are pruned."""
+BUSY_RETRY_AFTER_MAX_S = 30.0
+"""Longest Retry-After for a saturated model: by then a slot has turned over many times."""
+DEFAULT_SERVICE_S = 1.0
+"""Service time assumed for a saturated model without measurements (one short answer)."""
 
 
 class Route:
@@ -49,6 +56,8 @@ class RouterState:
         self.last_used: dict[tuple[str, str], float] = {}
         self._routes: dict[str, list[Route]] = {}
         self._routes_revision = -1
+        self._waiting: dict[str, int] = {}
+        self._slot_freed: anyio.Event | None = None
 
     # --- route table -------------------------------------------------------------------
     def routes(self, model_id: str) -> list[Route]:
@@ -116,6 +125,11 @@ class RouterState:
                     lease_age_s=now - eng.received_at,
                     measurement=m,
                     breaker_open=breakers and b is not None and b.is_open(mono),
+                    concurrency_multiplier=(
+                        ctl.resources.throttle_fraction
+                        if ctl is not None and ctl.resources is not None
+                        else 1.0
+                    ),
                 )
             )
         return out
@@ -147,6 +161,9 @@ class RouterState:
             self.inflight[eid] = n
         else:
             self.inflight.pop(eid, None)
+        if self._slot_freed is not None:
+            freed, self._slot_freed = self._slot_freed, None
+            freed.set()
         key = (eid, route.model_id)
         b = self.breakers.get(key, routing.CLOSED)
         nb = routing.record_outcome(b, outcome, mono)
@@ -170,6 +187,49 @@ class RouterState:
                 keep = sorted(self.last_used.items(), key=lambda kv: kv[1])[MAX_TRACKED // 2 :]
                 self.last_used = dict(keep)
             self.last_used[mkey] = now
+
+    # --- admission wait -----------------------------------------------------------------
+    def waiting(self, model_id: str) -> int:
+        """Requests of ``model_id`` waiting for a slot now."""
+        return self._waiting.get(model_id, 0)
+
+    async def wait_for_slot(self, model_id: str, timeout_s: float) -> None:
+        """Wait until any in-flight request finishes, or ``timeout_s`` passes."""
+        self._waiting[model_id] = self._waiting.get(model_id, 0) + 1
+        if self._slot_freed is None:
+            self._slot_freed = anyio.Event()
+        freed = self._slot_freed
+        try:
+            with anyio.move_on_after(timeout_s):
+                await freed.wait()
+        finally:
+            left = self._waiting[model_id] - 1
+            if left > 0:
+                self._waiting[model_id] = left
+            else:
+                del self._waiting[model_id]
+
+    def busy_retry_after_s(self, model_id: str, now: float) -> int:
+        """Retry-After for a model whose every ready engine is saturated (whole seconds).
+
+        One measured service time (end-to-end latency EWMA of this model, else
+        :data:`DEFAULT_SERVICE_S`) times the waves of waiting work per slot, at least one
+        second and at most :data:`BUSY_RETRY_AFTER_MAX_S`.
+        """
+        routes = self.routes(model_id)
+        latencies = [
+            m.latency_ms / 1000.0
+            for r in routes
+            if (m := self.measurements.get((r.engine.host_id, model_id))) is not None
+            and m.latency_ms is not None
+            and routing.latency_confidence(m, now) > 0
+        ]
+        service_s = min(latencies) if latencies else DEFAULT_SERVICE_S
+        slots = sum(
+            (r.residency.max_concurrency or 1) if r.residency is not None else 1 for r in routes
+        )
+        waves = 1.0 + self.waiting(model_id) / max(1, slots)
+        return int(min(BUSY_RETRY_AFTER_MAX_S, max(1.0, math.ceil(service_s * waves))))
 
     def public_breakers(self, mono: float) -> list[dict[str, object]]:
         """Open breakers for status (engine ids and timings only)."""

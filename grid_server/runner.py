@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import anyio
 import msgspec
 
+from grid_core import routing
 from grid_core.demand.features import RequestFeatures
 from grid_core.hosts import build_host_snapshots
 from grid_core.profile import ModelProfile
@@ -142,6 +143,55 @@ class ControllerRunner:
         if mono - self._last_demand_poke >= DEMAND_POKE_MIN_GAP_S:
             self._last_demand_poke = mono
             self.poke()
+
+    def retry_after_s(self, model_id: str | None, now: float) -> int:
+        """``Retry-After`` (whole seconds) for a configured model with no ready engine.
+
+        The estimate is the learned load+warm time of the host that will serve the model
+        first: a replica already loading or warming counts with the time it has already
+        spent; otherwise the hosts the last plan assigned it to; otherwise the fastest
+        eligible startup path the last forecast projected. Bounds:
+        :func:`grid_core.routing.cold_retry_after_s`. Reads the controller's last results
+        without the lock (a torn read only falls back to the default).
+        """
+        if model_id is None:
+            return routing.cold_retry_after_s(())
+        try:
+            return routing.cold_retry_after_s(self._startup_estimates(model_id, now))
+        except Exception:  # never fail a 503 over an estimate
+            log.debug("retry-after estimate failed", exc_info=True)
+            return routing.cold_retry_after_s(())
+
+    def _startup_estimates(self, model_id: str, now: float) -> list[float]:
+        profile = self.profiles.get(model_id)
+        if profile is None:
+            return []
+        timings = getattr(self.ctl, "timings", None)
+        plan = getattr(self.ctl, "last_plan", None)
+        out: list[float] = []
+        starting = False
+        planned = set(plan.hosts_of(model_id)) if plan is not None else set()
+        for host in self.hosts(now):
+            res = host.residency(model_id)
+            cached = model_id in host.cached
+            if res is not None and res.state in ("loading", "warming"):
+                starting = True
+            elif host.host_id not in planned or (res is not None and res.state == "ready"):
+                continue
+            warm, load = profile.warm_estimate_s, profile.load_estimate_s
+            if timings is not None:
+                w, ld, fetch = timings.performance(host.host_id, profile, now)
+                warm = w if w is not None else warm
+                phase = fetch if profile.artifact_source is not None else ld
+                load = phase if phase is not None else load
+            total = warm if cached else warm + load
+            spent = now - res.loaded_at if res is not None and res.loaded_at else 0.0
+            out.append(total - max(0.0, spent))
+        if not out and not starting:
+            fc = getattr(self.ctl, "last_forecasts", {}).get(model_id)
+            if fc is not None and fc.desired_replicas > 0:
+                out.append(fc.projection_horizon_s)
+        return out
 
     def poke(self) -> None:
         """Ask for a prompt pass (coalesced)."""

@@ -7,6 +7,8 @@ ends; observation is best effort and never raises into the request path.
 
 from __future__ import annotations
 
+import hashlib
+
 from grid_core.demand.features import EndpointFamily, Modality, Outcome, RequestFeatures
 
 CHARS_PER_TOKEN = 4
@@ -19,6 +21,13 @@ MAX_MODEL_NAME = 200
 """Longest model name kept in features (the wire id limit); longer caller names are cut."""
 TEXT_PREFIX_CHARS = 512
 """Text handed to the classifier for its keyword scan; it is dropped right after."""
+
+RETRY_WINDOW_S = 20.0
+"""A request refused with 503 and sent again within this long is the same demand, counted
+once (issue 16, item 5). It is shorter than the 30 s demand window, so a client still
+waiting after it counts once more and keeps the model's direct evidence live."""
+MAX_RETRY_ENTRIES = 8192
+"""Refused request identities remembered at once; when full, the oldest half is forgotten."""
 
 ENDPOINTS: dict[str, EndpointFamily] = {
     "/v1/chat/completions": "chat",
@@ -90,6 +99,48 @@ def shape_of(endpoint: EndpointFamily, body: dict[str, object]) -> Shape:
     return shape
 
 
+class RetryLedger:
+    """Recognises a client's retry of a request Grid refused with 503.
+
+    A request's identity is a digest of the caller's address, its affinity digest and its
+    exact body: the OpenAI clients and typical retry loops resend the identical body. Only
+    the digest is kept, for :data:`RETRY_WINDOW_S` from the refusal that was counted.
+    """
+
+    def __init__(self) -> None:
+        self._counted: dict[bytes, float] = {}
+
+    def __len__(self) -> int:
+        return len(self._counted)
+
+    @staticmethod
+    def identity(client: str, affinity_hash: str | None, body: bytes) -> bytes:
+        """Digest of one request's identity (16 bytes)."""
+        h = hashlib.blake2b(digest_size=16)
+        h.update(client.encode())
+        h.update(b"\0")
+        h.update((affinity_hash or "").encode())
+        h.update(b"\0")
+        h.update(body)
+        return h.digest()
+
+    def refused(self, identity: bytes, mono: float) -> bool:
+        """Note a 503 for ``identity``; True when it is a retry of one already counted."""
+        at = self._counted.get(identity)
+        if at is not None and mono - at < RETRY_WINDOW_S:
+            return True
+        if len(self._counted) >= MAX_RETRY_ENTRIES:
+            keep = sorted(self._counted.items(), key=lambda kv: kv[1])[MAX_RETRY_ENTRIES // 2 :]
+            self._counted = dict(keep)
+        self._counted[identity] = mono
+        return False
+
+    def served(self, identity: bytes, mono: float) -> bool:
+        """A request was served: True (and forgotten) when its refusal was already counted."""
+        at = self._counted.pop(identity, None)
+        return at is not None and mono - at < RETRY_WINDOW_S
+
+
 def features(
     *,
     at: float,
@@ -103,6 +154,7 @@ def features(
     queue_s: float,
     outcome: Outcome,
     affinity_hash: str | None,
+    retry: bool = False,
 ) -> RequestFeatures:
     """Assemble the bounded features of one finished (or refused) request."""
     return RequestFeatures(
@@ -121,10 +173,9 @@ def features(
         # Double hash: the router's digest is hashed again so demand state cannot be joined
         # back to routing decisions.
         affinity_hash=_rehash(affinity_hash) if affinity_hash else None,
+        retry=retry,
     )
 
 
 def _rehash(digest: str) -> str:
-    import hashlib
-
     return hashlib.sha256(b"grid-demand\0" + digest.encode()).hexdigest()[:32]

@@ -40,6 +40,8 @@ class RequestFeatures(msgspec.Struct, frozen=True, kw_only=True):
         queue_s: time spent waiting before routing (seconds).
         outcome: see :data:`Outcome`.
         affinity_hash: double hash of ``X-Grid-Affinity-Key`` (never the raw key).
+        retry: the same request was already counted as demand within the retry window (a
+            client retrying after 503): it adds service evidence but no new request.
     """
 
     at: float
@@ -55,3 +57,4 @@ class RequestFeatures(msgspec.Struct, frozen=True, kw_only=True):
     queue_s: float = 0.0
     outcome: Outcome = "ok"
     affinity_hash: str | None = None
+    retry: bool = False

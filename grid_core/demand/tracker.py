@@ -115,13 +115,17 @@ class DemandTracker:
             series = DemandSeries(model_id=model, bucket_s=self.policy.bucket_s, buckets=[])
             self._series[model] = series
         bucket = series.bucket_at(features.at, self.policy.window_buckets)
-        bucket.requests += 1
-        if features.outcome in ERROR_OUTCOMES:
-            bucket.errors += 1
-        elif features.outcome == "unavailable":
-            bucket.unavailable += 1
+        if not features.retry:
+            # Demand counts distinct requests: a client's retry of a request already
+            # counted (issue 16, item 5) only adds its service evidence below.
+            bucket.requests += 1
+            if features.outcome in ERROR_OUTCOMES:
+                bucket.errors += 1
+            elif features.outcome == "unavailable":
+                bucket.unavailable += 1
         queue_s = max(0.0, features.queue_s) if math.isfinite(features.queue_s) else 0.0
-        bucket.queue_s += queue_s
+        if not features.retry:
+            bucket.queue_s += queue_s
         st = features.service_time_s
         if st is not None and math.isfinite(st) and st >= 0 and features.outcome == "ok":
             bucket.service_s += st

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -33,14 +34,20 @@ class Engine:
         )
         r.raise_for_status()
 
-    def requests(self) -> int:
-        """POSTs this engine has received on the inference endpoints."""
+    def stats(self) -> dict[str, Any]:
+        """The fake's counters: ``requests`` by path, ``cancelled_at``, ``max_active``."""
         r = httpx.get(
             self.url + "/fake/stats",
             headers={"authorization": f"Bearer {self.key}"},
             trust_env=False,
         )
-        return sum(r.json()["requests"].values())
+        r.raise_for_status()
+        doc: dict[str, Any] = r.json()
+        return doc
+
+    def requests(self) -> int:
+        """POSTs this engine has received on the inference endpoints."""
+        return sum(self.stats()["requests"].values())
 
 
 @dataclass

@@ -11,8 +11,9 @@ import openai
 import pytest
 from server_testbed import Engine, Grid, serve_model
 
+from grid_core.routing import UNKNOWN_STARTUP_RETRY_AFTER_S
 from grid_core.wire import AFFINITY_HEADER
-from grid_server.proxy import MAX_BODY_BYTES, NO_ROUTE_RETRY_AFTER_S
+from grid_server.proxy import MAX_BODY_BYTES
 
 pytestmark = pytest.mark.integration
 
@@ -111,7 +112,8 @@ def test_errors_are_honest_and_openai_shaped(grid: Grid) -> None:
     ).raise_for_status()
     r = post(grid, {"model": "m-cold", **CHAT})
     assert r.status_code == 503
-    assert r.headers["retry-after"] == str(NO_ROUTE_RETRY_AFTER_S)
+    # Nothing is planned for it (no host): the next planning pass is the soonest news.
+    assert r.headers["retry-after"] == str(UNKNOWN_STARTUP_RETRY_AFTER_S)
     assert r.json()["error"]["code"] == "model_not_ready"
     r = post(grid, {"model": "never-configured", **CHAT})
     assert r.status_code == 404 and r.json()["error"]["code"] == "model_not_found"

@@ -12,6 +12,7 @@ from grid_core.routing import (
     CLOSED,
     Measurement,
     RouteCandidate,
+    admission_limit,
     choose_route,
     record_outcome,
     record_sample,
@@ -59,6 +60,26 @@ def test_saturated_engine_yields_to_one_with_a_free_slot() -> None:
     assert choose_route([msgspec.structs.replace(full, measurement=fast), free], NOW) == "free"
 
 
+def test_concurrency_is_a_hard_admission_boundary() -> None:
+    """Every ready engine saturated: no route (wait or 503), never a pile-on."""
+    full = cand("full", active_requests=2, max_concurrency=2)
+    fuller = cand("fuller", active_requests=9, max_concurrency=4)
+    assert choose_route([full, fuller], NOW) is None
+    assert choose_route([full, cand("free", active_requests=1, max_concurrency=2)], NOW) == "free"
+
+
+def test_throttled_host_admits_only_its_fraction_of_concurrency() -> None:
+    throttled = cand("thr", host_state="throttled", max_concurrency=8, concurrency_multiplier=0.25)
+    assert admission_limit(throttled) == 2
+    assert choose_route([msgspec.structs.replace(throttled, active_requests=1)], NOW) == "thr"
+    assert choose_route([msgspec.structs.replace(throttled, active_requests=2)], NOW) is None
+    # The multiplier only applies while the host is throttled; a fraction of 0 admits nothing.
+    assert admission_limit(msgspec.structs.replace(throttled, host_state="accepting")) == 8
+    assert admission_limit(msgspec.structs.replace(throttled, concurrency_multiplier=0.0)) == 0
+    tiny = cand("one", host_state="throttled", max_concurrency=1, concurrency_multiplier=0.5)
+    assert admission_limit(tiny) == 1
+
+
 @pytest.mark.parametrize("state", ["draining", "paused", "unhealthy", "quarantined"])
 def test_closed_host_states_never_route(state: str) -> None:
     assert choose_route([cand("x", host_state=state)], NOW) is None  # type: ignore[arg-type]
@@ -66,7 +87,7 @@ def test_closed_host_states_never_route(state: str) -> None:
 
 @pytest.mark.parametrize("state", ["loading", "cached", "warming", "draining", "failed"])
 def test_non_ready_residency_never_routes(state: str) -> None:
-    busy_ready = cand("ready", active_requests=50, max_concurrency=1)
+    busy_ready = cand("ready", active_requests=49, max_concurrency=50)
     idle = cand("idle", residency_state=state)  # type: ignore[arg-type]
     assert choose_route([idle], NOW) is None
     assert choose_route([idle, busy_ready], NOW) == "ready"

@@ -1,0 +1,183 @@
+"""Step 3 of the proxy: one upstream POST, its answer classified and relayed.
+
+The engine's answer is classified by :func:`grid_core.routing.classify_upstream`:
+caller-caused answers (context too long, a bad parameter, an endpoint the engine does not
+offer) reach the caller as a 4xx and never penalise the engine's breaker; engine-caused ones
+(transport errors, other 5xx, a refused private key) do. Bodies are relayed byte for byte
+and scanned only for the completion-token count.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+import aiohttp
+import msgspec
+
+from grid_core import routing
+from grid_core.demand.features import Outcome
+from grid_server.sse import MAX_JSON_BODY_BYTES, UsageScanner, usage_from_json
+from grid_server.upstream import UpstreamError
+
+if TYPE_CHECKING:
+    from grid_server.context import ServerContext
+    from grid_server.proxy import Exchange
+
+MAX_ERROR_BODY_BYTES = 64 * 1024
+"""Largest engine error body read for classification; an error document is a few hundred
+bytes, anything bigger is not an error document we can attribute."""
+MAX_ENGINE_MESSAGE_CHARS = 300
+"""Longest engine error message passed on in Grid's rewritten answers."""
+FORWARD_RESPONSE_HEADERS = frozenset({"content-type", "cache-control", "content-length"})
+"""Response headers passed back to the caller; the body is relayed byte for byte, so its
+length stays true (the upstream hop asks for identity encoding)."""
+
+FEATURE_OUTCOME: dict[routing.BreakerOutcome, Outcome] = {
+    "success": "ok",
+    "rate_limited": "rejected",
+    "client_error": "client_error",
+    "failure": "error",
+}
+"""Breaker outcome → demand outcome (caller-caused answers are never demand evidence)."""
+
+
+class _ErrorDoc(msgspec.Struct):
+    message: str | None = None
+    type: str | None = None
+
+
+class _ErrorBody(msgspec.Struct):
+    error: _ErrorDoc | str | None = None
+
+
+_error_decoder = msgspec.json.Decoder(_ErrorBody)
+
+
+def error_fields(raw: bytes) -> tuple[str | None, str | None]:
+    """(``error.type``, ``error.message``) of an OpenAI-shaped error body, if it is one."""
+    try:
+        doc = _error_decoder.decode(raw)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return None, None
+    if isinstance(doc.error, str):
+        return None, doc.error
+    if doc.error is None:
+        return None, None
+    return doc.error.type, doc.error.message
+
+
+async def relay(ctx: ServerContext, ex: Exchange) -> None:
+    """Send ``ex`` to its resolved engine and relay the answer to the caller.
+
+    Raises:
+        ProxyError: 502 when the engine cannot be reached or fails mid-response, and for
+            answers Grid rewrites (caller-caused 5xx/501 as 400, a refused key as 502).
+    """
+    from grid_server.proxy import ProxyError
+
+    route = ex.route
+    assert route is not None
+    eng = route.engine
+    headers = {
+        "content-type": "application/json",
+        # identity: the body is relayed raw and scanned for usage.
+        "accept-encoding": "identity",
+        "accept": "text/event-stream" if ex.shape.stream else "application/json",
+    }
+    if ex.shape.stream:
+        # llama-server may announce keep-alive on a stream and close anyway; a connection
+        # that might be closed under us is never reused (see grid_server.upstream).
+        headers["connection"] = "close"
+    key = ctx.registry.engine_key(eng.record_id)
+    if key:
+        headers["authorization"] = f"Bearer {key}"
+    ctx.router.begin(route, time.monotonic())
+    ex.began = True
+    ex.queue_s = time.perf_counter() - ex.t0
+    t_up = time.perf_counter()
+    try:
+        async with ctx.client.post(eng.url + ex.path, ex.body, headers) as up:
+            if 200 <= up.status < 300:
+                await _relay_success(ex, up)
+            else:
+                await _relay_error(ex, up)
+    except UpstreamError as exc:
+        ex.breaker = "failure"
+        where = "failed mid-response" if ex.started else "could not be reached"
+        raise ProxyError(
+            502,
+            f"engine for '{route.model_id}' {where} ({type(exc).__name__}); "
+            "the request was not retried",
+            "upstream_error" if ex.started else "upstream_unreachable",
+        ) from None
+    finally:
+        ex.service_s = time.perf_counter() - t_up
+
+
+def _forwarded(up: aiohttp.ClientResponse) -> list[tuple[bytes, bytes]]:
+    return [
+        (k.lower(), v)
+        for k, v in up.raw_headers
+        if k.lower().decode("latin-1") in FORWARD_RESPONSE_HEADERS
+    ]
+
+
+async def _relay_success(ex: Exchange, up: aiohttp.ClientResponse) -> None:
+    await ex.start(up.status, _forwarded(up))
+    if "text/event-stream" in up.headers.get("content-type", ""):
+        scanner = UsageScanner()
+        async for chunk in up.content.iter_any():
+            scanner.feed(chunk)
+            await ex.body_chunk(chunk)
+        tokens = scanner.completion_tokens
+    else:
+        whole: list[bytes] = []
+        size = 0
+        async for chunk in up.content.iter_any():
+            if size <= MAX_JSON_BODY_BYTES:
+                whole.append(chunk)
+                size += len(chunk)
+            await ex.body_chunk(chunk)
+        tokens = usage_from_json(b"".join(whole))[0] if whole else None
+    await ex.finish()
+    # Only a response relayed to its end is a success (breaker, measurements, demand).
+    ex.breaker = "success"
+    ex.outcome = "ok"
+    ex.tokens = tokens
+
+
+async def _relay_error(ex: Exchange, up: aiohttp.ClientResponse) -> None:
+    from grid_server.proxy import ProxyError
+
+    route = ex.route
+    assert route is not None
+    raw = bytearray()
+    async for chunk in up.content.iter_any():
+        raw += chunk
+        if len(raw) > MAX_ERROR_BODY_BYTES:
+            ex.breaker = "failure"
+            raise ProxyError(
+                502,
+                f"engine for '{route.model_id}' answered {up.status} with an oversized body",
+                "upstream_error",
+            )
+    kind, message = error_fields(bytes(raw))
+    verdict = routing.classify_upstream(up.status, kind, message)
+    ex.breaker = verdict.breaker
+    outcome = FEATURE_OUTCOME[verdict.breaker]
+    if verdict.code is None:
+        ex.outcome = outcome
+        await ex.start(up.status, _forwarded(up))
+        if raw:
+            await ex.body_chunk(bytes(raw))
+        await ex.finish()
+        return
+    if verdict.code == "upstream_auth":
+        # Its body is not forwarded: it could echo credentials.
+        text = f"engine for '{route.model_id}' refused Grid's credential"
+    elif verdict.code == "unsupported_endpoint":
+        text = f"model '{route.model_id}' does not offer {ex.path}"
+    else:
+        text = (message or f"engine answered {up.status}")[:MAX_ENGINE_MESSAGE_CHARS]
+    raise ProxyError(verdict.status, text, verdict.code, outcome=outcome)

@@ -1,0 +1,93 @@
+"""The upstream hop: one shared aiohttp connection pool to the engines.
+
+Why aiohttp: the proxy's hop to an engine is a plain HTTP/1.1 POST on loopback or a LAN, so
+the cost that matters is CPU per request and how the pool behaves when many requests wait
+for connections at once. Measured on this project's 2-core machine against the FAKE engine
+(client process CPU per request, same load, load average ~10):
+
+=================  ==========  ===========  ===========
+transport          1 client    32 clients   64 clients
+=================  ==========  ===========  ===========
+httpx 0.28 pool    862 us      2,148 us     2,314 us
+httpx2 2.16 pool   1,036 us    1,070 us     1,443 us
+aiohttp 3.14       322 us      159 us       197 us
+=================  ==========  ===========  ===========
+
+httpx's pool re-scans every queued request against every connection on each assignment, so
+its cost grows with concurrency; aiohttp keeps a per-host queue of idle connections and parses
+responses in C. (Script: ``docs/router.md``, "Choosing the upstream client".)
+
+Connection rules kept here (source: issue 16, items 1 and 11):
+
+* an idle connection is kept for :data:`KEEPALIVE_S`, well below llama-server's own 5 s idle
+  close, so the pool never hands out a connection the engine is about to close;
+* a streamed request asks the engine to close the connection after the stream
+  (``Connection: close``): llama-server may announce keep-alive on a stream and close anyway,
+  and a POST on such a connection fails with no way to know whether the engine saw it;
+* nothing is ever retried: a failed POST is not replayed (the breaker steers later requests).
+"""
+
+from __future__ import annotations
+
+from contextlib import AbstractAsyncContextManager
+
+import aiohttp
+
+CONNECT_TIMEOUT_S = 5.0
+"""Connecting to a loopback or LAN engine takes milliseconds; five seconds means it is gone."""
+READ_TIMEOUT_S = 600.0
+"""Gap allowed between upstream bytes: a long prompt's prefill on a slow CPU can take minutes."""
+POOL_TIMEOUT_S = 30.0
+"""Wait for a pooled connection (including connecting) before giving up with 502."""
+MAX_CONNECTIONS = 1024
+"""Shared pool size: far above one fleet's engines × their slots (admission bounds the rest)."""
+KEEPALIVE_S = 2.0
+"""Idle connection lifetime. llama-server (cpp-httplib) closes a connection idle for 5 s; a
+pooled connection older than that would fail the next POST with a protocol error."""
+
+UpstreamError = (aiohttp.ClientError, TimeoutError)
+"""What a failed upstream exchange raises (transport, protocol, payload or timeout)."""
+
+
+class UpstreamPool:
+    """The proxy's connection pool (one per server process; create it on the running loop).
+
+    Attributes:
+        session: the aiohttp session; requests go through :meth:`post`.
+    """
+
+    def __init__(self) -> None:
+        connector = aiohttp.TCPConnector(
+            limit=MAX_CONNECTIONS,
+            limit_per_host=0,
+            keepalive_timeout=KEEPALIVE_S,
+            enable_cleanup_closed=False,
+        )
+        self.session = aiohttp.ClientSession(
+            connector=connector,
+            # The body is relayed byte for byte and scanned for usage: never decode it.
+            auto_decompress=False,
+            skip_auto_headers=("User-Agent",),
+            timeout=aiohttp.ClientTimeout(
+                total=None,
+                connect=POOL_TIMEOUT_S,
+                sock_connect=CONNECT_TIMEOUT_S,
+                sock_read=READ_TIMEOUT_S,
+            ),
+            trust_env=False,
+            raise_for_status=False,
+        )
+
+    def post(
+        self, url: str, body: bytes, headers: dict[str, str]
+    ) -> AbstractAsyncContextManager[aiohttp.ClientResponse]:
+        """Start one POST; use as ``async with pool.post(...) as response``.
+
+        Raises:
+            aiohttp.ClientError / TimeoutError: on entering the context (see :data:`UpstreamError`).
+        """
+        return self.session.post(url, data=body, headers=headers, allow_redirects=False)
+
+    async def aclose(self) -> None:
+        """Close every pooled connection."""
+        await self.session.close()

@@ -1,0 +1,278 @@
+"""Router faults under real traffic (issue 16), each closed as a kind, against FAKE engines.
+
+Every test drives the real server over loopback HTTP; the engines are the protocol-faithful
+fake (``grid_server.fake_engine``) with fault injection.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from urllib.parse import urlsplit
+
+import httpx
+import pytest
+from server_testbed import Engine, Grid, serve_model
+
+pytestmark = pytest.mark.integration
+
+CHAT = {"messages": [{"role": "user", "content": "hello"}], "max_tokens": 5}
+
+
+def post(grid: Grid, body: object, path: str = "/v1/chat/completions") -> httpx.Response:
+    return grid.client.http.post(grid.url + path, json=body)
+
+
+def status(grid: Grid) -> dict[str, object]:
+    doc: dict[str, object] = grid.client.http.get(grid.url + "/allocator/status").json()
+    return doc
+
+
+def open_breakers(grid: Grid) -> list[object]:
+    server = status(grid)["server"]
+    assert isinstance(server, dict)
+    return list(server["open_breakers"])
+
+
+def profile(grid: Grid, model: str, **fields: object) -> None:
+    grid.client.http.put(
+        f"{grid.url}/allocator/models/{model}",
+        json={"memory_mb": 1000, **fields},
+        headers=grid.client.operator(),
+    ).raise_for_status()
+
+
+def forecasts(grid: Grid) -> dict[str, dict[str, object]]:
+    grid.client.http.post(
+        grid.url + "/allocator/tick", headers=grid.client.operator()
+    ).raise_for_status()
+    doc = grid.client.http.get(grid.url + "/allocator/status?detail=1").json()
+    out: dict[str, dict[str, object]] = doc["controller"]["forecasts"]
+    return out
+
+
+def stream(client: httpx.Client, grid: Grid, model: str) -> int:
+    """One streamed chat request read to its end; returns the status."""
+    body = {"model": model, "stream": True, **CHAT}
+    with client.stream("POST", grid.url + "/v1/chat/completions", json=body) as r:
+        for _ in r.iter_bytes():
+            pass
+        return r.status_code
+
+
+# --- item 9: a completed stream is a success everywhere ------------------------------------------
+def test_streamed_and_non_streamed_requests_forecast_the_same_demand(
+    grid: Grid, engines: Callable[[str], Engine]
+) -> None:
+    sse, plain = engines("m-sse"), engines("m-json")
+    profile(grid, "m-sse")
+    profile(grid, "m-json")
+    serve_model(grid, sse, "host-sse")
+    serve_model(grid, plain, "host-json")
+    http = grid.client.http
+    for _ in range(100):
+        assert stream(http, grid, "m-sse") == 200
+        assert post(grid, {"model": "m-json", **CHAT}).status_code == 200
+    fc = forecasts(grid)
+    streamed, whole = fc["m-sse"]["request_rate_rps"], fc["m-json"]["request_rate_rps"]
+    print(f"forecast: streamed {streamed} req/s, non-streamed {whole} req/s")
+    assert isinstance(streamed, float) and isinstance(whole, float)
+    assert whole > 0 and streamed == pytest.approx(whole, rel=0.02)
+
+
+def test_a_streamed_success_closes_an_open_breaker(
+    grid: Grid, engines: Callable[[str], Engine]
+) -> None:
+    eng = engines("m-heal")
+    serve_model(grid, eng, "host-1")
+    eng.behave(status=500, count=2)
+    assert post(grid, {"model": "m-heal", **CHAT}).status_code == 500
+    assert post(grid, {"model": "m-heal", **CHAT}).status_code == 500
+    assert open_breakers(grid)
+    deadline = time.monotonic() + 10.0
+    code = 503
+    while code == 503 and time.monotonic() < deadline:  # the half-open probe is a stream
+        time.sleep(0.2)
+        code = stream(grid.client.http, grid, "m-heal")
+    assert code == 200
+    assert open_breakers(grid) == []
+    # Closed for real: concurrent requests all go through, not one at a time.
+    with ThreadPoolExecutor(8) as pool:
+        codes = list(pool.map(lambda _: stream(grid.client.http, grid, "m-heal"), range(16)))
+    assert codes == [200] * 16
+
+
+# --- item 6: caller-caused upstream errors -------------------------------------------------------
+def test_context_length_500s_leave_the_breaker_closed_for_others(
+    grid: Grid, engines: Callable[[str], Engine]
+) -> None:
+    eng = engines("m-ctx")
+    serve_model(grid, eng, "host-1")
+    eng.behave(
+        status=500,
+        count=2,
+        type="server_error",
+        message="the request exceeds the available context size, try increasing it",
+    )
+    for _ in range(2):
+        r = post(grid, {"model": "m-ctx", **CHAT})
+        assert r.status_code == 400
+        assert r.json()["error"]["code"] == "context_length_exceeded"
+        assert "context size" in r.json()["error"]["message"]
+    assert open_breakers(grid) == []
+    assert post(grid, {"model": "m-ctx", **CHAT}).status_code == 200  # another caller
+
+
+# --- item 10: nobody can take a model out of service ---------------------------------------------
+def test_unauthenticated_embeddings_to_a_chat_model_leave_chat_untouched(
+    grid: Grid, engines: Callable[[str], Engine]
+) -> None:
+    a, b = engines("m-chat"), engines("m-chat")
+    serve_model(grid, a, "host-a")
+    serve_model(grid, b, "host-b")
+    a.behave(embeddings=False)
+    b.behave(embeddings=False)
+    anonymous = httpx.Client(trust_env=False, timeout=30.0)  # no credential of any kind
+    stop = threading.Event()
+    embedding_codes: list[int] = []
+
+    def attack() -> None:
+        while not stop.is_set():
+            r = anonymous.post(grid.url + "/v1/embeddings", json={"model": "m-chat", "input": "x"})
+            embedding_codes.append(r.status_code)
+            if embedding_codes[-1] == 400:
+                assert r.json()["error"]["code"] == "unsupported_endpoint"
+
+    attacker = threading.Thread(target=attack)
+    attacker.start()
+    try:
+        with ThreadPoolExecutor(8) as pool:
+            chat = list(pool.map(lambda _: post(grid, {"model": "m-chat", **CHAT}), range(200)))
+    finally:
+        stop.set()
+        attacker.join()
+        anonymous.close()
+    assert len(embedding_codes) >= 4
+    assert set(embedding_codes) == {400}
+    assert [r.status_code for r in chat] == [200] * 200
+    assert open_breakers(grid) == []
+
+
+# --- item 11: never reuse a connection the engine will close -------------------------------------
+def test_1000_streams_on_reused_connections_give_no_502(
+    grid: Grid, engines: Callable[[str], Engine]
+) -> None:
+    eng = engines("m-close")
+    serve_model(grid, eng, "host-1")
+    # The fake announces keep-alive on every stream, then closes the connection.
+    eng.behave(close_after_stream=True, tokens=2)
+    codes: dict[int, int] = {}
+    with httpx.Client(trust_env=False, timeout=30.0) as client:  # one reused connection
+        for i in range(1000):
+            code = stream(client, grid, "m-close")
+            codes[code] = codes.get(code, 0) + 1
+            if i % 50 == 0:  # interleave non-streamed requests on the same pool
+                assert post(grid, {"model": "m-close", **CHAT}).status_code == 200
+    assert codes == {200: 1000}
+
+
+# --- item 7: a caller leaving reaches the engine -------------------------------------------------
+def test_disconnect_during_a_20s_non_streaming_generation_reaches_the_engine_within_1s(
+    grid: Grid, engines: Callable[[str], Engine]
+) -> None:
+    eng = engines("m-long")
+    serve_model(grid, eng, "host-1")
+    eng.behave(delay_ms=20_000)  # the engine answers only after 20 s of "generation"
+    body = json.dumps({"model": "m-long", **CHAT}).encode()
+    u = urlsplit(grid.url)
+    with socket.create_connection((u.hostname, u.port)) as sock:
+        sock.sendall(
+            b"POST /v1/chat/completions HTTP/1.1\r\nHost: grid\r\n"
+            b"Content-Type: application/json\r\nContent-Length: "
+            + str(len(body)).encode()
+            + b"\r\n\r\n"
+            + body
+        )
+        deadline = time.monotonic() + 10.0
+        while eng.stats()["requests"].get("/v1/chat/completions", 0) == 0:
+            assert time.monotonic() < deadline, "the request never reached the engine"
+            time.sleep(0.05)
+        time.sleep(0.5)
+        left_at = time.time()
+    deadline = time.monotonic() + 5.0
+    seen: list[float] = []
+    while not seen and time.monotonic() < deadline:
+        seen = eng.stats()["cancelled_at"]
+        time.sleep(0.05)
+    assert seen, "the engine kept generating after the caller left"
+    delay = seen[0] - left_at
+    print(f"engine saw the disconnect {delay * 1000:.0f} ms after the caller left")
+    assert delay < 1.0
+    assert status(grid)["server"]["inflight_requests"] == 0  # type: ignore[index]
+
+
+# --- admission: concurrency is a hard boundary ---------------------------------------------------
+def test_a_saturated_engine_is_never_piled_on(grid: Grid, engines: Callable[[str], Engine]) -> None:
+    eng = engines("m-one")
+    serve_model(grid, eng, "host-1", max_concurrency=1)
+    eng.behave(delay_ms=300)
+    with ThreadPoolExecutor(12) as pool:
+        answers = list(pool.map(lambda _: post(grid, {"model": "m-one", **CHAT}), range(12)))
+    codes = sorted(r.status_code for r in answers)
+    assert eng.stats()["max_active"] == 1
+    assert codes.count(200) >= 2  # the brief queue let waiting requests through
+    for r in answers:
+        if r.status_code == 503:
+            assert r.json()["error"]["code"] == "model_saturated"
+            assert int(r.headers["retry-after"]) >= 1
+    assert set(codes) <= {200, 503}
+
+
+# --- item 5: demand counts distinct requests, not their retries -----------------------------------
+def test_12_retrying_users_produce_a_desired_count_of_1(grid: Grid) -> None:
+    # Two cold models (no host can run them yet): every request gets 503. On m-retry each of
+    # 12 users retries for 6 s; on m-once 12 users ask once each and give up.
+    shape = {"max_replicas": 3, "replica_concurrency": 4, "expected_service_time_s": 1.0}
+    profile(grid, "m-retry", **shape)
+    profile(grid, "m-once", **shape)
+
+    def user(model: str, i: int, retry_for_s: float) -> int:
+        body = {"model": model, "messages": [{"role": "user", "content": f"user {i}"}]}
+        sent = 0
+        with httpx.Client(trust_env=False, timeout=10.0) as c:
+            end = time.monotonic() + retry_for_s
+            while True:  # an impatient client: retries every 0.1 s
+                r = c.post(grid.url + "/v1/chat/completions", json=body)
+                assert r.status_code == 503 and int(r.headers["retry-after"]) >= 1
+                sent += 1
+                if time.monotonic() >= end:
+                    return sent
+                time.sleep(0.1)
+
+    with ThreadPoolExecutor(24) as pool:
+        retried = pool.map(lambda i: user("m-retry", i, 6.0), range(12))
+        once = pool.map(lambda i: user("m-once", i, 0.0), range(12))
+        sent, sent_once = sum(retried), sum(once)
+    fc = forecasts(grid)
+    print(f"{sent} requests from 12 retrying users -> {fc['m-retry']}")
+    assert sent > 12 * 10 and sent_once == 12
+    assert fc["m-retry"]["request_rate_rps"] == fc["m-once"]["request_rate_rps"]
+    assert fc["m-retry"]["desired_replicas"] == 1
+
+
+# --- item 8: the OpenAI model endpoints ---------------------------------------------------------
+def test_get_model_by_id_answers_like_the_openai_api(
+    grid: Grid, engines: Callable[[str], Engine]
+) -> None:
+    eng = engines("org/m-named")
+    serve_model(grid, eng, "host-1")
+    r = grid.client.http.get(grid.url + "/v1/models/org/m-named")
+    assert r.status_code == 200
+    assert r.json() == {"id": "org/m-named", "object": "model", "created": 0, "owned_by": "grid"}
+    missing = grid.client.http.get(grid.url + "/v1/models/nope")
+    assert missing.status_code == 404
+    assert missing.json()["error"]["code"] == "model_not_found"
