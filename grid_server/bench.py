@@ -1,8 +1,10 @@
 """``grid bench proxy``: latency the proxy adds over calling the same FAKE engine directly.
 
-Both paths run in one process against one fake engine, in alternating blocks so machine noise
-hits them alike. Added latency is reported as p50/p99 of the proxied distribution minus the
-same percentile of the direct one (milliseconds), with the throughput of each path.
+Load comes from separate generator processes (:mod:`grid_server.loadgen`), so the process
+that measures is never the one that saturates first; their CPU use is reported beside the
+numbers. Direct and proxied requests run in alternating blocks so machine noise hits both
+alike. Added latency is the proxied percentile minus the same percentile of the direct
+distribution (milliseconds), with the throughput of each path (requests/s).
 """
 
 from __future__ import annotations
@@ -12,22 +14,23 @@ import os
 import statistics
 import tempfile
 import threading
-import time
 from pathlib import Path
 
-import anyio
-import httpx
 import msgspec
 import psutil
 import typer
 
 from grid_core.table import render_table
-from grid_server.context import NO_DELAY
 from grid_server.harness import GridClient, start_fake_engine, start_server
+from grid_server.loadgen import Block, Generators
 
 BENCH_MODEL = "bench-model"
-BLOCK = 100
+BLOCK = 500
 """Requests per alternating block: long enough to amortize switching, short enough to mix."""
+WARMUP = 200
+"""Requests per path before measuring (connections, caches)."""
+GENERATOR_PROCESSES = 2
+"""Load generator processes: one per core of a small machine; each drives half the clients."""
 HEARTBEAT_EVERY_S = 15.0
 """Keeps the bench host's 60 s leases alive during a long run."""
 BODY = msgspec.json.encode(
@@ -46,9 +49,14 @@ class BenchResult(msgspec.Struct):
     proxy_rps: float
     direct_p50_ms: float
     proxy_p50_ms: float
+    direct_p99_ms: float
+    proxy_p99_ms: float
     proxy_cpu_us_per_request: float
     """Server-process CPU (user+system) per proxied request, in microseconds: the hot
     path's cost independent of how busy the machine's scheduler is."""
+    generator_cpu_pct: float
+    """Average CPU use of each generator process during the proxied blocks (% of one core):
+    well below 100 means the generator was not the bottleneck."""
     load_avg_1m: float
     """The machine's one-minute load average when this level finished (noise indicator)."""
 
@@ -58,69 +66,52 @@ def _pct(values: list[float], q: float) -> float:
     return s[min(len(s) - 1, max(0, round(q * (len(s) - 1))))]
 
 
-async def _block(
-    client: httpx.AsyncClient,
-    url: str,
-    headers: dict[str, str],
-    n: int,
-    concurrency: int,
-    out: list[float],
-) -> float:
-    """Send ``n`` requests with ``concurrency`` workers; returns wall seconds."""
-    remaining = n
-
-    async def worker() -> None:
-        nonlocal remaining
-        while remaining > 0:
-            remaining -= 1
-            t0 = time.perf_counter()
-            r = await client.post(url, content=BODY, headers=headers)
-            out.append((time.perf_counter() - t0) * 1000.0)
-            if r.status_code != 200:
-                msg = f"bench request to {url} failed with {r.status_code}: {r.text[:200]}"
-                raise RuntimeError(msg)
-
-    t0 = time.perf_counter()
-    async with anyio.create_task_group() as tg:
-        for _ in range(concurrency):
-            tg.start_soon(worker)
-    return time.perf_counter() - t0
-
-
 def _cpu_s(proc: psutil.Process) -> float:
     t = proc.cpu_times()
     return t.user + t.system
 
 
-async def _measure(
-    engine_url: str, key: str, grid_url: str, server_pid: int, requests: int, concurrency: int
+def _measure(
+    gens: Generators,
+    engine_url: str,
+    key: str,
+    grid_url: str,
+    server_pid: int,
+    requests: int,
+    concurrency: int,
 ) -> BenchResult:
+    server = psutil.Process(server_pid)
+    ctype = {"content-type": "application/json"}
+    direct_block = Block(
+        url=engine_url + "/v1/chat/completions",
+        headers={**ctype, "authorization": f"Bearer {key}"},
+        body=BODY,
+        requests=0,
+        concurrency=concurrency,
+    )
+    proxy_block = msgspec.structs.replace(
+        direct_block, url=grid_url + "/v1/chat/completions", headers=ctype
+    )
+    warm = max(WARMUP, concurrency * 4)
+    gens.run(msgspec.structs.replace(direct_block, requests=warm))
+    gens.run(msgspec.structs.replace(proxy_block, requests=warm))
     direct: list[float] = []
     proxied: list[float] = []
-    direct_s = proxy_s = cpu_s = 0.0
-    server = psutil.Process(server_pid)
-    limits = httpx.Limits(
-        max_connections=concurrency * 2, max_keepalive_connections=concurrency * 2
-    )
-    transport = httpx.AsyncHTTPTransport(socket_options=NO_DELAY, limits=limits)
-    async with httpx.AsyncClient(timeout=60.0, transport=transport, trust_env=False) as client:
-        ctype = {"content-type": "application/json"}
-        d_headers = {**ctype, "authorization": f"Bearer {key}"}
-        # Warm both paths (connections, caches) before measuring.
-        await _block(client, engine_url + "/v1/chat/completions", d_headers, 50, concurrency, [])
-        await _block(client, grid_url + "/v1/chat/completions", ctype, 50, concurrency, [])
-        done = 0
-        while done < requests:
-            n = min(BLOCK, requests - done)
-            direct_s += await _block(
-                client, engine_url + "/v1/chat/completions", d_headers, n, concurrency, direct
-            )
-            cpu0 = _cpu_s(server)
-            proxy_s += await _block(
-                client, grid_url + "/v1/chat/completions", ctype, n, concurrency, proxied
-            )
-            cpu_s += _cpu_s(server) - cpu0
-            done += n
+    direct_s = proxy_s = cpu_s = gen_cpu_s = 0.0
+    done = 0
+    while done < requests:
+        n = min(BLOCK, requests - done)
+        lat, wall, _, _ = gens.run(msgspec.structs.replace(direct_block, requests=n))
+        direct += lat
+        direct_s += wall
+        cpu0 = _cpu_s(server)
+        lat, wall, gcpu, _ = gens.run(msgspec.structs.replace(proxy_block, requests=n))
+        cpu_s += _cpu_s(server) - cpu0
+        proxied += lat
+        proxy_s += wall
+        gen_cpu_s += gcpu
+        done += n
+    used = min(GENERATOR_PROCESSES, concurrency)
     return BenchResult(
         concurrency=concurrency,
         requests=requests,
@@ -130,7 +121,10 @@ async def _measure(
         proxy_rps=round(requests / proxy_s, 1),
         direct_p50_ms=round(statistics.median(direct), 3),
         proxy_p50_ms=round(statistics.median(proxied), 3),
+        direct_p99_ms=round(_pct(direct, 0.99), 3),
+        proxy_p99_ms=round(_pct(proxied, 0.99), 3),
         proxy_cpu_us_per_request=round(cpu_s / requests * 1e6, 1),
+        generator_cpu_pct=round(gen_cpu_s / proxy_s / used * 100.0, 1),
         load_avg_1m=round(os.getloadavg()[0], 2),
     )
 
@@ -158,10 +152,14 @@ def run_bench(requests: int, concurrencies: list[int]) -> list[BenchResult]:
             beat = threading.Thread(target=keep_alive, daemon=True)
             beat.start()
             gc.wait_ready(BENCH_MODEL)
-            results = [
-                anyio.run(_measure, engine.url, key, server.url, server.proc.pid, requests, c)
-                for c in concurrencies
-            ]
+            gens = Generators(GENERATOR_PROCESSES)
+            try:
+                results = [
+                    _measure(gens, engine.url, key, server.url, server.proc.pid, requests, c)
+                    for c in concurrencies
+                ]
+            finally:
+                gens.close()
             stop.set()
             beat.join()
             gc.close()
@@ -178,7 +176,7 @@ def bench_proxy(
         2000, "--requests", min=100, help="Requests per path per concurrency level."
     ),
     concurrency: list[int] = typer.Option(  # noqa: B008
-        [1, 32],
+        [1, 8, 32, 64],
         "--concurrency",
         help="Concurrency levels (repeatable).",
     ),
@@ -200,7 +198,10 @@ def bench_proxy(
                 "proxy rps",
                 "direct p50 ms",
                 "proxy p50 ms",
+                "direct p99 ms",
+                "proxy p99 ms",
                 "proxy cpu us/req",
+                "generator cpu %",
                 "load 1m",
             ],
             [
@@ -213,7 +214,10 @@ def bench_proxy(
                     r.proxy_rps,
                     r.direct_p50_ms,
                     r.proxy_p50_ms,
+                    r.direct_p99_ms,
+                    r.proxy_p99_ms,
                     r.proxy_cpu_us_per_request,
+                    r.generator_cpu_pct,
                     r.load_avg_1m,
                 ]
                 for r in results

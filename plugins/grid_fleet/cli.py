@@ -8,9 +8,11 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import httpx
+import msgspec
 import typer
 
 from grid_core.errors import UnavailableError, ValidationError
+from grid_core.profile import ModelProfile
 from grid_core.table import render_table
 from grid_fleet import layout, lifecycle, observe
 
@@ -105,6 +107,19 @@ def status(as_json: Json = False) -> None:
     typer.echo(render_status(doc))
 
 
+PROFILE_DEFAULTS: dict[str, Any] = {
+    f.name: f.default
+    for f in msgspec.structs.fields(ModelProfile)
+    if f.default is not msgspec.NODEFAULT
+}
+"""Default field values of a model profile: the server's documents omit them."""
+
+
+def _with_defaults(profile: dict[str, Any]) -> dict[str, Any]:
+    """A profile document with every omitted default field filled in."""
+    return {**PROFILE_DEFAULTS, **profile}
+
+
 def render_status(doc: dict[str, Any]) -> str:
     """The readable fleet status."""
     alloc = doc.get("allocator") or {}
@@ -149,7 +164,7 @@ def render_status(doc: dict[str, Any]) -> str:
     live = ctl.get("profiles")
     profiles = live if isinstance(live, list) else doc["models"]
     mrows = []
-    for m in profiles:
+    for m in map(_with_defaults, profiles):
         fc = forecasts.get(m["model_id"], {})
         mrows.append(
             [

@@ -463,6 +463,28 @@ def test_status_shows_the_live_profiles_not_the_launch_time_ones():
     assert "profiles (as launched)" in cli.render_status(doc)
 
 
+def test_status_renders_live_profiles_that_omit_default_fields():
+    """The server omits default-valued fields (min_replicas 0, max_replicas 1, priority...)."""
+    from grid_fleet import cli
+
+    doc = {
+        "running": True,
+        "url": "http://127.0.0.1:1",
+        "server_pid": 1,
+        "token_file": "/t",
+        "hosts": [],
+        "models": [],
+        "allocator": {
+            "mode": "automatic",
+            "controller": {"hosts": [], "profiles": [{"model_id": "m.gguf", "memory_mb": 100}]},
+        },
+    }
+    text = cli.render_status(doc)
+    row = next(ln.split() for ln in text.splitlines() if ln.startswith("m.gguf"))
+    d = cli.PROFILE_DEFAULTS
+    assert row[1:4] == [str(d["priority"]), "100", f"{d['min_replicas']}..{d['max_replicas']}"]
+
+
 def test_watch_orders_outcomes_by_completion_and_admits_unobserved_states():
     obs = observe.Observer("http://x")
     obs.update(_status({"h1": []}), now=100.0)
