@@ -15,12 +15,31 @@ import pytest
 pytestmark = pytest.mark.benchmark
 
 GRID_BIN = Path(sys.executable).parent / "grid"
-KEYS = {"concurrency", "requests", "p50_added_ms", "p99_added_ms", "direct_rps", "proxy_rps"}
+KEYS = {
+    "concurrency",
+    "requests",
+    "p50_added_ms",
+    "p99_added_ms",
+    "direct_rps",
+    "proxy_rps",
+    "generator_cpu_pct",
+}
 
 
 def test_bench_proxy_json_shape() -> None:
     r = subprocess.run(
-        [str(GRID_BIN), "bench", "proxy", "--requests", "200", "--json"],
+        [
+            str(GRID_BIN),
+            "bench",
+            "proxy",
+            "--requests",
+            "200",
+            "--concurrency",
+            "1",
+            "--concurrency",
+            "32",
+            "--json",
+        ],
         capture_output=True,
         text=True,
         timeout=600,
