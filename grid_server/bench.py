@@ -155,7 +155,7 @@ def run_bench(requests: int, concurrencies: list[int]) -> list[BenchResult]:
             gens = Generators(GENERATOR_PROCESSES)
             try:
                 results = [
-                    _measure(gens, engine.url, key, server.url, server.proc.pid, requests, c)
+                    _measure(gens, engine.url, key, server.url, server.pid, requests, c)
                     for c in concurrencies
                 ]
             finally:

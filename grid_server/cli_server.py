@@ -3,17 +3,23 @@
 from __future__ import annotations
 
 import json
-import signal
-import subprocess
+import os
 import sys
-import time
 from pathlib import Path
 
 import httpx
 import psutil
 import typer
 
-from grid_core.errors import EXIT_USAGE, ValidationError
+from grid_core.errors import EXIT_USAGE, GridError, ValidationError
+from grid_core.system import (
+    ProcessIdentity,
+    SpawnedChild,
+    exit_status,
+    spawn_detached,
+    stop_process_sync,
+    wait_until_sync,
+)
 from grid_server.client import (
     CliError,
     exit_code_for,
@@ -33,6 +39,8 @@ from grid_server.serve import (
 
 START_TIMEOUT_S = 30.0
 """How long ``grid up --detach`` waits for the server to announce its URL."""
+START_POLL_S = 0.1
+"""Seconds between checks for the server's announcement while ``grid up --detach`` waits."""
 STOP_TIMEOUT_S = 15.0
 """Graceful shutdown budget before ``grid down`` escalates to SIGKILL."""
 CHAT_TIMEOUT_S = 600.0
@@ -41,37 +49,23 @@ CHAT_TIMEOUT_S = 600.0
 GridOpt = typer.Option(None, "--grid", help="Server URL, or 'local' (default).")
 
 
-def _proven(rec: dict[str, object]) -> psutil.Process | None:
+def _proven(rec: dict[str, object]) -> ProcessIdentity | None:
     """The server process named by ``server.json`` if its identity is proven, else None.
 
-    Proof: the PID is alive, its birth time equals the recorded one, and its command line
-    equals the recorded one (or, for records without it, carries the server module marker).
-    A reused or unrelated PID is never signalled.
+    Proof: the PID is alive, its birth time matches the recorded one, and its command line
+    equals the recorded one (or, for records without it, runs the server module). A reused
+    or unrelated PID is never signalled.
     """
     try:
-        proc = psutil.Process(int(rec["pid"]))  # type: ignore[call-overload]
-        if abs(proc.create_time() - float(rec["create_time"])) > 0.01:  # type: ignore[arg-type]
-            return None
-        cmdline = proc.cmdline()
-        recorded = rec.get("cmdline")
-        if isinstance(recorded, list):
-            return proc if cmdline == recorded else None
-        return proc if any(SERVER_MARKER in part for part in cmdline) else None
-    except (psutil.Error, KeyError, TypeError, ValueError):
+        pid, birth = int(rec["pid"]), float(rec["create_time"])  # type: ignore[call-overload, arg-type]
+    except (KeyError, TypeError, ValueError):
         return None
-
-
-def _gone(proc: psutil.Process, timeout_s: float) -> bool:
-    """Wait until ``proc`` has exited (a zombie awaiting its parent counts as exited)."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            if proc.status() == psutil.STATUS_ZOMBIE:
-                return True
-        except psutil.NoSuchProcess:
-            return True
-        time.sleep(0.05)
-    return False
+    recorded = rec.get("cmdline")
+    if isinstance(recorded, list):
+        ident = ProcessIdentity(pid, birth, cmdline=tuple(str(part) for part in recorded))
+    else:
+        ident = ProcessIdentity(pid, birth, args=(("-m", SERVER_MARKER),))
+    return ident if ident.prove().status == "proven" else None
 
 
 def up(
@@ -106,30 +100,27 @@ def up(
         return
     (home / SERVER_FILE).unlink(missing_ok=True)
     log_path = home / "server.log"
-    log = log_path.open("ab")
-    run_start = log.tell()  # only this run's lines explain this run's failure
-    proc = subprocess.Popen(
-        args,
-        stdin=subprocess.DEVNULL,
-        stdout=log,
-        stderr=log,
-        start_new_session=True,
-        close_fds=True,
-    )
-    deadline = time.monotonic() + START_TIMEOUT_S
-    while time.monotonic() < deadline:
+    run_start = log_path.stat().st_size if log_path.exists() else 0  # this run's lines only
+    # The server keeps our environment (it is this user's own server process).
+    pid = spawn_detached(args, log_path=log_path, env=dict(os.environ))
+
+    def announced() -> dict[str, object] | None:
         rec = local_server()
-        if rec and rec.get("pid") == proc.pid:
-            typer.echo(f"grid: serving on {rec['url']} (pid {proc.pid}); stop with 'grid down'")
-            return
-        if proc.poll() is not None:
+        if rec and rec.get("pid") == pid:
+            return rec
+        code = exit_status(pid)
+        if code is not None:
             reason = _last_log_line(log_path, run_start)
-            msg = f"the server exited with code {proc.returncode}"
+            msg = f"the server exited with code {code}"
             msg += f": {reason}" if reason else f"; see {log_path}"
             raise CliError(msg)
-        time.sleep(0.1)
-    proc.terminate()
-    proc.wait(STOP_TIMEOUT_S)
+        return None
+
+    rec = wait_until_sync(announced, timeout_s=START_TIMEOUT_S, interval_s=START_POLL_S)
+    if rec is not None:
+        typer.echo(f"grid: serving on {rec['url']} (pid {pid}); stop with 'grid down'")
+        return
+    stop_process_sync(SpawnedChild(pid), grace_s=STOP_TIMEOUT_S)
     raise CliError(f"the server did not start within {START_TIMEOUT_S:.0f} s; see server.log")
 
 
@@ -152,8 +143,8 @@ def down() -> None:
     if rec is None:
         typer.echo("grid: no local server is running")
         return
-    proc = _proven(rec)
-    if proc is None:
+    ident = _proven(rec)
+    if ident is None:
         try:
             psutil.Process(int(rec.get("pid", -1)))
         except (psutil.Error, ValueError, TypeError):
@@ -165,12 +156,10 @@ def down() -> None:
             "not signalling it — inspect it manually"
         )
         raise CliError(msg)
-    proc.send_signal(signal.SIGTERM)
-    if not _gone(proc, STOP_TIMEOUT_S):
-        proc.kill()
-        if not _gone(proc, STOP_TIMEOUT_S):
-            msg = f"pid {proc.pid} did not exit after SIGKILL; inspect it manually"
-            raise CliError(msg)
+    try:
+        stop_process_sync(ident, grace_s=STOP_TIMEOUT_S)
+    except GridError as exc:
+        raise CliError(str(exc)) from None
     path.unlink(missing_ok=True)
     typer.echo(f"grid: stopped the server at {rec.get('url')} (pid {rec.get('pid')})")
 

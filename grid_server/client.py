@@ -11,9 +11,10 @@ from urllib.parse import urlsplit
 import httpx
 
 from grid_core.errors import EXIT_RUNTIME_FAILURE, EXIT_USAGE, GridError
+from grid_core.system import grid_home
 from grid_core.wire import OPERATOR_HEADER
 from grid_server.context import NO_DELAY
-from grid_server.home import HOME_ENV, OPERATOR_TOKEN_FILE, SERVER_FILE
+from grid_server.home import OPERATOR_TOKEN_FILE, SERVER_FILE
 from grid_server.registry import is_loopback_host
 from grid_server.serve import DEFAULT_HOST, DEFAULT_PORT
 
@@ -48,7 +49,7 @@ class CliError(GridError):
 
 def home_dir() -> Path:
     """``$GRID_HOME`` or ``~/.grid`` (not created: the CLI only reads it)."""
-    return Path(os.environ.get(HOME_ENV) or Path.home() / ".grid").expanduser()
+    return grid_home()
 
 
 def local_server() -> dict[str, Any] | None:

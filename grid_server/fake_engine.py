@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import time
 from collections import Counter
 from pathlib import Path
@@ -31,6 +30,7 @@ from typing import Any
 import anyio
 import msgspec
 
+from grid_core.system import write_atomic
 from grid_server.proxy import Receive, Scope, Send, read_body, respond
 
 DEFAULT_TOKENS = 8
@@ -39,6 +39,9 @@ MAX_FAKE_TOKENS = 4096
 """Ceiling on filler tokens, so a test cannot make the fake allocate without bound."""
 JSON = [(b"content-type", b"application/json; charset=utf-8")]
 SSE = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]
+
+URL_FILE_MODE = 0o644
+"""The announced URL is no secret (the API key lives in its own 0600 file)."""
 
 
 class FakeEngine:
@@ -326,9 +329,7 @@ def main(argv: list[str] | None = None) -> None:
     sock = bind(args.host, args.port)
     url = url_of(sock)
     if args.url_file:
-        tmp = args.url_file.with_suffix(".tmp")
-        tmp.write_text(url)
-        os.replace(tmp, args.url_file)
+        write_atomic(args.url_file, url, mode=URL_FILE_MODE)
     config = uvicorn.Config(
         FakeEngine(args.model, key), lifespan="on", access_log=False, log_level="warning"
     )

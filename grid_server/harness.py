@@ -7,69 +7,83 @@ then SIGKILL after a grace period); nothing is ever signalled by name.
 from __future__ import annotations
 
 import json
-import os
 import secrets
-import subprocess
 import sys
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
 
+from grid_core.system import (
+    SpawnedChild,
+    StopOutcome,
+    exit_status,
+    scrubbed_env,
+    spawn_detached,
+    stop_process_sync,
+    wait_until_sync,
+    write_atomic,
+)
 from grid_core.wire import CONTROL_HEADER, OPERATOR_HEADER, control_record_id, engine_record_id
 from grid_server.context import NO_DELAY
 from grid_server.home import OPERATOR_TOKEN_FILE, SERVER_FILE
 
 START_TIMEOUT_S = 30.0
 """Child start budget on a busy two-core machine (imports dominate)."""
+START_POLL_S = 0.05
+"""Seconds between checks for a child's announcement file."""
 STOP_GRACE_S = 10.0
 """Graceful stop budget before SIGKILL."""
 
 
 @dataclass
 class Child:
-    """A child process and the URL it announced."""
+    """A child process of this process and the URL it announced.
 
-    proc: subprocess.Popen[bytes]
+    Attributes:
+        pid: the child's process id (our unreaped child: its own identity proof).
+        url: what it announced.
+        log: its stdout/stderr file.
+        stopped: how :meth:`stop` ended it (``None`` until stopped).
+    """
+
+    pid: int
     url: str
     log: Path
+    stopped: StopOutcome | None = None
 
     def stop(self) -> None:
-        """Stop this child by PID: SIGTERM, then SIGKILL after :data:`STOP_GRACE_S`."""
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(STOP_GRACE_S)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(STOP_GRACE_S)
+        """Stop this child by PID: SIGTERM, then SIGKILL after :data:`STOP_GRACE_S` seconds.
+
+        Blocking (tests and benchmarks call it from synchronous teardown code).
+        """
+        if self.stopped is None:
+            self.stopped = stop_process_sync(SpawnedChild(self.pid), grace_s=STOP_GRACE_S)
 
 
-def _wait_for_file(path: Path, proc: subprocess.Popen[bytes], log: Path) -> str:
-    deadline = time.monotonic() + START_TIMEOUT_S
-    while time.monotonic() < deadline:
+def _wait_for_file(path: Path, pid: int, log: Path) -> str:
+    def announced() -> str | None:
         if path.exists():
             return path.read_text()
-        if proc.poll() is not None:
-            msg = f"child exited with {proc.returncode}: {log.read_text()[-2000:]}"
+        code = exit_status(pid)
+        if code is not None:
+            msg = f"child exited with {code}: {log.read_text()[-2000:]}"
             raise RuntimeError(msg)
-        time.sleep(0.05)
-    proc.kill()
-    proc.wait()
-    msg = f"child did not announce itself within {START_TIMEOUT_S:.0f} s"
-    raise RuntimeError(msg)
+        return None
+
+    text = wait_until_sync(announced, timeout_s=START_TIMEOUT_S, interval_s=START_POLL_S)
+    if text is None:
+        stop_process_sync(SpawnedChild(pid), grace_s=0.0)
+        msg = f"child did not announce itself within {START_TIMEOUT_S:.0f} s"
+        raise RuntimeError(msg)
+    return text
 
 
-def _spawn(
-    args: list[str], workdir: Path, name: str, env: dict[str, str]
-) -> tuple[subprocess.Popen[bytes], Path]:
+def _spawn(args: list[str], workdir: Path, name: str, env: dict[str, str]) -> tuple[int, Path]:
     log = workdir / f"{name}.log"
-    with log.open("wb") as fh:
-        proc = subprocess.Popen(
-            args, stdin=subprocess.DEVNULL, stdout=fh, stderr=fh, env=env, close_fds=True
-        )
-    return proc, log
+    # In our session: a developer's Ctrl-C reaches the children of an interrupted test run.
+    pid = spawn_detached(args, log_path=log, env=env, truncate_log=True, new_session=False)
+    return pid, log
 
 
 def start_fake_engine(workdir: Path, model: str, api_key: str | None = None) -> tuple[Child, str]:
@@ -77,12 +91,10 @@ def start_fake_engine(workdir: Path, model: str, api_key: str | None = None) -> 
     api_key = api_key or secrets.token_urlsafe(24)
     tag = secrets.token_hex(4)
     key_file = workdir / f"fake-{tag}.key"
-    fd = os.open(key_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    os.write(fd, api_key.encode())
-    os.close(fd)
+    write_atomic(key_file, api_key)
     url_file = workdir / f"fake-{tag}.url"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GRID_ALLOCATOR")}
-    proc, log = _spawn(
+    env = scrubbed_env()
+    pid, log = _spawn(
         [
             sys.executable,
             "-m",
@@ -98,21 +110,20 @@ def start_fake_engine(workdir: Path, model: str, api_key: str | None = None) -> 
         f"fake-{tag}",
         env,
     )
-    return Child(proc, _wait_for_file(url_file, proc, log), log), api_key
+    return Child(pid, _wait_for_file(url_file, pid, log), log), api_key
 
 
 def start_server(home: Path, tick_interval_s: float | None = None) -> Child:
     """Start the real Grid server on a free loopback port with ``GRID_HOME=home``."""
     home.mkdir(parents=True, exist_ok=True)
     url_file = home / "test-server.url"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GRID_ALLOCATOR")}
-    env["GRID_HOME"] = str(home)
+    env = scrubbed_env(GRID_HOME=str(home))
     args = [sys.executable, "-m", "grid_server.serve", "--port", "0", "--url-file", str(url_file)]
     if tick_interval_s is not None:
         args += ["--tick-interval", str(tick_interval_s)]
-    proc, log = _spawn(args, home, "server", env)
-    raw = _wait_for_file(url_file, proc, log)
-    return Child(proc, json.loads(raw)["url"], log)
+    pid, log = _spawn(args, home, "server", env)
+    raw = _wait_for_file(url_file, pid, log)
+    return Child(pid, json.loads(raw)["url"], log)
 
 
 @dataclass
@@ -192,14 +203,13 @@ class GridClient:
 
     def wait_ready(self, model: str, timeout_s: float = 10.0) -> None:
         """Wait until ``/v1/models`` lists ``model``."""
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            ids = [m["id"] for m in self.http.get(self.url + "/v1/models").json()["data"]]
-            if model in ids:
-                return
-            time.sleep(0.05)
-        msg = f"model {model} never became ready"
-        raise RuntimeError(msg)
+
+        def listed() -> bool:
+            return model in [m["id"] for m in self.http.get(self.url + "/v1/models").json()["data"]]
+
+        if not wait_until_sync(listed, timeout_s=timeout_s, interval_s=START_POLL_S):
+            msg = f"model {model} never became ready"
+            raise RuntimeError(msg)
 
     def close(self) -> None:
         """Close the HTTP client."""

@@ -10,53 +10,37 @@ Layout::
 
 from __future__ import annotations
 
-import os
 import secrets
 from pathlib import Path
 
 from grid_core.errors import StateError
+from grid_core.system import OWNER_ONLY, write_atomic
+from grid_core.system import grid_home as _toolkit_home
 
-HOME_ENV = "GRID_HOME"
 OPERATOR_TOKEN_FILE = "operator-token"
 SIGNING_KEY_FILE = "signing-key"
 SERVER_FILE = "server.json"
 STATE_DIR = "state"
 SECRET_BYTES = 32
 """256-bit secrets: far beyond guessing, short enough to paste when an operator must."""
-OWNER_ONLY = 0o600
 
 
-def grid_home(explicit: str | os.PathLike[str] | None = None) -> Path:
-    """The Grid home directory (created owner-only when missing)."""
-    raw = explicit or os.environ.get(HOME_ENV) or Path.home() / ".grid"
-    path = Path(raw).expanduser()
-    path.mkdir(mode=0o700, parents=True, exist_ok=True)
-    return path
+def grid_home(explicit: str | Path | None = None) -> Path:
+    """The Grid home directory for the server (created owner-only when missing).
+
+    Raises:
+        OSError: the directory cannot be created.
+    """
+    return _toolkit_home(explicit, create=True)
 
 
 def write_secret_file(path: Path, content: str) -> None:
-    """Create ``path`` with mode 0600 before any byte of ``content`` is written.
-
-    Replaces an existing file atomically (temp file in the same directory, then rename), so a
-    reader never sees a half-written secret and the secret never exists with wider permissions.
+    """Create ``path`` owner-only (0600) with ``content``, atomically and durably.
 
     Raises:
         StateError: the file could not be written.
     """
-    tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
-    try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, OWNER_ONLY)
-        try:
-            os.write(fd, content.encode())
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.chmod(tmp, OWNER_ONLY)
-        os.replace(tmp, path)
-    except OSError as exc:
-        tmp.unlink(missing_ok=True)
-        msg = f"cannot write secret file {path}: {exc.strerror}; check the directory permissions"
-        raise StateError(msg) from None
+    write_atomic(path, content, mode=OWNER_ONLY)
 
 
 def read_or_create_secret(path: Path) -> str:

@@ -15,10 +15,10 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import psutil
 import uvicorn
 
 from grid_core.errors import EXIT_USAGE, GridError
+from grid_core.system import ProcessIdentity, write_atomic
 from grid_server.home import SERVER_FILE, grid_home
 
 if TYPE_CHECKING:
@@ -32,6 +32,8 @@ MAX_PORT = 65535
 """TCP ports are 16-bit; 0 asks the kernel for any free port."""
 SERVER_MARKER = "grid_server.serve"
 """Command-line marker ``grid down`` checks before it signals a PID."""
+ANNOUNCE_MODE = 0o644
+"""``server.json`` and the URL file hold no secret (URL, PID, birth): as before, readable."""
 
 
 def check_port(port: int, flag: str = "--port") -> None:
@@ -81,14 +83,14 @@ def url_of(sock: socket.socket) -> str:
 
 def server_record(url: str, home: Path) -> dict[str, object]:
     """What ``server.json`` holds: enough to find and identity-check this process."""
-    me = psutil.Process()
+    me = ProcessIdentity.of_current()
     return {
         "url": url,
         "pid": me.pid,
-        "create_time": me.create_time(),
+        "create_time": me.birth,
         "home": str(home),
         "marker": SERVER_MARKER,
-        "cmdline": me.cmdline(),
+        "cmdline": list(me.cmdline or ()),
     }
 
 
@@ -123,9 +125,7 @@ def serve(
         data = json.dumps(server_record(url, home))
         for path in (record_path, url_file):
             if path is not None:
-                tmp = path.with_suffix(".tmp")
-                tmp.write_text(data)
-                os.replace(tmp, path)
+                write_atomic(path, data, mode=ANNOUNCE_MODE)
         print(f"grid: serving on {url}", flush=True)
 
     def stopped() -> None:

@@ -21,13 +21,12 @@ import time
 from pathlib import Path
 
 import msgspec
-import psutil
 from filelock import FileLock, Timeout
 
 from grid_core.errors import ConflictError, StateError
 from grid_core.store import check_expected
+from grid_core.system import birth_of, replace_durably, same_birth, write_atomic
 
-OWNER_ONLY = 0o600
 LOCK_TIMEOUT_S = 5.0
 """Longest wait for the lease file lock: a lease update takes milliseconds, so a longer wait
 means another process is stuck holding it and the caller should fail rather than hang."""
@@ -50,13 +49,6 @@ class LeaseRecord(msgspec.Struct, kw_only=True):
     hostname: str = ""
     pid: int = 0
     birth: float = 0.0
-
-
-def _process_birth(pid: int) -> float | None:
-    try:
-        return psutil.Process(pid).create_time()
-    except (psutil.NoSuchProcess, psutil.AccessDenied, ValueError):
-        return None
 
 
 class FileStateStore:
@@ -91,31 +83,15 @@ class FileStateStore:
             msg = f"cannot read controller state {self.path}: {exc.strerror}"
             raise StateError(msg) from None
 
-    def _write_atomic(self, target: Path, data: bytes) -> None:
-        tmp = target.with_name(f".{target.name}.{secrets.token_hex(4)}.tmp")
+    @staticmethod
+    def _write_atomic(target: Path, data: bytes) -> None:
+        """Durable atomic replace of ``target`` (owner-only); raises StateError."""
         try:
             target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, OWNER_ONLY)
-            try:
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(fd, view) :]
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            os.replace(tmp, target)
-            dfd = os.open(target.parent, os.O_RDONLY)
-            try:
-                os.fsync(dfd)
-            finally:
-                os.close(dfd)
         except OSError as exc:
-            tmp.unlink(missing_ok=True)
-            msg = (
-                f"cannot write {target}: {exc.strerror}; make its directory writable by "
-                "the Grid server user"
-            )
+            msg = f"cannot create {target.parent}: {exc.strerror}; check its parent's permissions"
             raise StateError(msg) from None
+        write_atomic(target, data)
 
     def save(self, data: bytes, expected: str | None) -> None:
         """Replace the state atomically, only if the file still holds what the writer saw.
@@ -157,7 +133,7 @@ class FileStateStore:
         stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
         dest = self.path.with_name(f"{self.path.name}.corrupt-{stamp}-{secrets.token_hex(2)}")
         try:
-            os.replace(self.path, dest)
+            replace_durably(self.path, dest)
         except FileNotFoundError:
             return str(dest)
         except OSError as exc:
@@ -187,8 +163,7 @@ class FileStateStore:
         """The recorded holder is provably gone (same machine, PID dead or reused)."""
         if rec.hostname != socket.gethostname() or rec.pid <= 0:
             return False
-        birth = _process_birth(rec.pid)
-        return birth is None or abs(birth - rec.birth) > 1.0
+        return not same_birth(rec.pid, rec.birth)
 
     def acquire_lease(self, controller_id: str, now: float, ttl_s: float) -> tuple[int, float]:
         """Take or renew the single-writer lease.
@@ -221,7 +196,7 @@ class FileStateStore:
                 rec.expires_at = now + ttl_s
                 rec.hostname = socket.gethostname()
                 rec.pid = pid
-                rec.birth = _process_birth(pid) or 0.0
+                rec.birth = birth_of(pid) or 0.0
                 self._write_atomic(self.lease_path, msgspec.json.encode(rec))
                 return rec.term, rec.expires_at
         except Timeout:

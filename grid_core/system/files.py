@@ -33,11 +33,19 @@ def fsync_dir(directory: Path) -> None:
 
 
 def replace_durably(src: Path, dst: Path) -> None:
-    """Rename ``src`` (already flushed) over ``dst`` and flush the directory entry.
+    """Publish a finished file: flush ``src``, rename it over ``dst``, flush the directory.
+
+    For content written by other code (a download, a build, a generated model) into a temp
+    file beside ``dst``; :func:`write_atomic` covers content held in memory.
 
     Raises:
-        OSError: the rename or the directory flush failed.
+        OSError: the flush or the rename failed (``dst`` is then unchanged).
     """
+    fd = os.open(src, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
     os.replace(src, dst)
     fsync_dir(dst.parent)
 

@@ -7,15 +7,13 @@ waiting, so no zombie is left behind.
 
 from __future__ import annotations
 
-import functools
 import signal
+from collections.abc import Generator
 from typing import Literal
-
-import anyio
 
 from grid_core.errors import UnavailableError
 from grid_core.system.identity import Provable, is_gone, reap, signal_proven
-from grid_core.system.poll import wait_until
+from grid_core.system.poll import wait_until, wait_until_sync
 
 StopOutcome = Literal["gone", "terminated", "killed", "running"]
 """``gone``: it had already exited; ``terminated``: it exited after SIGTERM; ``killed``: it
@@ -32,24 +30,59 @@ def _exited(pid: int) -> bool:
     return reap(pid) or is_gone(pid)
 
 
-def _begin(target: Provable) -> bool:
-    """Prove and send SIGTERM; False when the process is already gone."""
+def _signal(target: Provable, sig: signal.Signals) -> bool:
+    """Prove afresh, then send ``sig``; False when the process has already exited."""
     proof = target.prove()
     if proof.status == "dead":
         reap(target.pid)
         return False
-    signal_proven(target.pid, signal.SIGTERM, proof)
+    signal_proven(target.pid, sig, proof)
     return True
 
 
-def _escalate(target: Provable) -> bool:
-    """Re-prove and send SIGKILL; False when the process exited meanwhile."""
-    proof = target.prove()
-    if proof.status == "dead":
-        reap(target.pid)
-        return False
-    signal_proven(target.pid, signal.SIGKILL, proof)
-    return True
+def _sequence(
+    target: Provable, grace_s: float, escalate: bool
+) -> Generator[float, bool | None, StopOutcome]:
+    """The stop protocol, shared by both drivers: yields wait budgets, receives "exited?"."""
+    if not _signal(target, signal.SIGTERM):
+        return "gone"
+    if (yield grace_s):
+        return "terminated"
+    if not escalate:
+        return "running"
+    if not _signal(target, signal.SIGKILL):
+        return "terminated"
+    if (yield KILL_WAIT_S):
+        return "killed"
+    msg = f"pid {target.pid} did not exit {KILL_WAIT_S:.0f} s after SIGKILL; inspect it by hand"
+    raise UnavailableError(msg)
+
+
+class _Run:
+    """One stop in progress: drives :func:`_sequence`; the caller performs each wait."""
+
+    def __init__(self, target: Provable, grace_s: float, escalate: bool) -> None:
+        self.pid = target.pid
+        self._steps = _sequence(target, grace_s, escalate)
+        self._outcome: StopOutcome | None = None
+        self.budget: float | None = self._advance(None)
+
+    def _advance(self, exited: bool | None) -> float | None:
+        try:
+            return self._steps.send(exited)  # the first send (None) starts it
+        except StopIteration as done:
+            self._outcome = done.value
+            return None
+
+    def exited(self) -> bool:
+        return _exited(self.pid)
+
+    def waited(self, exited: bool | None) -> None:
+        self.budget = self._advance(bool(exited))
+
+    def outcome(self) -> StopOutcome:
+        assert self._outcome is not None  # only read after the last wait
+        return self._outcome
 
 
 async def stop_process(target: Provable, *, grace_s: float, escalate: bool = True) -> StopOutcome:
@@ -69,26 +102,14 @@ async def stop_process(target: Provable, *, grace_s: float, escalate: bool = Tru
         ForbiddenError: the identity is not proven (nothing was signalled).
         UnavailableError: the process outlived SIGKILL by :data:`KILL_WAIT_S`.
     """
-    if not _begin(target):
-        return "gone"
-    pid = target.pid
-    if await wait_until(lambda: _exited(pid), timeout_s=grace_s, interval_s=STOP_POLL_S):
-        return "terminated"
-    if not escalate:
-        return "running"
-    if not _escalate(target):
-        return "terminated"
-    if await wait_until(lambda: _exited(pid), timeout_s=KILL_WAIT_S, interval_s=STOP_POLL_S):
-        return "killed"
-    msg = f"pid {pid} did not exit {KILL_WAIT_S:.0f} s after SIGKILL; inspect it by hand"
-    raise UnavailableError(msg)
+    run = _Run(target, grace_s, escalate)
+    while run.budget is not None:
+        run.waited(await wait_until(run.exited, timeout_s=run.budget, interval_s=STOP_POLL_S))
+    return run.outcome()
 
 
 def stop_process_sync(target: Provable, *, grace_s: float, escalate: bool = True) -> StopOutcome:
     """Blocking twin of :func:`stop_process` for synchronous callers (CLI commands) only.
-
-    It runs :func:`stop_process` in a fresh event loop, so it must not be called from async
-    code (anyio raises ``RuntimeError`` there).
 
     Args:
         target: the process and how to prove it.
@@ -102,4 +123,7 @@ def stop_process_sync(target: Provable, *, grace_s: float, escalate: bool = True
         ForbiddenError: the identity is not proven (nothing was signalled).
         UnavailableError: the process outlived SIGKILL by :data:`KILL_WAIT_S`.
     """
-    return anyio.run(functools.partial(stop_process, target, grace_s=grace_s, escalate=escalate))
+    run = _Run(target, grace_s, escalate)
+    while run.budget is not None:
+        run.waited(wait_until_sync(run.exited, timeout_s=run.budget, interval_s=STOP_POLL_S))
+    return run.outcome()

@@ -29,6 +29,7 @@ import anyio
 import httpx
 
 from grid_core.errors import GridError
+from grid_core.system import wait_until
 from grid_fleet import observe, traffic
 from grid_fleet.layout import FleetRecord, ModelSpec
 
@@ -142,14 +143,13 @@ class Demo:
     async def _until(
         self, phase: str, deadline: float, cond: Callable[[], bool], what: Callable[[], str]
     ) -> None:
-        while not cond():
-            if time.monotonic() > deadline:
-                msg = (
-                    f"demo phase ({phase}) did not converge within "
-                    f"{PHASE_DEADLINE_S[phase]:.0f} s: {what()}"
-                )
-                raise DemoFailure(msg)
-            await anyio.sleep(OBSERVE_S)
+        left = max(0.0, deadline - time.monotonic())
+        if not await wait_until(cond, timeout_s=left, interval_s=OBSERVE_S):
+            msg = (
+                f"demo phase ({phase}) did not converge within "
+                f"{PHASE_DEADLINE_S[phase]:.0f} s: {what()}"
+            )
+            raise DemoFailure(msg)
 
     def _check(self, phase: str, outcomes: list[traffic.Outcome]) -> None:
         bad = [o for o in outcomes if not o.ok]

@@ -22,6 +22,7 @@ import httpx
 
 from grid_core.errors import NotFoundError, UnavailableError, ValidationError
 from grid_core.runtime import ArtifactSpec, LoadResult
+from grid_core.system import replace_durably
 
 HF_ENDPOINT_ENV = "GRID_HF_ENDPOINT"
 """Base URL that ``hf://`` sources resolve against (a mirror, or a loopback server in tests)."""
@@ -207,12 +208,7 @@ class ArtifactStore:
             )
             raise ValidationError(msg)
         final = self.cached_path(sha256)
-        os.replace(part, final)
-        dir_fd = os.open(self.published, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
+        replace_durably(part, final)
         return final
 
     def _transfer(self, url: str, part: Path, max_bytes: int) -> bool:

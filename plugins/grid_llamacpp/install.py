@@ -21,6 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from grid_core.errors import GridError, NotFoundError, ValidationError
+from grid_core.system import replace_durably
 
 LLAMA_CPP_PYTHON_VERSION = "0.3.36"
 """The pinned source distribution (its vendored llama.cpp serves our tiny GGUFs and SmolLM2)."""
@@ -231,7 +232,7 @@ def install(
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = target.with_name(".llama-server.partial")
     shutil.copy2(built, tmp)
-    os.replace(tmp, target)
+    replace_durably(tmp, target)
     if not works(target):
         msg = f"{target} was built but does not run; see {log}"
         raise EngineInstallError(msg)

@@ -19,10 +19,11 @@ import httpx
 
 from grid_core.errors import GridError
 from grid_core.runtime import ChildRecord, LoadResult
+from grid_core.system import grid_home, write_atomic
 from grid_llamacpp.adapter import LlamaCppAdapter
 from grid_llamacpp.artifacts import sha256_file
 from grid_node.actuator import NodeRuntimeHost
-from grid_node.config import DEFAULT_PORT_RANGE, grid_home
+from grid_node.config import DEFAULT_PORT_RANGE
 
 COMPLETION_TIMEOUT_S = 120.0
 """Seconds one qualification completion may take on a slow CPU."""
@@ -98,13 +99,7 @@ def _scratch_host(tmpdir: Path, model: Path) -> NodeRuntimeHost:
 
 def _write_evidence(path: Path, doc: dict) -> None:
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    tmp_path = path.with_name(f".{path.name}.tmp")
-    fd = os.open(tmp_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        json.dump(doc, f, indent=2)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp_path, path)
+    write_atomic(path, json.dumps(doc, indent=2))
 
 
 async def run_qualification(model: Path, sha256: str | None, evidence: Path | None) -> dict:

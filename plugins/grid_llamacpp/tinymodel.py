@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from grid_core.errors import ValidationError
+from grid_core.system import replace_durably
 
 MIN_EMBEDDING = 16
 """Smallest embedding width: four heads of four dimensions each."""
@@ -188,7 +189,7 @@ def make_model(out: Path, spec: TinyModelSpec) -> int:
     finally:
         writer.close()
     try:
-        os.replace(tmp, out)
+        replace_durably(tmp, out)
     except OSError:
         tmp.unlink(missing_ok=True)
         raise

@@ -24,6 +24,8 @@ import openai
 import psutil
 import pytest
 
+from grid_core.system import is_gone, same_birth, wait_until_sync
+
 pytestmark = pytest.mark.e2e
 
 ENGINE_PORT_BASE = 23100
@@ -81,13 +83,7 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, dict
     finally:
         before = [(p.pid, p.create_time()) for p in _owned(home)]
         stopped = grid(home, "test", "stop")
-        left = [
-            pid
-            for pid, born in before
-            if psutil.pid_exists(pid)
-            and psutil.Process(pid).create_time() == born
-            and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-        ]
+        left = [pid for pid, born in before if same_birth(pid, born) and not is_gone(pid)]
         assert stopped.returncode == 0, stopped.stdout + stopped.stderr
         # The kill switch comes first, then each host reports one readable line.
         assert stopped.stdout.index("allocator mode: recommend") < stopped.stdout.index("host-01")
@@ -252,12 +248,12 @@ def test_watch_follows_a_load_and_ctrl_c_stops_only_the_watch(fleet):
                 "ignore_eos": True,
                 "messages": [{"role": "user", "content": "hello"}],
             }
-            deadline = time.monotonic() + 120.0
-            while time.monotonic() < deadline:
-                if client.post(doc["url"] + "/v1/chat/completions", json=body).status_code == 200:
-                    break
-                time.sleep(1.0)
-            else:
+            url = doc["url"] + "/v1/chat/completions"
+            if not wait_until_sync(
+                lambda: client.post(url, json=body).status_code == 200,
+                timeout_s=120.0,
+                interval_s=1.0,
+            ):
                 pytest.fail(f"{high} was never loaded for a real request")
         time.sleep(2.0)  # a few status reads after the load
     finally:

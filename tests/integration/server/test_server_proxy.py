@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Callable
 
 import httpx
@@ -12,6 +11,7 @@ import pytest
 from server_testbed import Engine, Grid, serve_model
 
 from grid_core.routing import UNKNOWN_STARTUP_RETRY_AFTER_S
+from grid_core.system import wait_until_sync
 from grid_core.wire import AFFINITY_HEADER
 from grid_server.proxy import MAX_BODY_BYTES
 
@@ -294,9 +294,7 @@ def test_client_hangup_stops_relaying_a_stream(
         st = grid.client.http.get(grid.url + "/allocator/status").json()
         return int(st["server"]["inflight_requests"])
 
-    deadline = time.monotonic() + 30.0
-    while inflight() and time.monotonic() < deadline:
-        time.sleep(0.1)
+    wait_until_sync(lambda: inflight() == 0, timeout_s=30.0)
     assert inflight() == 0
 
 
