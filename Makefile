@@ -6,7 +6,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.grid-installed
 
-.PHONY: demo test check lint engine venv clean
+.PHONY: demo test check lint engine browser venv clean
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -34,7 +34,19 @@ demo: engine
 	  "and stop it with '$(BIN)/grid test stop'"; fi; \
 	exit $$status
 
-test: engine
+# Debian's Chromium and its chromedriver for the dashboard's browser test. Installed when missing
+# and this runs as root with apt (CI does); otherwise the test fails with this same hint.
+CHROMIUM       ?= /usr/bin/chromium
+CHROMEDRIVER   ?= /usr/bin/chromedriver
+browser:
+	@if [ -x $(CHROMIUM) ] && [ -x $(CHROMEDRIVER) ]; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  echo "grid: installing Debian's chromium and chromium-driver for the browser test"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+	    chromium chromium-driver >/dev/null; \
+	else echo "grid: the browser test needs 'apt-get install chromium chromium-driver' (as root)"; fi
+
+test: engine browser
 	$(BIN)/python -m pytest -q
 
 check: venv

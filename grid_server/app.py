@@ -8,22 +8,25 @@ everything else, including lifespan, to Litestar.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 import anyio
-from litestar import Litestar, Request, Response, get
+from litestar import Litestar, Request, Response, Router, get
 
 from grid_core.errors import GridError
 from grid_core.plugins import Plugins
 from grid_server.api_allocator import allocator_routes
 from grid_server.api_nodes import node_routes
+from grid_server.api_observe import DemandHistory, observe_routes
 from grid_server.auth import Credentials
 from grid_server.context import ServerContext
 from grid_server.home import STATE_DIR
 from grid_server.http import error_response, json_response
+from grid_server.openapi import add_openai_routes, openapi_config
 from grid_server.proxy import Proxy, Receive, Scope, Send
 from grid_server.registry import Registry
 from grid_server.router import RouterState
@@ -33,6 +36,16 @@ from grid_server.upstream import UpstreamPool
 log = logging.getLogger("grid.server")
 
 STATE_FILE = "controller.json"
+
+
+def grid_version() -> str:
+    """The installed package version (shown in the OpenAPI document)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("grid")
+    except PackageNotFoundError:
+        return "0+unknown"
 
 
 def make_controller(
@@ -120,6 +133,15 @@ def build_app(
         warnings=warnings,
     )
 
+    history = DemandHistory.empty()
+    runner.on_request = ctx.metrics.observe_request
+
+    def on_tick(seconds: float) -> None:
+        ctx.metrics.observe_tick(seconds)
+        history.sample(runner.ctl, time.time())
+
+    runner.on_tick = on_tick
+
     @asynccontextmanager
     async def lifespan(_app: Litestar) -> AsyncIterator[None]:
         ctx.client = UpstreamPool()
@@ -147,10 +169,16 @@ def build_app(
         return error_response(exc)
 
     litestar = Litestar(
-        route_handlers=[healthz, *node_routes(ctx), *allocator_routes(ctx)],
+        route_handlers=[
+            healthz,
+            Router("/", route_handlers=node_routes(ctx), tags=["nodes"]),
+            Router("/", route_handlers=allocator_routes(ctx), tags=["allocator"]),
+            Router("/", route_handlers=observe_routes(ctx, history), tags=["observation"]),
+        ],
         lifespan=[lifespan],
         exception_handlers={GridError: on_grid_error},
         logging_config=None,
-        openapi_config=None,
+        openapi_config=openapi_config(grid_version()),
     )
+    add_openai_routes(litestar)
     return GridApp(ctx, litestar)

@@ -12,7 +12,7 @@ import typer
 
 from grid_core.errors import EXIT_USAGE, ValidationError
 from grid_core.profile import KNOWN_RUNTIMES, ModelProfile, validate_declared_profile
-from grid_core.table import render_table
+from grid_server.cli_render import console, explain_view, status_view
 from grid_server.client import CliError, request
 from grid_server.home import write_secret_file
 
@@ -242,94 +242,34 @@ def status(
     grid: str | None = GridOpt,
     as_json: bool = typer.Option(False, "--json", help="Full detail as JSON."),
 ) -> None:
-    """Show the allocator's state: mode, hosts, models, pending work, warnings."""
-    params = {"detail": "1"} if as_json else None
-    data = request("GET", grid, "/allocator/status", params=params)
+    """Show the allocator's state: mode, hosts, models, actions, unmet constraints, warnings."""
+    data = request("GET", grid, "/allocator/status", params={"detail": "1"})
     if as_json:
         typer.echo(json.dumps(data, indent=2, sort_keys=True))
         return
-    typer.echo(render_status(data))
-
-
-def _cell(v: object) -> str:
-    if v is None:
-        return "-"
-    if isinstance(v, float):
-        return f"{v:.1f}"
-    if isinstance(v, list | tuple):
-        return ",".join(str(x) for x in v) or "-"
-    return str(v)
+    console().print(status_view(data))
 
 
 def render_status(data: dict[str, Any]) -> str:
-    """The readable status: summary lines, then a nodes table and controller scalars."""
-    server = data.get("server", {})
-    ctl = data.get("controller", {}) if isinstance(data.get("controller"), dict) else {}
-    lines = [
-        f"mode: {data.get('mode')}",
-        f"profiles: {_cell(server.get('profiles'))}",
-        f"passes: {server.get('ticks')}  last error: {_cell(server.get('last_error'))}",
-    ]
-    for w in server.get("warnings", []) + (
-        [ctl["state_warning"]] if ctl.get("state_warning") else []
-    ):
-        lines.append(f"warning: {w}")
-    scalars = {
-        k: v
-        for k, v in sorted(ctl.items())
-        if isinstance(v, str | int | float | bool) and k != "mode"
-    }
-    if scalars:
-        lines += [
-            "",
-            render_table(["controller", "value"], [[k, _cell(v)] for k, v in scalars.items()]),
-        ]
-    for key, value in sorted(ctl.items()):
-        if (
-            isinstance(value, dict)
-            and value
-            and all(isinstance(v, str | int | float | bool) for v in value.values())
-        ):
-            lines.append(f"{key}: " + "  ".join(f"{k}={_cell(v)}" for k, v in value.items()))
-    for key, value in sorted(ctl.items()):
-        if isinstance(value, list) and value and all(isinstance(r, dict) for r in value):
-            cols = list(value[0].keys())[:8]
-            lines += [
-                "",
-                f"{key}:",
-                render_table(cols, [[_cell(r.get(c)) for c in cols] for r in value[:50]]),
-            ]
-    nodes = server.get("nodes", [])
-    lines += [
-        "",
-        render_table(
-            ["node", "role", "host", "state", "models", "lease s"],
-            [
-                [
-                    n["node_id"],
-                    n["role"],
-                    n["host_id"],
-                    _cell(n.get("state")),
-                    _cell(n["models"]),
-                    _cell(n["lease_remaining_s"]),
-                ]
-                for n in nodes
-            ],
-        ),
-    ]
-    breakers = server.get("open_breakers", [])
-    if breakers:
-        lines += [
-            "",
-            render_table(
-                ["open breaker", "model", "streak", "open for s"],
-                [
-                    [b["engine_id"], b["model_id"], b["streak"], _cell(b["open_for_s"])]
-                    for b in breakers
-                ],
-            ),
-        ]
-    return "\n".join(lines)
+    """The readable status as plain text (what ``grid allocator status`` prints to a pipe)."""
+    out = console()
+    with out.capture() as captured:
+        out.print(status_view(data))
+    return captured.get()
+
+
+def explain(
+    model_id: str = typer.Argument(..., help="The model to explain."),
+    grid: str | None = GridOpt,
+    as_json: bool = typer.Option(False, "--json", help="The explanation as JSON."),
+) -> None:
+    """Why MODEL is where it is (or is not): demand, desired count, a verdict per host and
+    the constraint that binds."""
+    data = request("GET", grid, f"/allocator/explain/{model_id}")
+    if as_json:
+        typer.echo(json.dumps(data, indent=2, sort_keys=True))
+        return
+    console().print(explain_view(data))
 
 
 def token_write(
@@ -370,5 +310,6 @@ def register(cli: Any) -> None:
     group.command("mode")(mode)
     group.command("tick")(tick)
     group.command("status")(status)
+    group.command("explain")(explain)
     token = cli.subgroup("allocator", "token", help="Node credentials.")
     token.command("write")(token_write)

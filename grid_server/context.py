@@ -9,6 +9,7 @@ from typing import Any
 
 from grid_core.plugins import Plugins
 from grid_server.auth import Credentials
+from grid_server.metrics import RequestMetrics
 from grid_server.registry import Registry
 from grid_server.router import RouterState
 from grid_server.runner import ControllerRunner
@@ -33,6 +34,7 @@ class ServerContext:
             (created in the app lifespan, on the running event loop).
         url: the bound base URL once serving.
         warnings: persistent-state or startup warnings shown in status.
+        metrics: request, pass and action counters for ``/metrics``.
     """
 
     home: Path
@@ -44,3 +46,13 @@ class ServerContext:
     client: Any = None
     url: str | None = None
     warnings: list[str] = field(default_factory=list)
+    metrics: RequestMetrics = field(init=False)
+
+    def __post_init__(self) -> None:
+        router = self.router
+        runner = self.runner
+
+        def known(model: str) -> bool:
+            return model in runner.profile_ids or model in router.routed_models()
+
+        self.metrics = RequestMetrics(known)

@@ -93,6 +93,10 @@ class ControllerRunner:
         self.profiles: dict[str, ModelProfile] = {}
         self.profile_ids: frozenset[str] = frozenset()
         self.vocabulary: tuple[str, ...] = ()
+        self.on_request: Callable[[RequestFeatures], None] | None = None
+        """Called with every request's features (metrics); must be cheap and never raise."""
+        self.on_tick: Callable[[float], None] | None = None
+        """Called with each pass's duration in seconds (metrics)."""
         self._refresh_profiles()
 
     # --- helpers ------------------------------------------------------------------------
@@ -139,6 +143,8 @@ class ControllerRunner:
         if len(self._features) == self._features.maxlen:
             self.dropped_features += 1
         self._features.append(features)
+        if self.on_request is not None:
+            self.on_request(features)
         mono = time.monotonic()
         if mono - self._last_demand_poke >= DEMAND_POKE_MIN_GAP_S:
             self._last_demand_poke = mono
@@ -238,6 +244,8 @@ class ControllerRunner:
             self.last_error = f"{type(exc).__name__}: {exc}"
             raise
         self.last_tick_s = time.perf_counter() - t0
+        if self.on_tick is not None:
+            self.on_tick(self.last_tick_s)
         note = getattr(self.ctl, "note_tick_duration", None)
         if note is not None:
             elapsed = self.last_tick_s

@@ -1,0 +1,254 @@
+"""Readable renderings of ``grid allocator status`` and ``grid allocator explain`` (rich tables).
+
+Only the human view lives here; ``--json`` prints the server's document unchanged. Output to
+a pipe or file carries no colour codes (rich detects it), so the text stays greppable.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from typing import Any
+
+from rich import box
+from rich.console import Console, Group, RenderableType
+from rich.table import Table
+from rich.text import Text
+
+PIPE_WIDTH = 160
+"""Width when stdout is not a terminal: wide enough that host and model ids never wrap."""
+MAX_ROWS = 50
+"""Rows shown per table; ``--json`` has everything."""
+HOST_STYLE = {
+    "accepting": "green",
+    "throttled": "yellow",
+    "draining": "dark_orange",
+    "paused": "dark_orange",
+    "unhealthy": "red",
+    "quarantined": "red",
+}
+RESIDENCY_STYLE = {
+    "ready": "green",
+    "loading": "yellow",
+    "warming": "yellow",
+    "cached": "blue",
+    "draining": "dark_orange",
+    "failed": "red",
+}
+VERDICT_STYLE = {
+    "kept": "green",
+    "placed": "green",
+    "fits": "cyan",
+    "rejected": "yellow",
+    "incompatible": "dim",
+    "ineligible": "red",
+}
+
+
+def console() -> Console:
+    """A console for stdout: a terminal's own width, else :data:`PIPE_WIDTH` without colour."""
+    if sys.stdout.isatty():
+        return Console(width=shutil.get_terminal_size().columns)
+    return Console(width=PIPE_WIDTH, color_system=None, force_terminal=False)
+
+
+def _cell(v: object) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        return f"{v:.1f}"
+    if isinstance(v, list | tuple):
+        return ",".join(str(x) for x in v) or "-"
+    return str(v)
+
+
+def _table(title: str, columns: list[str]) -> Table:
+    t = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
+    for c in columns:
+        t.add_column(c, overflow="fold")
+    return t
+
+
+def _styled(value: str | None, styles: dict[str, str]) -> Text:
+    return Text(value or "-", style=styles.get(value or "", ""))
+
+
+def status_view(data: dict[str, Any]) -> RenderableType:
+    """Summary, then hosts, models, actions, unmet constraints and node records."""
+    server = data.get("server", {})
+    ctl = data.get("controller", {}) if isinstance(data.get("controller"), dict) else {}
+    parts: list[RenderableType] = [_summary(data, server, ctl)]
+    if ctl.get("hosts"):
+        parts.append(_hosts(ctl))
+    if ctl.get("profiles"):
+        parts.append(_models(ctl))
+    actions = _actions(ctl)
+    if actions is not None:
+        parts.append(actions)
+    parts.append(_unmet(ctl))
+    parts.append(_nodes(server))
+    breakers = server.get("open_breakers", [])
+    if breakers:
+        t = _table("Open breakers", ["engine", "model", "streak", "open for s"])
+        for b in breakers:
+            t.add_row(b["engine_id"], b["model_id"], str(b["streak"]), _cell(b["open_for_s"]))
+        parts.append(t)
+    return Group(*parts)
+
+
+def _summary(data: dict[str, Any], server: dict[str, Any], ctl: dict[str, Any]) -> Text:
+    out = Text()
+    out.append(f"mode: {data.get('mode')}", style="bold")
+    out.append(f"  authority: {ctl.get('authority', '-')}")
+    out.append(f"  term: {ctl.get('controller_term', '-')}")
+    gen = str(ctl.get("generation") or "-")
+    out.append(f"  generation: {':'.join(gen.split(':')[:2])}")
+    out.append(f"\npasses: {server.get('ticks')}  last error: {_cell(server.get('last_error'))}")
+    if ctl.get("last_tick_duration_ms") is not None:
+        out.append(f"  last pass: {ctl['last_tick_duration_ms']:.1f} ms")
+    out.append(f"\nprofiles: {_cell(server.get('profiles'))}")
+    if ctl.get("automatic_refusal"):
+        out.append(f"\nautomatic refused: {ctl['automatic_refusal']}", style="red")
+    if "error" in ctl:
+        out.append(f"\ncontroller error: {ctl['error']}", style="red")
+    warnings = list(server.get("warnings", []))
+    warnings += [ctl["state_warning"]] if ctl.get("state_warning") else []
+    warnings += list(ctl.get("warnings", []))
+    for w in warnings:
+        out.append(f"\nwarning: {w}", style="yellow")
+    return out
+
+
+def _hosts(ctl: dict[str, Any]) -> Table:
+    t = _table(
+        "Hosts",
+        ["host", "state", "heartbeat s", "used / allocatable MB", "free MB", "residencies"],
+    )
+    for h in ctl["hosts"][:MAX_ROWS]:
+        res = Text()
+        for i, r in enumerate(h.get("residencies", [])):
+            if i:
+                res.append(" ")
+            res.append(f"{r['model_id']}:")
+            res.append(r["state"], style=RESIDENCY_STYLE.get(r["state"], ""))
+        t.add_row(
+            h["host_id"],
+            _styled(h.get("state"), HOST_STYLE),
+            _cell(h.get("heartbeat_age_s")),
+            f"{h.get('used_mb', 0)} / {h.get('allocatable_mb', 0)}",
+            str(h.get("free_mb", "-")),
+            res if res.plain else Text("-"),
+        )
+    return t
+
+
+def _models(ctl: dict[str, Any]) -> Table:
+    plan = ctl.get("plan") or {}
+    desired = plan.get("desired", {})
+    placed: dict[str, list[str]] = {}
+    for a in plan.get("assignments", []):
+        placed.setdefault(a["model_id"], []).append(a["host_id"])
+    ready = (ctl.get("reconciliation") or {}).get("ready", {})
+    forecasts = ctl.get("forecasts") or {}
+    t = _table(
+        "Models",
+        ["model", "min-max", "desired", "ready", "placed on", "demand req/s", "why this count"],
+    )
+    for p in ctl["profiles"][:MAX_ROWS]:
+        m = p["model_id"]
+        f = forecasts.get(m) or {}
+        t.add_row(
+            m,
+            f"{p.get('min_replicas', 0)}-{p.get('max_replicas', 1)}",
+            str(desired.get(m, 0)),
+            str(ready.get(m, 0)),
+            ",".join(placed.get(m, [])) or "-",
+            f"{f.get('request_rate_rps', 0.0) or 0.0:.3f}",
+            ",".join(f.get("reasons", [])) or "-",
+        )
+    return t
+
+
+def _actions(ctl: dict[str, Any]) -> Table | None:
+    rec = ctl.get("reconciliation") or {}
+    rows: list[tuple[str, ...]] = []
+    for a in ctl.get("pending_commands", []):
+        rows.append(("active", a["kind"], a["host_id"], a["model_id"], a["status"], a["reason"]))
+    for p in rec.get("proposals", []) if rec.get("mode") == "recommend" else []:
+        rows.append(("proposed", p["kind"], p["host_id"], p["model_id"], "-", p["reason"]))
+    for d in rec.get("deferred", []):
+        rows.append(("deferred", d["kind"], d["host_id"], d["model_id"], "-", d["reason"]))
+    for a in ctl.get("history", []):
+        msg = f"{a['reason']}: {a['message']}" if a.get("message") else a["reason"]
+        rows.append(("done", a["kind"], a["host_id"], a["model_id"], a["status"], msg))
+    if not rows:
+        return None
+    t = _table("Actions", ["", "kind", "host", "model", "status", "reason"])
+    for r in rows[:MAX_ROWS]:
+        style = "red" if r[4] in ("failed", "rejected") else ""
+        t.add_row(*r, style=style)
+    return t
+
+
+def _unmet(ctl: dict[str, Any]) -> RenderableType:
+    unmet = ctl.get("unmet", [])
+    if not unmet:
+        return Text("unmet: none (every desired replica is placed)")
+    t = _table("Unmet", ["model", "reason", "missing", "host", "detail"])
+    for u in unmet[:MAX_ROWS]:
+        t.add_row(
+            u["model_id"],
+            u["code"],
+            str(u.get("missing", 0)),
+            _cell(u.get("host_id")),
+            u["message"],
+        )
+    return t
+
+
+def _nodes(server: dict[str, Any]) -> Table:
+    t = _table("Node records", ["node", "role", "host", "state", "models", "lease s"])
+    for n in server.get("nodes", [])[:MAX_ROWS]:
+        t.add_row(
+            n["node_id"],
+            n["role"],
+            n["host_id"],
+            _styled(n.get("state"), HOST_STYLE),
+            _cell(n["models"]),
+            _cell(n["lease_remaining_s"]),
+        )
+    return t
+
+
+def explain_view(doc: dict[str, Any]) -> RenderableType:
+    """The explanation: summary, demand, binding constraint, then one row per host."""
+    head = Text(doc["summary"], style="bold")
+    parts: list[RenderableType] = [head]
+    if not doc.get("configured"):
+        return Group(*parts)
+    d = doc.get("demand") or {}
+    facts = Text()
+    facts.append(f"desired replicas: {doc['desired']}  placed: {doc['placed']}")
+    if d:
+        facts.append(
+            f"\ndemand: {d.get('request_rate_rps', 0.0):.3f} req/s, offered concurrency "
+            f"{d.get('offered_concurrency', 0.0):.2f}, queue {d.get('queue_depth', 0)}"
+            f"; count set by: {', '.join(d.get('reasons', [])) or '-'}"
+        )
+    binding = doc.get("binding")
+    facts.append("\nbinding constraint: ")
+    facts.append(binding or "none", style="bold red" if binding else "green")
+    parts.append(facts)
+    t = _table("Hosts", ["host", "verdict", "reason", "free MB", "why"])
+    for v in doc.get("hosts", []):
+        t.add_row(
+            v["host_id"],
+            _styled(v["verdict"], VERDICT_STYLE),
+            v["reason"],
+            _cell(v.get("free_mb")),
+            v["detail"],
+        )
+    parts.append(t)
+    for u in doc.get("unmet", []):
+        parts.append(Text(f"unmet {u['code']}: {u['message']}", style="yellow"))
+    return Group(*parts)
