@@ -19,6 +19,7 @@ from litestar.openapi.spec import (
     Operation,
     Parameter,
     PathItem,
+    Reference,
     RequestBody,
     Schema,
     Tag,
@@ -86,7 +87,7 @@ def _openai_operation(path: str, method: str, summary: str) -> Operation:
                 )
             },
         )
-    responses = {
+    responses: dict[str, OpenAPIResponse | Reference] = {
         "200": OpenAPIResponse(
             description="The engine's OpenAI response (JSON, or server-sent events when "
             "`stream` is true)."
