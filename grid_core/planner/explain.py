@@ -9,7 +9,6 @@ did not receive the model is asked why a new replica would not fit there now.
 
 from __future__ import annotations
 
-from collections import Counter
 from typing import Literal
 
 import msgspec
@@ -30,6 +29,8 @@ PROTECTION_STATES = frozenset({"draining", "paused", "unhealthy", "quarantined"}
 """Host lifecycle states set by the local protection loop that refuse new work."""
 
 UNMET_BINDING: dict[str, str] = {
+    "host_shortage": "eligibility",
+    "no_eligible_host": "eligibility",
     "capacity_shortage": "memory",
     "slot_limit": "slots",
     "disk_shortage": "disk",
@@ -40,24 +41,8 @@ UNMET_BINDING: dict[str, str] = {
     "relocation_staged": "memory",
     "eviction_budget": "eviction_budget",
 }
-"""Unmet code → the resource or rule that binds (``no_eligible_host`` is decided per host)."""
-
-FIT_BINDING: dict[str, str] = {
-    "memory": "memory",
-    "slots": "slots",
-    "colocation": "colocation",
-    "disk": "disk",
-    "blocked": "memory",
-    "pins": "pin",
-    "required_tags": "tags",
-    "forbidden_tags": "tags",
-    "runtime": "runtime",
-    "backend": "runtime",
-    "data_tier": "tags",
-    "gpu_count": "gpu",
-    "gpu_memory": "gpu",
-}
-"""Per-host rejection reason → binding resource, for models with no unmet record."""
+"""Unmet code → binding resource, for shortfalls the planner names no resource for (staged
+changes and budgets); the planner's own ``Unmet.resource`` wins when it is set."""
 
 
 class HostVerdict(msgspec.Struct, frozen=True, kw_only=True):
@@ -212,11 +197,7 @@ def _verdict(
         return HostVerdict(host_id=hid, verdict="ineligible", reason=why, detail=detail)
     bad = incompatibility(profile, host)
     if bad is not None:
-        detail = (
-            f"the model is pinned to {', '.join(profile.pins)}"
-            if bad == "pins"
-            else f"it breaks the model's {bad.replace('_', ' ')} rule"
-        )
+        detail = f"it breaks the model's {bad.replace('_', ' ')} rule"
         return HostVerdict(host_id=hid, verdict="incompatible", reason=bad, detail=detail)
     fit = ledger.fit_new(mi, hi)
     if fit is None:
@@ -237,32 +218,33 @@ def _verdict(
         "blocked": "a withdrawn destructive action there waits for its receipt",
         "present": "the model is already present there (not as a desired replica)",
     }
+    pinned = "its pinned host: " if hid in profile.pins else ""
     return HostVerdict(
         host_id=hid,
         verdict="rejected",
         reason=fit,
-        detail=details.get(fit, fit),
+        detail=pinned + details.get(fit, fit),
         free_mb=free,
     )
 
 
 def _binding(unmet: list[Unmet], verdicts: list[HostVerdict]) -> str | None:
-    for u in unmet:
-        if u.code in UNMET_BINDING:
-            return UNMET_BINDING[u.code]
+    """The planner's binding resource for the first shortfall, made specific.
+
+    ``eligibility`` (no host takes new work) becomes ``protection`` when the hosts that refuse
+    are held back by their protection state (draining, paused, unhealthy, quarantined).
+    """
     if not unmet:
         return None
-    # no_eligible_host: the most common cause among the hosts that could not take it.
-    causes: Counter[str] = Counter()
-    for v in verdicts:
-        if v.verdict == "ineligible":
-            state = v.reason[6:] if v.reason.startswith("state:") else ""
-            causes["protection" if state in PROTECTION_STATES else "eligibility"] += 1
-        elif v.verdict in ("incompatible", "rejected"):
-            causes[FIT_BINDING.get(v.reason, v.reason)] += 1
-    if not causes:
-        return "no_hosts"
-    return sorted(causes.items(), key=lambda kv: (-kv[1], kv[0]))[0][0]
+    u = unmet[0]
+    resource = u.resource or UNMET_BINDING.get(u.code)
+    if resource not in (None, "eligibility"):
+        return resource
+    refused = [v for v in verdicts if v.verdict == "ineligible"]
+    protected = [v for v in refused if v.reason.removeprefix("state:") in PROTECTION_STATES]
+    if refused and len(protected) * 2 >= len(refused):
+        return "protection"
+    return resource or "eligibility"
 
 
 def _summary(
@@ -281,4 +263,5 @@ def _summary(
     if binding is None:
         return head
     missing = sum(u.missing for u in unmet)
-    return f"{head}; {missing} unplaced, bound by {binding}: {unmet[0].message}"
+    short = f"{missing} unplaced, " if missing else ""
+    return f"{head}; {short}bound by {binding}: {unmet[0].message}"

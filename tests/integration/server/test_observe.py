@@ -281,9 +281,11 @@ def test_explain_names_the_pin_when_the_pinned_host_is_full(grid: Grid):
     _host(grid, "host-b", 65536)
     doc, text = _explained(grid, "pinned.gguf")
     assert doc["binding"] == "pin"
-    assert "binding constraint: pin" in text and "pinned to host-a" in text
+    assert "binding constraint: pin" in text and "pinned to 'host-a'" in text
     verdicts = {v["host_id"]: v["verdict"] for v in doc["hosts"]}
-    assert verdicts == {"host-a": "rejected", "host-b": "incompatible"}
+    # A pin is a floor: demand is served on host-b, the pinned host lacks memory.
+    assert verdicts == {"host-a": "rejected", "host-b": "placed"}
+    assert "its pinned host" in text
 
 
 def test_explain_names_protection_when_every_host_is_paused(grid: Grid):

@@ -47,10 +47,13 @@ def test_a_pinned_model_whose_pin_host_lacks_room_names_the_pin():
     e = _explain("pinned", profiles, hosts)
     assert e.binding == "pin"
     verdicts = _verdicts(e)
-    # The roomy host is excluded by the pin, not by capacity.
-    assert verdicts["h2"] == ("incompatible", "pins")
-    assert verdicts["h1"][0] == "rejected"
-    assert any(u.code == "pin_unavailable" for u in e.unmet)
+    # A pin is a floor: the demand is served elsewhere, the pinned host lacks memory.
+    assert verdicts["h1"] == ("rejected", "memory")
+    assert verdicts["h2"][0] == "placed"
+    h1 = next(v for v in e.hosts if v.host_id == "h1")
+    assert h1.detail.startswith("its pinned host")
+    assert [(u.code, u.host_id) for u in e.unmet] == [("pin_unavailable", "h1")]
+    assert "pinned to 'h1'" in e.summary
 
 
 def test_a_model_whose_hosts_are_protected_names_protection():
