@@ -16,27 +16,55 @@ import typer
 
 from grid_core.cliregistry import CliRegistry
 from grid_core.errors import EXIT_RUNTIME_FAILURE, GridError
-from grid_core.plugins import Plugins, get_plugins
+from grid_core.plugins import HookStatus, Plugins, get_plugins
+
+
+def _hook_statuses(plugins: Plugins) -> list[HookStatus]:
+    try:
+        return plugins.hook_status()
+    except GridError as exc:  # e.g. two plugins register one adapter name: say so, list the rest
+        typer.echo(f"grid: error: {exc}", err=True)
+        return []
 
 
 def _plugins_command(plugins: Plugins) -> typer.models.CommandFunctionType:
     def plugins_cmd(
         as_json: bool = typer.Option(False, "--json", help="One JSON object on stdout."),
     ) -> None:
-        """List loaded plugins, their distribution and version, and the hooks they implement."""
-        rows = [
-            {
-                "name": info.name,
-                "module": info.module,
-                "distribution": info.distribution,
-                "version": info.version,
-                "hooks": list(info.hooks),
-            }
-            for info in plugins.infos
-        ]
-        failures = [{"name": f.name, "cause": f.cause} for f in plugins.failures]
+        """List loaded plugins and, per hook, which implementation is active and which shadowed.
+
+        Built-in implementations are defaults: a plugin's implementation of a first-result hook
+        answers first, and its runtime adapter or score term replaces a built-in one of the
+        same name.
+        """
+        statuses = _hook_statuses(plugins)
         if as_json:
-            typer.echo(json.dumps({"plugins": rows, "failures": failures}, indent=2))
+            report = {
+                "plugins": [
+                    {
+                        "name": info.name,
+                        "module": info.module,
+                        "distribution": info.distribution,
+                        "version": info.version,
+                        "hooks": list(info.hooks),
+                    }
+                    for info in plugins.infos
+                ],
+                "hooks": [
+                    {
+                        "hook": st.hook,
+                        "kind": st.kind,
+                        "active": list(st.active),
+                        "shadowed": list(st.shadowed),
+                        "objects": st.objects,
+                    }
+                    for st in statuses
+                ],
+                "failures": [
+                    {"name": f.name, "cause": f.cause, "loaded": f.loaded} for f in plugins.failures
+                ],
+            }
+            typer.echo(json.dumps(report, indent=2))
             return
         from grid_core.table import render_table
 
@@ -45,12 +73,27 @@ def _plugins_command(plugins: Plugins) -> typer.models.CommandFunctionType:
                 ["plugin", "distribution", "version", "hooks"],
                 [
                     [
-                        r["name"],
-                        r["distribution"] or "-",
-                        r["version"] or "-",
-                        ", ".join(r["hooks"]) or "-",
+                        info.name,
+                        info.distribution or "-",
+                        info.version or "-",
+                        ", ".join(info.hooks) or "-",
                     ]
-                    for r in rows
+                    for info in plugins.infos
+                ],
+            )
+        )
+        typer.echo("")
+        typer.echo(
+            render_table(
+                ["hook", "kind", "active", "shadowed"],
+                [
+                    [
+                        st.hook,
+                        st.kind.replace("_", " "),
+                        ", ".join(st.active) or "-",
+                        ", ".join(st.shadowed) or "-",
+                    ]
+                    for st in statuses
                 ],
             )
         )

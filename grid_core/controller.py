@@ -34,7 +34,9 @@ import msgspec
 from grid_core.demand import DemandTracker, ModelDemand, RequestFeatures
 from grid_core.demand.workloads import UNBOUND, project_with, projection_map
 from grid_core.errors import ConflictError, GridError, NotFoundError, StateError, ValidationError
+from grid_core.planner.hooks import PlannerHooks
 from grid_core.planner.types import Plan, PlanInputs
+from grid_core.plugins import Plugins
 from grid_core.profile import ModelProfile, validate_profile
 from grid_core.reconcile.actions import Action, ActionBook
 from grid_core.reconcile.control import (
@@ -69,7 +71,7 @@ __all__ = ["Controller", "ControllerPolicy", "Delivery", "TickResult"]
 MODES: tuple[Mode, ...] = ("observe", "recommend", "automatic")
 SUPERSEDED = "lost: state was written by another controller"
 """Authority shown in status once a conditional save found newer state from another writer."""
-PlanFn = Callable[[PlanInputs, object], Plan]
+PlanFn = Callable[[PlanInputs, PlannerHooks], Plan]
 
 
 def _default_plan_fn() -> PlanFn:
@@ -101,7 +103,7 @@ class Controller:
     def __init__(
         self,
         *,
-        plugins: object,
+        plugins: Plugins,
         store: StateStore,
         policy: ControllerPolicy | None = None,
         plan_fn: PlanFn | None = None,
@@ -139,9 +141,7 @@ class Controller:
         self.last_forecasts: dict[str, ModelDemand] = {}
         self.last_hosts: dict[str, HostSnapshot] = {}
         self._projection: dict[str, str] = {}
-        self._portfolio_plugin = bool(
-            getattr(plugins, "has_impl", lambda _name: False)("grid_search_portfolio")
-        )
+        self._portfolio_plugin = plugins.has_impl("grid_search_portfolio")
         self.last_tick_at: float | None = None
         self.last_tick_duration_ms: float | None = None
         self._order = 0
@@ -474,7 +474,7 @@ class Controller:
                 demand=self.last_forecasts,
                 policy=self.policy.planner,
             ),
-            self.plugins,
+            self.plugins.planner_hooks(),
         )
         self.sequence += 1
         digest = plan.digest or hashlib.sha256(msgspec.json.encode(plan)).hexdigest()

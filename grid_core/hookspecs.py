@@ -6,6 +6,13 @@ de-duplicates in one place (see :mod:`grid_core.plugins`). pluggy is synchronous
 (an engine probe) lives on the objects a hook registers, never in the hook itself.
 
 Call sites never use ``pm.hook`` directly; they go through :class:`grid_core.plugins.Plugins`.
+Plugin authors import the types named below from :mod:`grid_core.api`, which also re-exports
+:data:`hookimpl`.
+
+Override order: every built-in implementation of a first-result hook is marked
+``trylast=True``, so any other plugin's implementation answers first whatever its name; a
+registered object (runtime adapter, score term) from a non-default implementation replaces
+the built-in object of the same name. ``grid plugins`` shows which implementation is active.
 """
 
 from __future__ import annotations
@@ -16,7 +23,15 @@ from typing import TYPE_CHECKING
 import pluggy
 
 if TYPE_CHECKING:  # imported only for type checkers; keeps grid_core import-light.
+    from collections.abc import Sequence
+
     from grid_core.cliregistry import CliRegistry
+    from grid_core.demand.features import RequestFeatures
+    from grid_core.demand.series import DemandSeries, Forecast, ForecastPolicy
+    from grid_core.planner.preemption import VictimCandidate, VictimContext, VictimNeed
+    from grid_core.planner.scoring import ScoreTerm
+    from grid_core.portfolio import PortfolioContext, PortfolioDecision, PortfolioSnapshot
+    from grid_core.runtime import GpuDevice, RuntimeAdapter
 
 PROJECT_NAME = "grid"
 """pluggy project name; also the entry-point group plugins are found in."""
@@ -26,19 +41,21 @@ hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
 
 
 @hookspec
-def grid_runtime_adapters(register: Callable[[object], None]) -> None:
+def grid_runtime_adapters(register: Callable[[RuntimeAdapter], None]) -> None:
     """Register runtime adapters (one per engine family: llama.cpp, vLLM, Ollama, ComfyUI).
 
     Args:
-        register: call once per adapter object. The object must provide ``name`` (str, the
-            runtime name used in profiles, e.g. ``"llama.cpp"``) and the lifecycle methods of
-            :class:`grid_core.runtime.RuntimeAdapter`. Two adapters with one name are a
-            :class:`~grid_core.errors.PluginError`.
+        register: call once per :class:`~grid_core.api.RuntimeAdapter` (``name`` is the
+            runtime name used in profiles, e.g. ``"llama.cpp"``, plus the lifecycle
+            coroutines). An adapter missing any of them is refused with one line naming the
+            plugin. Two non-default adapters with one name are a
+            :class:`~grid_core.errors.PluginError`; a plugin's adapter replaces a built-in one
+            of the same name.
     """
 
 
 @hookspec(firstresult=True)
-def grid_forecast(series: object, now: float, policy: object) -> object | None:
+def grid_forecast(series: DemandSeries, now: float, policy: ForecastPolicy) -> Forecast | None:
     """Forecast near-term demand for one model from its bounded bucket series.
 
     firstresult: exactly one forecaster answers (the built-in EWMA plugin by default).
@@ -54,27 +71,30 @@ def grid_forecast(series: object, now: float, policy: object) -> object | None:
 
 
 @hookspec
-def grid_placement_score_terms(register: Callable[[object], None]) -> None:
+def grid_placement_score_terms(register: Callable[[ScoreTerm], None]) -> None:
     """Register placement score terms; the planner sums every registered term.
 
     Args:
-        register: call once per term. A term is an object with ``name`` (str) and
-            ``score(model, host, ctx) -> float`` where larger is better; see
-            :mod:`grid_core.planner.scoring` for the context and the unit conventions.
+        register: call once per :class:`~grid_core.api.ScoreTerm` (``name`` and
+            ``score(model, host, ctx) -> float``, larger is better); see
+            :mod:`grid_core.planner.scoring` for the context and the memoisation contract. A
+            plugin's term replaces a built-in term of the same name.
     """
 
 
 @hookspec(firstresult=True)
-def grid_select_victims(candidates: object, need: object, ctx: object) -> object | None:
+def grid_select_victims(
+    candidates: Sequence[VictimCandidate], need: VictimNeed, ctx: VictimContext
+) -> Sequence[VictimCandidate] | None:
     """Choose the residencies to preempt so a higher-priority replica can be placed.
 
     firstresult: exactly one victim selector answers (the built-in one by default).
 
     Args:
         candidates: removable residencies on one host (already filtered for ownership, pins,
-            priority and minimum residency by the planner).
-        need: the memory (MB) and model slots that must be released.
-        ctx: planner context (priorities, warm-back costs).
+            priority and minimum residency by the planner; at most 12).
+        need: the memory (MB), desired footprint (MB) and model slots that must be released.
+        ctx: the host and the beneficiary (id and priority).
 
     Returns:
         The chosen victims (a sequence of candidates) or ``None`` when no sufficient set exists.
@@ -82,7 +102,9 @@ def grid_select_victims(candidates: object, need: object, ctx: object) -> object
 
 
 @hookspec(firstresult=True)
-def grid_classify_request(features: object, text: str, vocabulary: tuple[str, ...]) -> str | None:
+def grid_classify_request(
+    features: RequestFeatures, text: str, vocabulary: tuple[str, ...]
+) -> str | None:
     """Map bounded request features to one workload from the configured vocabulary.
 
     firstresult: exactly one classifier answers.
@@ -99,7 +121,9 @@ def grid_classify_request(features: object, text: str, vocabulary: tuple[str, ..
 
 
 @hookspec(firstresult=True)
-def grid_search_portfolio(snapshot: object, ctx: object) -> object | None:
+def grid_search_portfolio(
+    snapshot: PortfolioSnapshot, ctx: PortfolioContext
+) -> PortfolioDecision | None:
     """Choose a workload-to-model portfolio for unbound (``auto``) demand.
 
     firstresult: at most one portfolio planner answers; with none, the controller projects
@@ -107,21 +131,23 @@ def grid_search_portfolio(snapshot: object, ctx: object) -> object | None:
 
     Args:
         snapshot: immutable workload-forecast snapshot for this tick.
-        ctx: planner access for evaluating candidate portfolios.
+        ctx: planner-backed evaluation of candidate portfolios, within a budget.
 
     Returns:
-        A portfolio decision, or ``None`` for the built-in projection.
+        A :class:`~grid_core.portfolio.PortfolioDecision`, or ``None`` for the built-in
+        projection.
     """
 
 
 @hookspec
-def grid_gpu_devices(register: Callable[[object], None]) -> None:
+def grid_gpu_devices(register: Callable[[GpuDevice], None]) -> None:
     """Report accelerator devices on this host (node side).
 
     Args:
-        register: call once per device with an object carrying ``index`` (int),
-            ``name`` (str), ``memory_total_mb`` (int) and ``memory_used_mb`` (int or None when
-            unknown). Hosts with no plugin report no GPU, which placement treats as zero GPUs.
+        register: call once per :class:`~grid_core.api.GpuDevice` (``index``, ``name``,
+            ``memory_total_mb``, ``memory_used_mb`` or ``None`` when unknown); a device
+            missing one is refused with one line naming the plugin. Hosts with no plugin
+            report no GPU, which placement treats as zero GPUs.
     """
 
 

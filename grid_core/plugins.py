@@ -8,16 +8,26 @@ to import is reported as one line naming it and the cause; the others keep worki
 from __future__ import annotations
 
 import importlib.metadata
+import inspect
 import os
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from types import ModuleType
+from typing import Literal
 
 import pluggy
 
 from grid_core import hookspecs
+from grid_core.cliregistry import CliRegistry
+from grid_core.demand.features import RequestFeatures
+from grid_core.demand.series import DemandSeries, Forecast, ForecastPolicy
 from grid_core.errors import PluginError
+from grid_core.planner.hooks import PlannerHooks
+from grid_core.planner.preemption import VictimCandidate, VictimContext, VictimNeed, VictimSelector
+from grid_core.planner.scoring import ScoreTerm
+from grid_core.portfolio import PortfolioContext, PortfolioDecision, PortfolioSnapshot
+from grid_core.runtime import RUNTIME_ADAPTER_METHODS, GpuDevice, RuntimeAdapter
 
 ENTRY_POINT_GROUP = hookspecs.PROJECT_NAME
 DISABLE_ENV = "GRID_DISABLE_PLUGINS"
@@ -44,95 +54,328 @@ class PluginInfo:
 
 @dataclass(frozen=True)
 class PluginFailure:
-    """A plugin that could not be loaded: its name and a one-line cause."""
+    """A plugin that could not be loaded, or an object of it that was refused.
+
+    Attributes:
+        name: the plugin's entry-point name.
+        cause: one line saying what is wrong (and what is missing).
+        loaded: the plugin itself loaded; only the named object was refused.
+    """
 
     name: str
     cause: str
+    loaded: bool = False
 
     def line(self) -> str:
         """One human line for stderr and status."""
+        if self.loaded:
+            return f"grid: plugin '{self.name}' {self.cause}"
         return f"grid: plugin '{self.name}' was not loaded: {self.cause}"
+
+
+HookKind = Literal["first_result", "collect", "broadcast"]
+"""first_result: the first implementation that answers wins (the others are shadowed);
+collect: every implementation registers named objects (a plugin's object replaces a built-in
+one of the same name); broadcast: every implementation is called."""
+
+
+@dataclass(frozen=True)
+class HookStatus:
+    """Which implementations of one hook are in effect (``grid plugins``).
+
+    Attributes:
+        hook: hook name (``grid_forecast``).
+        kind: see :data:`HookKind`.
+        active: plugins in effect, in call order (for a first-result hook, the first one
+            answers and the others only when it declines with ``None``).
+        shadowed: plugins whose implementation is never reached or whose every object was
+            replaced by another plugin's, then each replaced object as ``plugin:object``.
+        objects: for collect hooks, registered object name → plugin that provided it.
+    """
+
+    hook: str
+    kind: HookKind
+    active: tuple[str, ...]
+    shadowed: tuple[str, ...] = ()
+    objects: dict[str, str] = field(default_factory=dict)
+
+
+COLLECT_KINDS: dict[str, str] = {
+    "grid_runtime_adapters": "runtime adapter",
+    "grid_placement_score_terms": "score term",
+}
+"""Collect hooks: the objects they register are named and validated, and the facade caches them."""
+
+
+def _missing_adapter_parts(obj: object) -> list[str]:
+    missing = [] if _has_name(obj) else ["name (a non-empty str)"]
+    for method in RUNTIME_ADAPTER_METHODS:
+        fn = getattr(obj, method, None)
+        if fn is None or not callable(fn):
+            missing.append(f"async {method}()")
+        elif not inspect.iscoroutinefunction(fn):
+            missing.append(f"{method}() as a coroutine (async def)")
+    return missing
+
+
+def _missing_term_parts(obj: object) -> list[str]:
+    missing = [] if _has_name(obj) else ["name (a non-empty str)"]
+    if not callable(getattr(obj, "score", None)):
+        missing.append("score(model, host, ctx)")
+    return missing
+
+
+def _missing_gpu_parts(obj: object) -> list[str]:
+    missing = []
+    for attr, ok in (
+        ("index", lambda v: isinstance(v, int)),
+        ("name", lambda v: isinstance(v, str)),
+        ("memory_total_mb", lambda v: isinstance(v, int)),
+        ("memory_used_mb", lambda v: v is None or isinstance(v, int)),
+    ):
+        if not hasattr(obj, attr):
+            missing.append(attr)
+        elif not ok(getattr(obj, attr)):
+            missing.append(f"{attr} of the right type")
+    return missing
+
+
+def _has_name(obj: object) -> bool:
+    name = getattr(obj, "name", None)
+    return isinstance(name, str) and bool(name)
+
+
+_VALIDATORS: dict[str, tuple[Callable[[object], list[str]], str]] = {
+    "grid_runtime_adapters": (_missing_adapter_parts, "grid_core.api.RuntimeAdapter"),
+    "grid_placement_score_terms": (_missing_term_parts, "grid_core.api.ScoreTerm"),
+    "grid_gpu_devices": (_missing_gpu_parts, "grid_core.api.GpuDevice"),
+}
 
 
 @dataclass
 class Plugins:
     """Typed facade over the pluggy manager; the only way core code calls hooks.
 
+    Objects that plugins register (runtime adapters, score terms, GPU devices) are checked
+    against their :mod:`grid_core.api` protocol as they register; a malformed one is refused
+    with one line naming the plugin and what is missing (in ``failures`` and on ``report``),
+    and the plugin's other objects and the other plugins keep working.
+
     Attributes:
         pm: the underlying plugin manager.
         infos: loaded plugins, in load order.
-        failures: plugins that failed to import or register.
+        failures: plugins that failed to import or register, and refused objects.
+        report: where one-line failure reports go.
     """
 
     pm: pluggy.PluginManager
     infos: list[PluginInfo] = field(default_factory=list)
     failures: list[PluginFailure] = field(default_factory=list)
-    _cache: dict[str, object] = field(default_factory=dict)
+    report: Callable[[str], None] = field(default=lambda _line: None)
+    _adapters: dict[str, RuntimeAdapter] | None = None
+    _terms: dict[str, ScoreTerm] | None = None
+    _owners: dict[str, dict[str, str]] = field(default_factory=dict)
+    _shadowed: dict[str, list[str]] = field(default_factory=dict)
+    _planner_hooks: PlannerHooks | None = None
+    _refused: set[str] = field(default_factory=set)
 
-    # --- registration-style hooks -------------------------------------------------------
-    def _collect(self, hook_name: str, kind: str) -> dict[str, object]:
-        cached = self._cache.get(hook_name)
-        if cached is not None:
-            return cached  # type: ignore[return-value]
+    # --- validation ---------------------------------------------------------------------
+    def _refuse(self, plugin: str, cause: str) -> None:
+        if cause in self._refused:  # telemetry hooks run every heartbeat: say it once
+            return
+        self._refused.add(cause)
+        failure = PluginFailure(plugin, cause, loaded=True)
+        self.failures.append(failure)
+        self.report(failure.line())
+
+    def _valid(self, hook_name: str, plugin: str, obj: object) -> bool:
+        check, protocol = _VALIDATORS[hook_name]
+        missing = check(obj)
+        if not missing:
+            return True
+        kind = COLLECT_KINDS.get(hook_name, "GPU device")
+        label = f" '{obj.name}'" if _has_name(obj) else ""  # type: ignore[attr-defined]  # checked
+        self._refuse(
+            plugin,
+            f"registered a {kind}{label} that was refused: it lacks {', '.join(missing)} "
+            f"(see {protocol})",
+        )
+        return False
+
+    def _call_order(self, hook_name: str) -> list[pluggy.HookImpl]:
+        # pluggy calls implementations last-registered first, tryfirst before and trylast
+        # after the others: the reverse of get_hookimpls().
+        return list(reversed(getattr(self.pm.hook, hook_name).get_hookimpls()))
+
+    # --- collect hooks ------------------------------------------------------------------
+    def _collect(self, hook_name: str) -> dict[str, object]:
+        kind = COLLECT_KINDS[hook_name]
         found: dict[str, object] = {}
+        owner: dict[str, tuple[str, bool]] = {}
+        shadowed: list[str] = []
+        for impl in self._call_order(hook_name):
+            default = bool(impl.trylast)
 
-        def register(obj: object) -> None:
-            name = getattr(obj, "name", None)
-            if not isinstance(name, str) or not name:
-                msg = f"a {kind} was registered without a string 'name' attribute: {obj!r}"
-                raise PluginError(msg)
-            if name in found:
-                msg = f"two plugins registered a {kind} named '{name}'; disable one of them"
-                raise PluginError(msg)
-            found[name] = obj
+            def register(
+                obj: object, _impl: pluggy.HookImpl = impl, _default: bool = default
+            ) -> None:
+                plugin = _impl.plugin_name
+                if not self._valid(hook_name, plugin, obj):
+                    return
+                name = obj.name  # type: ignore[attr-defined]  # checked by _valid
+                if name in found:
+                    first, first_default = owner[name]
+                    if _default and not first_default:  # a plugin's object beats the default
+                        shadowed.append(f"{plugin}:{name}")
+                        return
+                    msg = (
+                        f"two plugins registered a {kind} named '{name}' ({first} and "
+                        f"{plugin}); disable one of them"
+                    )
+                    raise PluginError(msg)
+                found[name] = obj
+                owner[name] = (plugin, _default)
 
-        getattr(self.pm.hook, hook_name)(register=register)
-        self._cache[hook_name] = found
+            impl.function(**{arg: register for arg in impl.argnames})
+        self._owners[hook_name] = {name: plugin for name, (plugin, _) in owner.items()}
+        self._shadowed[hook_name] = shadowed
         return found
 
-    def runtime_adapters(self) -> dict[str, object]:
-        """Runtime adapters by runtime name (``"llama.cpp"`` → adapter)."""
-        return self._collect("grid_runtime_adapters", "runtime adapter")
+    def runtime_adapters(self) -> dict[str, RuntimeAdapter]:
+        """Runtime adapters by runtime name (``"llama.cpp"`` → adapter), validated once.
 
-    def score_terms(self) -> list[object]:
-        """Placement score terms, ordered by name so summation is deterministic."""
-        terms = self._collect("grid_placement_score_terms", "score term")
-        return [terms[k] for k in sorted(terms)]
+        Raises:
+            PluginError: two non-default plugins registered adapters with one name.
+        """
+        if self._adapters is None:
+            found = self._collect("grid_runtime_adapters")
+            self._adapters = {k: v for k, v in found.items() if isinstance(v, RuntimeAdapter)}
+        return self._adapters
 
-    def gpu_devices(self) -> list[object]:
+    def score_terms(self) -> list[ScoreTerm]:
+        """Placement score terms, ordered by name so summation is deterministic.
+
+        Raises:
+            PluginError: two non-default plugins registered terms with one name.
+        """
+        if self._terms is None:
+            found = self._collect("grid_placement_score_terms")
+            self._terms = {k: v for k, v in found.items() if isinstance(v, ScoreTerm)}
+        return [self._terms[k] for k in sorted(self._terms)]
+
+    def gpu_devices(self) -> list[GpuDevice]:
         """GPU devices reported by plugins on this host (not cached: telemetry changes)."""
-        out: list[object] = []
-        self.pm.hook.grid_gpu_devices(register=out.append)
+        out: list[GpuDevice] = []
+        for impl in self._call_order("grid_gpu_devices"):
+
+            def register(obj: object, _plugin: str = impl.plugin_name) -> None:
+                if self._valid("grid_gpu_devices", _plugin, obj) and isinstance(obj, GpuDevice):
+                    out.append(obj)
+
+            impl.function(**{arg: register for arg in impl.argnames})
         return out
 
-    # --- firstresult hooks -------------------------------------------------------------
-    def forecast(self, series: object, now: float, policy: object) -> object | None:
+    # --- first-result hooks -------------------------------------------------------------
+    def forecast(self, series: DemandSeries, now: float, policy: ForecastPolicy) -> Forecast | None:
         """The first forecaster's forecast for one model series, or ``None``."""
-        return self.pm.hook.grid_forecast(series=series, now=now, policy=policy)
+        result: Forecast | None = self.pm.hook.grid_forecast(series=series, now=now, policy=policy)
+        return result
 
-    def select_victims(self, candidates: object, need: object, ctx: object) -> object | None:
+    def select_victims(
+        self, candidates: Sequence[VictimCandidate], need: VictimNeed, ctx: VictimContext
+    ) -> Sequence[VictimCandidate] | None:
         """The first victim selector's choice, or ``None`` when none answers."""
-        return self.pm.hook.grid_select_victims(candidates=candidates, need=need, ctx=ctx)
+        result: Sequence[VictimCandidate] | None = self.pm.hook.grid_select_victims(
+            candidates=candidates, need=need, ctx=ctx
+        )
+        return result
+
+    def victim_selector(self) -> VictimSelector | None:
+        """The victim selector the planner should use (``None``: no plugin selects victims)."""
+        return self.select_victims if self.has_impl("grid_select_victims") else None
+
+    def planner_hooks(self) -> PlannerHooks:
+        """Score terms and the victim selector as one value for :func:`grid_core.planner.plan`.
+
+        Built once per facade, so plans memoised for it are reused across ticks.
+        """
+        if self._planner_hooks is None:
+            self._planner_hooks = PlannerHooks(
+                score_terms=tuple(self.score_terms()), victim_selector=self.victim_selector()
+            )
+        return self._planner_hooks
 
     def classify_request(
-        self, features: object, text: str, vocabulary: tuple[str, ...]
+        self, features: RequestFeatures, text: str, vocabulary: tuple[str, ...]
     ) -> str | None:
         """The first classifier's workload for these features, or ``None``."""
-        return self.pm.hook.grid_classify_request(
+        result: str | None = self.pm.hook.grid_classify_request(
             features=features, text=text, vocabulary=vocabulary
         )
+        return result
 
-    def search_portfolio(self, snapshot: object, ctx: object) -> object | None:
+    def search_portfolio(
+        self, snapshot: PortfolioSnapshot, ctx: PortfolioContext
+    ) -> PortfolioDecision | None:
         """The first portfolio planner's decision, or ``None`` (built-in projection)."""
-        return self.pm.hook.grid_search_portfolio(snapshot=snapshot, ctx=ctx)
+        result: PortfolioDecision | None = self.pm.hook.grid_search_portfolio(
+            snapshot=snapshot, ctx=ctx
+        )
+        return result
 
-    def cli_commands(self, cli: object) -> None:
+    # --- broadcast hooks ----------------------------------------------------------------
+    def cli_commands(self, cli: CliRegistry) -> None:
         """Let every plugin add its commands to ``cli``."""
         self.pm.hook.grid_cli_commands(cli=cli)
 
     def has_impl(self, hook_name: str) -> bool:
         """Whether any loaded plugin implements ``hook_name``."""
         return bool(getattr(self.pm.hook, hook_name).get_hookimpls())
+
+    # --- introspection ------------------------------------------------------------------
+    def hook_status(self) -> list[HookStatus]:
+        """Per hook Grid defines: the implementations in effect and the shadowed ones.
+
+        Collect hooks are resolved (adapters and terms registered) to report which plugin
+        provides each named object.
+        """
+        out: list[HookStatus] = []
+        for hook_name in hook_names():
+            order = [impl.plugin_name for impl in self._call_order(hook_name)]
+            spec = getattr(self.pm.hook, hook_name).spec
+            if spec is not None and spec.opts.get("firstresult"):
+                out.append(
+                    HookStatus(hook_name, "first_result", tuple(order[:1]), tuple(order[1:]))
+                )
+            elif hook_name in COLLECT_KINDS:
+                if hook_name == "grid_runtime_adapters":
+                    self.runtime_adapters()
+                else:
+                    self.score_terms()
+                owners = self._owners.get(hook_name, {})
+                providing = set(owners.values())
+                out.append(
+                    HookStatus(
+                        hook_name,
+                        "collect",
+                        tuple(p for p in order if p in providing),
+                        tuple(p for p in order if p not in providing)
+                        + tuple(self._shadowed.get(hook_name, ())),
+                        dict(sorted(owners.items())),
+                    )
+                )
+            else:
+                out.append(HookStatus(hook_name, "broadcast", tuple(order)))
+        return out
+
+
+def hook_names() -> list[str]:
+    """Every hook Grid defines, sorted (``grid_*`` functions of :mod:`grid_core.hookspecs`)."""
+    return sorted(
+        name
+        for name, fn in vars(hookspecs).items()
+        if name.startswith("grid_") and callable(fn) and hasattr(fn, "grid_spec")
+    )
 
 
 def new_manager() -> pluggy.PluginManager:
@@ -164,7 +407,8 @@ def _register(
     try:
         pm.register(module, name=name)
     except Exception as exc:  # a broken plugin must not take the others down
-        failure = PluginFailure(name, f"registration failed: {type(exc).__name__}: {exc}")
+        detail = " ".join(str(exc).split())  # pluggy's messages span lines: keep one line
+        failure = PluginFailure(name, f"registration failed: {type(exc).__name__}: {detail}")
         plugins.failures.append(failure)
         report(failure.line())
         return
@@ -198,7 +442,7 @@ def load_plugins(
     """
     disabled = disabled_names() if disabled is None else disabled
     report = report or (lambda line: print(line, file=sys.stderr))
-    plugins = Plugins(new_manager())
+    plugins = Plugins(new_manager(), report=report)
     eps = (
         importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)
         if entry_points is None

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Literal, Protocol
+from typing import Literal, Protocol, runtime_checkable
 
 import msgspec
 
@@ -139,6 +139,7 @@ class RuntimeHost(Protocol):
         ...
 
 
+@runtime_checkable
 class RuntimeAdapter(Protocol):
     """One engine family's lifecycle on a node. All methods are coroutines.
 
@@ -173,6 +174,26 @@ class RuntimeAdapter(Protocol):
     async def adopt(self, host: RuntimeHost, child: ChildRecord) -> tuple[AdoptOutcome, str]:
         """Decide what to do with a persisted child after a node restart."""
         ...
+
+
+RUNTIME_ADAPTER_METHODS = ("load", "warm", "probe", "drain", "unload", "adopt")
+"""The lifecycle coroutines every adapter provides (checked when the adapter registers)."""
+
+
+@runtime_checkable
+class GpuDevice(Protocol):
+    """One accelerator a ``grid_gpu_devices`` plugin reports on this host.
+
+    :class:`grid_core.wire.GpuDevice` is a conforming value; any object with these attributes
+    is accepted.
+    """
+
+    index: int
+    """Device index as the vendor tool numbers it."""
+    name: str
+    memory_total_mb: int
+    memory_used_mb: int | None
+    """``None`` when the driver does not report usage."""
 
 
 Publisher = Callable[[ChildRecord], None]

@@ -6,7 +6,7 @@ tool argument, API key or user identity is kept; the affinity key arrives alread
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, Protocol, runtime_checkable
 
 import msgspec
 
@@ -58,3 +58,20 @@ class RequestFeatures(msgspec.Struct, frozen=True, kw_only=True):
     outcome: Outcome = "ok"
     affinity_hash: str | None = None
     retry: bool = False
+
+
+@runtime_checkable
+class RequestClassifier(Protocol):
+    """Names one request's workload (``grid_classify_request``, firstresult)."""
+
+    def __call__(
+        self, features: RequestFeatures, text: str, vocabulary: tuple[str, ...]
+    ) -> str | None:
+        """One element of ``vocabulary``, or ``None`` to let the next classifier answer.
+
+        Args:
+            features: the request's bounded features.
+            text: a bounded prefix of the request's text; the classifier must not keep it.
+            vocabulary: the configured workloads (e.g. :data:`WORKLOADS`).
+        """
+        ...

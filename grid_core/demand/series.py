@@ -8,6 +8,7 @@ histogram giving an approximate request-level p95). Nothing here keeps request c
 from __future__ import annotations
 
 import math
+from typing import Protocol, runtime_checkable
 
 import msgspec
 
@@ -122,6 +123,21 @@ class Forecast(msgspec.Struct, frozen=True, kw_only=True):
     p95_ms: float | None = None
     error_rate: float = 0.0
     unavailable_rps: float = 0.0
+
+
+@runtime_checkable
+class Forecaster(Protocol):
+    """Forecasts one model's near-term demand (``grid_forecast``, firstresult)."""
+
+    def __call__(self, series: DemandSeries, now: float, policy: ForecastPolicy) -> Forecast | None:
+        """The model's forecast, or ``None`` to let the next forecaster answer.
+
+        Args:
+            series: the model's bounded bucket history.
+            now: planning instant (Unix seconds).
+            policy: bucket width, smoothing factors and window.
+        """
+        ...
 
 
 def latency_bin(ms: float) -> int:

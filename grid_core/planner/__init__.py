@@ -1,4 +1,4 @@
-"""Capacity-aware placement: ``plan(inputs, plugins) -> Plan`` (pure and deterministic).
+"""Capacity-aware placement: ``plan(inputs, hooks) -> Plan`` (pure and deterministic).
 
 Source: specification, "Global placement loop" and "Safety invariants" 1, 2, 5, 10. The
 phases live in :mod:`grid_core.planner.phases`; docs/planner.md walks through them.
@@ -14,6 +14,7 @@ import msgspec
 
 from grid_core.errors import ValidationError
 from grid_core.planner.core import PlanState, desired_count
+from grid_core.planner.hooks import NO_HOOKS, PlannerHooks
 from grid_core.planner.phases import (
     place_class,
     place_pins,
@@ -39,14 +40,16 @@ MEMO_SIZE = 4
 """Plans remembered by input digest: a repeated status read or tick with identical inputs
 reuses the plan instead of solving again; four covers alternating reads without growth."""
 
-_MEMO: OrderedDict[tuple[str, int], tuple[object, Plan]] = OrderedDict()
-"""(digest, id(plugins)) → (plugins, plan); holding the facade keeps its id from being reused."""
+_MEMO: OrderedDict[tuple[str, int], tuple[PlannerHooks, Plan]] = OrderedDict()
+"""(digest, id(hooks)) → (hooks, plan); holding the hooks keeps their id from being reused."""
 
 __all__ = [
+    "NO_HOOKS",
     "Assignment",
     "Eviction",
     "Plan",
     "PlanInputs",
+    "PlannerHooks",
     "PlannerPolicy",
     "Unmet",
     "canonical_inputs",
@@ -95,13 +98,13 @@ def input_digest(inputs: PlanInputs) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def plan(inputs: PlanInputs, plugins: object, *, reuse: bool = True) -> Plan:
+def plan(inputs: PlanInputs, hooks: PlannerHooks, *, reuse: bool = True) -> Plan:
     """Compute the complete desired placement for one tick.
 
     Args:
         inputs: profiles, host snapshots, demand, policy and the planning instant.
-        plugins: :class:`grid_core.plugins.Plugins`; score terms are collected once per plan
-            (``grid_placement_score_terms``) and victims chosen via ``grid_select_victims``.
+        hooks: the score terms to sum and the victim selector for staged preemption
+            (:meth:`grid_core.plugins.Plugins.planner_hooks`; :data:`NO_HOOKS` for none).
         reuse: return the remembered plan for identical inputs (benchmarks pass ``False``).
 
     Returns:
@@ -114,22 +117,16 @@ def plan(inputs: PlanInputs, plugins: object, *, reuse: bool = True) -> Plan:
     """
     canon = canonical_inputs(inputs)
     digest = hashlib.sha256(msgspec.json.encode(canon, order="sorted")).hexdigest()
-    key = (digest, id(plugins))
+    key = (digest, id(hooks))
     if reuse and key in _MEMO:
         _MEMO.move_to_end(key)
         return _MEMO[key][1]
-    terms = list(plugins.score_terms()) if hasattr(plugins, "score_terms") else []
-    selector = getattr(plugins, "select_victims", None)
-    if (
-        selector is not None
-        and hasattr(plugins, "has_impl")
-        and not plugins.has_impl("grid_select_victims")
-    ):
-        selector = None
+    terms = list(hooks.score_terms)
+    selector = hooks.victim_selector
     state = PlanState(canon, terms, selector)
     result = _solve(state, digest)
     if reuse:
-        _MEMO[key] = (plugins, result)
+        _MEMO[key] = (hooks, result)
         while len(_MEMO) > MEMO_SIZE:
             _MEMO.popitem(last=False)
     return result

@@ -26,8 +26,10 @@ from grid_core.demand.desired import startup_path_s
 from grid_core.demand.types import ModelDemand
 from grid_core.planner.eligibility import SERVING_STATES, host_signature, incompatibility
 from grid_core.planner.ledger import Ledger, Placed
+from grid_core.planner.preemption import VictimSelector
 from grid_core.planner.scoring import (
     ScoreContext,
+    ScoreTerm,
     speed_weight,
     split_terms,
 )
@@ -60,11 +62,16 @@ class PlanState:
 
     Args:
         inputs: canonicalised plan inputs (profiles and hosts sorted by id).
-        terms: score terms collected once from the plugins.
-        select_victims: the victim hook (``None`` disables preemption).
+        terms: the score terms to sum (from :class:`~grid_core.planner.hooks.PlannerHooks`).
+        select_victims: the victim selector (``None`` disables preemption).
     """
 
-    def __init__(self, inputs: PlanInputs, terms: list[object], select_victims: object) -> None:
+    def __init__(
+        self,
+        inputs: PlanInputs,
+        terms: list[ScoreTerm],
+        select_victims: VictimSelector | None,
+    ) -> None:
         self.inputs = inputs
         self.now = inputs.now
         self.policy = inputs.policy

@@ -9,6 +9,9 @@ unsatisfied until a later snapshot proves the memory free; at most 64 evictions 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Protocol, runtime_checkable
+
 import msgspec
 
 OBSOLETE_PRIORITY = -1_000_000
@@ -84,6 +87,28 @@ class VictimContext(msgspec.Struct, frozen=True, kw_only=True):
     host_id: str
     beneficiary: str | None
     beneficiary_priority: int
+
+
+@runtime_checkable
+class VictimSelector(Protocol):
+    """Chooses the residencies to preempt on one host (``grid_select_victims``).
+
+    The planner validates every answer: a set that is not drawn from ``candidates`` or does not
+    satisfy ``need`` is ignored (fail closed), so a selector can cost a preemption, never safety.
+    """
+
+    def __call__(
+        self, candidates: Sequence[VictimCandidate], need: VictimNeed, ctx: VictimContext
+    ) -> Sequence[VictimCandidate] | None:
+        """The victims to drain (a subset of ``candidates``), or ``None`` when none suffices.
+
+        Args:
+            candidates: removable residencies on ``ctx.host_id`` (at most
+                :data:`MAX_VICTIM_CANDIDATES`, already filtered by the planner).
+            need: what the chosen set must release.
+            ctx: the host and the beneficiary.
+        """
+        ...
 
 
 def set_cost(victims: tuple[VictimCandidate, ...] | list[VictimCandidate]) -> tuple:

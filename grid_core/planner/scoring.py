@@ -17,9 +17,11 @@ once per model/host class; dynamic terms once per model/class/free-memory/domain
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
 
 from grid_core.demand.types import ModelDemand
-from grid_core.snapshot import ResidencySnapshot
+from grid_core.profile import ModelProfile
+from grid_core.snapshot import HostSnapshot, ResidencySnapshot
 
 MAX_SPEED_WEIGHT = 8.0
 """Measured speed may matter at most 8x more under hot demand than for a light workload."""
@@ -59,6 +61,32 @@ class ScoreContext:
     startup_s: float
 
 
+@runtime_checkable
+class ScoreTerm(Protocol):
+    """One soft placement preference (``grid_placement_score_terms``); the planner sums terms.
+
+    Attributes:
+        name: unique term name (``"best_fit"``); a third-party term with a built-in's name
+            replaces the built-in one.
+
+    A term may also set ``dynamic = False`` (a class attribute, default ``True``) to promise
+    that it ignores ``ctx.free_mb`` and ``ctx.domain_new``, so the planner evaluates it once per
+    model and host class (see the module docstring for the memoisation contract).
+    """
+
+    name: str
+
+    def score(self, model: ModelProfile, host: HostSnapshot, ctx: ScoreContext) -> float:
+        """Score of one new replica of ``model`` on ``host``; larger is better (unitless).
+
+        Args:
+            model: the model's profile.
+            host: the host's snapshot (its facts; identity is not meaningful, see above).
+            ctx: what else the term may read (:class:`ScoreContext`).
+        """
+        ...
+
+
 def speed_weight(demand: ModelDemand | None, per_replica: float) -> float:
     """1 for light demand, rising with offered concurrency per replica capacity, at most 8."""
     if demand is None or per_replica <= 0:
@@ -66,7 +94,7 @@ def speed_weight(demand: ModelDemand | None, per_replica: float) -> float:
     return max(1.0, min(MAX_SPEED_WEIGHT, demand.offered_concurrency / per_replica))
 
 
-def split_terms(terms: list[object]) -> tuple[list[object], list[object]]:
+def split_terms(terms: list[ScoreTerm]) -> tuple[list[ScoreTerm], list[ScoreTerm]]:
     """(static terms, dynamic terms); a term without ``dynamic`` counts as dynamic."""
     static = [t for t in terms if getattr(t, "dynamic", True) is False]
     dynamic = [t for t in terms if getattr(t, "dynamic", True) is not False]

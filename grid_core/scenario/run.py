@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from grid_core.demand.features import WORKLOADS, RequestFeatures
 from grid_core.demand.workloads import projection_map
+from grid_core.planner.hooks import PlannerHooks
 from grid_core.planner.types import Plan, PlanInputs
 from grid_core.plugins import Plugins
 from grid_core.profile import ModelProfile
@@ -58,7 +59,7 @@ class LabEnv:
     store_factory: Callable[[], StateStore]
 
 
-def _plan_fn() -> Callable[[PlanInputs, object], Plan]:
+def _plan_fn() -> Callable[[PlanInputs, PlannerHooks], Plan]:
     from grid_core import planner  # late: keeps importing the lab light
 
     return planner.plan

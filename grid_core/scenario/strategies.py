@@ -25,7 +25,9 @@ from grid_core.controller import Controller
 from grid_core.demand import ModelDemand, RequestFeatures
 from grid_core.demand.features import WORKLOADS
 from grid_core.demand.workloads import project_with, projection_map
+from grid_core.planner.hooks import PlannerHooks
 from grid_core.planner.types import Plan, PlanInputs, PlannerPolicy
+from grid_core.plugins import Plugins
 from grid_core.profile import ModelProfile
 from grid_core.scenario.config import TICK_S
 from grid_core.scenario.fleet import Ack, Order, SimFleet
@@ -56,7 +58,7 @@ class ControllerControl:
     def __init__(
         self,
         name: str,
-        plugins: object,
+        plugins: Plugins,
         store: StateStore,
         profiles: tuple[ModelProfile, ...],
         now: float,
@@ -197,9 +199,9 @@ class GreedyControl:
 
     def __init__(
         self,
-        plugins: object,
+        plugins: Plugins,
         profiles: tuple[ModelProfile, ...],
-        plan_fn: Callable[[PlanInputs, object], Plan],
+        plan_fn: Callable[[PlanInputs, PlannerHooks], Plan],
         policy: PlannerPolicy | None = None,
     ) -> None:
         self.plugins = plugins
@@ -226,7 +228,7 @@ class GreedyControl:
                 demand=_demand(rates, self.profiles),
                 policy=self.policy,
             ),
-            self.plugins,
+            self.plugins.planner_hooks(),
         )
         orders = _orders_for(plan, fleet, f"greedy{fleet.tick}", keep_others=False)
         for o in orders:
@@ -247,9 +249,9 @@ class StaticControl:
 
     def __init__(
         self,
-        plugins: object,
+        plugins: Plugins,
         profiles: tuple[ModelProfile, ...],
-        plan_fn: Callable[[PlanInputs, object], Plan],
+        plan_fn: Callable[[PlanInputs, PlannerHooks], Plan],
         mix_rps: dict[str, float],
         direct_rps: dict[str, float],
         policy: PlannerPolicy | None = None,
@@ -280,7 +282,7 @@ class StaticControl:
                     demand=_demand(rates, self.profiles),
                     policy=self.policy,
                 ),
-                self.plugins,
+                self.plugins.planner_hooks(),
             )
         orders = _orders_for(self.plan, fleet, f"static{fleet.tick}", keep_others=True)
         for o in orders:

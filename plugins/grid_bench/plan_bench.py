@@ -56,15 +56,15 @@ def run_plan_bench(path: Path, runs: int = DEFAULT_RUNS) -> dict:
 
     data = load_fleet(path)
     inputs = fleet_inputs(data)
-    plugins = get_plugins()
+    hooks = get_plugins().planner_hooks()
     result = None
     for _ in range(WARMUP_RUNS):
-        result = plan(inputs, plugins, reuse=False)
+        result = plan(inputs, hooks, reuse=False)
     times = []
     cpu = []
     for _ in range(max(1, runs)):
         t0, c0 = time.perf_counter(), time.process_time()
-        result = plan(inputs, plugins, reuse=False)
+        result = plan(inputs, hooks, reuse=False)
         times.append((time.perf_counter() - t0) * 1000.0)
         cpu.append((time.process_time() - c0) * 1000.0)
     assert result is not None

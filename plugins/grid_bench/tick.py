@@ -23,6 +23,8 @@ import msgspec
 import typer
 
 from grid_bench.fleet import fleet_inputs, load_fleet
+from grid_core.planner.hooks import PlannerHooks
+from grid_core.planner.types import Plan, PlanInputs
 from grid_core.table import render_table
 
 DEFAULT_RUNS = 20
@@ -52,8 +54,8 @@ def run_tick_bench(path: Path, runs: int = DEFAULT_RUNS) -> dict[str, object]:
     inputs = fleet_inputs(data)
     plugins = get_plugins()
 
-    def plan_with_fleet_demand(pi, plugs):  # type: ignore[no-untyped-def]
-        return plan(msgspec.structs.replace(pi, demand=inputs.demand), plugs)
+    def plan_with_fleet_demand(pi: PlanInputs, hooks: PlannerHooks) -> Plan:
+        return plan(msgspec.structs.replace(pi, demand=inputs.demand), hooks)
 
     times: list[float] = []
     with tempfile.TemporaryDirectory(prefix="grid-bench-tick-") as tmp:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 
-from grid_core.demand.features import RequestFeatures
+from grid_core.api import RequestFeatures
 
 MAX_SCAN_CHARS = 1024
 """Prefix scanned for keywords: a request's opening states its intent; scanning more costs

@@ -6,13 +6,14 @@ Registered ``trylast`` so an operator's own classifier plugin answers first.
 from __future__ import annotations
 
 from grid_classifier.classify import classify
-from grid_core import hookimpl
-from grid_core.demand.features import RequestFeatures
+from grid_core.api import RequestFeatures, hookimpl
 
 
 @hookimpl(trylast=True)
-def grid_classify_request(features: object, text: str, vocabulary: tuple[str, ...]) -> str | None:
+def grid_classify_request(
+    features: RequestFeatures, text: str, vocabulary: tuple[str, ...]
+) -> str | None:
     """Map bounded features and a transient text prefix to one workload of ``vocabulary``."""
-    if not isinstance(features, RequestFeatures) or not vocabulary:
+    if not vocabulary:
         return None
     return classify(features, text or "", tuple(vocabulary))

@@ -1,15 +1,15 @@
 """Built-in forecaster: bucketed EWMA level plus a positive-only-for-scale-up trend.
 
 Source: specification, "Global placement loop" (a bucketed EWMA and a positive trend term make
-the near-term forecast). Answers the ``grid_forecast`` hook (firstresult).
+the near-term forecast). Answers the ``grid_forecast`` hook (firstresult) as the default:
+``trylast`` lets any other installed forecaster answer first.
 """
 
 from __future__ import annotations
 
 import math
 
-from grid_core import hookimpl
-from grid_core.demand.series import DemandSeries, Forecast, ForecastPolicy, percentile_ms
+from grid_core.api import DemandSeries, Forecast, ForecastPolicy, hookimpl, percentile_ms
 
 
 def ewma_forecast(series: DemandSeries, now: float, policy: ForecastPolicy) -> Forecast:
@@ -27,7 +27,7 @@ def ewma_forecast(series: DemandSeries, now: float, policy: ForecastPolicy) -> F
         policy: bucket width, smoothing factors, window.
 
     Returns:
-        The model's :class:`~grid_core.demand.series.Forecast`.
+        The model's :class:`~grid_core.api.Forecast`.
     """
     width = series.bucket_s
     current = math.floor(now / width)
@@ -70,9 +70,7 @@ def ewma_forecast(series: DemandSeries, now: float, policy: ForecastPolicy) -> F
     )
 
 
-@hookimpl
-def grid_forecast(series: object, now: float, policy: object) -> object | None:
-    """Answer with the EWMA forecast for a :class:`DemandSeries`."""
-    if not isinstance(series, DemandSeries) or not isinstance(policy, ForecastPolicy):
-        return None
+@hookimpl(trylast=True)
+def grid_forecast(series: DemandSeries, now: float, policy: ForecastPolicy) -> Forecast | None:
+    """Answer with the EWMA forecast of ``series``."""
     return ewma_forecast(series, now, policy)

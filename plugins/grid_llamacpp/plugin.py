@@ -6,19 +6,22 @@ Commands: ``grid engine install llama.cpp``, ``grid test make-model``,
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from grid_core import hookimpl
-from grid_core.cliregistry import CliRegistry
-from grid_core.errors import ValidationError
+from grid_core.api import CliRegistry, RuntimeAdapter, ValidationError, hookimpl
 
 
-@hookimpl
-def grid_runtime_adapters(register) -> None:
-    """Register the llama.cpp adapter (executable from GRID_LLAMA_SERVER, PATH or cache)."""
+@hookimpl(trylast=True)
+def grid_runtime_adapters(register: Callable[[RuntimeAdapter], None]) -> None:
+    """Register the llama.cpp adapter (executable from GRID_LLAMA_SERVER, PATH or cache).
+
+    The default adapter for ``llama.cpp`` (``trylast``): a plugin that registers its own
+    ``llama.cpp`` adapter replaces this one.
+    """
     from grid_llamacpp.adapter import LlamaCppAdapter
 
     register(LlamaCppAdapter())

@@ -9,8 +9,9 @@ score. Magnitudes are spaced so each preference dominates the ones after it at l
 
 from __future__ import annotations
 
-from grid_core import hookimpl
-from grid_core.planner.scoring import ScoreContext
+from collections.abc import Callable
+
+from grid_core.api import HostSnapshot, ModelProfile, ScoreContext, ScoreTerm, hookimpl
 
 READY_BONUS = 1000.0
 """A live replica of the model on the host beats everything else."""
@@ -46,7 +47,7 @@ class ReadyResidency:
     name = "ready_residency"
     dynamic = False
 
-    def score(self, model: object, host: object, ctx: ScoreContext) -> float:
+    def score(self, model: ModelProfile, host: HostSnapshot, ctx: ScoreContext) -> float:
         res = ctx.resident
         if res is None:
             return 0.0
@@ -63,7 +64,7 @@ class CachedWeights:
     name = "cached_weights"
     dynamic = False
 
-    def score(self, model: object, host: object, ctx: ScoreContext) -> float:
+    def score(self, model: ModelProfile, host: HostSnapshot, ctx: ScoreContext) -> float:
         return CACHED_BONUS if ctx.cached else 0.0
 
 
@@ -73,7 +74,7 @@ class FailureDomain:
     name = "failure_domain"
     dynamic = True
 
-    def score(self, model: object, host: object, ctx: ScoreContext) -> float:
+    def score(self, model: ModelProfile, host: HostSnapshot, ctx: ScoreContext) -> float:
         return DOMAIN_BONUS if ctx.domain_new else 0.0
 
 
@@ -83,8 +84,8 @@ class MeasuredThroughput:
     name = "measured_throughput"
     dynamic = False
 
-    def score(self, model: object, host: object, ctx: ScoreContext) -> float:
-        perf = host.performance.get(model.model_id)  # type: ignore[attr-defined]
+    def score(self, model: ModelProfile, host: HostSnapshot, ctx: ScoreContext) -> float:
+        perf = host.performance.get(model.model_id)
         if perf is None or not perf.tokens_per_s:
             return 0.0
         confidence = min(1.0, perf.samples / FULL_CONFIDENCE_SAMPLES)
@@ -98,12 +99,12 @@ class HardwarePrior:
     name = "hardware_prior"
     dynamic = False
 
-    def score(self, model: object, host: object, ctx: ScoreContext) -> float:
-        perf = host.performance.get(model.model_id)  # type: ignore[attr-defined]
+    def score(self, model: ModelProfile, host: HostSnapshot, ctx: ScoreContext) -> float:
+        perf = host.performance.get(model.model_id)
         if perf is not None and perf.tokens_per_s and perf.samples > 0:
             return 0.0
-        bw = host.memory_bandwidth_gbps or 0.0  # type: ignore[attr-defined]
-        gf = host.compute_gflops or 0.0  # type: ignore[attr-defined]
+        bw = host.memory_bandwidth_gbps or 0.0
+        gf = host.compute_gflops or 0.0
         prior = 0.5 * min(1.0, bw / BANDWIDTH_REFERENCE_GBPS) + 0.5 * min(
             1.0, gf / COMPUTE_REFERENCE_GFLOPS
         )
@@ -116,7 +117,7 @@ class BestFit:
     name = "best_fit"
     dynamic = True
 
-    def score(self, model: object, host: object, ctx: ScoreContext) -> float:
+    def score(self, model: ModelProfile, host: HostSnapshot, ctx: ScoreContext) -> float:
         if ctx.allocatable_mb <= 0:
             return 0.0
         left = max(0, ctx.free_mb - ctx.memory_mb)
@@ -129,22 +130,22 @@ class Penalties:
     name = "penalties"
     dynamic = False
 
-    def score(self, model: object, host: object, ctx: ScoreContext) -> float:
+    def score(self, model: ModelProfile, host: HostSnapshot, ctx: ScoreContext) -> float:
         penalty = 0.0
-        conc = host.concurrency or 0  # type: ignore[attr-defined]
-        if host.queue_depth:  # type: ignore[attr-defined]
-            penalty += min(LOAD_PENALTY_MAX, LOAD_PENALTY_MAX * host.queue_depth / max(1, conc))  # type: ignore[attr-defined]
-        perf = host.performance.get(model.model_id)  # type: ignore[attr-defined]
+        conc = host.concurrency or 0
+        if host.queue_depth:
+            penalty += min(LOAD_PENALTY_MAX, LOAD_PENALTY_MAX * host.queue_depth / max(1, conc))
+        perf = host.performance.get(model.model_id)
         if perf is not None and perf.latency_ms:
             penalty += min(LATENCY_PENALTY_MAX, LATENCY_PENALTY_PER_S * perf.latency_ms / 1000)
-        penalty += HOST_PRIORITY_PENALTY * max(0, host.host_priority)  # type: ignore[attr-defined]
+        penalty += HOST_PRIORITY_PENALTY * max(0, host.host_priority)
         penalty += min(COLD_START_PENALTY_MAX, COLD_START_PENALTY_PER_MIN * ctx.startup_s / 60.0)
-        if host.state == "throttled" or host.throttle_fraction < 1.0:  # type: ignore[attr-defined]
+        if host.state == "throttled" or host.throttle_fraction < 1.0:
             penalty += THROTTLED_PENALTY
         return -penalty
 
 
-TERMS = (
+TERMS: tuple[ScoreTerm, ...] = (
     ReadyResidency(),
     CachedWeights(),
     FailureDomain(),
@@ -155,8 +156,8 @@ TERMS = (
 )
 
 
-@hookimpl
-def grid_placement_score_terms(register) -> None:  # type: ignore[no-untyped-def]
-    """Register the built-in terms."""
+@hookimpl(trylast=True)
+def grid_placement_score_terms(register: Callable[[ScoreTerm], None]) -> None:
+    """Register the built-in terms (defaults: a plugin's term of the same name replaces one)."""
     for term in TERMS:
         register(term)

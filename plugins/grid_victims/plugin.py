@@ -8,14 +8,14 @@ minimum-residency-protected work from the candidates.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from itertools import combinations
 
-from grid_core import hookimpl
-from grid_core.planner.preemption import VictimCandidate, VictimNeed, set_cost
+from grid_core.api import VictimCandidate, VictimContext, VictimNeed, hookimpl, set_cost
 
 
 def cheapest_sufficient_set(
-    candidates: tuple[VictimCandidate, ...], need: VictimNeed
+    candidates: Sequence[VictimCandidate], need: VictimNeed
 ) -> tuple[VictimCandidate, ...] | None:
     """Exhaustively the cheapest sufficient subset (by :func:`set_cost`), smallest first.
 
@@ -43,10 +43,12 @@ def cheapest_sufficient_set(
     return best
 
 
-@hookimpl
-def grid_select_victims(candidates: object, need: object, ctx: object) -> object | None:
-    """Choose the cheapest sufficient victim set, or ``None`` when none suffices."""
-    if not isinstance(need, VictimNeed):
-        return None
-    cands = tuple(c for c in candidates if isinstance(c, VictimCandidate))  # type: ignore[union-attr]
-    return cheapest_sufficient_set(cands, need)
+@hookimpl(trylast=True)
+def grid_select_victims(
+    candidates: Sequence[VictimCandidate], need: VictimNeed, ctx: VictimContext
+) -> Sequence[VictimCandidate] | None:
+    """Choose the cheapest sufficient victim set, or ``None`` when none suffices.
+
+    The default selector (``trylast``): any other installed selector answers first.
+    """
+    return cheapest_sufficient_set(candidates, need)

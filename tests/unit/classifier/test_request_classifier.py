@@ -92,7 +92,3 @@ def test_the_hook_answers_through_the_facade_and_yields_to_an_operator_plugin() 
 
     both = plugins_with(("grid_classifier", builtin), ("operator", Operator()))
     assert both.classify_request(_f(), "refactor the sql query", VOCAB) == "sales"
-
-
-def test_the_hook_ignores_foreign_feature_objects() -> None:
-    assert builtin.grid_classify_request(features=object(), text="x", vocabulary=VOCAB) is None

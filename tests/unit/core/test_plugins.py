@@ -136,9 +136,19 @@ def test_misspelled_hook_fails_loudly() -> None:
         load_plugins(entry_points=[], extra=[("typo", Typo())], report=lambda _l: None)
 
 
+class _Adapter:
+    """The smallest object that satisfies grid_core.api.RuntimeAdapter (never started)."""
+
+    name = "same"
+
+    async def load(self, host, artifact):  # type: ignore[no-untyped-def]
+        raise NotImplementedError
+
+    warm = probe = drain = unload = adopt = load
+
+
 def test_duplicate_runtime_name_is_a_clear_error() -> None:
-    class A:
-        name = "same"
+    A = _Adapter
 
     class P1:
         @hookimpl
@@ -149,7 +159,7 @@ def test_duplicate_runtime_name_is_a_clear_error() -> None:
         pass
 
     plugins = plugins_with(("p1", P1()), ("p2", P2()))
-    with pytest.raises(PluginError, match="two plugins registered a runtime adapter named 'same'"):
+    with pytest.raises(PluginError, match="two plugins registered a runtime adapter named 'same' "):
         plugins.runtime_adapters()
 
 

@@ -67,7 +67,7 @@ def run(
         demand={d.model_id: d for d in demands},
         policy=policy,
     )
-    return plan(inputs, plugins, reuse=False)
+    return plan(inputs, plugins.planner_hooks(), reuse=False)
 
 
 def placed(p: Plan) -> set[tuple[str, str]]:

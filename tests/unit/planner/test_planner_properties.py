@@ -169,7 +169,7 @@ def _conflict(mid: str, peers: set[str], by_id: dict[str, ModelProfile]) -> bool
 @SETTINGS
 @given(plan_inputs)
 def test_plan_never_breaks_a_hard_rule(inputs: PlanInputs):
-    result = plan(inputs, PLUGINS, reuse=False)
+    result = plan(inputs, PLUGINS.planner_hooks(), reuse=False)
     by_id = {p.model_id: p for p in inputs.profiles}
     hosts = {h.host_id: h for h in inputs.hosts}
     per_host: dict[str, list] = {}
@@ -269,8 +269,8 @@ def test_plan_never_breaks_a_hard_rule(inputs: PlanInputs):
 @SETTINGS
 @given(plan_inputs, st.integers(0, 2**32 - 1))
 def test_plan_is_deterministic_and_order_independent(inputs: PlanInputs, seed: int):
-    first = plan(inputs, PLUGINS, reuse=False)
-    assert plan(inputs, PLUGINS, reuse=False) == first
+    first = plan(inputs, PLUGINS.planner_hooks(), reuse=False)
+    assert plan(inputs, PLUGINS.planner_hooks(), reuse=False) == first
     rng = random.Random(seed)
     profs, fleet = list(inputs.profiles), list(inputs.hosts)
     rng.shuffle(profs)
@@ -292,6 +292,6 @@ def test_plan_is_deterministic_and_order_independent(inputs: PlanInputs, seed: i
         demand=demand,
         policy=inputs.policy,
     )
-    again = plan(shuffled, PLUGINS, reuse=False)
+    again = plan(shuffled, PLUGINS.planner_hooks(), reuse=False)
     assert again == first
     assert again.digest == first.digest

@@ -542,7 +542,8 @@ def test_digest_is_stable_and_order_independent():
         now=NOW, profiles=tuple(reversed(profiles)), hosts=tuple(reversed(hosts)), policy=POLICY
     )
     assert input_digest(one) == input_digest(two)
-    assert plan(one, plugins_with(), reuse=False) == plan(two, plugins_with(), reuse=False)
+    hooks = plugins_with().planner_hooks()
+    assert plan(one, hooks, reuse=False) == plan(two, hooks, reuse=False)
     later = PlanInputs(now=NOW + 1, profiles=tuple(profiles), hosts=tuple(hosts), policy=POLICY)
     assert input_digest(later) != input_digest(one)
 
@@ -552,7 +553,7 @@ def test_identical_inputs_reuse_the_plan():
     inputs = PlanInputs(
         now=NOW, profiles=(model("a", 4, min_replicas=1),), hosts=(host("x", 16),), policy=POLICY
     )
-    assert plan(inputs, plugins) is plan(inputs, plugins)
+    assert plan(inputs, plugins.planner_hooks()) is plan(inputs, plugins.planner_hooks())
 
 
 def test_duplicate_ids_are_refused():
