@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 import socket
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -20,7 +20,7 @@ import psutil
 
 from grid_core.errors import GridError, UnavailableError
 from grid_core.protection import ProtectionDecision
-from grid_core.runtime import ArtifactSpec, ChildRecord
+from grid_core.runtime import ArtifactSpec, ChildRecord, RuntimeAdapter
 from grid_core.wire import (
     Acknowledgement,
     AckStatus,
@@ -101,7 +101,7 @@ class Actuator:
     config: NodeConfig
     store: StateFile
     state: NodeState
-    adapters: dict[str, object]
+    adapters: Mapping[str, RuntimeAdapter]
     on_route_change: Callable[[], Awaitable[None]] | None = None
     events: list[str] = field(default_factory=list)
     probes: dict[str, object] = field(default_factory=dict)
@@ -134,7 +134,7 @@ class Actuator:
         self.events.append(f"{time.strftime('%H:%M:%S')} {line}")
         del self.events[:-MAX_EVENTS]
 
-    def adapter_for(self, runtime: str | None) -> object:
+    def adapter_for(self, runtime: str | None) -> RuntimeAdapter:
         """The adapter for ``runtime`` (default llama.cpp).
 
         Raises:
@@ -167,12 +167,12 @@ class Actuator:
         for model_id, child in list(self.state.children.items()):
             if child.state == "failed" and child.failure.startswith("fenced"):
                 adapter = self.adapter_for(child.runtime)
-                outcome, why = await adapter.adopt(self.host, child)  # type: ignore[attr-defined]
+                outcome, why = await adapter.adopt(self.host, child)
                 if outcome == "dead":
                     del self.state.children[model_id]
                 continue
             adapter = self.adapter_for(child.runtime)
-            outcome, why = await adapter.adopt(self.host, child)  # type: ignore[attr-defined]
+            outcome, why = await adapter.adopt(self.host, child)
             if outcome == "adopted":
                 if child.state == "starting":
                     child.state = "ready"
@@ -197,7 +197,7 @@ class Actuator:
         snapshot = [(m, c) for m, c in self.state.children.items() if c.state != "failed"]
         probes = await asyncio.gather(
             *(
-                self.adapter_for(c.runtime).probe(self.host, c)  # type: ignore[attr-defined]
+                self.adapter_for(c.runtime).probe(self.host, c)
                 for _, c in snapshot
             )
         )
@@ -335,7 +335,7 @@ class Actuator:
         )
         if cmd.kind == "load":
             self._check_disk(cmd)
-            loaded = await adapter.load(self.host, spec)  # type: ignore[attr-defined]
+            loaded = await adapter.load(self.host, spec)
             self.state.artifacts[cmd.model_id] = loaded
             self.save()
             verb = "fetched" if loaded.fetched else "verified"
@@ -370,7 +370,7 @@ class Actuator:
             raise UnavailableError(msg)
         if existing is not None:
             # A failed record of a dead process is released; a fenced live one blocks.
-            outcome, why = await adapter.adopt(self.host, existing)  # type: ignore[attr-defined]
+            outcome, why = await adapter.adopt(self.host, existing)
             if outcome != "dead":
                 msg = (
                     f"{cmd.model_id} has a fenced child pid {existing.pid} ({why}); "
@@ -381,7 +381,7 @@ class Actuator:
         loaded = self.state.artifacts.get(cmd.model_id)
         if loaded is None or (spec.sha256 is not None and loaded.sha256 != spec.sha256):
             verify_only = ArtifactSpec(model_id=spec.model_id, sha256=spec.sha256)
-            loaded = await adapter.load(self.host, verify_only)  # type: ignore[attr-defined]
+            loaded = await adapter.load(self.host, verify_only)
             self.state.artifacts[cmd.model_id] = loaded
         available_mb = psutil.virtual_memory().available // MB
         if cmd.memory_mb and available_mb < cmd.memory_mb:
@@ -390,7 +390,7 @@ class Actuator:
                 "free on this host now"
             )
             raise UnavailableError(msg)
-        child = await adapter.warm(self.host, loaded, cmd.memory_mb)  # type: ignore[attr-defined]
+        child = await adapter.warm(self.host, loaded, cmd.memory_mb)
         return f"ready on port {child.port} (pid {child.pid})"
 
     async def drain(self, model_id: str, wait_s: float = DRAIN_WAIT_S) -> str:
@@ -406,7 +406,7 @@ class Actuator:
         if self.on_route_change is not None:
             await self.on_route_change()
         adapter = self.adapter_for(child.runtime)
-        left = await adapter.drain(self.host, child, wait_s)  # type: ignore[attr-defined]
+        left = await adapter.drain(self.host, child, wait_s)
         if left == 0:
             return "route fenced; idle"
         what = "unknown activity" if left is None else f"{left} request(s) still running"
@@ -428,7 +428,7 @@ class Actuator:
         await adapter.unload(
             self.host,
             child,
-            idle_wait_s=idle_wait_s,  # type: ignore[attr-defined]
+            idle_wait_s=idle_wait_s,
             force=force,
         )
         del self.state.children[model_id]
