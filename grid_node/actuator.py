@@ -196,10 +196,7 @@ class Actuator:
         """
         snapshot = [(m, c) for m, c in self.state.children.items() if c.state != "failed"]
         probes = await asyncio.gather(
-            *(
-                self.adapter_for(c.runtime).probe(self.host, c)
-                for _, c in snapshot
-            )
+            *(self.adapter_for(c.runtime).probe(self.host, c) for _, c in snapshot)
         )
         changed = False
         for (model_id, child), probe in zip(snapshot, probes, strict=True):
