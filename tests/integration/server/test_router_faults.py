@@ -18,6 +18,8 @@ import httpx
 import pytest
 from server_testbed import Engine, Grid, serve_model
 
+from grid_core.system import wait_until_sync
+
 pytestmark = pytest.mark.integration
 
 CHAT = {"messages": [{"role": "user", "content": "hello"}], "max_tokens": 5}
@@ -93,11 +95,12 @@ def test_a_streamed_success_closes_an_open_breaker(
     assert post(grid, {"model": "m-heal", **CHAT}).status_code == 500
     assert post(grid, {"model": "m-heal", **CHAT}).status_code == 500
     assert open_breakers(grid)
-    deadline = time.monotonic() + 10.0
-    code = 503
-    while code == 503 and time.monotonic() < deadline:  # the half-open probe is a stream
-        time.sleep(0.2)
-        code = stream(grid.client.http, grid, "m-heal")
+    # The half-open probe is a stream: retry while the breaker still answers 503.
+    code = wait_until_sync(
+        lambda: (c := stream(grid.client.http, grid, "m-heal")) != 503 and c,
+        timeout_s=10.0,
+        interval_s=0.2,
+    )
     assert code == 200
     assert open_breakers(grid) == []
     # Closed for real: concurrent requests all go through, not one at a time.
@@ -197,17 +200,13 @@ def test_disconnect_during_a_20s_non_streaming_generation_reaches_the_engine_wit
             + b"\r\n\r\n"
             + body
         )
-        deadline = time.monotonic() + 10.0
-        while eng.stats()["requests"].get("/v1/chat/completions", 0) == 0:
-            assert time.monotonic() < deadline, "the request never reached the engine"
-            time.sleep(0.05)
+        reached = wait_until_sync(
+            lambda: eng.stats()["requests"].get("/v1/chat/completions", 0), timeout_s=10.0
+        )
+        assert reached, "the request never reached the engine"
         time.sleep(0.5)
         left_at = time.time()
-    deadline = time.monotonic() + 5.0
-    seen: list[float] = []
-    while not seen and time.monotonic() < deadline:
-        seen = eng.stats()["cancelled_at"]
-        time.sleep(0.05)
+    seen: list[float] = wait_until_sync(lambda: eng.stats()["cancelled_at"], timeout_s=5.0) or []
     assert seen, "the engine kept generating after the caller left"
     delay = seen[0] - left_at
     print(f"engine saw the disconnect {delay * 1000:.0f} ms after the caller left")
