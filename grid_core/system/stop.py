@@ -111,17 +111,8 @@ async def stop_process(target: Provable, *, grace_s: float, escalate: bool = Tru
 def stop_process_sync(target: Provable, *, grace_s: float, escalate: bool = True) -> StopOutcome:
     """Blocking twin of :func:`stop_process` for synchronous callers (CLI commands) only.
 
-    Args:
-        target: the process and how to prove it.
-        grace_s: seconds between SIGTERM and SIGKILL.
-        escalate: send SIGKILL after ``grace_s``; when False ``running`` may be returned.
-
-    Returns:
-        How the process ended (see :data:`StopOutcome`).
-
-    Raises:
-        ForbiddenError: the identity is not proven (nothing was signalled).
-        UnavailableError: the process outlived SIGKILL by :data:`KILL_WAIT_S`.
+    Same arguments (seconds), outcome and errors (``ForbiddenError`` when unproven,
+    ``UnavailableError`` when it outlives SIGKILL) as :func:`stop_process`.
     """
     run = _Run(target, grace_s, escalate)
     while run.budget is not None:
