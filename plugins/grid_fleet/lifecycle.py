@@ -540,8 +540,15 @@ def _wait_baseline(url: str, root: Path, models: tuple[ModelSpec, ...], echo: Ec
             status, so a broken model fails in seconds), or the deadline passed. The message
             names the engine logs, which stay on disk after the failed start is stopped.
     """
+    from rich.console import Console
+
     want = {m.model_id for m in models if m.min_replicas > 0}
-    with httpx.Client(timeout=HTTP_TIMEOUT_S, trust_env=False) as client:
+    # A live spinner on a terminal (stderr, so --json stays clean); nothing on a pipe.
+    console = Console(stderr=True)
+    with (
+        httpx.Client(timeout=HTTP_TIMEOUT_S, trust_env=False) as client,
+        console.status("  waiting for the baseline to load and warm") as spinner,
+    ):
 
         def ready() -> bool:
             try:
@@ -558,6 +565,7 @@ def _wait_baseline(url: str, root: Path, models: tuple[ModelSpec, ...], echo: Ec
             if failure is not None:
                 msg = f"the baseline did not start: {failure}; {_log_hint(root)}"
                 raise UnavailableError(msg)
+            spinner.update(f"  waiting for the baseline: {_residency_line(status, want)}")
             return False
 
         if wait_until_sync(ready, timeout_s=BASELINE_READY_S, interval_s=POLL_S * 2):
@@ -568,6 +576,18 @@ def _wait_baseline(url: str, root: Path, models: tuple[ModelSpec, ...], echo: Ec
         + _log_hint(root)
     )
     raise UnavailableError(msg)
+
+
+def _residency_line(status: dict, want: set[str]) -> str:
+    """``host:model:state`` for every residency of a model in ``want`` (progress text)."""
+    ctl = status.get("controller") or {}
+    parts = [
+        f"{h.get('host_id')}:{r.get('model_id')}:{r.get('state')}"
+        for h in ctl.get("hosts") or []
+        for r in h.get("residencies") or []
+        if r.get("model_id") in want
+    ]
+    return ", ".join(parts) or "no replica yet"
 
 
 def baseline_failure(status: dict, want: set[str]) -> str | None:
