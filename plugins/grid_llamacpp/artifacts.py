@@ -45,12 +45,9 @@ MB = 1024 * 1024
 
 
 def sha256_file(path: Path) -> str:
-    """Hex SHA-256 of a file, read in bounded chunks."""
-    h = hashlib.sha256()
+    """Hex SHA-256 of a file, read in bounded chunks (``hashlib.file_digest``)."""
     with open(path, "rb") as f:
-        while block := f.read(CHUNK_BYTES):
-            h.update(block)
-    return h.hexdigest()
+        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 def source_url(source: str, endpoint: str | None = None) -> str:

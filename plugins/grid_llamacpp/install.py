@@ -10,7 +10,6 @@ Discovery order: explicit configuration, ``GRID_LLAMA_SERVER``, ``PATH``, the bu
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 import subprocess
@@ -22,6 +21,7 @@ from pathlib import Path
 
 from grid_core.errors import GridError, NotFoundError, ValidationError
 from grid_core.system import replace_durably
+from grid_llamacpp.artifacts import sha256_file
 
 LLAMA_CPP_PYTHON_VERSION = "0.3.36"
 """The pinned source distribution (its vendored llama.cpp serves our tiny GGUFs and SmolLM2)."""
@@ -101,14 +101,6 @@ def find_llama_server(configured: str | None = None) -> Path:
     raise NotFoundError(msg)
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(1 << 20):
-            h.update(block)
-    return h.hexdigest()
-
-
 def _run(argv: list[str], step: str, echo: Callable[[str], None], log: Path) -> None:
     """Run one build step, streaming progress lines and keeping a full log."""
     echo(f"[{step}] {' '.join(argv[:3])} …")
@@ -133,7 +125,7 @@ def download_source(workdir: Path, echo: Callable[[str], None], log: Path) -> Pa
         EngineInstallError: pip failed or the archive's SHA-256 is not the pinned one.
     """
     archive = workdir / SDIST_NAME
-    if not (archive.is_file() and _sha256(archive) == SDIST_SHA256):
+    if not (archive.is_file() and sha256_file(archive) == SDIST_SHA256):
         archive.unlink(missing_ok=True)
         _run(
             [
@@ -155,7 +147,7 @@ def download_source(workdir: Path, echo: Callable[[str], None], log: Path) -> Pa
     if not archive.is_file():
         msg = f"pip download did not produce {archive}; see {log}"
         raise EngineInstallError(msg)
-    digest = _sha256(archive)
+    digest = sha256_file(archive)
     if digest != SDIST_SHA256:
         archive.unlink(missing_ok=True)
         msg = (
