@@ -71,9 +71,9 @@ def canonical_inputs(inputs: PlanInputs) -> PlanInputs:
         if a.model_id == b.model_id:
             msg = f"plan inputs: model '{a.model_id}' is listed twice; pass one profile per id"
             raise ValidationError(msg)
-    for a, b in itertools.pairwise(hosts):
-        if a.host_id == b.host_id:
-            msg = f"plan inputs: host '{a.host_id}' is listed twice; merge its snapshots"
+    for h, g in itertools.pairwise(hosts):
+        if h.host_id == g.host_id:
+            msg = f"plan inputs: host '{h.host_id}' is listed twice; merge its snapshots"
             raise ValidationError(msg)
     demand = {k: inputs.demand[k] for k in sorted(inputs.demand)}
     return PlanInputs(

@@ -18,6 +18,7 @@ order of decisions (see docs/planner.md):
 
 from __future__ import annotations
 
+import enum
 from bisect import bisect_right
 
 import msgspec
@@ -26,7 +27,7 @@ from grid_core.demand.desired import startup_path_s
 from grid_core.demand.types import ModelDemand
 from grid_core.planner.eligibility import SERVING_STATES, host_signature, incompatibility
 from grid_core.planner.ledger import Ledger, Placed
-from grid_core.planner.preemption import VictimSelector
+from grid_core.planner.preemption import VictimCandidate, VictimNeed, VictimSelector
 from grid_core.planner.scoring import (
     ScoreContext,
     ScoreTerm,
@@ -35,7 +36,7 @@ from grid_core.planner.scoring import (
 )
 from grid_core.planner.types import Assignment, Eviction, PlanInputs
 from grid_core.profile import ModelProfile
-from grid_core.snapshot import HostSnapshot
+from grid_core.snapshot import HostSnapshot, ResidencySnapshot
 
 SCARCITY_PENALTY = 80.0
 """Score cost of one expected lost placement of another still-short model: above best fit
@@ -43,6 +44,22 @@ SCARCITY_PENALTY = 80.0
 residency (1000), so scarcity steers new replicas but never undoes locality."""
 MIN_RESIDENCY_STATES = frozenset({"loading", "warming", "ready"})
 """States whose minimum residency protects them from preemption (failed/draining never)."""
+
+RoundKey = tuple[int, int, int, tuple[float, ...], str]
+"""Fair-round order of a model: (-priority, candidate hosts, -MB, negated harm, model id)."""
+RankedPool = tuple[tuple[int, int], list[VictimCandidate], VictimNeed]
+"""A host's victim pool for one beneficiary: ((lowest candidate priority, total disruption),
+candidates, what they must release)."""
+
+
+class Unasked(enum.Enum):
+    """Marker type: the victim selector has not been asked about this host version yet."""
+
+    UNASKED = enum.auto()
+
+
+VictimAnswer = tuple[VictimCandidate, ...] | None | Unasked
+"""The selector's validated victims on one host (``None``: no safe set), or not asked yet."""
 
 
 def desired_count(profile: ModelProfile, demand: ModelDemand | None) -> int:
@@ -110,11 +127,11 @@ class PlanState:
         self.repair_steps = 0
         self.relocations: dict[int, tuple[str, str, str]] = {}
         """Per blocked model, the staged relocation (incumbent, from host, to host)."""
-        self.deferred: dict[int, list[tuple[int, object]]] = {}
+        self.deferred: dict[int, list[tuple[int, ResidencySnapshot]]] = {}
         """Per model, incumbents held back so a missing failure domain can be filled."""
-        self.victim_cache: dict[tuple[int, int], tuple[int, object, object]] = {}
+        self.victim_cache: dict[tuple[int, int], tuple[int, RankedPool | None, VictimAnswer]] = {}
         """(beneficiary, host) → (host version, ranked victim pool, selector answer)."""
-        self.round_keys: dict[int, tuple] = {}
+        self.round_keys: dict[int, RoundKey] = {}
         """Memoised fair-round order key per model (fixed within one plan)."""
         self.last_round: list[int | None] = []
         """Host chosen per model in the latest fair round (``None`` = not placed)."""
@@ -356,9 +373,9 @@ class PlanState:
         )
 
 
-def _residency_map(host: HostSnapshot) -> dict[str, object]:
+def _residency_map(host: HostSnapshot) -> dict[str, ResidencySnapshot]:
     """Model id → its residency on the host, a serving one when several copies are listed."""
-    out: dict[str, object] = {}
+    out: dict[str, ResidencySnapshot] = {}
     for r in host.residencies:
         if r.model_id not in out or r.state in SERVING_STATES:
             out[r.model_id] = r
@@ -382,7 +399,7 @@ def _host_classes(hosts: list[HostSnapshot]) -> tuple[list[int], list[int]]:
     return host_class, reps
 
 
-def serving_incumbents(state: PlanState, mi: int) -> list[tuple[int, object]]:
+def serving_incumbents(state: PlanState, mi: int) -> list[tuple[int, ResidencySnapshot]]:
     """Healthy live residencies of ``mi`` on eligible, compatible hosts, best first.
 
     Preference: unmanaged work (it stays anyway), ready before warming before loading,

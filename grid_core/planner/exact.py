@@ -31,7 +31,7 @@ deliberately leaves out, so its optimum is an upper bound on the planner's cover
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any
 
 from grid_core.errors import ValidationError
 from grid_core.planner.core import PlanState, serving_incumbents
@@ -267,7 +267,7 @@ def _columns(state: PlanState) -> list[Column]:
     for mi in range(len(state.profiles)):
         if not state.desired[mi]:
             continue
-        inc = {hi: cast(ResidencySnapshot, res) for hi, res in serving_incumbents(state, mi)}
+        inc = dict(serving_incumbents(state, mi))
         mid = state.profiles[mi].model_id
         for hi in state.cands[mi]:
             book = ledger.books[hi]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from grid_core.demand.desired import startup_path_s
-from grid_core.planner.core import PlanState, serving_incumbents
+from grid_core.planner.core import PlanState, RankedPool, RoundKey, Unasked, serving_incumbents
 from grid_core.planner.eligibility import MEMORY_STATES
 from grid_core.planner.preemption import (
     MAX_PREEMPTION_HOSTS,
@@ -12,6 +12,7 @@ from grid_core.planner.preemption import (
     VictimCandidate,
     VictimContext,
     VictimNeed,
+    VictimSelector,
     set_cost,
 )
 from grid_core.planner.types import Eviction
@@ -22,7 +23,7 @@ def class_order(state: PlanState, models: list[int]) -> list[int]:
     return sorted(models, key=lambda mi: round_key(state, mi))
 
 
-def round_key(state: PlanState, mi: int) -> tuple:
+def round_key(state: PlanState, mi: int) -> RoundKey:
     """Round order inside a class: constrained (fewer candidate hosts) and larger first,
     then more attributable harm, model id last."""
     key = state.round_keys.get(mi)
@@ -251,7 +252,7 @@ def _fair_round(state: PlanState, active: list[int], stuck: set[int]) -> None:
         # Capacity ended partway through the round: attributable harm decides who keeps it.
         # When every model that got a replica is more harmed than every model that did not,
         # the round already agrees with harm and needs no replay.
-        def harm_key(mi: int) -> tuple:
+        def harm_key(mi: int) -> tuple[tuple[float, ...], RoundKey]:
             return (harm_neg(state, mi), round_key(state, mi))
 
         by_harm = sorted(active, key=harm_key)
@@ -341,7 +342,8 @@ def preempt_on(state: PlanState, mi: int, hosts: list[int], authorized: bool = F
     ``authorized`` grants destructive authority regardless of demand (a missing pin on its
     own host); otherwise :func:`may_preempt` decides.
     """
-    if state.select_victims is None or not (authorized or may_preempt(state, mi)):
+    select_victims = state.select_victims
+    if select_victims is None or not (authorized or may_preempt(state, mi)):
         return False
     if len(state.evictions) >= state.policy.max_evictions:
         state.budget_hit.add(mi)
@@ -354,7 +356,7 @@ def preempt_on(state: PlanState, mi: int, hosts: list[int], authorized: bool = F
     options.sort()
     best = None
     for _, hi in options[:MAX_PREEMPTION_HOSTS]:
-        chosen = _cached_choice(state, mi, hi)
+        chosen = _cached_choice(state, mi, hi, select_victims)
         if chosen is None:
             continue
         key = (set_cost(chosen), hi)
@@ -378,38 +380,40 @@ def preempt_on(state: PlanState, mi: int, hosts: list[int], authorized: bool = F
     return True
 
 
-def _cached_pool(state: PlanState, mi: int, hi: int):
+def _cached_pool(state: PlanState, mi: int, hi: int) -> RankedPool | None:
     """(rank, candidates, need) for beneficiary ``mi`` on ``hi``, memoised per host version."""
     version = state.ledger.books[hi].version
     got = state.victim_cache.get((mi, hi))
     if got is not None and got[0] == version:
         return got[1]
     pool = _victim_pool(state, mi, hi)
-    ranked = None
+    ranked: RankedPool | None = None
     if pool is not None:
         cands, need = pool
         ranked = ((min(c.priority for c in cands), sum(c.disruption for c in cands)), cands, need)
-    state.victim_cache[(mi, hi)] = (version, ranked, _UNASKED)
+    state.victim_cache[(mi, hi)] = (version, ranked, Unasked.UNASKED)
     return ranked
 
 
-_UNASKED = object()
-"""Marker: the victim selector has not been asked about this host version yet."""
+def _cached_choice(
+    state: PlanState, mi: int, hi: int, select_victims: VictimSelector
+) -> tuple[VictimCandidate, ...] | None:
+    """The selector's validated answer for ``mi`` on ``hi`` (asked once per host version).
 
-
-def _cached_choice(state: PlanState, mi: int, hi: int):
-    """The selector's validated answer for ``mi`` on ``hi`` (asked once per host version)."""
+    Only called for a host whose pool :func:`_cached_pool` found (``ranked`` is set).
+    """
     version, ranked, answer = state.victim_cache[(mi, hi)]
-    if answer is not _UNASKED:
+    if not isinstance(answer, Unasked):
         return answer
+    assert ranked is not None, "asked only about hosts with a victim pool"
     _, cands, need = ranked
     ctx = VictimContext(
         host_id=state.hosts[hi].host_id,
         beneficiary=state.profiles[mi].model_id,
         beneficiary_priority=state.profiles[mi].priority,
     )
-    chosen = state.select_victims(tuple(cands), need, ctx)
-    chosen = tuple(chosen) if chosen else None
+    answer_raw = select_victims(tuple(cands), need, ctx)
+    chosen = tuple(answer_raw) if answer_raw else None
     if chosen is not None and (
         not all(c in cands for c in chosen) or not need.satisfied_by(chosen)
     ):
@@ -418,7 +422,9 @@ def _cached_choice(state: PlanState, mi: int, hi: int):
     return chosen
 
 
-def _victim_pool(state: PlanState, mi: int, hi: int):
+def _victim_pool(
+    state: PlanState, mi: int, hi: int
+) -> tuple[list[VictimCandidate], VictimNeed] | None:
     """Removable residencies on ``hi`` for beneficiary ``mi`` and what they must release."""
     ledger, host, book = state.ledger, state.hosts[hi], state.ledger.books[hi]
     p = state.profiles[mi]
@@ -431,15 +437,16 @@ def _victim_pool(state: PlanState, mi: int, hi: int):
         if (r.model_id, host.host_id) in state.evicted:
             continue
         vmi = ledger.index.get(r.model_id)
-        kept = vmi is not None and vmi in book.models
+        # The victim's model index when it is a kept replica of a configured model.
+        kept = vmi if vmi is not None and vmi in book.models else None
         if _pinned_here(state, r.model_id, host.host_id):
             continue  # pinned work is never preempted on its pinned host
-        prio = state.profiles[vmi].priority if kept else OBSOLETE_PRIORITY
+        prio = state.profiles[kept].priority if kept is not None else OBSOLETE_PRIORITY
         if prio >= p.priority or state.protected(vmi, r.loaded_at, r.state):
             continue
         warm = 0.0
-        if kept:
-            q = state.profiles[vmi]
+        if kept is not None:
+            q = state.profiles[kept]
             # Learned per-host timings (controller-blended with the priors) price warm-back.
             warm = startup_path_s(q, host.performance.get(q.model_id), False)
         cands.append(
@@ -447,7 +454,7 @@ def _victim_pool(state: PlanState, mi: int, hi: int):
                 model_id=r.model_id,
                 host_id=host.host_id,
                 memory_mb=r.memory_mb,
-                desired_mb=book.models[vmi].raw_mb if kept else 0,
+                desired_mb=book.models[kept].raw_mb if kept is not None else 0,
                 priority=prio,
                 state=r.state,
                 idle=r.active_requests == 0,

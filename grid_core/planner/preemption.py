@@ -111,7 +111,11 @@ class VictimSelector(Protocol):
         ...
 
 
-def set_cost(victims: tuple[VictimCandidate, ...] | list[VictimCandidate]) -> tuple:
+VictimSetCost = tuple[int, int, float, int, int, tuple[str, ...]]
+"""(highest priority, disruption, warm-back seconds, victims, MB released, model ids)."""
+
+
+def set_cost(victims: tuple[VictimCandidate, ...] | list[VictimCandidate]) -> VictimSetCost:
     """Disruption cost of a victim set, compared lexicographically (smaller is better).
 
     Highest victim priority first (the lowest-priority sufficient set wins), then live
