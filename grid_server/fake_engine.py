@@ -112,6 +112,31 @@ class FakeEngine:
             )
             return
         body = await read_body(scope, receive)
+        if path.startswith("/fake/"):
+            await self._control(method, path, body, send)
+            return
+        if method != "POST" or path not in (
+            "/v1/chat/completions",
+            "/v1/completions",
+            "/v1/embeddings",
+        ):
+            await respond(
+                send,
+                404,
+                b'{"error":{"code":404,"message":"File Not Found","type":"not_found_error"}}',
+                JSON,
+            )
+            return
+        self.stats[path] += 1
+        self.active += 1
+        self.max_active = max(self.max_active, self.active)
+        try:
+            await self._infer(path, body, receive, send)
+        finally:
+            self.active -= 1
+
+    async def _control(self, method: str, path: str, body: bytes, send: Send) -> None:
+        """The test controls: ``POST /fake/behaviour`` and ``GET /fake/stats``."""
         if path == "/fake/behaviour" and method == "POST":
             cfg = json.loads(body or b"{}")
             self.fail_status = int(cfg.get("status", 0))
@@ -133,25 +158,7 @@ class FakeEngine:
             }
             await respond(send, 200, msgspec.json.encode(stats), JSON)
             return
-        if method != "POST" or path not in (
-            "/v1/chat/completions",
-            "/v1/completions",
-            "/v1/embeddings",
-        ):
-            await respond(
-                send,
-                404,
-                b'{"error":{"code":404,"message":"File Not Found","type":"not_found_error"}}',
-                JSON,
-            )
-            return
-        self.stats[path] += 1
-        self.active += 1
-        self.max_active = max(self.max_active, self.active)
-        try:
-            await self._infer(path, body, receive, send)
-        finally:
-            self.active -= 1
+        await respond(send, 404, b'{"error":{"code":404,"message":"no such control"}}', JSON)
 
     async def _infer(self, path: str, body: bytes, receive: Receive, send: Send) -> None:
         if self.delay_ms and await self._generate_or_hang_up(receive, self.delay_ms / 1000.0):
