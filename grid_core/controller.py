@@ -670,7 +670,12 @@ class Controller:
             artifact_source=a.artifact_source,
             artifact_size_mb=a.artifact_size_mb,
             runtime=a.runtime,
+            embeddings=a.kind == "warm" and self._serves_embeddings(a.model_id),
         )
+
+    def _serves_embeddings(self, model_id: str) -> bool:
+        profile = self.profiles.get(model_id)
+        return profile is not None and profile.serves_embeddings
 
     def acknowledge(self, host_id: str, acks: Iterable[Acknowledgement], now: float) -> list[str]:
         """Apply node receipts (duplicates harmless, conflicts ignored, late ones complete).

@@ -88,6 +88,16 @@ class ModelProfile(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True
     workload_scores: dict[str, float] = {}
     """Capability hints in (0, 1] per workload, for unbound (``auto``) demand."""
 
+    @property
+    def serves_embeddings(self) -> bool:
+        """Whether this is a dedicated embedding model: ``embedding`` is its single highest
+        workload score. Its engines start with the embeddings endpoint enabled (llama-server
+        otherwise answers ``/v1/embeddings`` with 501; enabling it on a chat model would cost
+        its chat endpoints, so ties do not count)."""
+        score = self.workload_scores.get("embedding", 0.0)
+        others = (v for k, v in self.workload_scores.items() if k != "embedding")
+        return score > 0.0 and all(v < score for v in others)
+
     def memory_for(self, runtimes: tuple[str, ...] | list[str]) -> int:
         """Resident MB of one replica on a host offering ``runtimes``.
 

@@ -153,8 +153,14 @@ class RuntimeAdapter(Protocol):
         """Verify a local artifact or fetch the exact declared one."""
         ...
 
-    async def warm(self, host: RuntimeHost, loaded: LoadResult, memory_mb: int) -> ChildRecord:
-        """Start the engine for ``loaded`` and wait until it is ready."""
+    async def warm(
+        self, host: RuntimeHost, loaded: LoadResult, memory_mb: int, *, embeddings: bool = False
+    ) -> ChildRecord:
+        """Start the engine for ``loaded`` and wait until it is ready.
+
+        ``embeddings=True`` (an embedding profile) asks for the embeddings endpoint; the node
+        passes it only when it is true, so an adapter without embedding support may omit it.
+        """
         ...
 
     async def probe(self, host: RuntimeHost, child: ChildRecord) -> Probe:

@@ -264,6 +264,8 @@ class Command(Struct, frozen=True, kw_only=True):
     artifact_source: Text | None = None
     artifact_size_mb: MB | None = None
     runtime: Id | None = None
+    embeddings: bool = False
+    """warm only: start the engine with its embeddings endpoint enabled (an embedding profile)."""
 
 
 class AllocatorResponse(Struct, frozen=True, kw_only=True):

@@ -387,7 +387,10 @@ class Actuator:
                 "free on this host now"
             )
             raise UnavailableError(msg)
-        child = await adapter.warm(self.host, loaded, cmd.memory_mb)
+        if cmd.embeddings:  # only asked of adapters when a profile needs it
+            child = await adapter.warm(self.host, loaded, cmd.memory_mb, embeddings=True)
+        else:
+            child = await adapter.warm(self.host, loaded, cmd.memory_mb)
         return f"ready on port {child.port} (pid {child.pid})"
 
     async def drain(self, model_id: str, wait_s: float = DRAIN_WAIT_S) -> str:

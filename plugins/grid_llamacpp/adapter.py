@@ -106,9 +106,20 @@ class LlamaCppAdapter:
 
     # --- warm ---------------------------------------------------------------------------
     def argv(
-        self, exe: Path, model_path: str, alias: str, bind: str, port: int, key_file: Path
+        self,
+        exe: Path,
+        model_path: str,
+        alias: str,
+        bind: str,
+        port: int,
+        key_file: Path,
+        *,
+        embeddings: bool = False,
     ) -> list[str]:
-        """The exact command line of a child (the identity proof checks these pairs)."""
+        """The exact command line of a child (the identity proof checks these pairs).
+
+        ``embeddings`` enables ``/v1/embeddings`` (an embedding profile's engine).
+        """
         argv = [
             str(exe),
             "--model",
@@ -128,9 +139,13 @@ class LlamaCppAdapter:
         ]
         if self.ctx_size:
             argv += ["--ctx-size", str(self.ctx_size)]
+        if embeddings:
+            argv.append("--embeddings")
         return argv
 
-    async def warm(self, host: RuntimeHost, loaded: LoadResult, memory_mb: int) -> ChildRecord:
+    async def warm(
+        self, host: RuntimeHost, loaded: LoadResult, memory_mb: int, *, embeddings: bool = False
+    ) -> ChildRecord:
         """Start ``llama-server`` for ``loaded`` and wait for readiness.
 
         The child is published durably right after spawn (pid, port) and again with its
@@ -150,7 +165,9 @@ class LlamaCppAdapter:
         logs = host.state_dir / "logs"
         logs.mkdir(parents=True, exist_ok=True, mode=0o700)
         log_path = logs / f"llama-{port}.log"
-        argv = self.argv(exe, loaded.path, alias, host.bind_host, port, host.api_key_file)
+        argv = self.argv(
+            exe, loaded.path, alias, host.bind_host, port, host.api_key_file, embeddings=embeddings
+        )
         # The key lives only in the 0600 key file; credential variables are not inherited.
         pid = spawn_detached(argv, log_path=log_path)
         child = ChildRecord(
