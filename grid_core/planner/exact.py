@@ -119,6 +119,17 @@ def _quiet_solver(highspy: Any) -> Any:
     return h
 
 
+def prime_quietly() -> None:
+    """Load HiGHS once with its copyright banner discarded (it prints on first use only).
+
+    Command-line edges call this before printing, so ``--json`` stays one JSON document.
+
+    Raises:
+        ValidationError: ``highspy`` is not installed (names the extra).
+    """
+    _quiet_solver(_highs())
+
+
 def exact_optimum(inputs: PlanInputs, time_limit_s: float = DEFAULT_TIME_LIMIT_S) -> ExactResult:
     """Solve ``inputs`` exactly: the most replicas any one plan could place.
 
@@ -142,29 +153,40 @@ def exact_optimum(inputs: PlanInputs, time_limit_s: float = DEFAULT_TIME_LIMIT_S
     state = PlanState(canonical_inputs(inputs), [], None)
     cols = _columns(state)
     rows = _rows(state, cols)
-    h = _quiet_solver(highspy)
+    pin_rows, extra = _pin_rows(state, cols)
+    rows.extend(pin_rows)
+    h = highspy.Highs()
+    h.setOptionValue("output_flag", False)
     h.setOptionValue("time_limit", float(time_limit_s))
     h.setOptionValue("mip_rel_gap", RELATIVE_GAP)
     h.setOptionValue("threads", 1)
     inf = highspy.kHighsInf
     n = len(cols)
+    total = n + extra
     import numpy as np
+
+    def objective(members: list[int] | None = None) -> Any:
+        cost = np.zeros(total)
+        cost[: n if members is None else 0] = -1.0
+        if members is not None:
+            cost[members] = -1.0
+        return cost
 
     if n:
         h.addCols(
-            n,
-            np.full(n, -1.0),
-            np.zeros(n),
-            np.ones(n),
+            total,
+            objective(),
+            np.zeros(total),
+            np.ones(total),
             0,
             np.array([], dtype=np.int32),
             np.array([], dtype=np.int32),
             np.array([], dtype=np.float64),
         )
         h.changeColsIntegrality(
-            n,
-            np.arange(n, dtype=np.int32),
-            np.full(n, highspy.HighsVarType.kInteger, dtype=np.uint8),
+            total,
+            np.arange(total, dtype=np.int32),
+            np.full(total, highspy.HighsVarType.kInteger, dtype=np.uint8),
         )
     starts: list[int] = []
     index: list[int] = []
@@ -193,21 +215,20 @@ def exact_optimum(inputs: PlanInputs, time_limit_s: float = DEFAULT_TIME_LIMIT_S
     status = h.modelStatusToString(h.getModelStatus())
     unordered, bound = _objective(h, inf)
     optimal = status == "Optimal"
-    sol = _solution(h, n)
-    if unordered < desired:
-        # Lexicographic in the order Grid must respect: pins first (they are reserved before
-        # anything else), then the most replicas of the highest priority class, each level's
-        # optimum then fixed as a floor for the next.
-        pins = [j for j, (mi, hi, _) in enumerate(cols) if hi in state.pin_hosts[mi]]
+    sol = _solution(h, total)
+    pins = [j for j, (mi, hi, _) in enumerate(cols) if hi in state.pin_hosts[mi]]
+    if unordered < desired or (pins and sum(sol[j] > 0.5 for j in pins) < len(pins)):
+        # Lexicographic in the order Grid must respect: pins first (reserved before anything
+        # else, higher priority first), then the most replicas of the highest priority
+        # class, each level's optimum then fixed as a floor for the next.
         prios = [state.profiles[mi].priority for mi, _, _ in cols]
-        levels = ([pins] if pins else []) + [
-            [j for j, q in enumerate(prios) if q == prio]
-            for prio in sorted(set(prios), reverse=True)
+        order = sorted(set(prios), reverse=True)
+        levels = [[j for j in pins if prios[j] == prio] for prio in order]
+        levels = [lv for lv in levels if lv] + [
+            [j for j, q in enumerate(prios) if q == prio] for prio in order
         ]
         for members in levels:
-            cost = np.zeros(n)
-            cost[members] = -1.0
-            h.changeColsCost(n, np.arange(n, dtype=np.int32), cost)
+            h.changeColsCost(total, np.arange(total, dtype=np.int32), objective(members))
             h.run()
             best, _ = _objective(h, inf)
             optimal = optimal and h.modelStatusToString(h.getModelStatus()) == "Optimal"
@@ -218,15 +239,15 @@ def exact_optimum(inputs: PlanInputs, time_limit_s: float = DEFAULT_TIME_LIMIT_S
                 np.array(members, dtype=np.int32),
                 np.ones(len(members)),
             )
-        h.changeColsCost(n, np.arange(n, dtype=np.int32), np.full(n, -1.0))
+        h.changeColsCost(total, np.arange(total, dtype=np.int32), objective())
         h.run()
         optimal = optimal and h.modelStatusToString(h.getModelStatus()) == "Optimal"
         status = h.modelStatusToString(h.getModelStatus())
-        sol = _solution(h, n)
+        sol = _solution(h, total)
     seconds = h.getRunTime()  # HiGHS's own accounting: the planner core reads no clock
     per_model: dict[str, int] = {}
     chosen: list[tuple[str, str]] = []
-    for (mi, hi, _kind), v in zip(cols, sol, strict=True):
+    for (mi, hi, _kind), v in zip(cols, sol[:n], strict=True):
         if v > 0.5:
             mid = state.profiles[mi].model_id
             per_model[mid] = per_model.get(mid, 0) + 1
@@ -317,6 +338,33 @@ def _rows(state: PlanState, cols: list[Column]) -> list[Row]:
         rows.append((coeffs, max(0, ledger.books[hi].disk_free or 0)))
     rows.extend(_colocation_rows(state, cols, on_host))
     return rows
+
+
+def _pin_rows(state: PlanState, cols: list[Column]) -> tuple[list[Row], int]:
+    """Pins as Grid honours them, with one extra binary ``b`` per pinned model.
+
+    Replicas off the pins may only make up what the demand alone asks for beyond the pins
+    that landed: ``off_pin <= max(0, want - on_pin)``. With ``b = 1`` meaning "the pins
+    cover the demand": ``off_pin + want*b <= want``, ``off_pin + on_pin - pins*b <= want``
+    and ``want*b - on_pin <= 0``. The binaries are numbered after the placement columns.
+    """
+    from grid_core.planner.core import demand_count
+
+    rows: list[Row] = []
+    per_model: dict[int, tuple[list[int], list[int]]] = {}
+    for j, (mi, hi, _res) in enumerate(cols):
+        if state.pin_hosts[mi]:
+            on, off = per_model.setdefault(mi, ([], []))
+            (on if hi in state.pin_hosts[mi] else off).append(j)
+    b = len(cols)
+    for mi, (on, off) in sorted(per_model.items()):
+        want = demand_count(state.profiles[mi], state.demand[mi])
+        pins = len(state.pin_hosts[mi])
+        rows.append(([(j, 1) for j in off] + [(b, want)], want))
+        rows.append(([(j, 1) for j in off + on] + [(b, -pins)], want))
+        rows.append(([(j, -1) for j in on] + [(b, want)], 0))
+        b += 1
+    return rows, b - len(cols)
 
 
 def _colocation_rows(

@@ -115,8 +115,9 @@ def exact_summary(out: dict, time_limit_s: float) -> dict:
     Raises:
         ValidationError: ``highspy`` is missing (the message names the extra).
     """
-    from grid_core.planner.exact import exact_optimum
+    from grid_core.planner.exact import exact_optimum, prime_quietly
 
+    prime_quietly()
     started = time.perf_counter()
     res = exact_optimum(out["inputs"], time_limit_s)
     solve_s = time.perf_counter() - started

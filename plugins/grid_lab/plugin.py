@@ -1,4 +1,4 @@
-"""Entry point of the grid_lab plugin: ``grid test scenario`` and ``grid test graduate``."""
+"""Entry point of the grid_lab plugin: ``grid test scenario``, ``graduate`` and ``exact``."""
 
 from __future__ import annotations
 
@@ -14,3 +14,4 @@ def grid_cli_commands(cli: CliRegistry) -> None:
     test = cli.group("test")
     test.command(name="scenario")(lab_cli.scenario)
     test.command(name="graduate")(lab_cli.graduate_cmd)
+    test.command(name="exact")(lab_cli.exact_cmd)
