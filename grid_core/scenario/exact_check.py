@@ -12,6 +12,7 @@ from __future__ import annotations
 from grid_core.demand.types import ModelDemand
 from grid_core.planner import PlanInputs, plan
 from grid_core.planner.exact import exact_optimum
+from grid_core.plugins import Plugins
 from grid_core.scenario.arrivals import build_events
 from grid_core.scenario.catalog import build_catalog
 from grid_core.scenario.fleet import SimFleet
@@ -27,7 +28,7 @@ oversubscribes most small fleets, so the order of placement matters."""
 
 
 def exact_check(
-    machines: int, models: int, seed: int, plugins: object
+    machines: int, models: int, seed: int, plugins: Plugins
 ) -> dict[str, int | float | bool]:
     """Plan one small lab fleet and compare its coverage with the exact optimum.
 
@@ -35,7 +36,7 @@ def exact_check(
         machines: logical machines (1–16).
         models: catalog models (1–32).
         seed: root of the fleet, catalog-demand and event streams.
-        plugins: the lab's plugin facade (score terms, victim selector).
+        plugins: the lab's plugin facade (its planner hooks: score terms, victim selector).
 
     Returns:
         ``{machines, models, seed, desired, placed, coverage, optimum, exact_coverage, gap,
@@ -61,7 +62,7 @@ def exact_check(
     inputs = PlanInputs(
         now=START, profiles=tuple(e.profile for e in catalog), hosts=hosts, demand=demand
     )
-    result = plan(inputs, plugins, reuse=False)
+    result = plan(inputs, plugins.planner_hooks(), reuse=False)
     exact = exact_optimum(inputs)
     desired = sum(result.desired.values())
     placed = len(result.assignments)

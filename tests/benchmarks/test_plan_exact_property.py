@@ -97,7 +97,7 @@ def test_grid_coverage_is_within_the_bound_of_the_exact_optimum(data: dict) -> N
 
     prime_quietly()
     inputs = fleet_inputs(data)
-    result = plan(inputs, PLUGINS, reuse=False)
+    result = plan(inputs, PLUGINS.planner_hooks(), reuse=False)
     exact = exact_optimum(inputs, time_limit_s=30.0)
     placed = len(result.assignments)
     desired = sum(result.desired.values())
