@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
 
 import typer
 
@@ -27,7 +28,7 @@ def _hook_statuses(plugins: Plugins) -> list[HookStatus]:
         return []
 
 
-def _plugins_command(plugins: Plugins) -> typer.models.CommandFunctionType:
+def _plugins_command(plugins: Plugins) -> Callable[[bool], None]:
     def plugins_cmd(
         as_json: bool = typer.Option(False, "--json", help="One JSON object on stdout."),
     ) -> None:

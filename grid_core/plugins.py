@@ -127,12 +127,13 @@ def _missing_term_parts(obj: object) -> list[str]:
 
 def _missing_gpu_parts(obj: object) -> list[str]:
     missing = []
-    for attr, ok in (
+    checks: tuple[tuple[str, Callable[[object], bool]], ...] = (
         ("index", lambda v: isinstance(v, int)),
         ("name", lambda v: isinstance(v, str)),
         ("memory_total_mb", lambda v: isinstance(v, int)),
         ("memory_used_mb", lambda v: v is None or isinstance(v, int)),
-    ):
+    )
+    for attr, ok in checks:
         if not hasattr(obj, attr):
             missing.append(attr)
         elif not ok(getattr(obj, attr)):

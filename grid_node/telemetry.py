@@ -11,11 +11,13 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import psutil
 
 from grid_core.protection import Sample
+from grid_core.runtime import GpuDevice as GpuDeviceReport
 from grid_core.wire import GpuDevice, Resources
 
 MB = 1024 * 1024
@@ -109,7 +111,7 @@ class CpuMeter:
 
 def sample(
     at: float | None = None,
-    gpus: list[object] | None = None,
+    gpus: Sequence[GpuDeviceReport] | None = None,
     cpu: CpuMeter | None = None,
     managed_pids: list[int] | None = None,
 ) -> Sample:
@@ -130,12 +132,12 @@ def sample(
         load = None
     gpu_pct = None
     known = [
-        g
+        (g.memory_used_mb, g.memory_total_mb)
         for g in gpus or ()
-        if getattr(g, "memory_used_mb", None) is not None and getattr(g, "memory_total_mb", 0)
+        if g.memory_used_mb is not None and g.memory_total_mb
     ]
     if known:
-        gpu_pct = max(100.0 * g.memory_used_mb / g.memory_total_mb for g in known)  # type: ignore[attr-defined]
+        gpu_pct = max(100.0 * used / total for used, total in known)
     return Sample(
         at=time.monotonic() if at is None else at,
         cpu_pct=cpu.percent(managed_pids or []) if cpu else psutil.cpu_percent(interval=None),
@@ -159,7 +161,7 @@ def resources(
     throttle_fraction: float,
     failure_domain: str | None = None,
     tags: tuple[str, ...] = (),
-    gpus: list[object] | None = None,
+    gpus: Sequence[GpuDeviceReport] | None = None,
 ) -> Resources:
     """Capacity and current external use, scaled to this agent's share of the machine.
 
@@ -179,12 +181,12 @@ def resources(
         disk_free, disk_total = du.free // MB, du.total // MB
     devices = [
         GpuDevice(
-            index=int(getattr(g, "index", i)),
-            name=str(getattr(g, "name", "")),
-            memory_total_mb=int(getattr(g, "memory_total_mb", 0)),
-            memory_used_mb=getattr(g, "memory_used_mb", None),
+            index=g.index,
+            name=g.name,
+            memory_total_mb=g.memory_total_mb,
+            memory_used_mb=g.memory_used_mb,
         )
-        for i, g in enumerate(gpus or ())
+        for g in gpus or ()
     ]
     return Resources(
         capacity_mb=int(vm.total / MB * capacity_share),
