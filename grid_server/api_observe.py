@@ -35,13 +35,9 @@ DASHBOARD_FILES = {
 """The whole dashboard: one page, one script, one style sheet (no build step, no CDN)."""
 
 
-class ModelPoint(msgspec.Struct, frozen=True, array_like=True):
-    """One model at one instant: forecast rate (requests/s), offered concurrency, replicas."""
-
-    request_rate_rps: float
-    offered_concurrency: float
-    desired: int
-    ready: int
+ModelPoint = tuple[float, float, int, int]
+"""One model at one instant: forecast rate (requests/s), offered concurrency, desired and ready
+replicas (an array, to keep 720 points small)."""
 
 
 class HistoryPoint(msgspec.Struct, frozen=True):
@@ -49,6 +45,13 @@ class HistoryPoint(msgspec.Struct, frozen=True):
 
     t: float
     models: dict[str, ModelPoint]
+
+
+class HistoryDocument(msgspec.Struct, frozen=True):
+    """``GET /dashboard/history``: points oldest first; each model's point is the array
+    ``[request_rate_rps, offered_concurrency, desired, ready]``."""
+
+    points: list[HistoryPoint]
 
 
 @dataclass
@@ -80,11 +83,11 @@ class DemandHistory:
         models: dict[str, ModelPoint] = {}
         for m in sorted(getattr(ctl, "profiles", {}) or {}):
             f = forecasts.get(m)
-            models[m] = ModelPoint(
-                request_rate_rps=round(float(getattr(f, "request_rate_rps", 0.0) or 0.0), 4),
-                offered_concurrency=round(float(getattr(f, "offered_concurrency", 0.0) or 0.0), 4),
-                desired=int(desired.get(m, 0)),
-                ready=int(ready.get(m, 0)),
+            models[m] = (
+                round(float(getattr(f, "request_rate_rps", 0.0) or 0.0), 4),
+                round(float(getattr(f, "offered_concurrency", 0.0) or 0.0), 4),
+                int(desired.get(m, 0)),
+                int(ready.get(m, 0)),
             )
         self.points.append(HistoryPoint(t=round(now, 3), models=models))
 
@@ -142,10 +145,9 @@ def observe_routes(ctx: ServerContext, history: DemandHistory) -> list[HTTPRoute
         return Response(content=body, media_type=CONTENT_TYPE)
 
     @get("/dashboard/history")
-    async def dashboard_history() -> Response[bytes]:
+    async def dashboard_history() -> HistoryDocument:
         """Per-model demand, forecast and replica counts over the last minutes (charts)."""
-        body = msgspec.json.encode({"points": list(history.points)})
-        return Response(content=body, media_type="application/json")
+        return HistoryDocument(points=list(history.points))
 
     @get("/dashboard")
     async def dashboard_page() -> Response[bytes]:

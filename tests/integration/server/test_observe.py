@@ -16,6 +16,7 @@ from openapi_spec_validator import validate
 from prometheus_client.parser import text_string_to_metric_families
 from server_testbed import Engine, Grid, serve_model
 
+from grid_core.testing import plugins_with
 from grid_core.wire import CONTROL_HEADER, control_record_id
 from grid_server.app import build_app
 
@@ -87,6 +88,13 @@ def test_metrics_report_controller_router_and_nodes_with_bounded_labels(
             http.post("/v1/completions", json={"model": f"made-up-{i}", "prompt": "x"})
         http.post(f"{grid.url}/allocator/tick", headers=grid.client.operator()).raise_for_status()
         text = http.get("/metrics").text
+        history = http.get("/dashboard/history").json()["points"]
+    # The dashboard's charts: one point per pass (at most every 2 s), every configured model.
+    last = history[-1]["models"]
+    assert "tiny.gguf" in last
+    rate, _concurrency, desired, ready = last["tiny.gguf"]
+    assert rate > 0 and desired == 1 and ready == 1
+    assert [p["t"] for p in history] == sorted(p["t"] for p in history)
     fam = families(text)
     # Router: every proxied request counted once, by model and outcome.
     req = fam["grid_router_requests"]
@@ -157,7 +165,7 @@ def _registered_routes(tmp_path: Path) -> set[tuple[str, str]]:
     with warnings.catch_warnings():
         # Routes other helpers still declare in Litestar's older parameter style warn here.
         warnings.simplefilter("ignore", LitestarDeprecationWarning)
-        app = build_app(tmp_path / "home", None)
+        app = build_app(tmp_path / "home", plugins_with(builtins=("grid_server",)))
     out = set()
     for route in app.litestar.routes:
         path = route.path_format
