@@ -135,6 +135,7 @@ async def test_heartbeats_keep_flowing_while_a_failed_warm_up_is_stopped(
     sigterm = re.search(r"SIGTERM at ([0-9.]+)", log)
     assert sigterm, f"the adapter never sent SIGTERM to the failed child; log: {log}"
     during = [t for t in beats if float(sigterm.group(1)) < t < finished]
+    print(f"{len(during)} heartbeats while the failed child was stopped ({TERM_GRACE_S} s grace)")
     assert len(during) >= MIN_BEATS_DURING_STOP, (
         f"only {len(during)} heartbeat(s) reached the server while the failed child was "
         f"stopped ({TERM_GRACE_S} s grace, {HEARTBEAT_S} s interval): the event loop was blocked"
