@@ -37,6 +37,7 @@ from grid_core.system import (
     spawn_detached,
     stop_process_sync,
     wait_until_sync,
+    write_atomic,
 )
 from grid_fleet import layout
 from grid_fleet.layout import FleetRecord, FleetSettings, HostSpec, ModelSpec, ProcessRecord
@@ -200,7 +201,7 @@ def _start_server(root: Path, port: int) -> tuple[ProcessRecord, str]:
     url_file = root / "server-url.json"
     url_file.unlink(missing_ok=True)
     policy = root / "policy.json"
-    policy.write_text(json.dumps(layout.policy_document(), indent=2) + "\n")
+    write_atomic(policy, json.dumps(layout.policy_document(), indent=2) + "\n")
     argv = [
         sys.executable,
         "-m",
