@@ -14,7 +14,7 @@ import sys
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from types import ModuleType
-from typing import Literal
+from typing import Literal, Protocol, TypeGuard
 
 import pluggy
 
@@ -141,7 +141,12 @@ def _missing_gpu_parts(obj: object) -> list[str]:
     return missing
 
 
-def _has_name(obj: object) -> bool:
+class _Named(Protocol):
+    name: str
+
+
+def _has_name(obj: object) -> TypeGuard[_Named]:
+    """Whether ``obj`` carries a non-empty ``name`` string (every collected object must)."""
     name = getattr(obj, "name", None)
     return isinstance(name, str) and bool(name)
 
@@ -195,7 +200,7 @@ class Plugins:
         if not missing:
             return True
         kind = COLLECT_KINDS.get(hook_name, "GPU device")
-        label = f" '{obj.name}'" if _has_name(obj) else ""  # type: ignore[attr-defined]  # checked
+        label = f" '{obj.name}'" if _has_name(obj) else ""
         self._refuse(
             plugin,
             f"registered a {kind}{label} that was refused: it lacks {', '.join(missing)} "
@@ -221,9 +226,10 @@ class Plugins:
                 obj: object, _impl: pluggy.HookImpl = impl, _default: bool = default
             ) -> None:
                 plugin = _impl.plugin_name
-                if not self._valid(hook_name, plugin, obj):
+                # Collect-hook validators require a name, so _has_name only narrows the type.
+                if not self._valid(hook_name, plugin, obj) or not _has_name(obj):
                     return
-                name = obj.name  # type: ignore[attr-defined]  # checked by _valid
+                name = obj.name
                 if name in found:
                     first, first_default = owner[name]
                     if _default and not first_default:  # a plugin's object beats the default

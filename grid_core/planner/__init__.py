@@ -34,7 +34,7 @@ from grid_core.planner.types import (
     PlannerPolicy,
     Unmet,
 )
-from grid_core.snapshot import HostSnapshot
+from grid_core.snapshot import HostSnapshot, ResidencySnapshot
 
 MEMO_SIZE = 4
 """Plans remembered by input digest: a repeated status read or tick with identical inputs
@@ -88,8 +88,8 @@ def _sorted_residencies(host: HostSnapshot) -> HostSnapshot:
     return msgspec.structs.replace(host, residencies=ordered)
 
 
-def _res_key(r: object) -> tuple[str, str]:
-    return (r.model_id, r.state)  # type: ignore[attr-defined]
+def _res_key(r: ResidencySnapshot) -> tuple[str, str]:
+    return (r.model_id, r.state)
 
 
 def input_digest(inputs: PlanInputs) -> str:
