@@ -5,7 +5,9 @@ from __future__ import annotations
 import json
 import os
 import sys
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import httpx
 import psutil
@@ -49,15 +51,15 @@ CHAT_TIMEOUT_S = 600.0
 GridOpt = typer.Option(None, "--grid", help="Server URL, or 'local' (default).")
 
 
-def _proven(rec: dict[str, object]) -> ProcessIdentity | None:
-    """The server process named by ``server.json`` if its identity is proven, else None.
+def _proven(rec: Mapping[str, Any]) -> ProcessIdentity | None:
+    """The server process named by ``server.json`` (raw JSON) if proven, else None.
 
     Proof: the PID is alive, its birth time matches the recorded one, and its command line
     equals the recorded one (or, for records without it, runs the server module). A reused
     or unrelated PID is never signalled.
     """
     try:
-        pid, birth = int(rec["pid"]), float(rec["create_time"])  # type: ignore[call-overload, arg-type]
+        pid, birth = int(rec["pid"]), float(rec["create_time"])
     except (KeyError, TypeError, ValueError):
         return None
     recorded = rec.get("cmdline")
