@@ -194,11 +194,12 @@ def _unmet(ctl: dict[str, Any]) -> RenderableType:
     unmet = ctl.get("unmet", [])
     if not unmet:
         return Text("unmet: none (every desired replica is placed)")
-    t = _table("Unmet", ["model", "reason", "missing", "host", "detail"])
+    t = _table("Unmet", ["model", "reason", "binding", "missing", "host", "detail"])
     for u in unmet[:MAX_ROWS]:
         t.add_row(
             u["model_id"],
             u["code"],
+            _cell(u.get("resource")),
             str(u.get("missing", 0)),
             _cell(u.get("host_id")),
             u["message"],

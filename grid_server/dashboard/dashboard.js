@@ -117,9 +117,10 @@ function planView(ctl) {
 }
 
 function unmetView(ctl) {
-  const rows = (ctl.unmet || []).map((u) => [u.model_id, u.code, u.missing, u.host_id || "-", u.message]);
+  const rows = (ctl.unmet || []).map((u) => [u.model_id, u.code, u.resource || "-", u.missing,
+    u.host_id || "-", u.message]);
   if (!rows.length) return el("p", { class: "muted", id: "unmet-none" }, "every desired replica is placed");
-  return table(["model", "reason", "missing", "host", "detail"], rows, "unmet-table");
+  return table(["model", "reason", "binding", "missing", "host", "detail"], rows, "unmet-table");
 }
 
 // --- charts ---------------------------------------------------------------------------------

@@ -97,9 +97,23 @@ def wait_for(driver: WebDriver, what: str, check: Callable[[WebDriver], object],
         raise AssertionError(msg) from exc
 
 
+def attr(driver: WebDriver, element_id: str, name: str) -> str | None:
+    """One attribute read in the page itself (atomic: the page redraws every 1.5 s, so a
+    located element may be replaced before a second round trip could read it)."""
+    script = (
+        "const e = document.getElementById(arguments[0]);"
+        "return e ? e.getAttribute(arguments[1]) : null;"
+    )
+    return driver.execute_script(script, element_id, name)
+
+
+def text_of(driver: WebDriver, element_id: str) -> str:
+    script = "const e = document.getElementById(arguments[0]); return e ? e.textContent : '';"
+    return driver.execute_script(script, element_id)
+
+
 def cell_state(driver: WebDriver, host: str, model: str) -> str | None:
-    cells = driver.find_elements(By.ID, f"cell-{host}-{model}")
-    return cells[0].get_attribute("data-state") if cells else None
+    return attr(driver, f"cell-{host}-{model}", "data-state")
 
 
 def states_of(driver: WebDriver, hosts: list[str], model: str) -> dict[str, str | None]:
@@ -121,7 +135,7 @@ def test_dashboard_shows_the_fleet_and_a_cold_load_live(fleet, tmp_path: Path) -
         wait_for(
             driver,
             "every host",
-            lambda d: all(d.find_elements(By.ID, f"host-{h}") for h in hosts),
+            lambda d: all(attr(d, f"host-{h}", "data-host") == h for h in hosts),
             PAGE_TIMEOUT_S,
         )
         wait_for(
@@ -131,10 +145,8 @@ def test_dashboard_shows_the_fleet_and_a_cold_load_live(fleet, tmp_path: Path) -
             PAGE_TIMEOUT_S,
         )
         for h in hosts:
-            assert driver.find_element(By.ID, f"host-{h}").get_attribute("data-state") == (
-                "accepting"
-            )
-        assert driver.find_element(By.ID, "mode").get_attribute("data-mode") == "automatic"
+            assert attr(driver, f"host-{h}", "data-state") == "accepting"
+        assert attr(driver, "mode", "data-mode") == "automatic"
         assert all(s in (None, "absent") for s in states_of(driver, hosts, cold).values())
         driver.save_screenshot(str(SCREENSHOTS / "dashboard-baseline.png"))
         # Mark this page instance: a reload would lose the mark.
@@ -168,11 +180,15 @@ def test_dashboard_shows_the_fleet_and_a_cold_load_live(fleet, tmp_path: Path) -
         wait_for(
             driver,
             "the finished load in recent actions",
-            lambda d: cold in d.find_element(By.ID, "actions").text,
+            lambda d: cold in text_of(d, "actions"),
             PAGE_TIMEOUT_S,
         )
-        charts = driver.find_elements(By.CSS_SELECTOR, f".chart[data-model='{cold}'] polyline")
-        assert len(charts) == 4, "demand, concurrency, desired and ready series"
+        lines = driver.execute_script(
+            "return document.querySelectorAll(`.chart[data-model='${arguments[0]}'] polyline`)"
+            ".length;",
+            cold,
+        )
+        assert lines == 4, "demand, concurrency, desired and ready series"
         driver.save_screenshot(str(SCREENSHOTS / "dashboard-cold-loaded.png"))
         _scrape_metrics(url, baseline, cold, hosts)
         _kill_switch(driver, home)
@@ -261,6 +277,6 @@ def _kill_switch(driver: WebDriver, home: Path) -> None:
     wait_for(
         driver,
         "mode recommend",
-        lambda d: d.find_element(By.ID, "mode").get_attribute("data-mode") == "recommend",
+        lambda d: attr(d, "mode", "data-mode") == "recommend",
         30.0,
     )
