@@ -237,6 +237,11 @@ def _binding(unmet: list[Unmet], verdicts: list[HostVerdict]) -> str | None:
     if not unmet:
         return None
     u = unmet[0]
+    if u.resource is None:
+        # Staged changes and budgets name no resource: the hosts' own refusals do.
+        refusals = sorted(v.reason for v in verdicts if v.verdict == "rejected")
+        if refusals:
+            return max(refusals, key=refusals.count)
     resource = u.resource or UNMET_BINDING.get(u.code)
     if resource not in (None, "eligibility"):
         return resource

@@ -84,3 +84,16 @@ def test_an_unknown_model_is_explained_as_having_no_profile():
     e = explain("nope", [model("m", 2)], [host("h1")], None, None, POLICY)
     assert not e.configured and e.binding == "profile"
     assert "grid allocator model set" in e.summary
+
+
+def test_a_staged_eviction_is_bound_by_what_the_hosts_lack():
+    # Both hosts hold the baseline model in their only slot: the planner stages an
+    # eviction (no resource named); the hosts' refusals say slots.
+    profiles = [model("busy", 1, min_replicas=1), model("cold", 1, min_replicas=1)]
+    hosts = [
+        host("h1", 16, max_models=1, residencies=(res("busy", 1),)),
+        host("h2", 16, max_models=1, residencies=(res("busy", 1),)),
+    ]
+    e = _explain("cold", profiles, hosts)
+    assert [u.code for u in e.unmet] == ["preemption_staged"]
+    assert e.binding == "slots"
