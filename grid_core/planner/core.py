@@ -42,6 +42,11 @@ SCARCITY_PENALTY = 80.0
 """Score cost of one expected lost placement of another still-short model: above best fit
 (10) and hardware priors, below a new failure domain (100), cached weights (300) and a ready
 residency (1000), so scarcity steers new replicas but never undoes locality."""
+SLOT_WASTE_WEIGHT = 0.5
+"""Share of a contended slot's price that depends on fit: a slot stands for its host's free
+memory divided by its free slots, and a replica much smaller than that share wastes what
+only a larger model could use. Half the price is for taking the slot at all, half for
+wasting it (measured on the bench fleets: a full weight over-corrects, none ignores it)."""
 MIN_RESIDENCY_STATES = frozenset({"loading", "warming", "ready"})
 """States whose minimum residency protects them from preemption (failed/draining never)."""
 
@@ -232,9 +237,10 @@ class PlanState:
         (0..1).
 
         Two scarce dimensions, whichever binds harder: the model slot (the others that fit
-        here compete for the slots left after this one) and memory (others that fit now but
-        would not fit in what this replica leaves). Disk, colocation and failure domains
-        are hard fit rules or have their own terms.
+        here compete for the slots left after this one; a replica that uses little of the
+        memory its slot stands for pays more, see :data:`SLOT_WASTE_WEIGHT`) and memory
+        (others that fit now but would not fit in what this replica leaves). Disk,
+        colocation and failure domains are hard fit rules or have their own terms.
         """
         got = self.scarce.get(hi)
         if got is None:
@@ -247,8 +253,12 @@ class PlanState:
         self_need = own.get(mi, 0.0) if mem <= free else 0.0
         harm = 0.0
         if book.max_models:
-            slots_after = book.max_models - len(book.present) - 1
-            harm = max(0.0, min(1.0, prefix[fit_now] - self_need - slots_after))
+            slots_free = book.max_models - len(book.present)
+            harm = max(0.0, min(1.0, prefix[fit_now] - self_need - (slots_free - 1)))
+            if harm and free > 0:
+                share = free / slots_free  # memory one of the free slots stands for
+                waste = max(0.0, share - mem) / share
+                harm *= 1.0 - SLOT_WASTE_WEIGHT + SLOT_WASTE_WEIGHT * waste
         lost = prefix[fit_now] - prefix[bisect_right(sizes, free - mem)]
         if self_need and free - mem < mem:
             lost -= self_need  # its own entry: one replica per host, it never needed more
@@ -265,7 +275,7 @@ class PlanState:
         short models) is the planner's own packing rule, added on top.
         """
         base = self._term_score(mi, hi, domain_new)
-        if self.scarce:
+        if hi in self.scarce:
             return base - SCARCITY_PENALTY * self.scarcity(mi, hi)
         return base
 

@@ -117,52 +117,64 @@ def _movable(state: PlanState, hi: int, mi: int, need: int, avoid: set[int]) -> 
     return out
 
 
+def _direct_fit(state: PlanState, xi: int, skip: int) -> bool:
+    """Cheap test (no scoring): could ``xi`` fit some candidate host other than ``skip``?"""
+    books = state.ledger.books
+    mid = state.profiles[xi].model_id
+    mems = state.mem_rows[xi]
+    for hi in state.cands[xi]:
+        b = books[hi]
+        if (
+            hi != skip
+            and b.eligible
+            and not b.blocked
+            and b.inc_free >= mems[hi]
+            and b.raw_free >= mems[hi]
+            and not (b.max_models and len(b.present) >= b.max_models)
+            and mid not in b.present
+        ):
+            return True
+    return False
+
+
 def _repair_one(state: PlanState, mi: int) -> bool:
     """Place one more replica of ``mi`` by moving one new replica (chained at most once)."""
+    return _make_room(state, mi, set(), depth=1)
+
+
+def _rehome(state: PlanState, xi: int, avoid: set[int], depth: int) -> bool:
+    """Give displaced replica ``xi`` a new host, moving one more replica when ``depth``."""
+    reasons = set(state.fail_reasons[xi])
+    found = state.best_host(xi)
+    state.fail_reasons[xi] = reasons  # a trial placement is not a reason to report
+    if found is not None:
+        state.ledger.place(xi, found[0], "repair", found[1])
+        return True
+    return depth > 0 and _make_room(state, xi, avoid, depth - 1)
+
+
+def _make_room(state: PlanState, mi: int, avoid: set[int], depth: int) -> bool:
+    """Place ``mi`` on a candidate host by moving one new replica off it to another host.
+
+    A replica that fits nowhere else directly is only tried when ``depth`` allows a second
+    move; every trial counts against the per-plan budget.
+    """
     ledger = state.ledger
     for hi in state.cands[mi]:
         if ledger.fit_new(mi, hi) not in REPAIRABLE:
             continue
         book = ledger.books[hi]
         need = state.mem_rows[mi][hi] - min(book.inc_free, book.raw_free)
-        for pl in _movable(state, hi, mi, need, set()):
-            state.repair_steps += 1
+        for pl in _movable(state, hi, mi, need, avoid | {mi}):
+            state.repair_steps += 1  # a rejected trial costs a step too: the budget is time
             if state.repair_steps > state.policy.repair_budget:
                 return False
+            if depth <= 0 and not _direct_fit(state, pl.mi, hi):
+                continue
             ledger.remove(pl.mi, hi)
             if ledger.fit_new(mi, hi) is None:
                 mine = ledger.place(mi, hi, "repair", state.score(mi, hi, True))
-                if _rehome(state, pl.mi, {mi, pl.mi}, depth=1):
-                    return True
-                ledger.remove(mine.mi, hi)
-            ledger.place(pl.mi, hi, pl.reason, pl.score)
-    return False
-
-
-def _rehome(state: PlanState, xi: int, avoid: set[int], depth: int) -> bool:
-    """Give displaced replica ``xi`` a new host, moving one more replica when ``depth``."""
-    ledger = state.ledger
-    reasons = set(state.fail_reasons[xi])
-    found = state.best_host(xi)
-    state.fail_reasons[xi] = reasons  # a trial placement is not a reason to report
-    if found is not None:
-        ledger.place(xi, found[0], "repair", found[1])
-        return True
-    if depth <= 0:
-        return False
-    for hi in state.cands[xi]:
-        if ledger.fit_new(xi, hi) not in REPAIRABLE:
-            continue
-        book = ledger.books[hi]
-        need = state.mem_rows[xi][hi] - min(book.inc_free, book.raw_free)
-        for pl in _movable(state, hi, xi, need, avoid):
-            state.repair_steps += 1
-            if state.repair_steps > state.policy.repair_budget:
-                return False
-            ledger.remove(pl.mi, hi)
-            if ledger.fit_new(xi, hi) is None:
-                mine = ledger.place(xi, hi, "repair", state.score(xi, hi, True))
-                if _rehome(state, pl.mi, avoid | {pl.mi}, depth - 1):
+                if _rehome(state, pl.mi, avoid | {mi, pl.mi}, depth):
                     return True
                 ledger.remove(mine.mi, hi)
             ledger.place(pl.mi, hi, pl.reason, pl.score)
