@@ -26,11 +26,27 @@ Override order: built-in implementations are defaults (``trylast``), so a plugin
 implementation of a first-result hook answers first whatever its name, and a plugin's runtime
 adapter or score term replaces the built-in one of the same name. A malformed object is refused
 when it registers, with one line naming the plugin and what is missing.
+
+Beyond the hook types, three groups of names are public:
+
+* **Host-OS toolkit** (from :mod:`grid_core.system`): process identity proven by PID, creation
+  time and command line; detached spawn; graceful stop by proven identity; durable atomic
+  writes; ``GRID_HOME``; deadline polling; a concrete :class:`LocalRuntimeHost`. A runtime
+  adapter needs these to own engine processes safely; reimplementing them is how PID-reuse and
+  torn-write bugs come back.
+* **Command-line helpers**: :class:`CliRegistry`, :func:`render_table`.
+* **Embedding the control plane** (tooling plugins such as the scenario lab, the benchmarks and
+  the single-machine fleet): the real :class:`Controller`, :func:`plan` and the exact planner,
+  the file state store, plugin loading, and the scenario-lab entry points. These plugins exist
+  to run Grid's own decisions on synthetic or recorded inputs, so they get the same objects the
+  server runs — never a copy — through this module rather than by importing internals.
 """
 
 from __future__ import annotations
 
 from grid_core.cliregistry import CliRegistry
+from grid_core.controller import Controller
+from grid_core.demand.desired import desired_for
 from grid_core.demand.features import WORKLOADS, RequestClassifier, RequestFeatures
 from grid_core.demand.series import (
     Bucket,
@@ -52,7 +68,9 @@ from grid_core.errors import (
     ValidationError,
 )
 from grid_core.hookspecs import PROJECT_NAME, hookimpl
-from grid_core.planner.hooks import PlannerHooks
+from grid_core.planner import Plan, PlanInputs, PlannerPolicy, plan
+from grid_core.planner.exact import DEFAULT_TIME_LIMIT_S, exact_optimum, prime_quietly
+from grid_core.planner.hooks import NO_HOOKS, PlannerHooks
 from grid_core.planner.preemption import (
     MAX_VICTIM_CANDIDATES,
     VictimCandidate,
@@ -62,7 +80,15 @@ from grid_core.planner.preemption import (
     set_cost,
 )
 from grid_core.planner.scoring import ScoreContext, ScoreTerm
-from grid_core.plugins import HookStatus, Plugins
+from grid_core.plugins import (
+    HookStatus,
+    PluginFailure,
+    PluginInfo,
+    Plugins,
+    disabled_names,
+    get_plugins,
+    load_plugins,
+)
 from grid_core.portfolio import (
     MAX_PORTFOLIOS,
     PortfolioContext,
@@ -70,7 +96,7 @@ from grid_core.portfolio import (
     PortfolioSearch,
     PortfolioSnapshot,
 )
-from grid_core.profile import ModelProfile
+from grid_core.profile import ModelProfile, validate_profile
 from grid_core.runtime import (
     AdoptOutcome,
     ArtifactSpec,
@@ -82,16 +108,61 @@ from grid_core.runtime import (
     RuntimeAdapter,
     RuntimeHost,
 )
+from grid_core.scenario.config import ScenarioConfig, parse_duration, parse_strategy
+from grid_core.scenario.graduate import graduate
+from grid_core.scenario.run import LabEnv, run_scenario
+from grid_core.scenario.strategies import PREDICTIVE_PLUGINS
+from grid_core.scenario.traces import MAX_TRACE_BYTES, parse_trace
 from grid_core.snapshot import HostSnapshot, ModelPerformance, ResidencySnapshot
+from grid_core.store import MemoryStore, StateStore
+from grid_core.system import (
+    BIRTH_TOLERANCE_S,
+    HOME_ENV,
+    OWNER_ONLY,
+    ProcessIdentity,
+    Proof,
+    ProofStatus,
+    Provable,
+    SpawnedChild,
+    StopOutcome,
+    birth_of,
+    exe_of,
+    exit_status,
+    fsync_dir,
+    grid_home,
+    is_gone,
+    prove,
+    reap,
+    replace_durably,
+    same_birth,
+    scrubbed_env,
+    signal_proven,
+    spawn_detached,
+    stop_process,
+    stop_process_sync,
+    wait_until,
+    wait_until_sync,
+    write_atomic,
+)
+from grid_core.system.runtime_host import DEFAULT_ENGINE_PORT_RANGE, LocalRuntimeHost
+from grid_core.system.state_file import FileStateStore
 from grid_core.table import render_table
 
 ENTRY_POINT_GROUP = PROJECT_NAME
 """The entry-point group Grid loads plugins from: ``[project.entry-points.grid]``."""
 
 __all__ = [
+    "BIRTH_TOLERANCE_S",
+    "DEFAULT_ENGINE_PORT_RANGE",
+    "DEFAULT_TIME_LIMIT_S",
     "ENTRY_POINT_GROUP",
+    "HOME_ENV",
     "MAX_PORTFOLIOS",
+    "MAX_TRACE_BYTES",
     "MAX_VICTIM_CANDIDATES",
+    "NO_HOOKS",
+    "OWNER_ONLY",
+    "PREDICTIVE_PLUGINS",
     "WORKLOADS",
     "AdoptOutcome",
     "ArtifactSpec",
@@ -100,7 +171,9 @@ __all__ = [
     "ChildState",
     "CliRegistry",
     "ConflictError",
+    "Controller",
     "DemandSeries",
+    "FileStateStore",
     "ForbiddenError",
     "Forecast",
     "ForecastPolicy",
@@ -109,35 +182,82 @@ __all__ = [
     "GridError",
     "HookStatus",
     "HostSnapshot",
+    "LabEnv",
     "LoadResult",
+    "LocalRuntimeHost",
+    "MemoryStore",
     "ModelDemand",
     "ModelPerformance",
     "ModelProfile",
     "NotFoundError",
+    "Plan",
+    "PlanInputs",
     "PlannerHooks",
+    "PlannerPolicy",
     "PluginError",
+    "PluginFailure",
+    "PluginInfo",
     "Plugins",
     "PortfolioContext",
     "PortfolioDecision",
     "PortfolioSearch",
     "PortfolioSnapshot",
     "Probe",
+    "ProcessIdentity",
+    "Proof",
+    "ProofStatus",
+    "Provable",
     "RequestClassifier",
     "RequestFeatures",
     "ResidencySnapshot",
     "RuntimeAdapter",
     "RuntimeHost",
+    "ScenarioConfig",
     "ScoreContext",
     "ScoreTerm",
+    "SpawnedChild",
     "StateError",
+    "StateStore",
+    "StopOutcome",
     "UnavailableError",
     "ValidationError",
     "VictimCandidate",
     "VictimContext",
     "VictimNeed",
     "VictimSelector",
+    "birth_of",
+    "desired_for",
+    "disabled_names",
+    "exact_optimum",
+    "exe_of",
+    "exit_status",
+    "fsync_dir",
+    "get_plugins",
+    "graduate",
+    "grid_home",
     "hookimpl",
+    "is_gone",
+    "load_plugins",
+    "parse_duration",
+    "parse_strategy",
+    "parse_trace",
     "percentile_ms",
+    "plan",
+    "prime_quietly",
+    "prove",
+    "reap",
     "render_table",
+    "replace_durably",
+    "run_scenario",
+    "same_birth",
+    "scrubbed_env",
     "set_cost",
+    "signal_proven",
+    "spawn_detached",
+    "stop_process",
+    "stop_process_sync",
+    "validate_profile",
+    "wait_until",
+    "wait_until_sync",
+    "write_atomic",
 ]

@@ -5,8 +5,9 @@ the test names. Three ways to bring a plugin into a test:
 
 * :class:`InlinePlugin` — hook functions written in the test itself;
 * ``builtins=(...)`` — installed plugins by entry-point name (the built-in defaults);
-* :func:`write_distribution` + ``distributions=(path,)`` — a real distribution (dist-info with
-  a ``grid`` entry point) found exactly as ``pip install`` would make Grid find it.
+* :func:`write_distribution` (a module written by the test) or :func:`install_project` (a
+  plugin's source tree and its ``pyproject.toml``) + ``distributions=(path,)`` — a real
+  distribution (dist-info with a ``grid`` entry point) found exactly as after ``pip install``.
 
 Example::
 
@@ -29,6 +30,7 @@ from __future__ import annotations
 import importlib.metadata
 import sys
 import textwrap
+import tomllib
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from types import SimpleNamespace
@@ -117,6 +119,41 @@ def write_distribution(
     info.mkdir()
     (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: {version}\n")
     (info / "entry_points.txt").write_text(f"[grid]\n{entry_point or module} = {module}\n")
+    return info
+
+
+def install_project(project: Path, target: Path) -> Path:
+    """Install a plugin's source tree into ``target`` as ``pip install --target`` lays it out.
+
+    The distribution's name, version and ``grid`` entry points are read from the project's own
+    ``pyproject.toml``; its top-level packages are linked (not copied), as an editable install
+    would, so a test exercises exactly the files in the project. Use it with
+    ``plugins_with(distributions=(target,))``.
+
+    Args:
+        project: directory holding ``pyproject.toml`` and the plugin's package(s).
+        target: an empty directory (e.g. under pytest's ``tmp_path``).
+
+    Returns:
+        The dist-info directory written.
+
+    Raises:
+        ValueError: the project declares no ``[project.entry-points.grid]`` table.
+    """
+    meta = tomllib.loads((project / "pyproject.toml").read_text())["project"]
+    eps = meta.get("entry-points", {}).get(PROJECT_NAME, {})
+    if not eps:
+        msg = f"{project}/pyproject.toml declares no [project.entry-points.{PROJECT_NAME}] table"
+        raise ValueError(msg)
+    for pkg in sorted(project.iterdir()):
+        if (pkg / "__init__.py").is_file() and pkg.name != "tests":
+            (target / pkg.name).symlink_to(pkg.resolve(), target_is_directory=True)
+    name, version = meta["name"], meta["version"]
+    info = target / f"{name.replace('-', '_')}-{version}.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+    lines = "".join(f"{k} = {v}\n" for k, v in eps.items())
+    (info / "entry_points.txt").write_text(f"[{PROJECT_NAME}]\n{lines}")
     return info
 
 

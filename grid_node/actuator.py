@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import socket
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
@@ -21,6 +20,7 @@ import psutil
 from grid_core.errors import GridError, UnavailableError
 from grid_core.protection import ProtectionDecision
 from grid_core.runtime import ArtifactSpec, ChildRecord, RuntimeAdapter
+from grid_core.system.runtime_host import LocalRuntimeHost
 from grid_core.wire import (
     Acknowledgement,
     AckStatus,
@@ -51,41 +51,6 @@ RESIDENCY_OF_CHILD: dict[str, ResidencyState] = {
 
 
 @dataclass
-class NodeRuntimeHost:
-    """The :class:`grid_core.runtime.RuntimeHost` a node hands its adapters."""
-
-    bind_host: str
-    state_dir: Path
-    artifact_dir: Path
-    model_dirs: tuple[Path, ...]
-    api_key: str
-    api_key_file: Path
-    port_range: tuple[int, int]
-    publish_fn: Callable[[ChildRecord], None]
-    used_ports: Callable[[], set[int]]
-
-    def allocate_port(self) -> int:
-        """The first port of the managed range that no child uses and that binds now."""
-        taken = self.used_ports()
-        lo, hi = self.port_range
-        for port in range(lo, hi + 1):
-            if port in taken:
-                continue
-            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-                try:
-                    s.bind((self.bind_host, port))
-                except OSError:
-                    continue
-            return port
-        msg = f"no free port in the managed range {lo}-{hi}; widen --port-range"
-        raise UnavailableError(msg)
-
-    def publish(self, child: ChildRecord) -> None:
-        """Durably record ``child`` (raises StateError on failure)."""
-        self.publish_fn(child)
-
-
-@dataclass
 class Actuator:
     """Runs commands for one node and owns its children's records.
 
@@ -108,7 +73,7 @@ class Actuator:
     _lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
     def __post_init__(self) -> None:
-        self.host = NodeRuntimeHost(
+        self.host = LocalRuntimeHost(
             bind_host=self.config.bind_host,
             state_dir=self.config.state_dir,
             artifact_dir=self.config.artifact_dir,

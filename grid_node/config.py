@@ -14,10 +14,11 @@ from urllib.parse import urlsplit
 
 from grid_core.errors import ValidationError
 from grid_core.system import grid_home
+from grid_core.system.runtime_host import DEFAULT_ENGINE_PORT_RANGE
 
 DEFAULT_GRID_URL = "http://127.0.0.1:22100"
-DEFAULT_PORT_RANGE = (22200, 22299)
-"""Managed engine ports: a block well away from the server's 22100 and common dev ports."""
+DEFAULT_PORT_RANGE = DEFAULT_ENGINE_PORT_RANGE
+"""Managed engine ports (defined with the runtime host): away from the server's 22100."""
 HEARTBEAT_INTERVAL_S = 5.0
 """Seconds between heartbeats: well inside the server's 60 s record TTL, cheap on loopback."""
 MIN_CAPACITY_SHARE = 0.01

@@ -10,12 +10,18 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from grid_core.demand.desired import desired_for
-from grid_core.demand.series import Forecast, ForecastPolicy
-from grid_core.errors import ValidationError
-from grid_core.planner.types import PlanInputs, PlannerPolicy
-from grid_core.profile import ModelProfile, validate_profile
-from grid_core.snapshot import HostSnapshot, ResidencySnapshot
+from grid_core.api import (
+    Forecast,
+    ForecastPolicy,
+    HostSnapshot,
+    ModelProfile,
+    PlanInputs,
+    PlannerPolicy,
+    ResidencySnapshot,
+    ValidationError,
+    desired_for,
+    validate_profile,
+)
 from grid_core.wire import Ownership
 
 SCHEMA = "grid-bench-fleet/1"

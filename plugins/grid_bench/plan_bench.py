@@ -17,9 +17,7 @@ from typing import Annotated
 import typer
 
 from grid_bench.fleet import fleet_inputs, load_fleet, violations
-from grid_core.planner import plan
-from grid_core.planner.exact import DEFAULT_TIME_LIMIT_S
-from grid_core.table import render_table
+from grid_core.api import DEFAULT_TIME_LIMIT_S, plan, render_table
 
 JSON_KEYS = (
     "p50_ms",
@@ -52,7 +50,7 @@ def run_plan_bench(path: Path, runs: int = DEFAULT_RUNS) -> dict:
         ``cpu_p50_ms`` (process CPU time: the wall-clock figures include whatever else the
         machine is doing), ``unmet_codes`` and the plan ``inputs`` (for ``--exact``).
     """
-    from grid_core.plugins import get_plugins
+    from grid_core.api import get_plugins
 
     data = load_fleet(path)
     inputs = fleet_inputs(data)
@@ -115,7 +113,7 @@ def exact_summary(out: dict, time_limit_s: float) -> dict:
     Raises:
         ValidationError: ``highspy`` is missing (the message names the extra).
     """
-    from grid_core.planner.exact import exact_optimum, prime_quietly
+    from grid_core.api import exact_optimum, prime_quietly
 
     prime_quietly()
     started = time.perf_counter()

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from grid_core import hookimpl
+from grid_core.api import hookimpl
 
 
 @hookimpl

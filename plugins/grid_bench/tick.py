@@ -23,9 +23,7 @@ import msgspec
 import typer
 
 from grid_bench.fleet import fleet_inputs, load_fleet
-from grid_core.planner.hooks import PlannerHooks
-from grid_core.planner.types import Plan, PlanInputs
-from grid_core.table import render_table
+from grid_core.api import Plan, PlanInputs, PlannerHooks, render_table
 
 DEFAULT_RUNS = 20
 """Timed ticks per fleet: enough for a stable p50/p90 on a noisy 2-core machine."""
@@ -45,10 +43,7 @@ def run_tick_bench(path: Path, runs: int = DEFAULT_RUNS) -> dict[str, object]:
     Raises:
         NotFoundError / ValidationError: the fleet file is missing or malformed.
     """
-    from grid_core.controller import Controller
-    from grid_core.planner import plan
-    from grid_core.plugins import get_plugins
-    from grid_server.store import FileStateStore
+    from grid_core.api import Controller, FileStateStore, get_plugins, plan
 
     data = load_fleet(path)
     inputs = fleet_inputs(data)

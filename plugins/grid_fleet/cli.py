@@ -11,9 +11,7 @@ import httpx
 import msgspec
 import typer
 
-from grid_core.errors import UnavailableError, ValidationError
-from grid_core.profile import ModelProfile
-from grid_core.table import render_table
+from grid_core.api import ModelProfile, UnavailableError, ValidationError, render_table
 from grid_fleet import layout, lifecycle, observe
 
 Json = Annotated[bool, typer.Option("--json", help="One JSON document.")]

@@ -28,8 +28,7 @@ from typing import Any
 import anyio
 import httpx
 
-from grid_core.errors import GridError
-from grid_core.system import wait_until
+from grid_core.api import GridError, wait_until
 from grid_fleet import observe, traffic
 from grid_fleet.layout import FleetRecord, ModelSpec
 

@@ -25,8 +25,7 @@ from typing import TypedDict
 import msgspec
 import psutil
 
-from grid_core.errors import ValidationError
-from grid_core.system import ProcessIdentity, grid_home, write_atomic
+from grid_core.api import ProcessIdentity, ValidationError, grid_home, write_atomic
 
 MIN_MACHINES = 1
 MAX_MACHINES = 32

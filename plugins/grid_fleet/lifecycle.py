@@ -27,10 +27,13 @@ from pathlib import Path
 import httpx
 import msgspec
 
-from grid_core.errors import ConflictError, GridError, UnavailableError, ValidationError
-from grid_core.system import (
+from grid_core.api import (
+    ConflictError,
+    GridError,
     ProcessIdentity,
     SpawnedChild,
+    UnavailableError,
+    ValidationError,
     exit_status,
     is_gone,
     same_birth,
@@ -62,6 +65,8 @@ LOCK_FILE = "fleet.lock"
 """Exclusive lock held by ``grid test start``/``stop`` (one fleet operation at a time)."""
 LOG_TAIL_LINES = 5
 """Server log lines quoted when the fleet server fails to start."""
+MAKE_MODEL_TIMEOUT_S = 120.0
+"""A tiny demo GGUF is written in about a second; two minutes covers a loaded CI machine."""
 ENGINE_THREADS_ENV = "LLAMA_ARG_THREADS"
 ENGINE_THREADS = 1
 """Threads per engine child: logical hosts share the physical cores, and a tiny model gains
@@ -157,21 +162,10 @@ def prepare_models(root: Path, settings: FleetSettings, echo: Echo) -> tuple[Mod
                 )
             )
         return tuple(out)
-    from grid_llamacpp.tinymodel import TinyModelSpec, make_model
-
     for i, m in enumerate(layout.DEFAULT_MODELS):
         path = models_dir / f"{m['name']}.gguf"
         if not path.exists():
-            size = make_model(
-                path,
-                TinyModelSpec(
-                    name=m["name"],
-                    layers=m["layers"],
-                    embedding=m["embedding"],
-                    context=layout.MODEL_CONTEXT,
-                    seed=i,
-                ),
-            )
+            size = make_tiny_model(path, m["name"], m["layers"], m["embedding"], seed=i)
             echo(f"  made {path.name} ({size / 1e6:.1f} MB file)")
         out.append(
             ModelSpec(
@@ -185,6 +179,44 @@ def prepare_models(root: Path, settings: FleetSettings, echo: Echo) -> tuple[Mod
             )
         )
     return tuple(out)
+
+
+def make_tiny_model(path: Path, name: str, layers: int, embedding: int, *, seed: int) -> int:
+    """Write one demo GGUF through ``grid test make-model`` (the llama.cpp plugin's command).
+
+    The fleet drives the llama.cpp plugin through its public command, as an operator would,
+    rather than importing another plugin's internals.
+
+    Returns:
+        The file size in bytes.
+
+    Raises:
+        GridError: the command failed (its last output line is the message).
+    """
+    argv = [
+        *grid_exe(),
+        "test",
+        "make-model",
+        str(path),
+        "--name",
+        name,
+        "--layers",
+        str(layers),
+        "--embedding",
+        str(embedding),
+        "--context",
+        str(layout.MODEL_CONTEXT),
+        "--seed",
+        str(seed),
+    ]
+    done = subprocess.run(
+        argv, capture_output=True, text=True, check=False, timeout=MAKE_MODEL_TIMEOUT_S
+    )
+    if done.returncode != 0 or not path.is_file():
+        lines = (done.stderr or done.stdout).strip().splitlines() or ["no output"]
+        msg = f"making the demo model {path.name} failed: {lines[-1]}"
+        raise GridError(msg)
+    return path.stat().st_size
 
 
 # --- server -----------------------------------------------------------------------------

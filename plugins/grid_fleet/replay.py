@@ -23,8 +23,7 @@ from typing import Any
 import anyio
 import httpx
 
-from grid_core.errors import ValidationError
-from grid_core.table import render_table
+from grid_core.api import ValidationError, render_table
 from grid_fleet import observe, traffic
 from grid_fleet.layout import FleetRecord
 

@@ -9,11 +9,16 @@ from pathlib import Path
 
 import typer
 
-from grid_core.demand.features import WORKLOADS
-from grid_core.errors import ValidationError
-from grid_core.scenario.config import ScenarioConfig, parse_duration, parse_strategy
-from grid_core.scenario.traces import MAX_TRACE_BYTES, parse_trace
-from grid_core.table import render_table
+from grid_core.api import (
+    MAX_TRACE_BYTES,
+    WORKLOADS,
+    ScenarioConfig,
+    ValidationError,
+    parse_duration,
+    parse_strategy,
+    parse_trace,
+    render_table,
+)
 
 TRACE_ATTRIBUTION = (
     "Trace data: if a --workload-trace comes from the Azure LLM inference trace 2023 "
@@ -93,7 +98,7 @@ def scenario(
     timeline: bool = typer.Option(False, "--timeline", help="Print every changing tick."),
 ) -> None:
     """Simulate a heterogeneous fleet driven by the production controller and planner."""
-    from grid_core.scenario.run import run_scenario
+    from grid_core.api import run_scenario
     from grid_lab.env import lab_env
 
     cfg = _config(machines, models, users, duration, seed, strategy, workload_trace or [], oracle)
@@ -213,7 +218,7 @@ def graduate_cmd(
     as_json: bool = typer.Option(False, "--json", help="Runs and gates as JSON."),
 ) -> None:
     """Run every strategy per fleet size and seed and print each graduation gate."""
-    from grid_core.scenario.graduate import graduate
+    from grid_core.api import graduate
     from grid_lab.env import lab_env
 
     sizes = _ints("--machines", machines)

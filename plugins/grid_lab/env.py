@@ -1,7 +1,7 @@
 """The lab's outside world: installed plugins and throwaway durable controller stores.
 
 Automatic mode refuses a store that is not durable, so every simulated controller gets a
-real :class:`~grid_server.store.FileStateStore` in a private temporary directory that is
+real :class:`~grid_core.api.FileStateStore` in a private temporary directory that is
 removed when the command ends (even on failure).
 """
 
@@ -13,9 +13,14 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from grid_core.plugins import Plugins, disabled_names, get_plugins, load_plugins
-from grid_core.scenario.run import LabEnv
-from grid_core.scenario.strategies import PREDICTIVE_PLUGINS
+from grid_core.api import (
+    PREDICTIVE_PLUGINS,
+    LabEnv,
+    Plugins,
+    disabled_names,
+    get_plugins,
+    load_plugins,
+)
 
 SCRATCH_DIRS = ("/dev/shm",)
 """Memory-backed scratch space, preferred when present: the simulated controller saves its
@@ -40,7 +45,7 @@ def lab_env(plugins: Plugins | None = None, reactive: Plugins | None = None) -> 
         reactive: the set without predictive plugins (defaults to the installed plugins minus
             :data:`~grid_core.scenario.strategies.PREDICTIVE_PLUGINS`).
     """
-    from grid_server.store import FileStateStore
+    from grid_core.api import FileStateStore
 
     full = plugins or get_plugins()
     if reactive is None:

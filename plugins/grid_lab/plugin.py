@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from grid_core import hookimpl
-from grid_core.cliregistry import CliRegistry
+from grid_core.api import CliRegistry, hookimpl
 
 
 @hookimpl

@@ -17,19 +17,20 @@ from pathlib import Path
 
 import httpx
 
-from grid_core.errors import ForbiddenError, GridError, StateError, UnavailableError
-from grid_core.runtime import (
+from grid_core.api import (
     AdoptOutcome,
     ArtifactSpec,
     ChildRecord,
+    ForbiddenError,
+    GridError,
     LoadResult,
     Probe,
-    RuntimeHost,
-)
-from grid_core.system import (
     ProcessIdentity,
     Proof,
+    RuntimeHost,
     SpawnedChild,
+    StateError,
+    UnavailableError,
     birth_of,
     exe_of,
     is_gone,

@@ -20,9 +20,14 @@ from pathlib import Path
 
 import httpx
 
-from grid_core.errors import NotFoundError, UnavailableError, ValidationError
-from grid_core.runtime import ArtifactSpec, LoadResult
-from grid_core.system import replace_durably
+from grid_core.api import (
+    ArtifactSpec,
+    LoadResult,
+    NotFoundError,
+    UnavailableError,
+    ValidationError,
+    replace_durably,
+)
 
 HF_ENDPOINT_ENV = "GRID_HF_ENDPOINT"
 """Base URL that ``hf://`` sources resolve against (a mirror, or a loopback server in tests)."""

@@ -19,8 +19,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from grid_core.errors import GridError, NotFoundError, ValidationError
-from grid_core.system import replace_durably
+from grid_core.api import GridError, NotFoundError, ValidationError, replace_durably
 from grid_llamacpp.artifacts import sha256_file
 
 LLAMA_CPP_PYTHON_VERSION = "0.3.36"

@@ -17,13 +17,17 @@ from pathlib import Path
 
 import httpx
 
-from grid_core.errors import GridError
-from grid_core.runtime import ChildRecord, LoadResult
-from grid_core.system import grid_home, write_atomic
+from grid_core.api import (
+    DEFAULT_ENGINE_PORT_RANGE,
+    ChildRecord,
+    GridError,
+    LoadResult,
+    LocalRuntimeHost,
+    grid_home,
+    write_atomic,
+)
 from grid_llamacpp.adapter import LlamaCppAdapter
 from grid_llamacpp.artifacts import sha256_file
-from grid_node.actuator import NodeRuntimeHost
-from grid_node.config import DEFAULT_PORT_RANGE
 
 COMPLETION_TIMEOUT_S = 120.0
 """Seconds one qualification completion may take on a slow CPU."""
@@ -41,7 +45,7 @@ class _Steps:
 
 
 async def _exercise(
-    adapter: LlamaCppAdapter, host: NodeRuntimeHost, child: ChildRecord, step: _Steps
+    adapter: LlamaCppAdapter, host: LocalRuntimeHost, child: ChildRecord, step: _Steps
 ) -> None:
     """Ownership, readiness, one completion, activity, drain and stop of a warm child."""
     proof = adapter.proof(child)
@@ -77,21 +81,21 @@ async def _exercise(
     step("stop", True, f"pid {child.pid} stopped")
 
 
-def _scratch_host(tmpdir: Path, model: Path) -> NodeRuntimeHost:
+def _scratch_host(tmpdir: Path, model: Path) -> LocalRuntimeHost:
     """A throw-away runtime host with its own owner-only engine key."""
     key = secrets.token_urlsafe(32)
     key_file = tmpdir / "engine-api-key"
     fd = os.open(key_file, os.O_WRONLY | os.O_CREAT, 0o600)
     os.write(fd, (key + "\n").encode())
     os.close(fd)
-    return NodeRuntimeHost(
+    return LocalRuntimeHost(
         bind_host="127.0.0.1",
         state_dir=tmpdir,
         artifact_dir=tmpdir / "artifacts",
         model_dirs=(model.resolve().parent,),
         api_key=key,
         api_key_file=key_file,
-        port_range=DEFAULT_PORT_RANGE,
+        port_range=DEFAULT_ENGINE_PORT_RANGE,
         publish_fn=lambda _c: None,
         used_ports=set,
     )

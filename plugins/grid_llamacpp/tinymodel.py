@@ -14,8 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from grid_core.errors import ValidationError
-from grid_core.system import replace_durably
+from grid_core.api import ValidationError, replace_durably
 
 MIN_EMBEDDING = 16
 """Smallest embedding width: four heads of four dimensions each."""
