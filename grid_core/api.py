@@ -109,6 +109,7 @@ from grid_core.runtime import (
     RuntimeHost,
 )
 from grid_core.scenario.config import ScenarioConfig, parse_duration, parse_strategy
+from grid_core.scenario.exact_check import exact_check
 from grid_core.scenario.graduate import graduate
 from grid_core.scenario.run import LabEnv, run_scenario
 from grid_core.scenario.strategies import PREDICTIVE_PLUGINS
@@ -228,6 +229,7 @@ __all__ = [
     "birth_of",
     "desired_for",
     "disabled_names",
+    "exact_check",
     "exact_optimum",
     "exe_of",
     "exit_status",

@@ -309,8 +309,7 @@ def exact_cmd(
     as_json: bool = typer.Option(False, "--json", help="One row per fleet as JSON."),
 ) -> None:
     """Compare the planner's coverage with the exact optimum (HiGHS) on small lab fleets."""
-    from grid_core.planner.exact import prime_quietly
-    from grid_core.scenario.exact_check import exact_check
+    from grid_core.api import exact_check, prime_quietly
     from grid_lab.env import lab_env
 
     sizes = _ints("--machines", machines)

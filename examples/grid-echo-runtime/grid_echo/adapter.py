@@ -92,13 +92,19 @@ class EchoAdapter:
         msg = f"{artifact.model_id} is in no model directory ({dirs}); copy it there"
         raise NotFoundError(msg)
 
-    async def warm(self, host: RuntimeHost, loaded: LoadResult, memory_mb: int) -> ChildRecord:
+    async def warm(
+        self, host: RuntimeHost, loaded: LoadResult, memory_mb: int, *, embeddings: bool = False
+    ) -> ChildRecord:
         """Start an engine for ``loaded``, publish its record, and wait until it is ready.
 
         Raises:
+            ValidationError: ``embeddings`` was asked for (the echo engine serves none).
             StateError: the record could not be published (the child is stopped first).
             UnavailableError: the engine exited or did not become ready in time (stopped).
         """
+        if embeddings:
+            msg = f"{loaded.model_id}: the echo runtime serves no embeddings; use llama.cpp"
+            raise ValidationError(msg)
         port = host.allocate_port()
         alias = loaded.model_id
         executable = os.path.realpath(sys.executable)
