@@ -323,7 +323,7 @@ class Actuator:
             )
             raise UnavailableError(msg)
 
-    async def _warm(self, cmd: Command, adapter: object, spec: ArtifactSpec) -> str:
+    async def _warm(self, cmd: Command, adapter: RuntimeAdapter, spec: ArtifactSpec) -> str:
         existing = self.state.children.get(cmd.model_id)
         if existing is not None and existing.state == "ready":
             return f"already ready on port {existing.port}"

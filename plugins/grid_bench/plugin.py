@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from grid_core.api import hookimpl
+from grid_core.api import CliRegistry, hookimpl
 
 
 @hookimpl
-def grid_cli_commands(cli) -> None:  # type: ignore[no-untyped-def]
+def grid_cli_commands(cli: CliRegistry) -> None:
     """Add ``grid bench plan`` (other bench commands register into the same group)."""
     from grid_bench.plan_bench import bench_plan
 
