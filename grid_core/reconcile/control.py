@@ -7,13 +7,14 @@ modes" (withdrawn destructive batches and the postconditions that release them).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
+from typing import TypedDict
 
 import msgspec
 
 from grid_core.demand.series import ForecastPolicy
 from grid_core.planner.types import Plan, PlannerPolicy
 from grid_core.profile import ModelProfile
-from grid_core.reconcile.actions import Action, ActionBook, action_id
+from grid_core.reconcile.actions import Action, ActionBook, ServiceClass, action_id
 from grid_core.reconcile.policy import PENALTY_CAP, GovernorPolicy
 from grid_core.reconcile.reconciler import Proposal
 from grid_core.reconcile.status import HostView, ReconcileReport
@@ -88,13 +89,30 @@ class Delivery(msgspec.Struct, frozen=True, kw_only=True):
     lease_ttl_s: float = 0.0
 
 
+class _ActionCommon(TypedDict):
+    """Fields a proposal's load and warm actions share."""
+
+    host_id: str
+    model_id: str
+    artifact_sha256: str | None
+    generation: str
+    reason: str
+    priority: int
+    service_class: ServiceClass
+    created_at: float
+    not_before: float
+    eviction: bool
+    beneficiary: str | None
+    runtime: str | None
+
+
 def build_actions(
     admitted: Iterable[Proposal], generation: str, now: float, next_order: Callable[[], int]
 ) -> list[Action]:
     """Turn admitted proposals into action records (a cold warm becomes load + warm)."""
     out: list[Action] = []
     for p in admitted:
-        common = {
+        common: _ActionCommon = {
             "host_id": p.host_id,
             "model_id": p.model_id,
             "artifact_sha256": p.artifact_sha256,

@@ -67,7 +67,7 @@ class QualityEvidence(msgspec.Struct, kw_only=True):
 
 def decay(weight: float, since: float, now: float) -> float:
     """``weight`` decayed from ``since`` to ``now`` (a clock moving backward decays nothing)."""
-    return weight * 0.5 ** (max(0.0, now - since) / QUALITY_HALF_LIFE_S)
+    return weight * math.pow(0.5, max(0.0, now - since) / QUALITY_HALF_LIFE_S)
 
 
 class QualityView(msgspec.Struct, frozen=True, kw_only=True):
@@ -193,7 +193,7 @@ def check_evaluation(
     model_id: str,
     workload: str,
     artifact_sha256: str | None,
-    score: float,
+    score: object,
     latency_ms: float | None,
 ) -> str | None:
     """Validate one operator evaluation before anything is recorded.
@@ -203,7 +203,7 @@ def check_evaluation(
         model_id: the evaluated model.
         workload: the workload the evaluation measured (non-empty).
         artifact_sha256: the evaluated revision; ``None`` means the configured one.
-        score: quality in [0, 1].
+        score: quality in [0, 1] (checked here: anything else is refused).
         latency_ms: optional latency in milliseconds (0 .. one hour).
 
     Returns:
