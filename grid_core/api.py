@@ -35,6 +35,10 @@ Beyond the hook types, three groups of names are public:
   adapter needs these to own engine processes safely; reimplementing them is how PID-reuse and
   torn-write bugs come back.
 * **Command-line helpers**: :class:`CliRegistry`, :func:`render_table`.
+* **Talking to a Grid server** (from :mod:`grid_core.client`): the one typed client of the
+  control API, :class:`GridClient` (blocking) and :class:`AsyncGridClient`, the call builders
+  :class:`Calls` and the refusals they raise (:class:`RequestRefused`,
+  :class:`ServerUnreachable`, :class:`PlainHttpRefused`).
 * **Embedding the control plane** (tooling plugins such as the scenario lab, the benchmarks and
   the single-machine fleet): the real :class:`Controller`, :func:`plan` and the exact planner,
   the file state store, plugin loading, and the scenario-lab entry points. These plugins exist
@@ -44,6 +48,16 @@ Beyond the hook types, three groups of names are public:
 
 from __future__ import annotations
 
+from grid_core.bodies import NodeCredential
+from grid_core.client import (
+    AsyncGridClient,
+    Call,
+    Calls,
+    GridClient,
+    PlainHttpRefused,
+    RequestRefused,
+    ServerUnreachable,
+)
 from grid_core.cliregistry import CliRegistry
 from grid_core.controller import Controller
 from grid_core.demand.desired import desired_for
@@ -167,7 +181,10 @@ __all__ = [
     "WORKLOADS",
     "AdoptOutcome",
     "ArtifactSpec",
+    "AsyncGridClient",
     "Bucket",
+    "Call",
+    "Calls",
     "ChildRecord",
     "ChildState",
     "CliRegistry",
@@ -180,6 +197,7 @@ __all__ = [
     "ForecastPolicy",
     "Forecaster",
     "GpuDevice",
+    "GridClient",
     "GridError",
     "HookStatus",
     "HostSnapshot",
@@ -190,7 +208,9 @@ __all__ = [
     "ModelDemand",
     "ModelPerformance",
     "ModelProfile",
+    "NodeCredential",
     "NotFoundError",
+    "PlainHttpRefused",
     "Plan",
     "PlanInputs",
     "PlannerHooks",
@@ -210,12 +230,14 @@ __all__ = [
     "Provable",
     "RequestClassifier",
     "RequestFeatures",
+    "RequestRefused",
     "ResidencySnapshot",
     "RuntimeAdapter",
     "RuntimeHost",
     "ScenarioConfig",
     "ScoreContext",
     "ScoreTerm",
+    "ServerUnreachable",
     "SpawnedChild",
     "StateError",
     "StateStore",

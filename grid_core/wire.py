@@ -13,6 +13,8 @@ document says so (``rejected_rows``) so the host snapshot can fail closed as unh
 
 from __future__ import annotations
 
+import re
+from itertools import accumulate
 from typing import Annotated, Generic, Literal, TypeVar
 
 import msgspec
@@ -38,6 +40,10 @@ MAX_COUNT = 1_000_000
 """Request counts and queue depths: far beyond one engine's concurrency."""
 MAX_RATE = 1e9
 """Measured rates (GB/s, GFLOPS, tokens/s): generous finite ceiling."""
+MAX_JSON_DEPTH = 64
+"""Deepest nesting of arrays and objects accepted in any JSON body. Wire documents nest about
+five levels and OpenAI chat bodies with tool schemas a few dozen; without a bound a body of
+10,000 brackets exhausts the decoder's recursion (a 500 instead of a refusal)."""
 
 Id = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_ID_LEN)]
 Text = Annotated[str, msgspec.Meta(max_length=MAX_TEXT_LEN)]
@@ -328,6 +334,35 @@ def _relative(exc: msgspec.ValidationError) -> str:
     return str(exc).replace(" - at `$`", "").replace("`$.", "`.")
 
 
+_JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')
+"""A JSON string literal (unrolled loop: linear time even on long prompts)."""
+_NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
+_BRACKET_STEP = {ord("["): 1, ord("{"): 1, ord("]"): -1, ord("}"): -1}
+
+
+def json_depth(data: bytes) -> int:
+    """The deepest nesting of arrays/objects in a JSON text (brackets inside strings ignored).
+
+    Malformed text gets a best-effort answer; the decoder reports its own errors afterwards.
+    """
+    if data.count(b"[") + data.count(b"{") <= MAX_JSON_DEPTH:
+        return 0  # cheap path: not enough brackets to exceed the bound
+    brackets = _JSON_STRING.sub(b"", data).translate(None, _NOT_BRACKETS)
+    return max(accumulate(_BRACKET_STEP[b] for b in brackets), default=0)
+
+
+def check_json_depth(data: bytes | str, what: str) -> None:
+    """Refuse JSON nested deeper than :data:`MAX_JSON_DEPTH` before any decoder sees it.
+
+    Raises:
+        WireError: the body nests deeper than the bound (the message names the limit).
+    """
+    raw = data.encode() if isinstance(data, str) else data
+    if json_depth(raw) > MAX_JSON_DEPTH:
+        msg = f"{what}: JSON nests deeper than {MAX_JSON_DEPTH} levels; flatten the body"
+        raise WireError(msg)
+
+
 def decode(data: bytes | str, kind: type[T]) -> Decoded[T]:
     """Decode a JSON wire document strictly, dropping (and reporting) malformed residencies.
 
@@ -339,9 +374,10 @@ def decode(data: bytes | str, kind: type[T]) -> Decoded[T]:
         The document and the rejected residency rows.
 
     Raises:
-        WireError: the document is not valid JSON or violates the contract; the message
-            names the field path.
+        WireError: the document is not valid JSON, nests deeper than :data:`MAX_JSON_DEPTH`,
+            or violates the contract; the message names the field path.
     """
+    check_json_depth(data, kind.__name__)
     try:
         raw = msgspec.json.decode(data)
     except msgspec.DecodeError as exc:

@@ -18,29 +18,26 @@ import json
 import os
 import time
 from pathlib import Path
+from typing import TypeVar
 
 import httpx
 import msgspec
 
+from grid_core.client import AsyncGridClient, Call, Calls, RequestRefused
 from grid_core.errors import AuthError, GridError, StateError
 from grid_core.plugins import Plugins
 from grid_core.protection import Override, ProtectionDecision, ProtectionPolicy, step
 from grid_core.system import birth_of, grid_home, write_atomic
 from grid_core.wire import (
-    CONTROL_HEADER,
     MAX_LIST,
-    OPERATOR_HEADER,
     AllocatorEnvelope,
     Capability,
     Command,
     Heartbeat,
-    HeartbeatResponse,
     Load,
     NodeRegistration,
     Resources,
     control_record_id,
-    decode,
-    encode,
     engine_record_id,
 )
 from grid_node import telemetry
@@ -55,6 +52,8 @@ HTTP_TIMEOUT_S = 15.0
 READY_LEASE_BEATS = 3
 """The readiness lease covers this many heartbeat intervals; a dead agent's file goes stale."""
 CAPABILITIES: list[Capability] = ["load", "warm", "drain", "unload", "evict"]
+
+T = TypeVar("T")
 
 
 def read_override(state_dir: Path) -> Override | None:
@@ -128,7 +127,7 @@ class NodeAgent:
         self._queue: asyncio.Queue[tuple[Command, float]] = asyncio.Queue()
         self._wake = asyncio.Event()
         self._send = asyncio.Lock()
-        self._client: httpx.AsyncClient | None = None
+        self._client: AsyncGridClient | None = None
         self._queued: set[str] = set()
         self._cpu = telemetry.CpuMeter()
 
@@ -155,7 +154,11 @@ class NodeAgent:
             adapters=adapters,
             on_route_change=self.fence,
         )
-        self._client = httpx.AsyncClient(base_url=self.config.grid_url, timeout=HTTP_TIMEOUT_S)
+        self._client = AsyncGridClient(
+            self.config.grid_url,
+            node_token=self.credential.token if self.credential else None,
+            timeout=HTTP_TIMEOUT_S,
+        )
         await self.actuator.recover()
         self._write_agent_file(ready=False)
 
@@ -193,13 +196,13 @@ class NodeAgent:
             if child.state == "ready":
                 child.state = "draining"
         self.actuator.save()
-        with contextlib.suppress(GridError, httpx.HTTPError):
+        with contextlib.suppress(GridError):
             await self.fence()
         lines = await self.actuator.stop_all(idle_wait_s)
-        with contextlib.suppress(GridError, httpx.HTTPError):
+        with contextlib.suppress(GridError):
             await self._sync_routes()
             if self.registered and self.credential is not None:
-                await self._request("DELETE", f"/nodes/{self.node_id}")
+                await self._call(Calls.remove(self.node_id))
         return lines
 
     @property
@@ -254,9 +257,9 @@ class NodeAgent:
             await self._heartbeat(request_commands=True)
             self.last_ok_at = time.time()
             self.last_error = ""
-        except (httpx.HTTPError, GridError) as exc:
+        except GridError as exc:
             self.last_error = f"{type(exc).__name__}: {exc}"[:500]
-            if isinstance(exc, httpx.HTTPStatusError) and exc.response.status_code == 404:
+            if isinstance(exc, RequestRefused) and exc.status == 404:
                 self.registered = False
 
     async def fence(self) -> None:
@@ -282,23 +285,27 @@ class NodeAgent:
             )
             raise AuthError(msg) from None
         assert self._client is not None
-        r = await self._client.post(
-            "/allocator/tokens",
-            headers={OPERATOR_HEADER: operator},
-            json={"host_id": self.state.host_id},
-        )
-        r.raise_for_status()
-        self.credential = Credential(token=r.json()["token"], host_id=self.state.host_id)
+        minted = AsyncGridClient(self._client.url, operator_token=operator, http=self._client.http)
+        issued = await minted.send(Calls.issue_node_credential(self.state.host_id))
+        self.credential = Credential(token=issued.token, host_id=self.state.host_id)
+        self._client.node_token = issued.token
 
-    async def _request(self, method: str, path: str, body: bytes | None = None) -> httpx.Response:
+    async def _call(self, call: Call[T]) -> T:
+        """Send one node-credential call; a refused credential becomes an :class:`AuthError`.
+
+        Raises:
+            AuthError: the server answered 401/403 (the message quotes its reason).
+            RequestRefused: any other error status.
+            ServerUnreachable: no answer (retried at the next heartbeat).
+        """
         assert self._client is not None and self.credential is not None
-        headers = {CONTROL_HEADER: self.credential.token, "Content-Type": "application/json"}
-        r = await self._client.request(method, path, content=body, headers=headers)
-        if r.status_code in (401, 403):
-            msg = f"{method} {path}: the server refused the node credential ({r.text[:200]})"
-            raise AuthError(msg)
-        r.raise_for_status()
-        return r
+        try:
+            return await self._client.send(call)
+        except RequestRefused as exc:
+            if exc.status in (401, 403):
+                msg = f"{call.method} {call.path}: the server refused the node credential "
+                raise AuthError(msg + f"({exc.message[:200]})") from None
+            raise
 
     def _envelope(self) -> AllocatorEnvelope:
         assert self.actuator is not None and self.decision is not None
@@ -334,7 +341,7 @@ class NodeAgent:
             allocator=self._envelope(),
         )
         async with self._send:
-            await self._request("PUT", f"/nodes/{self.node_id}", encode(reg))
+            await self._call(Calls.register(self.node_id, reg))
         self.registered = True
 
     async def _heartbeat(self, *, request_commands: bool) -> None:
@@ -351,8 +358,7 @@ class NodeAgent:
         )
         async with self._send:
             sent = time.monotonic()
-            r = await self._request("POST", f"/nodes/{self.node_id}/heartbeat", encode(hb))
-        resp = decode(r.content, HeartbeatResponse).document
+            resp = await self._call(Calls.heartbeat(self.node_id, hb))
         for receipt in pending[:MAX_LIST]:
             receipt.delivered = True
         if resp.model_last_used_at:
@@ -377,8 +383,8 @@ class NodeAgent:
             if model_id not in ready:
                 rid = self.routes[model_id]
                 async with self._send:
-                    with contextlib.suppress(httpx.HTTPStatusError):  # already gone: fine
-                        await self._request("DELETE", f"/nodes/{rid}")
+                    with contextlib.suppress(RequestRefused):  # already gone: fine
+                        await self._call(Calls.remove(rid))
                 # Forgotten only after the server answered; a transport error retries next beat.
                 self.routes.pop(model_id, None)
         for model_id, child in ready.items():
@@ -390,9 +396,9 @@ class NodeAgent:
                 hb = Heartbeat(node_id=rid, host_id=self.state.host_id, request_commands=False)
                 try:
                     async with self._send:
-                        await self._request("POST", f"/nodes/{rid}/heartbeat", encode(hb))
+                        await self._call(Calls.heartbeat(rid, hb))
                     continue
-                except httpx.HTTPStatusError:
+                except RequestRefused:
                     self.routes.pop(model_id, None)
             reg = NodeRegistration(
                 role="engine",
@@ -402,7 +408,7 @@ class NodeAgent:
                 engine_api_key=self.state.engine_api_key,
             )
             async with self._send:
-                await self._request("PUT", f"/nodes/{rid}", encode(reg))
+                await self._call(Calls.register(rid, reg))
             self.routes[model_id] = rid
 
     # --- worker ----------------------------------------------------------------------------
@@ -413,7 +419,7 @@ class NodeAgent:
             decision = self.decision or self.protect()
             try:
                 await self.actuator.execute(cmd, deadline_mono=deadline, decision=decision)
-            except (GridError, httpx.HTTPError) as exc:
+            except (GridError, httpx.HTTPError) as exc:  # adapters talk to engines with httpx
                 self.last_error = f"{cmd.kind} {cmd.model_id}: {exc}"[:500]
             finally:
                 self._queued.discard(cmd.action_id)

@@ -6,12 +6,11 @@ directory, credential, port range and capacity share.
 
 from __future__ import annotations
 
-import ipaddress
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from urllib.parse import urlsplit
 
+from grid_core.client import PlainHttpRefused, check_credential_transport
 from grid_core.errors import ValidationError
 from grid_core.system import grid_home
 from grid_core.system.runtime_host import DEFAULT_ENGINE_PORT_RANGE
@@ -28,29 +27,16 @@ MIN_CAPACITY_SHARE = 0.01
 def check_grid_url(url: str) -> str:
     """Refuse a Grid URL over which the node credential would travel in clear text.
 
-    Plain HTTP is accepted only to a loopback address; any other host needs HTTPS
-    (specification, "CLI workflow": credentials never cross the network unencrypted).
+    The rule (plain HTTP only to loopback) is the one client's, :mod:`grid_core.client`.
 
     Raises:
         ValidationError: not http(s), no host, or plain HTTP off loopback.
     """
-    parts = urlsplit(url)
-    host = parts.hostname or ""
-    if parts.scheme not in ("http", "https") or not host:
-        msg = f"--grid {url!r}: give http(s)://host:port, e.g. {DEFAULT_GRID_URL}"
-        raise ValidationError(msg)
-    if parts.scheme == "http":
-        try:
-            loopback = host == "localhost" or ipaddress.ip_address(host).is_loopback
-        except ValueError:
-            loopback = False
-        if not loopback:
-            msg = (
-                f"--grid {url!r}: refusing to send the node credential over plain HTTP off "
-                "loopback; use https://"
-            )
-            raise ValidationError(msg)
-    return url
+    try:
+        return check_credential_transport(url, "node credential")
+    except PlainHttpRefused as exc:
+        msg = f"--grid {url!r}: {exc}"
+        raise ValidationError(msg) from None
 
 
 def parse_port_range(text: str) -> tuple[int, int]:

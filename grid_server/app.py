@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-from litestar import Litestar, Request, Response, Router, get
+from litestar import Litestar, Response, Router, get
+from litestar.exceptions import HTTPException
 
 from grid_core.errors import GridError
 from grid_core.plugins import Plugins
@@ -25,7 +26,13 @@ from grid_server.api_observe import DemandHistory, observe_routes
 from grid_server.auth import Credentials
 from grid_server.context import ServerContext
 from grid_server.home import STATE_DIR
-from grid_server.http import error_response, json_response
+from grid_server.http import (
+    MAX_CONTROL_BODY_BYTES,
+    bounded_json,
+    json_response,
+    on_grid_error,
+    on_http_exception,
+)
 from grid_server.openapi import add_openai_routes, openapi_config
 from grid_server.proxy import Proxy, Receive, Scope, Send
 from grid_server.registry import Registry
@@ -164,10 +171,6 @@ def build_app(
         """Liveness: the server answers."""
         return json_response({"status": "ok"})
 
-    def on_grid_error(_request: Request, exc: Exception) -> Response:
-        assert isinstance(exc, GridError)
-        return error_response(exc)
-
     litestar = Litestar(
         route_handlers=[
             healthz,
@@ -176,7 +179,9 @@ def build_app(
             Router("/", route_handlers=observe_routes(ctx, history), tags=["observation"]),
         ],
         lifespan=[lifespan],
-        exception_handlers={GridError: on_grid_error},
+        exception_handlers={GridError: on_grid_error, HTTPException: on_http_exception},
+        before_request=bounded_json,
+        request_max_body_size=MAX_CONTROL_BODY_BYTES,
         logging_config=None,
         openapi_config=openapi_config(grid_version()),
     )

@@ -21,13 +21,10 @@ from pathlib import Path
 import msgspec
 from itsdangerous import BadSignature, URLSafeSerializer
 
+from grid_core.bodies import NODE_CREDENTIAL_TTL_S
 from grid_core.errors import AuthError, ForbiddenError
 from grid_server.home import OPERATOR_TOKEN_FILE, SIGNING_KEY_FILE, read_or_create_secret
 
-NODE_CREDENTIAL_TTL_S = 30 * 24 * 3600.0
-"""Default lifetime of a node credential: a month, so provisioning is rare but leaks expire."""
-MAX_NODE_CREDENTIAL_TTL_S = 366 * 24 * 3600.0
-"""Longest lifetime an operator may request: a year."""
 NODE_SALT = "grid-node-credential-v1"
 """Domain separation: a node credential can never be replayed as another signed object."""
 HOST_ID_PREFIX = "host-"

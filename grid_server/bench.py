@@ -21,7 +21,7 @@ import psutil
 import typer
 
 from grid_core.table import render_table
-from grid_server.harness import GridClient, start_fake_engine, start_server
+from grid_server.harness import Testbed, start_fake_engine, start_server
 from grid_server.loadgen import Block, Generators
 
 BENCH_MODEL = "bench-model"
@@ -138,15 +138,13 @@ def run_bench(requests: int, concurrencies: list[int]) -> list[BenchResult]:
         stop = threading.Event()
         try:
             server = start_server(work / "home")
-            gc = GridClient(server.url, work / "home")
+            gc = Testbed(server.url, work / "home")
             token = gc.node_token("bench-host")
 
             def keep_alive() -> None:
                 while not stop.is_set():
-                    gc.register_host(token, "bench-host").raise_for_status()
-                    gc.register_engine(
-                        token, "bench-host", BENCH_MODEL, engine.url, key
-                    ).raise_for_status()
+                    gc.register_host(token, "bench-host")
+                    gc.register_engine(token, "bench-host", BENCH_MODEL, engine.url, key)
                     stop.wait(HEARTBEAT_EVERY_S)
 
             beat = threading.Thread(target=keep_alive, daemon=True)

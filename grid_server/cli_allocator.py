@@ -10,10 +10,11 @@ from typing import Any
 import msgspec
 import typer
 
+from grid_core.client import Calls, RequestRefused
 from grid_core.errors import EXIT_USAGE, ValidationError
 from grid_core.profile import KNOWN_RUNTIMES, ModelProfile, validate_declared_profile
 from grid_server.cli_render import console, explain_view, status_view
-from grid_server.client import CliError, request
+from grid_server.client import CliError, send
 from grid_server.home import write_secret_file
 
 GridOpt = typer.Option(None, "--grid", help="Server URL, or 'local' (default).")
@@ -124,14 +125,7 @@ def model_set(
     if profile == current:
         typer.echo(f"grid: profile for '{model_id}' unchanged")
         return
-    request(
-        "PUT",
-        grid,
-        f"/allocator/models/{model_id}",
-        operator=True,
-        token_file=token_file,
-        body=msgspec.to_builtins(profile),
-    )
+    send(grid, Calls.put_model(model_id, msgspec.to_builtins(profile)), token_file=token_file)
     verb = "created" if current is None else "replaced" if replace else "updated"
     typer.echo(f"grid: profile for '{model_id}' {verb}")
     for line in profile_changes(current, profile):
@@ -141,9 +135,9 @@ def model_set(
 def _current_profile(grid: str | None, model_id: str) -> ModelProfile | None:
     """The server's profile for ``model_id``, or None when it has none (404)."""
     try:
-        data = request("GET", grid, f"/allocator/models/{model_id}")
-    except CliError as exc:
-        if exc.http_status == HTTPStatus.NOT_FOUND:
+        data = send(grid, Calls.get_model(model_id))
+    except RequestRefused as exc:
+        if exc.status == HTTPStatus.NOT_FOUND:
             return None
         raise
     try:
@@ -205,7 +199,7 @@ def model_remove(
     token_file: Path | None = TokenOpt,
 ) -> None:
     """Retire a model's profile (converges to zero replicas safely)."""
-    request("DELETE", grid, f"/allocator/models/{model_id}", operator=True, token_file=token_file)
+    send(grid, Calls.delete_model(model_id), token_file=token_file)
     typer.echo(f"grid: profile for '{model_id}' removed")
 
 
@@ -217,9 +211,7 @@ def mode(
     """Select the allocator mode (recommend is the default; automatic acts)."""
     if value not in ("observe", "recommend", "automatic"):
         raise CliError(f"mode {value!r}: use observe, recommend or automatic", EXIT_USAGE)
-    data = request(
-        "PUT", grid, "/allocator/mode", operator=True, token_file=token_file, body={"mode": value}
-    )
+    data = send(grid, Calls.set_mode(value), token_file=token_file)
     typer.echo(f"grid: allocator mode is {data.get('mode')}")
     if data.get("mode") != value:
         raise CliError(f"mode {value} was refused; see 'grid allocator status'")
@@ -231,7 +223,7 @@ def tick(
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """Run one reconciliation pass now."""
-    data = request("POST", grid, "/allocator/tick", operator=True, token_file=token_file)
+    data = send(grid, Calls.tick(), token_file=token_file)
     if as_json:
         typer.echo(json.dumps(data, indent=2))
     else:
@@ -243,7 +235,7 @@ def status(
     as_json: bool = typer.Option(False, "--json", help="Full detail as JSON."),
 ) -> None:
     """Show the allocator's state: mode, hosts, models, actions, unmet constraints, warnings."""
-    data = request("GET", grid, "/allocator/status", params={"detail": "1"})
+    data = send(grid, Calls.status(detail=True))
     if as_json:
         typer.echo(json.dumps(data, indent=2, sort_keys=True))
         return
@@ -265,7 +257,7 @@ def explain(
 ) -> None:
     """Why MODEL is where it is (or is not): demand, desired count, a verdict per host and
     the constraint that binds."""
-    data = request("GET", grid, f"/allocator/explain/{model_id}")
+    data = send(grid, Calls.explain(model_id))
     if as_json:
         typer.echo(json.dumps(data, indent=2, sort_keys=True))
         return
@@ -287,16 +279,11 @@ def token_write(
         # The file may be the only copy of a host's working credential.
         msg = f"{file} already exists; pass --force to replace it, or choose another path"
         raise CliError(msg, EXIT_USAGE)
-    body: dict[str, object] = {"ttl_s": ttl_days * 86400.0}
-    if host_id:
-        body["host_id"] = host_id
-    data = request(
-        "POST", grid, "/allocator/tokens", operator=True, token_file=token_file, body=body
-    )
-    doc = {"host_id": data["host_id"], "token": data["token"], "expires_at": data["expires_at"]}
-    write_secret_file(file, json.dumps(doc) + "\n")
+    call = Calls.issue_node_credential(host_id or None, ttl_days * 86400.0)
+    credential = send(grid, call, token_file=token_file)
+    write_secret_file(file, msgspec.json.encode(credential).decode() + "\n")
     if not host_id:
-        typer.echo(f"grid: generated host id {data['host_id']}")
+        typer.echo(f"grid: generated host id {credential.host_id}")
     typer.echo(f"grid: wrote a node credential to {file} (mode 0600)")
 
 

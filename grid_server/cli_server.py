@@ -13,6 +13,7 @@ import httpx
 import psutil
 import typer
 
+from grid_core.client import Calls
 from grid_core.errors import EXIT_USAGE, GridError, ValidationError
 from grid_core.system import (
     ProcessIdentity,
@@ -27,8 +28,8 @@ from grid_server.client import (
     exit_code_for,
     home_dir,
     local_server,
-    request,
     resolve_grid,
+    send,
 )
 from grid_server.home import SERVER_FILE, grid_home
 from grid_server.serve import (
@@ -170,7 +171,7 @@ def models(
     grid: str | None = GridOpt, as_json: bool = typer.Option(False, "--json", help="Raw JSON.")
 ) -> None:
     """List models with a ready route."""
-    data = request("GET", grid, "/v1/models")
+    data = send(grid, Calls.models())
     if as_json:
         typer.echo(json.dumps(data, indent=2))
         return

@@ -1,38 +1,35 @@
-"""What the CLI needs to talk to a server: URL and token resolution, one-line errors."""
+"""What the CLI needs to talk to a server: URL and token resolution, one-line errors.
+
+Requests themselves go through the one typed client, :mod:`grid_core.client`.
+"""
 
 from __future__ import annotations
 
 import json
 import os
 from pathlib import Path
-from typing import Any
-from urllib.parse import urlsplit
+from typing import Any, TypeVar
 
-import httpx
-
+from grid_core.client import (
+    OPERATOR_INPUT_STATUSES,
+    Call,
+    GridClient,
+    check_credential_transport,
+    exit_code_for,
+)
 from grid_core.errors import EXIT_RUNTIME_FAILURE, EXIT_USAGE, GridError
 from grid_core.system import grid_home
-from grid_core.wire import OPERATOR_HEADER
-from grid_server.context import NO_DELAY
 from grid_server.home import OPERATOR_TOKEN_FILE, SERVER_FILE
-from grid_server.registry import is_loopback_host
 from grid_server.serve import DEFAULT_HOST, DEFAULT_PORT
+
+T = TypeVar("T")
 
 TOKEN_ENV = "GRID_ALLOCATOR_CONTROL_TOKEN"
 CLI_TIMEOUT_S = 30.0
 """CLI requests: a tick on a large fleet takes well under this."""
 DEFAULT_URL = f"http://{DEFAULT_HOST}:{DEFAULT_PORT}"
 
-
-OPERATOR_INPUT_STATUSES = frozenset({400, 404, 409, 413, 422})
-"""Refusals caused by what the operator sent (bad value, unknown name, conflict, too large):
-the CLI exits 2 for these. Credential refusals (401/403), an unreachable server and 5xx are
-environment or remote failures and exit 1 (see docs/operations.md, "Exit codes")."""
-
-
-def exit_code_for(status: int) -> int:
-    """The CLI exit code for an HTTP error ``status`` (2 operator input, 1 otherwise)."""
-    return EXIT_USAGE if status in OPERATOR_INPUT_STATUSES else EXIT_RUNTIME_FAILURE
+__all__ = ["OPERATOR_INPUT_STATUSES", "CliError", "exit_code_for", "send"]
 
 
 class CliError(GridError):
@@ -116,56 +113,22 @@ def _check_owner_only(path: Path) -> None:
         raise CliError(msg, EXIT_USAGE)
 
 
-def _check_transport(url: str) -> None:
-    parts = urlsplit(url)
-    if parts.scheme == "http" and not is_loopback_host(parts.hostname or ""):
-        msg = f"refusing to send the operator capability to {url} over plain HTTP; use https://"
-        raise CliError(msg, EXIT_USAGE)
+def send(grid: str | None, call: Call[T], *, token_file: Path | None = None) -> T:
+    """Send one control-API call to the grid the operator named and return its answer.
 
-
-def request(
-    method: str,
-    grid: str | None,
-    path: str,
-    *,
-    token_file: Path | None = None,
-    operator: bool = False,
-    body: object = None,
-    params: dict[str, str] | None = None,
-) -> Any:
-    """Send one request and return the decoded JSON body.
+    The operator token is read only for calls that need it (so ``grid allocator status``
+    works without one).
 
     Raises:
-        CliError: unreachable server (exit 1), a refused request (``exit_code_for``).
+        RequestRefused: the server refused (exit 2 for operator input, else 1).
+        ServerUnreachable: no server answered (exit 1).
+        PlainHttpRefused: the token would cross the network over plain HTTP (exit 2).
+        CliError: no operator token could be found (exit 2).
     """
     base = resolve_grid(grid)
-    headers: dict[str, str] = {}
-    if operator:
-        _check_transport(base)
-        headers[OPERATOR_HEADER] = operator_token(token_file)
-    try:
-        with httpx.Client(
-            timeout=CLI_TIMEOUT_S,
-            trust_env=False,
-            transport=httpx.HTTPTransport(socket_options=NO_DELAY),
-        ) as client:
-            resp = client.request(
-                method,
-                base + path,
-                headers=headers,
-                params=params,
-                content=None if body is None else json.dumps(body),
-            )
-    except httpx.HTTPError as exc:
-        msg = f"no Grid server answered at {base} ({type(exc).__name__}); start one with 'grid up'"
-        raise CliError(msg) from None
-    try:
-        data = resp.json()
-    except ValueError:
-        data = None
-    if resp.status_code >= 400:
-        err = data.get("error") if isinstance(data, dict) else None
-        message = err.get("message") if isinstance(err, dict) else resp.text[:200]
-        code = exit_code_for(resp.status_code)
-        raise CliError(f"{method} {path} → {resp.status_code}: {message}", code, resp.status_code)
-    return data
+    token = None
+    if call.credential == "operator":
+        check_credential_transport(base, "operator token")
+        token = operator_token(token_file)
+    with GridClient(base, operator_token=token, timeout=CLI_TIMEOUT_S) as client:
+        return client.send(call)

@@ -9,11 +9,15 @@ from __future__ import annotations
 import json
 import secrets
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
+import msgspec
 
+from grid_core.bodies import Registered
+from grid_core.client import Call, GridClient
 from grid_core.system import (
     SpawnedChild,
     StopOutcome,
@@ -24,7 +28,7 @@ from grid_core.system import (
     wait_until_sync,
     write_atomic,
 )
-from grid_core.wire import CONTROL_HEADER, OPERATOR_HEADER, control_record_id, engine_record_id
+from grid_core.wire import OPERATOR_HEADER, control_record_id, engine_record_id
 from grid_server.context import NO_DELAY
 from grid_server.home import OPERATOR_TOKEN_FILE, SERVER_FILE
 
@@ -127,8 +131,18 @@ def start_server(home: Path, tick_interval_s: float | None = None) -> Child:
 
 
 @dataclass
-class GridClient:
-    """Test/bench helper speaking the node and operator protocols to one server."""
+class Testbed:
+    """A server under test, driven the way nodes and operators drive it (tests, bench, smoke).
+
+    Protocol calls go through the one typed client (:class:`grid_core.client.GridClient`);
+    ``http`` stays available for hand-crafted requests (malformed bodies, missing headers).
+
+    Attributes:
+        url: the server's base URL.
+        home: its ``GRID_HOME`` (the operator token is read from there).
+        http: the httpx client to send through: a real one for a server process, Litestar's
+            in-process test client for an in-process app.
+    """
 
     url: str
     home: Path
@@ -143,19 +157,22 @@ class GridClient:
         """The operator capability the server created in its home."""
         return (self.home / OPERATOR_TOKEN_FILE).read_text().strip()
 
+    @property
+    def client(self) -> GridClient:
+        """The typed client speaking with the operator capability."""
+        return GridClient(self.url, operator_token=self.operator_token, http=self.http)
+
     def operator(self) -> dict[str, str]:
-        """Headers carrying the operator capability."""
+        """Headers carrying the operator capability (for hand-crafted requests)."""
         return {OPERATOR_HEADER: self.operator_token}
+
+    def node(self, token: str) -> GridClient:
+        """The typed client speaking as the host ``token`` is scoped to."""
+        return GridClient(self.url, node_token=token, http=self.http)
 
     def node_token(self, host_id: str, ttl_s: float = 3600.0) -> str:
         """Issue a node credential through the operator API."""
-        r = self.http.post(
-            self.url + "/allocator/tokens",
-            headers=self.operator(),
-            json={"host_id": host_id, "ttl_s": ttl_s},
-        )
-        r.raise_for_status()
-        return str(r.json()["token"])
+        return self.client.issue_node_credential(host_id, ttl_s).token
 
     def register_host(
         self,
@@ -164,8 +181,12 @@ class GridClient:
         capacity_mb: int = 16384,
         residencies: list[dict[str, object]] | None = None,
         state: str = "accepting",
-    ) -> httpx.Response:
-        """PUT the host's control record."""
+    ) -> Registered:
+        """PUT the host's control record (``state`` may be invalid on purpose).
+
+        Raises:
+            RequestRefused: the server refused the record.
+        """
         body = {
             "role": "allocator",
             "host_id": host_id,
@@ -177,16 +198,16 @@ class GridClient:
                 "actuator_capabilities": ["load", "warm", "drain", "unload"],
             },
         }
-        return self.http.put(
-            f"{self.url}/nodes/{control_record_id(host_id)}",
-            json=body,
-            headers={CONTROL_HEADER: token},
-        )
+        return self.register(token, control_record_id(host_id), body)
 
     def register_engine(
         self, token: str, host_id: str, model: str, url: str, api_key: str | None
-    ) -> httpx.Response:
-        """PUT one engine record for ``model`` on ``host_id``."""
+    ) -> Registered:
+        """PUT one engine record for ``model`` on ``host_id``.
+
+        Raises:
+            RequestRefused: the server refused the record.
+        """
         body: dict[str, object] = {
             "role": "engine",
             "host_id": host_id,
@@ -195,17 +216,22 @@ class GridClient:
         }
         if api_key:
             body["engine_api_key"] = api_key
-        return self.http.put(
-            f"{self.url}/nodes/{engine_record_id(host_id, model)}",
-            json=body,
-            headers={CONTROL_HEADER: token},
-        )
+        return self.register(token, engine_record_id(host_id, model), body)
+
+    def register(self, token: str, record_id: str, body: Mapping[str, object]) -> Registered:
+        """PUT a registration given as plain JSON data (tests send invalid ones on purpose)."""
+        call = Call("PUT", f"/nodes/{record_id}", Registered, msgspec.json.encode(body), "node")
+        return self.node(token).send(call)
 
     def wait_ready(self, model: str, timeout_s: float = 10.0) -> None:
-        """Wait until ``/v1/models`` lists ``model``."""
+        """Wait until ``/v1/models`` lists ``model``.
+
+        Raises:
+            RuntimeError: not listed within ``timeout_s`` seconds.
+        """
 
         def listed() -> bool:
-            return model in [m["id"] for m in self.http.get(self.url + "/v1/models").json()["data"]]
+            return model in self.client.models()
 
         if not wait_until_sync(listed, timeout_s=timeout_s, interval_s=START_POLL_S):
             msg = f"model {model} never became ready"

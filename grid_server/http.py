@@ -1,17 +1,18 @@
-"""Small HTTP helpers shared by the Litestar handlers."""
+"""Small HTTP helpers shared by the Litestar handlers: JSON answers and the one error shape."""
 
 from __future__ import annotations
 
 import msgspec
 from litestar import Request, Response
+from litestar.exceptions import HTTPException, ValidationException
 
-from grid_core.errors import GridError, ValidationError
+from grid_core.errors import GridError
+from grid_core.wire import check_json_depth
 
-
-class PayloadTooLarge(GridError):
-    """A control request body exceeded its limit."""
-
-    http_status = 413
+MAX_CONTROL_BODY_BYTES = 256 * 1024
+"""A profile, mode or token request is a few hundred bytes; 256 KiB is generous."""
+MAX_NODE_BODY_BYTES = 1024 * 1024
+"""A registration or heartbeat with 256 residencies is ~100 KiB; 1 MiB leaves headroom."""
 
 
 def json_response(data: object, status: int = 200) -> Response:
@@ -21,43 +22,59 @@ def json_response(data: object, status: int = 200) -> Response:
     )
 
 
-async def read_limited(request: Request, limit: int) -> bytes:
-    """The request body, refusing more than ``limit`` bytes.
-
-    Raises:
-        PayloadTooLarge: the body is larger than ``limit``.
-    """
-    declared = request.headers.get("content-length")
-    if declared and declared.isdigit() and int(declared) > limit:
-        msg = f"request body exceeds {limit} bytes"
-        raise PayloadTooLarge(msg)
-    body = await request.body()
-    if len(body) > limit:
-        msg = f"request body exceeds {limit} bytes"
-        raise PayloadTooLarge(msg)
-    return body
-
-
-def decode_object(body: bytes, what: str) -> dict[str, object]:
-    """Decode a JSON object body.
-
-    Raises:
-        ValidationError: not JSON, or not an object.
-    """
-    try:
-        doc = msgspec.json.decode(body) if body else {}
-    except msgspec.DecodeError:
-        msg = f"{what}: body is not valid JSON; send a JSON object"
-        raise ValidationError(msg) from None
-    if not isinstance(doc, dict):
-        msg = f"{what}: body must be a JSON object"
-        raise ValidationError(msg)
-    return doc
+def _error(message: str, kind: str, status: int) -> Response:
+    """One JSON error body (OpenAI-like shape) for every refusal the control routes make."""
+    return json_response({"error": {"message": message, "type": kind, "code": status}}, status)
 
 
 def error_response(exc: GridError) -> Response:
-    """One JSON error body for a handled failure (OpenAI-like shape)."""
-    return json_response(
-        {"error": {"message": str(exc), "type": type(exc).__name__, "code": exc.http_status}},
-        status=exc.http_status,
-    )
+    """The error body for a handled Grid failure."""
+    return _error(str(exc), type(exc).__name__, exc.http_status)
+
+
+def on_grid_error(_request: Request, exc: Exception) -> Response:
+    """Litestar exception handler for :class:`GridError`."""
+    assert isinstance(exc, GridError)
+    return error_response(exc)
+
+
+def on_http_exception(request: Request, exc: Exception) -> Response:
+    """Litestar's own refusals (invalid typed body, 413, 404, 405) in Grid's error shape.
+
+    A body the framework could not decode into the handler's Struct becomes one line naming
+    the field path and the cause, e.g. ``PUT /allocator/mode: Invalid enum value 'fast' - at
+    `$.mode```.
+    """
+    assert isinstance(exc, HTTPException)
+    detail = exc.detail
+    if isinstance(exc, ValidationException) and isinstance(exc.extra, list) and exc.extra:
+        first = exc.extra[0]
+        if isinstance(first, dict) and first.get("message"):
+            detail = _field_message(
+                str(first["message"]), str(first.get("key") or ""), str(first.get("source"))
+            )
+    if exc.status_code == 413:
+        limit = request.route_handler.resolve_request_max_body_size()
+        detail = f"request body exceeds {limit} bytes"
+    kind = "ValidationError" if exc.status_code == 400 else type(exc).__name__
+    return _error(f"{request.method} {request.url.path}: {detail}", kind, exc.status_code)
+
+
+def _field_message(message: str, key: str, source: str) -> str:
+    """One readable line for a typed-body or parameter refusal, naming the field path."""
+    if source != "body":
+        return f"{message} - at {source} parameter '{key}'"
+    if key == "data" and message == "'data'":  # the framework's word for a missing body
+        return "a JSON object body is required; the request had none"
+    if key in ("", "data") or "`$" in message:
+        return message  # the body root (unknown or missing field names itself)
+    return f"{message} - at `$.{key}`"
+
+
+async def bounded_json(request: Request) -> None:
+    """``before_request`` hook: refuse a JSON body nested deeper than the wire bound (400).
+
+    Runs after the guards and the size limit, before the framework decodes ``data``.
+    """
+    if request.method in ("POST", "PUT", "PATCH"):
+        check_json_depth(await request.body(), f"{request.method} {request.url.path}")

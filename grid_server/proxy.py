@@ -33,6 +33,7 @@ import msgspec
 
 from grid_core import routing
 from grid_core.demand.features import EndpointFamily, Outcome
+from grid_core.wire import WireError, check_json_depth
 from grid_server import telemetry
 from grid_server.relay import relay
 
@@ -355,9 +356,12 @@ class Proxy:
                 "request_too_large",
             ) from None
         try:
+            check_json_depth(body, "request body")
             doc = msgspec.json.decode(body)
         except msgspec.DecodeError:
             raise ProxyError(400, "request body is not valid JSON", "invalid_json") from None
+        except WireError as exc:  # nested deeper than MAX_JSON_DEPTH
+            raise ProxyError(400, str(exc), "invalid_json") from None
         model = doc.get("model") if isinstance(doc, dict) else None
         if not isinstance(model, str) or not model:
             raise ProxyError(400, "request needs a string 'model' field", "missing_model")

@@ -8,27 +8,17 @@ upstream hop.
 
 from __future__ import annotations
 
-import ipaddress
 from urllib.parse import urlsplit
 
 import msgspec
 
+from grid_core.client import is_loopback_host
 from grid_core.errors import ForbiddenError, NotFoundError, ValidationError
 from grid_core.hosts import LEASE_TTL_S, RegistryRecord
 from grid_core.wire import Decoded, Heartbeat, NodeRegistration, control_record_id, engine_record_id
 
 MAX_RECORDS = 4096
 """Registry ceiling: 64 hosts × 64 engines; refuses unbounded growth from a buggy node."""
-
-
-def is_loopback_host(host: str) -> bool:
-    """True for ``localhost`` and loopback IP literals."""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
 
 
 def check_engine_url(url: str | None) -> str:

@@ -9,8 +9,9 @@ import sys
 import tempfile
 from pathlib import Path
 
+from grid_core.client import Calls, GridClient
 from grid_server.cli_allocator import render_status
-from grid_server.harness import GridClient, start_server
+from grid_server.harness import start_server
 
 
 def main() -> int:
@@ -19,13 +20,11 @@ def main() -> int:
         home = Path(tmp) / "home"
         server = start_server(home)
         try:
-            client = GridClient(server.url, home)
-            print(f"grid: server up at {server.url} (GRID_HOME={home})")
-            health = client.http.get(server.url + "/healthz").json()
-            status = client.http.get(server.url + "/allocator/status").json()
-            print(f"health: {health['status']}")
-            print(render_status(status))
-            client.close()
+            with GridClient(server.url) as client:
+                print(f"grid: server up at {server.url} (GRID_HOME={home})")
+                health = client.send(Calls.healthz())
+                print(f"health: {health['status']}")
+                print(render_status(client.status()))
         finally:
             server.stop()
         print("grid: server stopped; nothing left running")

@@ -7,11 +7,17 @@ import time
 from pathlib import Path
 from typing import Annotated, Any
 
-import httpx
 import msgspec
 import typer
 
-from grid_core.api import ModelProfile, UnavailableError, ValidationError, render_table
+from grid_core.api import (
+    GridClient,
+    GridError,
+    ModelProfile,
+    UnavailableError,
+    ValidationError,
+    render_table,
+)
 from grid_fleet import layout, lifecycle, observe
 
 Json = Annotated[bool, typer.Option("--json", help="One JSON document.")]
@@ -192,12 +198,12 @@ def watch() -> None:
     t0 = time.time()
     typer.echo(f"grid: watching {rec.url} (Ctrl-C stops watching; the fleet keeps running)")
     try:
-        with httpx.Client(timeout=30.0, trust_env=False) as client:
+        with GridClient(rec.url) as client:
             while True:
                 try:
                     for ev in obs.poll(client):
                         typer.echo(ev.line(t0))
-                except httpx.HTTPError as exc:
+                except GridError as exc:
                     typer.echo(f"(status read failed: {type(exc).__name__}; retrying)")
                 time.sleep(observe.POLL_S)
     except KeyboardInterrupt:

@@ -28,7 +28,7 @@ from typing import Any
 import anyio
 import httpx
 
-from grid_core.api import GridError, wait_until
+from grid_core.api import AsyncGridClient, Calls, GridError, wait_until
 from grid_fleet import observe, traffic
 from grid_fleet.layout import FleetRecord, ModelSpec
 
@@ -118,14 +118,12 @@ class Demo:
 
     # --- observation ------------------------------------------------------------------------
     async def _watch(self, client: httpx.AsyncClient) -> None:
+        grid = AsyncGridClient(self.fleet.url, http=client)
         while True:
             try:
-                resp = await client.get(
-                    self.fleet.url + "/allocator/status", params={"detail": "1"}
-                )
-                for ev in self.obs.update(resp.json()):
+                for ev in self.obs.update(await grid.send(Calls.status(detail=True))):
                     self.echo("  " + ev.line(self.t0))
-            except (httpx.HTTPError, ValueError) as exc:
+            except GridError as exc:
                 self.echo(f"  (status read failed: {type(exc).__name__})")
             await anyio.sleep(OBSERVE_S)
 

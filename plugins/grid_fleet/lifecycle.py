@@ -23,14 +23,18 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TypeVar
 
-import httpx
 import msgspec
 
 from grid_core.api import (
+    Call,
+    Calls,
     ConflictError,
+    GridClient,
     GridError,
     ProcessIdentity,
+    RequestRefused,
     SpawnedChild,
     UnavailableError,
     ValidationError,
@@ -73,6 +77,7 @@ ENGINE_THREADS = 1
 nothing from a second thread that only contends with the sibling engines."""
 
 Echo = Callable[[str], None]
+T = TypeVar("T")
 
 
 def grid_exe() -> list[str]:
@@ -89,22 +94,27 @@ def operator_token(root: Path) -> str:
     return token_path(root).read_text().strip()
 
 
-def _api(url: str, root: Path, method: str, path: str, body: object | None = None) -> dict:
-    headers = {"X-Grid-Allocator-Token": operator_token(root)}
-    with httpx.Client(timeout=HTTP_TIMEOUT_S, trust_env=False) as client:
-        resp = client.request(method, url + path, json=body, headers=headers)
-    if resp.status_code in (401, 403):
-        # The server's own hint names $GRID_HOME/operator-token; the fleet server's home is
-        # fleet/server, so name the file that was actually sent.
-        msg = (
-            f"{method} {path} → {resp.status_code}: the server refused the fleet's operator "
-            f"token {token_path(root)}"
-        )
-        raise UnavailableError(msg)
-    if resp.status_code >= 400:
-        msg = f"{method} {path} → {resp.status_code}: {resp.text[:300]}"
-        raise UnavailableError(msg)
-    return resp.json()
+def _api(url: str, root: Path, call: Call[T]) -> T:
+    """Send one operator call to the fleet's server with the fleet's operator token.
+
+    Raises:
+        UnavailableError: the server refused the call or did not answer (one line).
+    """
+    try:
+        with GridClient(url, operator_token=operator_token(root), timeout=HTTP_TIMEOUT_S) as c:
+            return c.send(call)
+    except RequestRefused as exc:
+        if exc.status in (401, 403):
+            # The server's own hint names $GRID_HOME/operator-token; the fleet server's home
+            # is fleet/server, so name the file that was actually sent.
+            msg = (
+                f"{call.method} {call.path} → {exc.status}: the server refused the fleet's "
+                f"operator token {token_path(root)}"
+            )
+            raise UnavailableError(msg) from None
+        raise UnavailableError(str(exc)) from None
+    except GridError as exc:
+        raise UnavailableError(str(exc)) from None
 
 
 # --- models -----------------------------------------------------------------------------
@@ -525,13 +535,13 @@ def _start(settings: FleetSettings, echo: Echo, root: Path) -> FleetRecord:
     echo(f"  server pid {server.pid} on {url}")
     try:
         for m in models:
-            _api(url, root, "PUT", f"/allocator/models/{m.model_id}", layout.profile_document(m))
+            _api(url, root, Calls.put_model(m.model_id, layout.profile_document(m)))
             echo(
                 f"  profile {m.model_id}: {m.memory_mb} MB, priority {m.priority}, "
                 f"replicas {m.min_replicas}..{m.max_replicas}"
             )
         _start_hosts(root, url, hosts, echo)
-        mode = _api(url, root, "PUT", "/allocator/mode", {"mode": "automatic"})
+        mode = _api(url, root, Calls.set_mode("automatic"))
         if mode.get("mode") != "automatic":
             msg = f"the server refused automatic mode: {mode}"
             raise UnavailableError(msg)
@@ -579,20 +589,20 @@ def _wait_baseline(url: str, root: Path, models: tuple[ModelSpec, ...], echo: Ec
     # A live spinner on a terminal (stderr, so --json stays clean); nothing on a pipe.
     console = Console(stderr=True)
     with (
-        httpx.Client(timeout=HTTP_TIMEOUT_S, trust_env=False) as client,
+        GridClient(url, timeout=HTTP_TIMEOUT_S) as client,
         console.status("  waiting for the baseline to load and warm") as spinner,
     ):
 
         def ready() -> bool:
             try:
-                serving = {m["id"] for m in client.get(url + "/v1/models").json()["data"]}
-            except (httpx.HTTPError, ValueError, KeyError, TypeError):
+                serving = set(client.models())
+            except (GridError, KeyError, TypeError):
                 serving = set()
             if want <= serving:
                 return True
             try:
-                status = client.get(url + "/allocator/status", params={"detail": "1"}).json()
-            except (httpx.HTTPError, ValueError):
+                status = client.status(detail=True)
+            except GridError:
                 status = {}
             failure = baseline_failure(status, want)
             if failure is not None:
@@ -727,8 +737,8 @@ def _kill_switch(rec: FleetRecord, root: Path, echo: Echo) -> None:
     if server_proof(rec.server) != "proven":
         return
     try:
-        doc = _api(rec.url, root, "PUT", "/allocator/mode", {"mode": "recommend"})
-    except (GridError, OSError, httpx.HTTPError) as exc:
+        doc = _api(rec.url, root, Calls.set_mode("recommend"))
+    except (GridError, OSError) as exc:
         echo(f"  could not switch the allocator to recommend mode ({exc}); stopping anyway")
         return
     echo(f"  allocator mode: {doc.get('mode', 'recommend')} (no new engines during the stop)")
@@ -782,11 +792,9 @@ def status_document(root: Path | None = None) -> dict:
     }
     if server == "proven":
         try:
-            with httpx.Client(timeout=HTTP_TIMEOUT_S, trust_env=False) as client:
-                doc["allocator"] = client.get(
-                    rec.url + "/allocator/status", params={"detail": "1"}
-                ).json()
-        except (httpx.HTTPError, ValueError) as exc:
+            with GridClient(rec.url, timeout=HTTP_TIMEOUT_S) as client:
+                doc["allocator"] = client.status(detail=True)
+        except GridError as exc:
             doc["allocator_error"] = f"{type(exc).__name__}: {exc}"
     return doc
 

@@ -11,7 +11,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-import httpx
+from grid_core.client import GridClient
 
 POLL_S = 0.5
 """Status reads per second while watching: residency states last seconds, so 0.5 s catches
@@ -142,10 +142,9 @@ class Observer:
     _res: dict[tuple[str, str], str] | None = None
     _acts: dict[str, tuple[str, str, str, str, str]] = field(default_factory=dict)
 
-    def read(self, client: httpx.Client) -> dict[str, Any]:
-        resp = client.get(self.url + "/allocator/status", params={"detail": "1"})
-        resp.raise_for_status()
-        return resp.json()
+    def read(self, client: GridClient) -> dict[str, Any]:
+        """One detailed status document from the fleet's server."""
+        return client.status(detail=True)
 
     def update(self, status: dict[str, Any], now: float | None = None) -> list[Event]:
         """Fold one status document in; return the new events.
@@ -201,6 +200,6 @@ class Observer:
         self.events.extend(new)
         return new
 
-    def poll(self, client: httpx.Client) -> list[Event]:
+    def poll(self, client: GridClient) -> list[Event]:
         """Read once and fold it in."""
         return self.update(self.read(client))

@@ -23,7 +23,7 @@ from typing import Any
 import anyio
 import httpx
 
-from grid_core.api import ValidationError, render_table
+from grid_core.api import AsyncGridClient, Calls, GridError, ValidationError, render_table
 from grid_fleet import observe, traffic
 from grid_fleet.layout import FleetRecord
 
@@ -143,20 +143,18 @@ class Replay:
 
     async def _sample(self, client: httpx.AsyncClient, obs: observe.Observer, t0: float) -> None:
         last = 0.0
+        grid = AsyncGridClient(self.fleet.url, http=client)
         while True:
             try:
-                resp = await client.get(
-                    self.fleet.url + "/allocator/status", params={"detail": "1"}
-                )
-                for ev in obs.update(resp.json()):
+                for ev in obs.update(await grid.send(Calls.status(detail=True))):
                     self.echo("  " + ev.line(t0))
                 if time.time() - last >= SAMPLE_S:
                     last = time.time()
                     self.samples.append(
                         {"t_s": round(last - t0, 1), "ready": observe.ready_counts(obs.last)}
                     )
-            except (httpx.HTTPError, ValueError):
-                pass
+            except GridError:
+                pass  # a missed sample only thins the curve; the next poll retries
             await anyio.sleep(observe.POLL_S)
 
     async def _one(

@@ -21,7 +21,7 @@ import pytest
 from grid_llamacpp.tinymodel import TinyModelSpec, make_model
 
 from grid_core.system import is_gone, wait_until, wait_until_sync
-from grid_server.harness import GridClient, start_server
+from grid_server.harness import Testbed, start_server
 
 pytestmark = pytest.mark.e2e
 
@@ -42,7 +42,7 @@ def wait_for(predicate, what: str):
 def fleet(tmp_path: Path):
     home = tmp_path / "home"
     server = start_server(home, tick_interval_s=0.5)
-    client = GridClient(server.url, home)
+    client = Testbed(server.url, home)
     env = {k: v for k, v in os.environ.items() if not k.startswith("GRID_")}
     env["GRID_HOME"] = str(home)
     state_dir = tmp_path / "node"
@@ -240,7 +240,7 @@ async def test_lease_and_fence_heartbeats_never_consume_commands(tmp_path):
 
     home = tmp_path / "home"
     server = start_server(home, tick_interval_s=0.3)
-    client = GridClient(server.url, home)
+    client = Testbed(server.url, home)
     models = tmp_path / "models"
     make_model(models / "tiny.gguf", TinyModelSpec(name="tiny", seed=4))
     token_file = tmp_path / "token"

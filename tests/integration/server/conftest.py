@@ -1,7 +1,11 @@
-"""Fixtures: the real Grid server and FAKE engines as loopback child processes.
+"""Fixtures: the real Grid server (in process, or as a child process) and FAKE engines.
 
-Every child is stopped by PID in the fixture's ``finally`` (even when the test fails), and
-all files live under pytest's ``tmp_path``.
+``grid`` runs the real application in this process through Litestar's test client (the
+ASGI app, its lifespan and the controller task, no socket): most HTTP API tests need no
+process of their own. ``grid_process`` starts the server as a loopback child process for the
+tests that exercise process behaviour (restart, graceful stop, the server's own log, a
+client hanging up on a real connection). Every child is stopped by PID in the fixture's
+``finally`` (even when the test fails), and all files live under pytest's ``tmp_path``.
 """
 
 from __future__ import annotations
@@ -10,21 +14,43 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from litestar.testing import TestClient
 from server_testbed import Engine, Grid
 
-from grid_server.harness import Child, GridClient, start_fake_engine, start_server
+from grid_core.plugins import get_plugins
+from grid_server.app import build_app
+from grid_server.context import ServerContext
+from grid_server.harness import Child, start_fake_engine, start_server
+
+IN_PROCESS_URL = "http://127.0.0.1:22100"
+"""Base URL the in-process app is addressed by (no socket is bound; loopback, so the
+client's plain-HTTP credential rule is the one a local operator meets)."""
+REQUEST_TIMEOUT_S = 30.0
 
 
 @pytest.fixture
 def grid(tmp_path: Path) -> Iterator[Grid]:
-    """A fresh real server on a free loopback port with its own GRID_HOME."""
+    """A fresh server application in this process with its own GRID_HOME."""
+    home = tmp_path / "home"
+
+    def ready(ctx: ServerContext) -> None:
+        ctx.url = IN_PROCESS_URL
+
+    app = build_app(home, get_plugins(), on_ready=ready)
+    with TestClient(app, base_url=IN_PROCESS_URL, timeout=REQUEST_TIMEOUT_S) as http:
+        yield Grid(IN_PROCESS_URL, home, http)
+
+
+@pytest.fixture
+def grid_process(tmp_path: Path) -> Iterator[Grid]:
+    """A fresh real server process on a free loopback port with its own GRID_HOME."""
     home = tmp_path / "home"
     child = start_server(home)
-    client = GridClient(child.url, home)
+    bed = Grid(child.url, home, child=child)
     try:
-        yield Grid(child, home, client)
+        yield bed
     finally:
-        client.close()
+        bed.close()
         child.stop()
 
 

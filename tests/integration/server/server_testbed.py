@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import httpx
 
-from grid_core.wire import CONTROL_HEADER, control_record_id
-from grid_server.harness import Child, GridClient
+from grid_core.wire import control_record_id
+from grid_server.harness import Child, Testbed
 
 
 @dataclass
@@ -51,18 +50,18 @@ class Engine:
 
 
 @dataclass
-class Grid:
-    """The running server plus a protocol helper."""
+class Grid(Testbed):
+    """The server under test plus the protocol helpers of :class:`Testbed`.
 
-    child: Child
-    home: Path
-    client: GridClient
+    In process (``child`` is None) unless the test exercises a process lifecycle or the
+    server's own log; then ``child`` is the real server process.
+    """
 
-    @property
-    def url(self) -> str:
-        return self.child.url
+    child: Child | None = None
 
     def log_text(self) -> str:
+        """The server process's log (only for a server started as a process)."""
+        assert self.child is not None, "this test needs the server as a process (grid_process)"
         return self.child.log.read_text(errors="replace")
 
 
@@ -77,7 +76,7 @@ def serve_model(
     key: str | None = None,
 ) -> str:
     """Register ``host_id`` (control record) and ``engine`` on it; returns the node token."""
-    token = grid.client.node_token(host_id)
+    token = grid.node_token(host_id)
     residencies: list[dict[str, object]] = []
     if residency_state is not None:
         row: dict[str, object] = {
@@ -89,20 +88,17 @@ def serve_model(
         if max_concurrency is not None:
             row["max_concurrency"] = max_concurrency
         residencies.append(row)
-    grid.client.register_host(
-        token, host_id, residencies=residencies, state=state
-    ).raise_for_status()
-    grid.client.register_engine(
+    grid.register_host(token, host_id, residencies=residencies, state=state)
+    grid.register_engine(
         token, host_id, engine.model, engine.url, key if key is not None else engine.key
-    ).raise_for_status()
+    )
     return token
 
 
 def host_with_cached_model(grid: Grid, host_id: str, model_id: str, sha: str) -> str:
     """Register ``host_id`` holding cached weights of ``model_id`` and give that model a
     baseline profile (min_replicas 1, 4096 MB, exact digest); returns the host's credential."""
-    c, http = grid.client, grid.client.http
-    token = c.node_token(host_id)
+    token = grid.node_token(host_id)
     body = {
         "role": "allocator",
         "host_id": host_id,
@@ -114,14 +110,6 @@ def host_with_cached_model(grid: Grid, host_id: str, model_id: str, sha: str) ->
             "actuator_capabilities": ["load", "warm", "drain", "unload"],
         },
     }
-    http.put(
-        f"{grid.url}/nodes/{control_record_id(host_id)}",
-        json=body,
-        headers={CONTROL_HEADER: token},
-    ).raise_for_status()
-    http.put(
-        f"{grid.url}/allocator/models/{model_id}",
-        headers=c.operator(),
-        json={"memory_mb": 4096, "min_replicas": 1, "artifact_sha256": sha},
-    ).raise_for_status()
+    grid.register(token, control_record_id(host_id), body)
+    grid.client.put_model(model_id, {"memory_mb": 4096, "min_replicas": 1, "artifact_sha256": sha})
     return token

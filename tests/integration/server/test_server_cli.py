@@ -19,6 +19,13 @@ from grid_core.wire import control_record_id
 
 pytestmark = pytest.mark.integration
 
+
+@pytest.fixture
+def grid(grid_process: Grid) -> Grid:
+    """The CLI is a separate process: it needs the server listening on a real port."""
+    return grid_process
+
+
 GRID_BIN = Path(sys.executable).parent / "grid"
 """The installed console script (the real entry point an operator runs)."""
 
@@ -142,10 +149,10 @@ def test_profile_put_refuses_unknown_fields_runtimes_and_workloads(grid: Grid) -
         ({"memory_mb": 10, "runtimes": ["bogus"]}, "vllm"),
         ({"memory_mb": 10, "workload_scores": {"nonsense": 0.5}}, "coding"),
     ):
-        resp = grid.client.http.put(url, json=body, headers=grid.client.operator())
+        resp = grid.http.put(url, json=body, headers=grid.operator())
         assert resp.status_code == 400, resp.text
         assert named in resp.json()["error"]["message"]
-    assert grid.client.http.get(url).status_code == 404  # nothing was stored
+    assert grid.http.get(url).status_code == 404  # nothing was stored
 
 
 def test_wrong_token_file_and_env_are_refused(grid: Grid, tmp_path: Path) -> None:
@@ -157,7 +164,7 @@ def test_wrong_token_file_and_env_are_refused(grid: Grid, tmp_path: Path) -> Non
     r = run(grid, "allocator", "tick", env={"GRID_ALLOCATOR_CONTROL_TOKEN": "wrong"})
     assert r.returncode == 1
     good = tmp_path / "good-token"
-    good.write_text(grid.client.operator_token)
+    good.write_text(grid.operator_token)
     good.chmod(0o600)
     empty_home = tmp_path / "empty-home"
     r = grid_cli(
@@ -175,12 +182,12 @@ def test_token_write_is_owner_only_and_prints_no_secret(grid: Grid, tmp_path: Pa
     assert doc["host_id"] in r.stdout  # generated id printed once
     assert r.stdout.count(doc["host_id"]) == 1
     assert doc["token"] not in r.stdout + r.stderr
-    assert grid.client.register_host(doc["token"], doc["host_id"]).status_code == 200
+    assert grid.register_host(doc["token"], doc["host_id"]).host_id == doc["host_id"]
     named = tmp_path / "named-token"
     r = run(grid, "allocator", "token", "write", str(named), "--host-id", "host-mac")
     assert r.returncode == 0 and "generated" not in r.stdout
     assert json.loads(named.read_text())["host_id"] == "host-mac"
-    nodes = grid.client.http.get(grid.url + "/nodes").json()["nodes"]
+    nodes = grid.http.get(grid.url + "/nodes").json()["nodes"]
     assert [n["node_id"] for n in nodes] == [control_record_id(doc["host_id"])]
 
 
@@ -327,7 +334,7 @@ def test_up_on_a_non_loopback_address_warns_about_the_exposure(
 
 def test_a_token_file_others_can_read_is_refused(grid: Grid, tmp_path: Path) -> None:
     shared = tmp_path / "shared-token"
-    shared.write_text(grid.client.operator_token)
+    shared.write_text(grid.operator_token)
     shared.chmod(0o644)
     r = run(grid, "allocator", "mode", "observe", "--token-file", str(shared))
     assert r.returncode == 2

@@ -11,7 +11,7 @@ import pytest
 from server_testbed import Grid, host_with_cached_model
 
 from grid_core.wire import CONTROL_HEADER, HeartbeatResponse, control_record_id, decode
-from grid_server.harness import GridClient, start_server
+from grid_server.harness import start_server
 
 pytestmark = pytest.mark.integration
 
@@ -22,34 +22,34 @@ OTHER = "e" * 64
 @contextmanager
 def restarted(grid: Grid) -> Iterator[Grid]:
     """Stop ``grid``'s server and start a new one on the same GRID_HOME (stopped after)."""
+    assert grid.child is not None
     grid.child.stop()
     child = start_server(grid.home)
-    client = GridClient(child.url, grid.home)
+    again = Grid(child.url, grid.home, child=child)
     try:
-        yield Grid(child, grid.home, client)
+        yield again
     finally:
-        client.close()
+        again.close()
         child.stop()
 
 
 def controller_status(grid: Grid, detail: bool = False) -> dict[str, Any]:
     url = grid.url + "/allocator/status" + ("?detail=1" if detail else "")
-    r = grid.client.http.get(url)
+    r = grid.http.get(url)
     r.raise_for_status()
     return r.json()["controller"]
 
 
 def evaluate(grid: Grid, **body: object) -> httpx.Response:
-    return grid.client.http.post(
-        grid.url + "/allocator/evaluations", headers=grid.client.operator(), json=body
-    )
+    return grid.http.post(grid.url + "/allocator/evaluations", headers=grid.operator(), json=body)
 
 
-def test_evaluations_are_recorded_refused_and_survive_a_restart(grid: Grid) -> None:
-    http = grid.client.http
+def test_evaluations_are_recorded_refused_and_survive_a_restart(grid_process: Grid) -> None:
+    grid = grid_process  # a restart is a process lifecycle
+    http = grid.http
     http.put(
         grid.url + "/allocator/models/m-eval",
-        headers=grid.client.operator(),
+        headers=grid.operator(),
         json={"memory_mb": 1000, "artifact_sha256": SHA, "workload_scores": {"coding": 1.0}},
     ).raise_for_status()
     first = evaluate(grid, model_id="m-eval", workload="coding", score=0.8, latency_ms=120.0)
@@ -92,7 +92,7 @@ def test_evaluations_are_recorded_refused_and_survive_a_restart(grid: Grid) -> N
 
 def heartbeat(grid: Grid, token: str, host: str, **body: object) -> HeartbeatResponse:
     node = control_record_id(host)
-    r = grid.client.http.post(
+    r = grid.http.post(
         f"{grid.url}/nodes/{node}/heartbeat",
         headers={CONTROL_HEADER: token},
         json={"node_id": node, **body},
@@ -101,8 +101,9 @@ def heartbeat(grid: Grid, token: str, host: str, **body: object) -> HeartbeatRes
     return decode(r.content, HeartbeatResponse).document
 
 
-def test_acknowledged_warm_duration_is_learned_and_persisted(grid: Grid) -> None:
-    c, http = grid.client, grid.client.http
+def test_acknowledged_warm_duration_is_learned_and_persisted(grid_process: Grid) -> None:
+    grid = grid_process  # a restart is a process lifecycle
+    c, http = grid, grid.http
     token = host_with_cached_model(grid, "host-learn", "m-learn", SHA)
     http.put(
         grid.url + "/allocator/mode", headers=c.operator(), json={"mode": "automatic"}

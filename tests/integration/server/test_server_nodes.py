@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from server_testbed import Engine, Grid, host_with_cached_model, serve_model
 
+from grid_core.client import RequestRefused
 from grid_core.wire import CONTROL_HEADER, HeartbeatResponse, control_record_id, decode
 from grid_server.harness import server_url, start_server
 
@@ -18,7 +19,7 @@ SHA = "c" * 64
 
 def heartbeat(grid: Grid, token: str, host: str, **body: object) -> HeartbeatResponse:
     node = control_record_id(host)
-    r = grid.client.http.post(
+    r = grid.http.post(
         f"{grid.url}/nodes/{node}/heartbeat",
         headers={CONTROL_HEADER: token},
         json={"node_id": node, **body},
@@ -28,8 +29,8 @@ def heartbeat(grid: Grid, token: str, host: str, **body: object) -> HeartbeatRes
 
 
 def test_heartbeat_response_follows_the_wire_contract(grid: Grid) -> None:
-    token = grid.client.node_token("host-1")
-    grid.client.register_host(token, "host-1").raise_for_status()
+    token = grid.node_token("host-1")
+    grid.register_host(token, "host-1")
     resp = heartbeat(
         grid, token, "host-1", load={"active_tasks": 1, "queue_depth": 0}, request_commands=False
     )
@@ -39,9 +40,9 @@ def test_heartbeat_response_follows_the_wire_contract(grid: Grid) -> None:
 
 
 def test_heartbeat_for_an_unregistered_record_is_404(grid: Grid) -> None:
-    token = grid.client.node_token("host-2")
+    token = grid.node_token("host-2")
     node = control_record_id("host-2")
-    r = grid.client.http.post(
+    r = grid.http.post(
         f"{grid.url}/nodes/{node}/heartbeat",
         headers={CONTROL_HEADER: token},
         json={"node_id": node},
@@ -50,8 +51,8 @@ def test_heartbeat_for_an_unregistered_record_is_404(grid: Grid) -> None:
 
 
 def test_malformed_residency_rows_are_reported_and_fail_closed(grid: Grid) -> None:
-    token = grid.client.node_token("host-3")
-    r = grid.client.register_host(
+    token = grid.node_token("host-3")
+    r = grid.register_host(
         token,
         "host-3",
         residencies=[
@@ -59,27 +60,25 @@ def test_malformed_residency_rows_are_reported_and_fail_closed(grid: Grid) -> No
             {"model_id": "bad", "memory_mb": -5, "state": "ready"},
         ],
     )
-    assert r.status_code == 200
-    assert len(r.json()["rejected_rows"]) == 1
-    nodes = grid.client.http.get(grid.url + "/nodes").json()["nodes"]
+    assert len(r.rejected_rows) == 1
+    nodes = grid.http.get(grid.url + "/nodes").json()["nodes"]
     assert nodes[0]["rejected_rows"] == 1
-    grid.client.http.post(
-        grid.url + "/allocator/tick", headers=grid.client.operator()
-    ).raise_for_status()
-    status = grid.client.http.get(grid.url + "/allocator/status?detail=1").json()
+    grid.http.post(grid.url + "/allocator/tick", headers=grid.operator()).raise_for_status()
+    status = grid.http.get(grid.url + "/allocator/status?detail=1").json()
     hosts = status["controller"]["hosts"]
     assert [h["healthy"] for h in hosts if h["host_id"] == "host-3"] == [False]
 
 
 def test_invalid_lifecycle_state_is_refused_whole(grid: Grid) -> None:
-    token = grid.client.node_token("host-4")
-    r = grid.client.register_host(token, "host-4", state="sleeping")
-    assert r.status_code == 400
-    assert grid.client.http.get(grid.url + "/nodes").json()["nodes"] == []
+    token = grid.node_token("host-4")
+    with pytest.raises(RequestRefused) as refused:
+        grid.register_host(token, "host-4", state="sleeping")
+    assert refused.value.status == 400 and "state" in refused.value.message
+    assert grid.http.get(grid.url + "/nodes").json()["nodes"] == []
 
 
 def test_automatic_mode_delivers_a_command_once_marked(grid: Grid) -> None:
-    c, http = grid.client, grid.client.http
+    c, http = grid, grid.http
     token = host_with_cached_model(grid, "host-5", "m-auto", SHA)
     r = http.put(grid.url + "/allocator/mode", headers=c.operator(), json={"mode": "automatic"})
     assert r.status_code == 200 and r.json()["mode"] == "automatic"
@@ -100,12 +99,12 @@ def test_automatic_mode_delivers_a_command_once_marked(grid: Grid) -> None:
 
 
 def test_delete_removes_the_record(grid: Grid) -> None:
-    token = grid.client.node_token("host-6")
-    grid.client.register_host(token, "host-6").raise_for_status()
+    token = grid.node_token("host-6")
+    grid.register_host(token, "host-6")
     node = control_record_id("host-6")
-    r = grid.client.http.delete(f"{grid.url}/nodes/{node}", headers={CONTROL_HEADER: token})
+    r = grid.http.delete(f"{grid.url}/nodes/{node}", headers={CONTROL_HEADER: token})
     assert r.status_code == 200
-    assert grid.client.http.get(grid.url + "/nodes").json()["nodes"] == []
+    assert grid.http.get(grid.url + "/nodes").json()["nodes"] == []
 
 
 def test_graceful_stop_removes_the_server_record(tmp_path: Path) -> None:
@@ -125,7 +124,7 @@ def test_invalid_report_from_a_known_host_fails_it_closed(
 ) -> None:
     eng = engines("m-fc")
     token = serve_model(grid, eng, "host-fc")
-    http = grid.client.http
+    http = grid.http
     assert (
         http.post(
             grid.url + "/v1/chat/completions",
@@ -149,9 +148,9 @@ def test_invalid_report_from_a_known_host_fails_it_closed(
     )
     assert eng.requests() == 1
     # A valid report restores service.
-    grid.client.register_host(
+    grid.register_host(
         token, "host-fc", residencies=[{"model_id": "m-fc", "memory_mb": 1024, "state": "ready"}]
-    ).raise_for_status()
+    )
     assert (
         http.post(
             grid.url + "/v1/chat/completions",

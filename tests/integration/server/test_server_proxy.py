@@ -26,7 +26,7 @@ def post(
     path: str = "/v1/chat/completions",
     headers: dict[str, str] | None = None,
 ) -> httpx.Response:
-    return grid.client.http.post(grid.url + path, json=body, headers=headers)
+    return grid.http.post(grid.url + path, json=body, headers=headers)
 
 
 def test_non_streaming_chat_through_httpx(grid: Grid, engines: Callable[[str], Engine]) -> None:
@@ -46,7 +46,7 @@ def test_streaming_chat_arrives_as_sse_with_final_usage(
 ) -> None:
     eng = engines("m-sse")
     serve_model(grid, eng, "host-1")
-    with grid.client.http.stream(
+    with grid.http.stream(
         "POST", grid.url + "/v1/chat/completions", json={"model": "m-sse", "stream": True, **CHAT}
     ) as r:
         assert r.status_code == 200
@@ -67,48 +67,44 @@ def test_official_openai_client_streaming_and_not(
     client = openai.OpenAI(
         base_url=grid.url + "/v1",
         api_key="unused-by-grid",
-        http_client=httpx.Client(trust_env=False),
+        http_client=grid.http,
         max_retries=0,
     )
-    try:
-        assert [m.id for m in client.models.list()] == ["m-oai"]
-        done = client.chat.completions.create(
-            model="m-oai", messages=[{"role": "user", "content": "hi"}], max_tokens=3
-        )
-        assert done.choices[0].message.content == "tok0 tok1 tok2"
-        assert done.usage is not None and done.usage.completion_tokens == 3
-        stream = client.chat.completions.create(
-            model="m-oai",
-            messages=[{"role": "user", "content": "hi"}],
-            max_tokens=4,
-            stream=True,
-            stream_options={"include_usage": True},
-        )
-        parts, usage = [], None
-        for chunk in stream:
-            if chunk.choices and chunk.choices[0].delta.content:
-                parts.append(chunk.choices[0].delta.content)
-            if chunk.usage is not None:
-                usage = chunk.usage
-        assert "".join(parts).split() == ["tok0", "tok1", "tok2", "tok3"]
-        assert usage is not None and usage.completion_tokens == 4
-        comp = client.completions.create(model="m-oai", prompt="once", max_tokens=2)
-        assert comp.choices[0].text == "tok0 tok1"
-        emb = client.embeddings.create(model="m-oai", input=["a", "b"])
-        assert len(emb.data) == 2 and emb.data[0].embedding == [0.0, 0.5, 1.0]
-        with pytest.raises(openai.NotFoundError):
-            client.chat.completions.create(
-                model="nope", messages=[{"role": "user", "content": "x"}]
-            )
-    finally:
-        client.close()
+    # Not closed here: closing the OpenAI client would close grid.http, which the fixture owns.
+    assert [m.id for m in client.models.list()] == ["m-oai"]
+    done = client.chat.completions.create(
+        model="m-oai", messages=[{"role": "user", "content": "hi"}], max_tokens=3
+    )
+    assert done.choices[0].message.content == "tok0 tok1 tok2"
+    assert done.usage is not None and done.usage.completion_tokens == 3
+    stream = client.chat.completions.create(
+        model="m-oai",
+        messages=[{"role": "user", "content": "hi"}],
+        max_tokens=4,
+        stream=True,
+        stream_options={"include_usage": True},
+    )
+    parts, usage = [], None
+    for chunk in stream:
+        if chunk.choices and chunk.choices[0].delta.content:
+            parts.append(chunk.choices[0].delta.content)
+        if chunk.usage is not None:
+            usage = chunk.usage
+    assert "".join(parts).split() == ["tok0", "tok1", "tok2", "tok3"]
+    assert usage is not None and usage.completion_tokens == 4
+    comp = client.completions.create(model="m-oai", prompt="once", max_tokens=2)
+    assert comp.choices[0].text == "tok0 tok1"
+    emb = client.embeddings.create(model="m-oai", input=["a", "b"])
+    assert len(emb.data) == 2 and emb.data[0].embedding == [0.0, 0.5, 1.0]
+    with pytest.raises(openai.NotFoundError):
+        client.chat.completions.create(model="nope", messages=[{"role": "user", "content": "x"}])
 
 
 def test_errors_are_honest_and_openai_shaped(grid: Grid) -> None:
-    http = grid.client.http
+    http = grid.http
     profile = {"memory_mb": 1000}
     http.put(
-        grid.url + "/allocator/models/m-cold", json=profile, headers=grid.client.operator()
+        grid.url + "/allocator/models/m-cold", json=profile, headers=grid.operator()
     ).raise_for_status()
     r = post(grid, {"model": "m-cold", **CHAT})
     assert r.status_code == 503
@@ -124,7 +120,7 @@ def test_errors_are_honest_and_openai_shaped(grid: Grid) -> None:
     big = b'{"model": "m-cold", "pad": "' + b"x" * MAX_BODY_BYTES + b'"}'
     r = http.post(grid.url + "/v1/chat/completions", content=big)
     assert r.status_code == 413
-    assert grid.client.http.get(grid.url + "/healthz").status_code == 200
+    assert grid.http.get(grid.url + "/healthz").status_code == 200
 
 
 def test_failed_post_is_never_replayed(grid: Grid, engines: Callable[[str], Engine]) -> None:
@@ -165,10 +161,10 @@ def test_breaker_steers_the_next_request_after_a_429(
     second = post(grid, {"model": "m-cb", **CHAT})
     assert second.status_code == 200
     assert first_engine.requests() == 1 and other.requests() == 1
-    status = grid.client.http.get(grid.url + "/allocator/status").json()
+    status = grid.http.get(grid.url + "/allocator/status").json()
     assert [br["model_id"] for br in status["server"]["open_breakers"]] == ["m-cb"]
     # Circuit state steers requests but never changes discovery.
-    ids = [m["id"] for m in grid.client.http.get(grid.url + "/v1/models").json()["data"]]
+    ids = [m["id"] for m in grid.http.get(grid.url + "/v1/models").json()["data"]]
     assert ids == ["m-cb"]
 
 
@@ -187,7 +183,7 @@ def test_loading_or_draining_engine_never_receives_a_request(
     loading, draining_host = engines("m-gate"), engines("m-gate")
     serve_model(grid, loading, "host-loading", residency_state="loading")
     serve_model(grid, draining_host, "host-draining", state="draining")
-    ids = [m["id"] for m in grid.client.http.get(grid.url + "/v1/models").json()["data"]]
+    ids = [m["id"] for m in grid.http.get(grid.url + "/v1/models").json()["data"]]
     assert "m-gate" not in ids
     for _ in range(5):
         assert post(grid, {"model": "m-gate", **CHAT}).status_code == 503
@@ -221,20 +217,18 @@ def test_affinity_key_keeps_a_session_on_one_engine(
 
 def test_requests_feed_demand_without_prompts(grid: Grid, engines: Callable[[str], Engine]) -> None:
     eng = engines("m-demand")
-    grid.client.http.put(
+    grid.http.put(
         grid.url + "/allocator/models/m-demand",
         json={"memory_mb": 1000},
-        headers=grid.client.operator(),
+        headers=grid.operator(),
     ).raise_for_status()
     serve_model(grid, eng, "host-1")
     secret_prompt = "my-private-prompt-text-123"
     for _ in range(5):
         body = {"model": "m-demand", "messages": [{"role": "user", "content": secret_prompt}]}
         assert post(grid, body).status_code == 200
-    grid.client.http.post(
-        grid.url + "/allocator/tick", headers=grid.client.operator()
-    ).raise_for_status()
-    status = grid.client.http.get(grid.url + "/allocator/status?detail=1")
+    grid.http.post(grid.url + "/allocator/tick", headers=grid.operator()).raise_for_status()
+    status = grid.http.get(grid.url + "/allocator/status?detail=1")
     forecast = status.json()["controller"]["forecasts"]["m-demand"]
     assert forecast["request_rate_rps"] > 0
     assert secret_prompt not in status.text
@@ -244,13 +238,13 @@ def test_auto_model_goes_to_the_best_scored_ready_model(
     grid: Grid, engines: Callable[[str], Engine]
 ) -> None:
     coder, general = engines("m-coder"), engines("m-general")
-    op = grid.client.operator()
-    grid.client.http.put(
+    op = grid.operator()
+    grid.http.put(
         grid.url + "/allocator/models/m-coder",
         headers=op,
         json={"memory_mb": 1000, "workload_scores": {"coding": 1.0, "general": 0.2}},
     ).raise_for_status()
-    grid.client.http.put(
+    grid.http.put(
         grid.url + "/allocator/models/m-general",
         headers=op,
         json={"memory_mb": 1000, "workload_scores": {"coding": 0.3, "general": 1.0}},
@@ -272,12 +266,13 @@ def test_auto_model_goes_to_the_best_scored_ready_model(
 
 
 def test_client_hangup_stops_relaying_a_stream(
-    grid: Grid, engines: Callable[[str], Engine]
+    grid_process: Grid, engines: Callable[[str], Engine]
 ) -> None:
+    grid = grid_process  # hanging up needs a real connection to close
     eng = engines("m-hang")
     serve_model(grid, eng, "host-1")
     eng.behave(token_delay_ms=50)  # 4000 tokens would take over three minutes
-    with grid.client.http.stream(
+    with grid.http.stream(
         "POST",
         grid.url + "/v1/chat/completions",
         json={
@@ -291,7 +286,7 @@ def test_client_hangup_stops_relaying_a_stream(
         assert first.startswith("data: ")
 
     def inflight() -> int:
-        st = grid.client.http.get(grid.url + "/allocator/status").json()
+        st = grid.http.get(grid.url + "/allocator/status").json()
         return int(st["server"]["inflight_requests"])
 
     wait_until_sync(lambda: inflight() == 0, timeout_s=30.0)
@@ -309,5 +304,5 @@ def test_two_5xx_open_the_only_route_without_hiding_the_model(
     refused = post(grid, {"model": "m-5xx", **CHAT})
     assert refused.status_code == 503 and refused.json()["error"]["code"] == "model_not_ready"
     assert eng.requests() == 2  # the open breaker kept the third request off the engine
-    ids = [m["id"] for m in grid.client.http.get(grid.url + "/v1/models").json()["data"]]
+    ids = [m["id"] for m in grid.http.get(grid.url + "/v1/models").json()["data"]]
     assert ids == ["m-5xx"]

@@ -10,6 +10,7 @@ import httpx
 import pytest
 from server_testbed import Engine, Grid, serve_model
 
+from grid_core.client import RequestRefused
 from grid_core.wire import CONTROL_HEADER, OPERATOR_HEADER, control_record_id, engine_record_id
 from grid_server.home import OPERATOR_TOKEN_FILE, SIGNING_KEY_FILE
 
@@ -28,7 +29,7 @@ MUTATIONS: list[tuple[str, str, object]] = [
 def call(
     grid: Grid, method: str, path: str, body: object, headers: dict[str, str]
 ) -> httpx.Response:
-    return grid.client.http.request(
+    return grid.http.request(
         method, grid.url + path, headers=headers, json=body if body is not None else None
     )
 
@@ -37,7 +38,7 @@ def call(
 def test_every_mutation_needs_the_operator_capability(
     grid: Grid, method: str, path: str, body: object
 ) -> None:
-    good = grid.client.operator_token
+    good = grid.operator_token
     for headers in (
         {},
         {OPERATOR_HEADER: "wrong"},
@@ -48,22 +49,22 @@ def test_every_mutation_needs_the_operator_capability(
         r = call(grid, method, path, body, headers)
         assert r.status_code == 401, (headers, r.text)
         assert good not in r.text
-    status = grid.client.http.get(grid.url + "/allocator/status").json()
+    status = grid.http.get(grid.url + "/allocator/status").json()
     assert status["server"]["profiles"] == []
     assert status["mode"] == "recommend"
 
 
 def test_bearer_form_of_the_operator_capability_works(grid: Grid) -> None:
-    r = grid.client.http.put(
+    r = grid.http.put(
         grid.url + "/allocator/mode",
         json={"mode": "observe"},
-        headers={"authorization": f"Bearer {grid.client.operator_token}"},
+        headers={"authorization": f"Bearer {grid.operator_token}"},
     )
     assert r.status_code == 200 and r.json()["mode"] == "observe"
 
 
 def test_node_routes_need_a_credential(grid: Grid) -> None:
-    http = grid.client.http
+    http = grid.http
     body = {"role": "allocator", "host_id": "h1", "resources": {"capacity_mb": 1}}
     node = control_record_id("h1")
     assert http.put(f"{grid.url}/nodes/{node}", json=body).status_code == 401
@@ -81,17 +82,17 @@ def test_node_routes_need_a_credential(grid: Grid) -> None:
         http.put(
             f"{grid.url}/nodes/{node}",
             json=body,
-            headers={CONTROL_HEADER: grid.client.operator_token},
+            headers={CONTROL_HEADER: grid.operator_token},
         ).status_code
         == 401
     )
 
 
 def test_host_a_credential_is_refused_for_host_b(grid: Grid) -> None:
-    http, c = grid.client.http, grid.client
+    http, c = grid.http, grid
     token_a = c.node_token("host-a")
     token_b = c.node_token("host-b")
-    c.register_host(token_b, "host-b").raise_for_status()
+    c.register_host(token_b, "host-b")
     # Squatting B's control record: body naming B, or body naming A at B's derived id.
     r = http.put(
         f"{grid.url}/nodes/{control_record_id('host-b')}",
@@ -127,24 +128,29 @@ def test_host_a_credential_is_refused_for_host_b(grid: Grid) -> None:
 
 
 def test_expired_node_credential_is_refused(grid: Grid) -> None:
-    token = grid.client.node_token("host-x", ttl_s=1.0)
-    assert grid.client.register_host(token, "host-x").status_code == 200
+    token = grid.node_token("host-x", ttl_s=1.0)
+    assert grid.register_host(token, "host-x").host_id == "host-x"
     time.sleep(1.2)
-    r = grid.client.register_host(token, "host-x")
-    assert r.status_code == 401 and "expired" in r.json()["error"]["message"]
+    with pytest.raises(RequestRefused) as refused:
+        grid.register_host(token, "host-x")
+    assert refused.value.status == 401 and "expired" in refused.value.message
 
 
 def test_plain_http_engine_off_loopback_is_refused(grid: Grid) -> None:
-    token = grid.client.node_token("host-y")
-    r = grid.client.register_engine(token, "host-y", "m", "http://10.1.2.3:8080", "k")
-    assert r.status_code == 400
+    token = grid.node_token("host-y")
+    with pytest.raises(RequestRefused) as refused:
+        grid.register_engine(token, "host-y", "m", "http://10.1.2.3:8080", "k")
+    assert refused.value.status == 400
 
 
-def test_no_secret_in_status_nodes_or_logs(grid: Grid, engines: Callable[[str], Engine]) -> None:
+def test_no_secret_in_status_nodes_or_logs(
+    grid_process: Grid, engines: Callable[[str], Engine]
+) -> None:
+    grid = grid_process  # the server's own log is part of what is checked
     eng = engines("m-secret")
     token = serve_model(grid, eng, "host-s")
-    http = grid.client.http
-    operator = grid.client.operator_token
+    http = grid.http
+    operator = grid.operator_token
     signing = (grid.home / SIGNING_KEY_FILE).read_text().strip()
     assert (
         http.post(
@@ -153,7 +159,7 @@ def test_no_secret_in_status_nodes_or_logs(grid: Grid, engines: Callable[[str], 
         ).status_code
         == 200
     )
-    http.post(grid.url + "/allocator/tick", headers=grid.client.operator()).raise_for_status()
+    http.post(grid.url + "/allocator/tick", headers=grid.operator()).raise_for_status()
     http.put(
         grid.url + "/allocator/mode",
         headers={OPERATOR_HEADER: "wrong-token"},

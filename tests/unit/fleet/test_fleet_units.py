@@ -344,6 +344,8 @@ def test_refused_operator_token_names_the_fleet_token_file(tmp_path):
 
     from grid_fleet import lifecycle
 
+    from grid_core.client import Calls
+
     class Refuse(BaseHTTPRequestHandler):
         def do_PUT(self):
             body = b'{"detail": "use the token from $GRID_HOME/operator-token"}'
@@ -364,7 +366,7 @@ def test_refused_operator_token_names_the_fleet_token_file(tmp_path):
     try:
         url = f"http://127.0.0.1:{srv.server_address[1]}"
         with pytest.raises(lifecycle.UnavailableError) as exc:
-            lifecycle._api(url, root, "PUT", "/allocator/mode", {"mode": "recommend"})
+            lifecycle._api(url, root, Calls.set_mode("recommend"))
     finally:
         srv.shutdown()
         srv.server_close()
