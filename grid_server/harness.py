@@ -9,12 +9,14 @@ from __future__ import annotations
 import json
 import secrets
 import sys
-from collections.abc import Mapping
+import threading
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
 import msgspec
+import uvicorn
 
 from grid_core.bodies import Registered
 from grid_core.client import Call, GridClient
@@ -31,6 +33,7 @@ from grid_core.system import (
 from grid_core.wire import OPERATOR_HEADER, control_record_id, engine_record_id
 from grid_server.context import NO_DELAY
 from grid_server.home import OPERATOR_TOKEN_FILE, SERVER_FILE
+from grid_server.proxy import Receive, Scope, Send
 
 START_TIMEOUT_S = 30.0
 """Child start budget on a busy two-core machine (imports dominate)."""
@@ -115,6 +118,66 @@ def start_fake_engine(workdir: Path, model: str, api_key: str | None = None) -> 
         env,
     )
     return Child(pid, _wait_for_file(url_file, pid, log), log), api_key
+
+
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+
+@dataclass
+class ThreadServer:
+    """An ASGI app served by uvicorn on a loopback socket from a thread of this process.
+
+    For FAKE engines in tests: the proxy reaches them over real HTTP, without the start-up
+    cost of a Python process per engine. :meth:`stop` closes the socket, so a stopped engine
+    refuses connections like a dead process does.
+    """
+
+    url: str
+    server: uvicorn.Server
+    thread: threading.Thread
+
+    def stop(self) -> None:
+        """Stop serving and wait for the thread (idempotent)."""
+        self.server.should_exit = True
+        self.thread.join(STOP_GRACE_S)
+
+
+def serve_in_thread(app: ASGIApp, name: str) -> ThreadServer:
+    """Serve ``app`` on a free loopback port from a daemon thread; returns once it listens.
+
+    Raises:
+        RuntimeError: the server did not start within :data:`START_TIMEOUT_S`.
+    """
+    from grid_server.serve import bind, url_of
+
+    sock = bind("127.0.0.1", 0)
+    config = uvicorn.Config(app, lifespan="off", access_log=False, log_level="warning")
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name=name, daemon=True)
+    thread.start()
+    url = url_of(sock)
+    if (
+        not wait_until_sync(
+            lambda: server.started or not thread.is_alive(),
+            timeout_s=START_TIMEOUT_S,
+            interval_s=START_POLL_S,
+        )
+        or not server.started
+    ):
+        server.should_exit = True
+        thread.join(STOP_GRACE_S)
+        sock.close()
+        msg = f"{name} did not start serving within {START_TIMEOUT_S:.0f} s"
+        raise RuntimeError(msg)
+    return ThreadServer(url, server, thread)
+
+
+def fake_engine_in_thread(model: str, api_key: str | None = None) -> tuple[ThreadServer, str]:
+    """A FAKE engine for ``model`` served from this process; returns it and its API key."""
+    from grid_server.fake_engine import FakeEngine
+
+    api_key = api_key or secrets.token_urlsafe(24)
+    return serve_in_thread(FakeEngine(model, api_key), f"fake-engine-{model}"), api_key
 
 
 def start_server(home: Path, tick_interval_s: float | None = None) -> Child:

@@ -110,7 +110,7 @@ async def test_heartbeats_keep_flowing_while_a_failed_warm_up_is_stopped(
             if request.url.path.endswith(f"/nodes/ctl.{agent.state.host_id}/heartbeat"):
                 beats.append(time.time())
 
-        agent._client.event_hooks["request"].append(record)
+        agent._client.http.event_hooks["request"].append(record)
         async with anyio.create_task_group() as tg:
             stop = asyncio.Event()
             tg.start_soon(agent.run, stop)

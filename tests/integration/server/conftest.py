@@ -2,10 +2,12 @@
 
 ``grid`` runs the real application in this process through Litestar's test client (the
 ASGI app, its lifespan and the controller task, no socket): most HTTP API tests need no
-process of their own. ``grid_process`` starts the server as a loopback child process for the
-tests that exercise process behaviour (restart, graceful stop, the server's own log, a
-client hanging up on a real connection). Every child is stopped by PID in the fixture's
-``finally`` (even when the test fails), and all files live under pytest's ``tmp_path``.
+process of their own. FAKE engines are served from threads on loopback sockets, so the
+proxy still relays over real HTTP. ``grid_process`` starts the server as a loopback child
+process for the tests that exercise process behaviour (the CLI, restart, graceful stop, the
+server's own log, a client hanging up on a real connection). Every child process is stopped
+by PID in the fixture's ``finally`` (even when the test fails), and all files live under
+pytest's ``tmp_path``.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from server_testbed import Engine, Grid
 from grid_core.plugins import get_plugins
 from grid_server.app import build_app
 from grid_server.context import ServerContext
-from grid_server.harness import Child, start_fake_engine, start_server
+from grid_server.harness import ThreadServer, fake_engine_in_thread, start_server
 
 IN_PROCESS_URL = "http://127.0.0.1:22100"
 """Base URL the in-process app is addressed by (no socket is bound; loopback, so the
@@ -55,19 +57,18 @@ def grid_process(tmp_path: Path) -> Iterator[Grid]:
 
 
 @pytest.fixture
-def engines(tmp_path: Path) -> Iterator[Callable[[str], Engine]]:
-    """Factory of FAKE engines; all are stopped at teardown."""
-    started: list[Child] = []
-    work = tmp_path / "engines"
-    work.mkdir()
+def engines() -> Iterator[Callable[[str], Engine]]:
+    """Factory of FAKE engines served from threads of this process (real loopback HTTP);
+    all are stopped at teardown."""
+    started: list[ThreadServer] = []
 
     def make(model: str) -> Engine:
-        child, key = start_fake_engine(work, model)
-        started.append(child)
-        return Engine(child, key, model)
+        server, key = fake_engine_in_thread(model)
+        started.append(server)
+        return Engine(server, key, model)
 
     try:
         yield make
     finally:
-        for child in started:
-            child.stop()
+        for server in started:
+            server.stop()

@@ -8,14 +8,14 @@ from typing import Any
 import httpx
 
 from grid_core.wire import control_record_id
-from grid_server.harness import Child, Testbed
+from grid_server.harness import Child, Testbed, ThreadServer
 
 
 @dataclass
 class Engine:
-    """A running FAKE engine and its key."""
+    """A running FAKE engine and its key (``child.stop()`` makes it unreachable)."""
 
-    child: Child
+    child: ThreadServer
     key: str
     model: str
 
