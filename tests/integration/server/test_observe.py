@@ -22,6 +22,14 @@ from grid_server.app import build_app
 
 pytestmark = pytest.mark.integration
 
+
+@pytest.fixture
+def grid(grid_process: Grid) -> Grid:
+    """These tests need the server listening on a real port (raw sockets, the CLI, or
+    connection behaviour), so they use the server process."""
+    return grid_process
+
+
 GRID_BIN = Path(sys.executable).parent / "grid"
 AFFINITY_KEYS = 1200
 """More distinct affinity keys than the 1,000 the cardinality bound is stated for."""
@@ -54,15 +62,13 @@ def test_metrics_report_controller_router_and_nodes_with_bounded_labels(
 ) -> None:
     engine: Engine = engines("tiny.gguf")
     serve_model(grid, engine, "host-a")
-    grid.client.http.put(
+    grid.http.put(
         f"{grid.url}/allocator/models/tiny.gguf",
-        headers=grid.client.operator(),
+        headers=grid.operator(),
         json={"memory_mb": 1024, "min_replicas": 1},
     ).raise_for_status()
-    grid.client.http.post(
-        f"{grid.url}/allocator/tick", headers=grid.client.operator()
-    ).raise_for_status()
-    grid.client.wait_ready("tiny.gguf")
+    grid.http.post(f"{grid.url}/allocator/tick", headers=grid.operator()).raise_for_status()
+    grid.wait_ready("tiny.gguf")
     with httpx.Client(base_url=grid.url, timeout=30.0, trust_env=False) as http:
         for i in range(AFFINITY_KEYS):
             r = http.post(
@@ -76,9 +82,9 @@ def test_metrics_report_controller_router_and_nodes_with_bounded_labels(
             )
             assert r.status_code == 200, r.text
         # A configured model with no engine: 503 with Retry-After.
-        grid.client.http.put(
+        grid.http.put(
             f"{grid.url}/allocator/models/cold.gguf",
-            headers=grid.client.operator(),
+            headers=grid.operator(),
             json={"memory_mb": 1024},
         ).raise_for_status()
         cold = http.post("/v1/completions", json={"model": "cold.gguf", "prompt": "x"})
@@ -86,7 +92,7 @@ def test_metrics_report_controller_router_and_nodes_with_bounded_labels(
         # Unknown names chosen by callers never become labels.
         for i in range(20):
             http.post("/v1/completions", json={"model": f"made-up-{i}", "prompt": "x"})
-        http.post(f"{grid.url}/allocator/tick", headers=grid.client.operator()).raise_for_status()
+        http.post(f"{grid.url}/allocator/tick", headers=grid.operator()).raise_for_status()
         text = http.get("/metrics").text
         history = http.get("/dashboard/history").json()["points"]
     # The dashboard's charts: one point per pass (at most every 2 s), every configured model.
@@ -219,7 +225,7 @@ def test_dashboard_files_are_served_without_any_external_reference(grid: Grid):
 def _host(
     grid: Grid, host_id: str, capacity_mb: int, *, state="accepting", max_models=0, res=()
 ) -> None:
-    token = grid.client.node_token(host_id)
+    token = grid.node_token(host_id)
     body = {
         "role": "allocator",
         "host_id": host_id,
@@ -238,7 +244,7 @@ def _host(
             "actuator_capabilities": ["load", "warm", "drain", "unload"],
         },
     }
-    grid.client.http.put(
+    grid.http.put(
         f"{grid.url}/nodes/{control_record_id(host_id)}",
         json=body,
         headers={CONTROL_HEADER: token},
@@ -246,15 +252,13 @@ def _host(
 
 
 def _profile(grid: Grid, model_id: str, **fields: object) -> None:
-    grid.client.http.put(
-        f"{grid.url}/allocator/models/{model_id}", headers=grid.client.operator(), json=fields
+    grid.http.put(
+        f"{grid.url}/allocator/models/{model_id}", headers=grid.operator(), json=fields
     ).raise_for_status()
 
 
 def _explained(grid: Grid, model_id: str) -> tuple[dict, str]:
-    grid.client.http.post(
-        f"{grid.url}/allocator/tick", headers=grid.client.operator()
-    ).raise_for_status()
+    grid.http.post(f"{grid.url}/allocator/tick", headers=grid.operator()).raise_for_status()
     as_json = cli(grid, "allocator", "explain", model_id, "--json")
     assert as_json.returncode == 0, as_json.stderr
     text = cli(grid, "allocator", "explain", model_id)
@@ -316,9 +320,7 @@ def test_status_renders_hosts_models_actions_and_unmet_tables(grid: Grid):
     _profile(grid, "busy.gguf", memory_mb=1024, min_replicas=1)
     _profile(grid, "cold.gguf", memory_mb=1024, min_replicas=1)
     _host(grid, "host-a", 16384, max_models=1, res=[("busy.gguf", 1024)])
-    grid.client.http.post(
-        f"{grid.url}/allocator/tick", headers=grid.client.operator()
-    ).raise_for_status()
+    grid.http.post(f"{grid.url}/allocator/tick", headers=grid.operator()).raise_for_status()
     out = cli(grid, "allocator", "status")
     assert out.returncode == 0, out.stderr
     text = out.stdout

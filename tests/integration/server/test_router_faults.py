@@ -22,15 +22,23 @@ from grid_core.system import wait_until_sync
 
 pytestmark = pytest.mark.integration
 
+
+@pytest.fixture
+def grid(grid_process: Grid) -> Grid:
+    """These tests need the server listening on a real port (raw sockets, the CLI, or
+    connection behaviour), so they use the server process."""
+    return grid_process
+
+
 CHAT = {"messages": [{"role": "user", "content": "hello"}], "max_tokens": 5}
 
 
 def post(grid: Grid, body: object, path: str = "/v1/chat/completions") -> httpx.Response:
-    return grid.client.http.post(grid.url + path, json=body)
+    return grid.http.post(grid.url + path, json=body)
 
 
 def status(grid: Grid) -> dict[str, object]:
-    doc: dict[str, object] = grid.client.http.get(grid.url + "/allocator/status").json()
+    doc: dict[str, object] = grid.http.get(grid.url + "/allocator/status").json()
     return doc
 
 
@@ -41,18 +49,16 @@ def open_breakers(grid: Grid) -> list[object]:
 
 
 def profile(grid: Grid, model: str, **fields: object) -> None:
-    grid.client.http.put(
+    grid.http.put(
         f"{grid.url}/allocator/models/{model}",
         json={"memory_mb": 1000, **fields},
-        headers=grid.client.operator(),
+        headers=grid.operator(),
     ).raise_for_status()
 
 
 def forecasts(grid: Grid) -> dict[str, dict[str, object]]:
-    grid.client.http.post(
-        grid.url + "/allocator/tick", headers=grid.client.operator()
-    ).raise_for_status()
-    doc = grid.client.http.get(grid.url + "/allocator/status?detail=1").json()
+    grid.http.post(grid.url + "/allocator/tick", headers=grid.operator()).raise_for_status()
+    doc = grid.http.get(grid.url + "/allocator/status?detail=1").json()
     out: dict[str, dict[str, object]] = doc["controller"]["forecasts"]
     return out
 
@@ -75,7 +81,7 @@ def test_streamed_and_non_streamed_requests_forecast_the_same_demand(
     profile(grid, "m-json")
     serve_model(grid, sse, "host-sse")
     serve_model(grid, plain, "host-json")
-    http = grid.client.http
+    http = grid.http
     for _ in range(100):
         assert stream(http, grid, "m-sse") == 200
         assert post(grid, {"model": "m-json", **CHAT}).status_code == 200
@@ -97,7 +103,7 @@ def test_a_streamed_success_closes_an_open_breaker(
     assert open_breakers(grid)
     # The half-open probe is a stream: retry while the breaker still answers 503.
     code = wait_until_sync(
-        lambda: (c := stream(grid.client.http, grid, "m-heal")) != 503 and c,
+        lambda: (c := stream(grid.http, grid, "m-heal")) != 503 and c,
         timeout_s=10.0,
         interval_s=0.2,
     )
@@ -105,7 +111,7 @@ def test_a_streamed_success_closes_an_open_breaker(
     assert open_breakers(grid) == []
     # Closed for real: concurrent requests all go through, not one at a time.
     with ThreadPoolExecutor(8) as pool:
-        codes = list(pool.map(lambda _: stream(grid.client.http, grid, "m-heal"), range(16)))
+        codes = list(pool.map(lambda _: stream(grid.http, grid, "m-heal"), range(16)))
     assert codes == [200] * 16
 
 
@@ -269,10 +275,10 @@ def test_get_model_by_id_answers_like_the_openai_api(
 ) -> None:
     eng = engines("org/m-named")
     serve_model(grid, eng, "host-1")
-    r = grid.client.http.get(grid.url + "/v1/models/org/m-named")
+    r = grid.http.get(grid.url + "/v1/models/org/m-named")
     assert r.status_code == 200
     assert r.json() == {"id": "org/m-named", "object": "model", "created": 0, "owned_by": "grid"}
-    missing = grid.client.http.get(grid.url + "/v1/models/nope")
+    missing = grid.http.get(grid.url + "/v1/models/nope")
     assert missing.status_code == 404
     assert missing.json()["error"]["code"] == "model_not_found"
 
