@@ -11,7 +11,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from grid_core.client import GridClient
+from grid_core.api import GridClient
 
 POLL_S = 0.5
 """Status reads per second while watching: residency states last seconds, so 0.5 s catches
