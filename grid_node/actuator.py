@@ -19,7 +19,7 @@ import psutil
 
 from grid_core.errors import GridError, UnavailableError
 from grid_core.protection import ProtectionDecision
-from grid_core.runtime import ArtifactSpec, ChildRecord, RuntimeAdapter
+from grid_core.runtime import ArtifactSpec, ChildRecord, Probe, RuntimeAdapter
 from grid_core.system.runtime_host import LocalRuntimeHost
 from grid_core.wire import (
     Acknowledgement,
@@ -69,7 +69,7 @@ class Actuator:
     adapters: Mapping[str, RuntimeAdapter]
     on_route_change: Callable[[], Awaitable[None]] | None = None
     events: list[str] = field(default_factory=list)
-    probes: dict[str, object] = field(default_factory=dict)
+    probes: dict[str, Probe] = field(default_factory=dict)
     _lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
     def __post_init__(self) -> None:

@@ -18,7 +18,7 @@ import json
 import os
 import time
 from pathlib import Path
-from typing import TypeVar
+from typing import Protocol, TypeVar, runtime_checkable
 
 import httpx
 import msgspec
@@ -26,7 +26,13 @@ import msgspec
 from grid_core.client import AsyncGridClient, Call, Calls, RequestRefused
 from grid_core.errors import AuthError, GridError, StateError
 from grid_core.plugins import Plugins
-from grid_core.protection import Override, ProtectionDecision, ProtectionPolicy, step
+from grid_core.protection import (
+    DEFAULT_THROTTLE_FRACTION,
+    Override,
+    ProtectionDecision,
+    ProtectionPolicy,
+    step,
+)
 from grid_core.system import birth_of, grid_home, write_atomic
 from grid_core.wire import (
     MAX_LIST,
@@ -54,6 +60,16 @@ READY_LEASE_BEATS = 3
 CAPABILITIES: list[Capability] = ["load", "warm", "drain", "unload", "evict"]
 
 T = TypeVar("T")
+
+
+@runtime_checkable
+class NamedExecutable(Protocol):
+    """A runtime adapter whose engine binary the node configuration may name
+    (``--llama-server`` for the ``llama.cpp`` adapter)."""
+
+    def use_executable(self, executable: str) -> None:
+        """Run ``executable`` as the engine."""
+        ...
 
 
 def read_override(state_dir: Path) -> Override | None:
@@ -113,10 +129,15 @@ class NodeAgent:
         self.plugins = plugins
         self.instance = instance
         self.store = StateFile(config.state_dir)
-        policy = {"dedicated": config.dedicated, "unknown": config.unknown_sensors}
-        if config.throttle_fraction is not None:
-            policy["throttle_fraction"] = config.throttle_fraction
-        self.policy = ProtectionPolicy(**policy)  # type: ignore[arg-type]
+        self.policy = ProtectionPolicy(
+            dedicated=config.dedicated,
+            unknown=config.unknown_sensor_policy,
+            throttle_fraction=(
+                DEFAULT_THROTTLE_FRACTION
+                if config.throttle_fraction is None
+                else config.throttle_fraction
+            ),
+        )
         self.decision: ProtectionDecision | None = None
         self.actuator: Actuator | None = None
         self.credential: Credential | None = None
@@ -145,8 +166,8 @@ class NodeAgent:
         state = self.store.load_or_create(host_id)
         adapters = self.plugins.runtime_adapters()
         llama = adapters.get("llama.cpp")
-        if llama is not None and self.config.llama_server:
-            llama._configured = self.config.llama_server  # type: ignore[attr-defined]
+        if isinstance(llama, NamedExecutable) and self.config.llama_server:
+            llama.use_executable(self.config.llama_server)
         self.actuator = Actuator(
             config=self.config,
             store=self.store,
@@ -322,6 +343,7 @@ class NodeAgent:
 
     def _resources(self) -> Resources:
         assert self.decision is not None
+        assert self.actuator is not None
         return telemetry.resources(
             capacity_share=self.config.capacity_share,
             managed_pids=[c.pid for c in self.state.children.values()],
@@ -346,7 +368,8 @@ class NodeAgent:
 
     async def _heartbeat(self, *, request_commands: bool) -> None:
         pending = [r for r in self.state.receipts if not r.delivered]
-        active = sum(getattr(p, "active_requests", 0) or 0 for p in self.actuator.probes.values())
+        assert self.actuator is not None
+        active = sum(p.active_requests or 0 for p in self.actuator.probes.values())
         hb = Heartbeat(
             node_id=self.node_id,
             host_id=self.state.host_id,

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 from grid_core.client import PlainHttpRefused, check_credential_transport
 from grid_core.errors import ValidationError
@@ -94,6 +95,11 @@ class NodeConfig:
     unknown_sensors: str = "ignore"
     throttle_fraction: float | None = None
     """Share of capacity offered while throttled (None: the protection default)."""
+
+    @property
+    def unknown_sensor_policy(self) -> Literal["ignore", "throttle"]:
+        """``unknown_sensors`` as the protection policy spells it (validated on construction)."""
+        return "throttle" if self.unknown_sensors == "throttle" else "ignore"
 
     def __post_init__(self) -> None:
         if self.throttle_fraction is not None and not 0.0 <= self.throttle_fraction <= 1.0:

@@ -40,8 +40,8 @@ class CliError(GridError):
     ) -> None:
         super().__init__(message)
         self.exit_code = exit_code
-        self.http_status = http_status
-        """The server's HTTP status when the failure is a refused request, else None."""
+        if http_status is not None:  # the server's status for a refused request
+            self.http_status = http_status
 
 
 def home_dir() -> Path:

@@ -95,6 +95,10 @@ class LlamaCppAdapter:
         self.ready_timeout_s = ready_timeout_s
         self.term_grace_s = term_grace_s
 
+    def use_executable(self, executable: str) -> None:
+        """Run ``executable`` as llama-server (the node's ``--llama-server`` option)."""
+        self._configured = executable
+
     def executable(self) -> Path:
         """The resolved ``llama-server`` (raises NotFoundError with the install hint)."""
         return find_llama_server(self._configured)
