@@ -1,6 +1,6 @@
 """Deadline polling: wait until a condition holds or a deadline passes.
 
-The async form runs on anyio (``move_on_after``), so it never blocks the event loop; the
+The async form runs on anyio (a cancel scope with a deadline), so it never blocks the loop; the
 synchronous twin exists only for callers that are synchronous themselves (CLI commands, test
 helpers outside an event loop).
 """
@@ -42,25 +42,35 @@ async def wait_until(
     """Call ``predicate`` every ``interval_s`` seconds until it returns a truthy value.
 
     ``predicate`` may be a plain or an async callable; an exception it raises ends the wait
-    and propagates (that is how a caller aborts early, e.g. when a child exited). An await
-    inside ``predicate`` is cancelled when the deadline passes.
+    and propagates (that is how a caller aborts early, e.g. when a child exited). It runs at
+    least once, to completion, even when ``timeout_s`` is 0 (so a zero budget still reads the
+    current state); an await inside a later check is cancelled when the deadline passes.
 
     Args:
         predicate: the condition; its first truthy result is returned.
-        timeout_s: seconds until the wait gives up.
+        timeout_s: seconds until the wait gives up (counted from the call).
         interval_s: seconds between checks.
 
     Returns:
         The first truthy result, or ``None`` when ``timeout_s`` passed first.
     """
-    with anyio.move_on_after(timeout_s):
+
+    async def check() -> T:
+        result = predicate()
+        if inspect.isawaitable(result):
+            result = await result
+        return cast(T, result)
+
+    deadline = anyio.current_time() + timeout_s
+    first = await check()
+    if first:
+        return first
+    with anyio.CancelScope(deadline=deadline):
         while True:
-            result = predicate()
-            if inspect.isawaitable(result):
-                result = await result
-            if result:
-                return cast(T, result)
             await anyio.sleep(interval_s)
+            result = await check()
+            if result:
+                return result
     return None
 
 

@@ -9,6 +9,7 @@ import sys
 import time
 from pathlib import Path
 
+import anyio
 import pytest
 
 from grid_core.errors import ForbiddenError, StateError
@@ -189,6 +190,15 @@ async def test_wait_until_returns_the_first_truthy_value_or_none_at_the_deadline
 
 
 @pytest.mark.anyio
+async def test_wait_until_reads_the_state_once_even_with_a_zero_budget():
+    async def slow_reading() -> int:
+        await anyio.sleep(0.05)  # like an HTTP probe: it must not be cancelled at once
+        return 7
+
+    assert await wait_until(slow_reading, timeout_s=0.0) == 7
+
+
+@pytest.mark.anyio
 async def test_wait_until_propagates_the_predicate_error():
     def boom() -> bool:
         raise StateError("child exited")
@@ -199,8 +209,6 @@ async def test_wait_until_propagates_the_predicate_error():
 
 @pytest.mark.anyio
 async def test_wait_until_lets_other_tasks_run():
-    import anyio
-
     ticks: list[float] = []
 
     async def ticker() -> None:
