@@ -42,6 +42,10 @@ SCARCITY_PENALTY = 80.0
 """Score cost of one expected lost placement of another still-short model: above best fit
 (10) and hardware priors, below a new failure domain (100), cached weights (300) and a ready
 residency (1000), so scarcity steers new replicas but never undoes locality."""
+MIN_SCARCE_NEED = 0.1
+"""A model that needs fewer than one in ten of the hosts where it fits is not squeezed out
+anywhere: it is left out of the prices (on the bench fleets this placed as much or more and
+cut pricing work on roomy fleets by a third)."""
 SLOT_WASTE_WEIGHT = 0.5
 """Share of a contended slot's price that depends on fit: a slot stands for its host's free
 memory divided by its free slots, and a replica much smaller than that share wastes what
@@ -191,7 +195,8 @@ class PlanState:
 
         For each model of priority ``<= priority`` (all models when ``None``) that still
         misses replicas, ``need = missing / hosts where it fits now`` (at most 1) is the
-        chance it needs any one of those hosts. Each host keeps its needy models sorted by
+        chance it needs any one of those hosts; needs below :data:`MIN_SCARCE_NEED` are
+        left out. Each host keeps its needy models sorted by
         footprint with prefix sums, so :meth:`scarcity` prices one placement in O(log n).
         Recomputed when a priority class starts: placements of higher classes are final.
         """
@@ -218,6 +223,8 @@ class PlanState:
             if not fits:
                 continue
             need = min(1.0, missing / len(fits))
+            if need < MIN_SCARCE_NEED:
+                continue
             for hi in fits:
                 rows.setdefault(hi, []).append((mems[hi], need, mi))
         self.scarce = {}
