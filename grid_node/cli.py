@@ -6,38 +6,21 @@ on one machine side by side, each with its own state, credential, port range and
 
 from __future__ import annotations
 
-import asyncio
 import json
-import os
-import sys
 import time
-import uuid
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
+import msgspec
 import typer
 
 from grid_core.cliregistry import CliRegistry
-from grid_core.errors import ConflictError, NotFoundError, UnavailableError, ValidationError
+from grid_core.errors import NotFoundError, ValidationError
 from grid_core.protection import Override, OverrideKind
-from grid_core.system import (
-    ProcessIdentity,
-    Proof,
-    exit_status,
-    grid_home,
-    spawn_detached,
-    stop_process_sync,
-    wait_until_sync,
-)
-from grid_node.agent import AGENT_FILE, read_override, write_override
-from grid_node.config import DEFAULT_GRID_URL, check_grid_url, parse_port_range
-
-START_WAIT_S = 60.0
-"""Seconds ``node start`` waits for the new instance to register before reporting failure."""
-STOP_WAIT_S = 180.0
-"""Seconds ``node stop`` waits for the daemon to drain and exit (covers the unload idle wait)."""
-POLL_S = 0.2
-"""Seconds between checks of the agent record while starting or stopping."""
+from grid_core.system import grid_home
+from grid_node.agent import read_override, write_override
+from grid_node.config import DEFAULT_GRID_URL, NodeConfig, load_config, parse_port_range
+from grid_node.launch import agent_record, start_node, stop_node
 
 StateDir = Annotated[
     Path | None,
@@ -63,30 +46,6 @@ def _grid_url(grid: str | None) -> str:
         return DEFAULT_GRID_URL
 
 
-def _agent_record(state_dir: Path) -> dict | None:
-    try:
-        return json.loads((state_dir / AGENT_FILE).read_text())
-    except (OSError, ValueError):
-        return None
-
-
-def _daemon_identity(rec: dict) -> ProcessIdentity:
-    return ProcessIdentity(
-        int(rec["pid"]), rec.get("birth"), args=(("--instance", str(rec["instance"])),)
-    )
-
-
-def _daemon_proof(rec: dict) -> Proof:
-    return _daemon_identity(rec).prove()
-
-
-def _tail(path: Path, n: int = 8) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-n:])
-    except OSError:
-        return ""
-
-
 def start(
     grid: Annotated[str | None, typer.Option("--grid", help="Grid URL or 'local'.")] = None,
     token_file: Annotated[
@@ -100,24 +59,33 @@ def start(
         typer.Option("--dedicated", help="Always-on server: ignore battery and user activity."),
     ] = False,
     state_dir: StateDir = None,
+    config: Annotated[
+        Path | None,
+        typer.Option(
+            "--config",
+            help="Start from this node configuration document (flags given here override it).",
+        ),
+    ] = None,
     host_id: Annotated[
         str | None,
         typer.Option("--host-id", envvar="GRID_NODE_HOST_ID", help="Stable host id override."),
     ] = None,
     port_range: Annotated[
-        str,
+        str | None,
         typer.Option(
-            "--port-range", envvar="GRID_NODE_PORT_RANGE", help="Managed engine ports LOW-HIGH."
+            "--port-range",
+            envvar="GRID_NODE_PORT_RANGE",
+            help="Managed engine ports LOW-HIGH (default 22200-22299).",
         ),
-    ] = "22200-22299",
+    ] = None,
     capacity_share: Annotated[
-        float,
+        float | None,
         typer.Option(
             "--capacity-share",
             envvar="GRID_NODE_CAPACITY_SHARE",
-            help="Fraction of this machine's memory and disk this agent offers.",
+            help="Fraction of this machine's memory and disk this agent offers (default 1).",
         ),
-    ] = 1.0,
+    ] = None,
     models_dir: Annotated[
         list[Path] | None,
         typer.Option("--models-dir", help="Directory of local GGUFs (repeatable)."),
@@ -128,107 +96,59 @@ def start(
     failure_domain: Annotated[str | None, typer.Option("--failure-domain")] = None,
     tag: Annotated[list[str] | None, typer.Option("--tag", help="Placement tag.")] = None,
     heartbeat_interval: Annotated[
-        float, typer.Option("--heartbeat-interval", help="Seconds between heartbeats.")
-    ] = 5.0,
+        float | None,
+        typer.Option("--heartbeat-interval", help="Seconds between heartbeats (default 5)."),
+    ] = None,
     throttle_fraction: Annotated[
         float | None,
         typer.Option(
             "--throttle-fraction",
-            min=0.0,
-            max=1.0,
             help="Share of capacity offered while CPU-throttled (default 0.5).",
         ),
     ] = None,
     unknown_sensors: Annotated[
-        str,
+        str | None,
         typer.Option(
-            "--unknown-sensors", help="Missing sensors: ignore, or throttle conservatively."
+            "--unknown-sensors",
+            help="Missing sensors: ignore (default), or throttle conservatively.",
         ),
-    ] = "ignore",
+    ] = None,
 ) -> None:
-    """Start this machine's node agent in the background and wait until it has registered."""
-    parse_port_range(port_range)
-    if unknown_sensors not in ("ignore", "throttle"):
-        raise ValidationError(f"--unknown-sensors {unknown_sensors!r}: use ignore or throttle")
-    if not 0.01 <= capacity_share <= 1.0:
-        raise ValidationError(f"--capacity-share {capacity_share}: use 0.01..1")
-    sdir = _state_dir(state_dir)
-    sdir.mkdir(parents=True, exist_ok=True, mode=0o700)
-    rec = _agent_record(sdir)
-    if rec is not None and _daemon_proof(rec).status == "proven":
-        msg = f"a node agent (pid {rec['pid']}) already runs for {sdir}; stop it first"
-        raise ConflictError(msg)
-    url = check_grid_url(_grid_url(grid))
-    instance = uuid.uuid4().hex
-    argv = [
-        sys.executable,
-        "-m",
-        "grid_node.daemon",
-        "--instance",
-        instance,
-        "--state-dir",
-        str(sdir),
-        "--grid",
-        url,
-        "--port-range",
-        port_range,
-        "--capacity-share",
-        str(capacity_share),
-        "--heartbeat-interval",
-        str(heartbeat_interval),
-        "--unknown-sensors",
-        unknown_sensors,
-    ]
-    if token_file is not None:
-        argv += ["--token-file", str(token_file.resolve())]
-    for flag, value in (
-        ("--host-id", host_id),
-        ("--llama-server", llama_server),
-        ("--failure-domain", failure_domain),
-    ):
-        if value:
-            argv += [flag, value]
-    if dedicated:
-        argv.append("--dedicated")
-    if throttle_fraction is not None:
-        argv += ["--throttle-fraction", str(throttle_fraction)]
-    for d in models_dir or ():
-        argv += ["--models-dir", str(d.resolve())]
-    for t in tag or ():
-        argv += ["--tag", t]
-    log = sdir / "agent.log"
-    # The daemon inherits the whole environment on purpose: GRID_ALLOCATOR_NODE_TOKEN may be
-    # how its credential arrives (never in argv).
-    pid = spawn_detached(argv, log_path=log, env=dict(os.environ))
+    """Start this machine's node agent in the background and wait until it has registered.
 
-    def registered() -> dict | None:
-        rec = _agent_record(sdir)
-        if (
-            rec
-            and rec.get("instance") == instance
-            and rec.get("ready")
-            and rec.get("registered")
-            and (rec.get("ready_until") or 0) > time.time()
-        ):
-            return rec
-        if exit_status(pid) is not None:
-            msg = f"node agent exited during start:\n{_tail(log)}"
-            raise UnavailableError(msg)
-        return None
-
-    rec = wait_until_sync(registered, timeout_s=START_WAIT_S, interval_s=POLL_S)
-    if rec is not None:
-        typer.echo(
-            f"node agent started: host {rec['host_id']} pid {pid} "
-            f"grid {rec['grid_url']} state {sdir}"
-        )
-        return
-    err = (_agent_record(sdir) or {}).get("last_error") or "no heartbeat yet"
-    msg = (
-        f"node agent pid {pid} is running but has not registered within "
-        f"{START_WAIT_S:.0f} s ({err}); see {log}"
+    The flags become the node configuration document ``$STATE_DIR/node-config.json`` (its
+    defaults and bounds are those of :class:`grid_node.config.NodeConfig`); the daemon reads
+    only that document.
+    """
+    fields: dict[str, object] = {}
+    if config is not None:
+        fields = msgspec.structs.asdict(load_config(config))
+    given: dict[str, object] = {
+        "state_dir": state_dir,
+        "token_file": token_file,
+        "host_id": host_id,
+        "port_range": parse_port_range(port_range) if port_range is not None else None,
+        "capacity_share": capacity_share,
+        "model_dirs": tuple(models_dir) if models_dir else None,
+        "llama_server": llama_server,
+        "failure_domain": failure_domain,
+        "tags": tuple(tag) if tag else None,
+        "heartbeat_interval_s": heartbeat_interval,
+        "throttle_fraction": throttle_fraction,
+        "unknown_sensors": unknown_sensors,
+        "dedicated": True if dedicated else None,
+    }
+    fields.update({k: v for k, v in given.items() if v is not None})
+    if grid is not None or config is None:
+        fields["grid_url"] = _grid_url(grid)
+    if "state_dir" not in fields:
+        fields["state_dir"] = _state_dir(None)
+    node = NodeConfig(**fields)  # type: ignore[arg-type]  # each value is checked in __post_init__
+    rec = start_node(node)
+    typer.echo(
+        f"node agent started: host {rec.host_id} pid {rec.pid} grid {rec.grid_url} "
+        f"config {node.path}"
     )
-    raise UnavailableError(msg)
 
 
 def status(
@@ -240,10 +160,10 @@ def status(
     from grid_node.state import StateFile
 
     sdir = _state_dir(state_dir)
-    rec = _agent_record(sdir) or {}
-    proof = _daemon_proof(rec) if rec else None
+    rec = agent_record(sdir)
+    proof = rec.proof() if rec else None
     state = StateFile(sdir).load()
-    if not rec and state is None:
+    if rec is None and state is None:
         # Nothing was ever started here: a table of "None" fields would only mislead.
         msg = (
             f"no node agent in STATE_DIR {sdir}; start one with 'grid allocator node start' "
@@ -251,18 +171,18 @@ def status(
         )
         raise NotFoundError(msg)
     override = read_override(sdir)
-    doc = {
+    doc: dict[str, Any] = {
         "state_dir": str(sdir),
         "daemon": {
-            "pid": rec.get("pid"),
+            "pid": rec.pid if rec else None,
             "running": bool(proof and proof.status == "proven"),
             "proof": proof.reason if proof else "no agent record",
-            "registered": rec.get("registered"),
-            "last_error": rec.get("last_error"),
-            "grid_url": rec.get("grid_url"),
+            "registered": rec.registered if rec else None,
+            "last_error": rec.last_error if rec else None,
+            "grid_url": rec.grid_url if rec else None,
         },
         "host_id": state.host_id if state else None,
-        "protection": {"state": rec.get("state"), "reason": rec.get("reason")},
+        "protection": {"state": rec.state if rec else None, "reason": rec.reason if rec else None},
         "override": None
         if override is None
         else {"kind": override.kind, "reason": override.reason, "expires_at": override.expires_at},
@@ -288,7 +208,7 @@ def status(
             }
             for r in (state.receipts[-10:] if state else [])
         ],
-        "events": rec.get("events", []),
+        "events": rec.events if rec else [],
     }
     if as_json:
         typer.echo(json.dumps(doc, indent=2))
@@ -323,59 +243,8 @@ def stop(
     ] = False,
 ) -> None:
     """Drain gracefully and stop the agent and its identity-proven children."""
-    sdir = _state_dir(state_dir)
-    rec = _agent_record(sdir)
-    if rec is not None:
-        proof = _daemon_proof(rec)
-        if proof.status == "proven":
-            # No SIGKILL: a draining agent is waiting for requests; killing it would cut them.
-            outcome = stop_process_sync(_daemon_identity(rec), grace_s=STOP_WAIT_S, escalate=False)
-            if outcome == "running":
-                msg = (
-                    f"node agent pid {rec['pid']} is still draining after {STOP_WAIT_S:.0f} s; "
-                    "run node stop again later"
-                )
-                raise UnavailableError(msg)
-            typer.echo(f"node agent pid {rec['pid']} drained and stopped")
-            tail = _tail(sdir / "agent.log", 5)
-            if tail:
-                typer.echo(f"last lines of {sdir / 'agent.log'}:")
-                typer.echo("\n".join(f"  {line}" for line in tail.splitlines()))
-            return
-        if proof.status == "unproven":
-            msg = (
-                f"refusing to signal pid {rec['pid']}: {proof.reason}; inspect it by hand "
-                "(it may be a reused pid or another program)"
-            )
-            raise ConflictError(msg)
-    for line in asyncio.run(_stop_children(sdir, force)):
+    for line in stop_node(_state_dir(state_dir), force=force):
         typer.echo(line)
-
-
-async def _stop_children(sdir: Path, force: bool) -> list[str]:
-    """No daemon is running: adopt what is provable from the state and stop it."""
-    from grid_core.plugins import get_plugins
-    from grid_node.actuator import UNLOAD_IDLE_WAIT_S, Actuator
-    from grid_node.config import NodeConfig
-    from grid_node.state import StateFile
-
-    store = StateFile(sdir)
-    state = store.load()
-    if state is None:
-        return [f"no node state in {sdir}; nothing to stop"]
-    store.lock()
-    try:
-        act = Actuator(
-            config=NodeConfig(state_dir=sdir),
-            store=store,
-            state=state,
-            adapters=get_plugins().runtime_adapters(),
-        )
-        await act.recover()
-        lines = await act.stop_all(UNLOAD_IDLE_WAIT_S, force=force)
-    finally:
-        store.unlock()
-    return lines or ["no children to stop"]
 
 
 def _set_override(

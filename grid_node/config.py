@@ -1,4 +1,10 @@
-"""Node agent configuration: flags first, then environment, then defaults.
+"""The node configuration document: every option of one node agent, defined once.
+
+``grid allocator node start`` turns its flags into a :class:`NodeConfig`, writes it to
+``$STATE_DIR/node-config.json`` (0600) and starts the daemon with ``--config`` pointing at
+it; the daemon reads nothing else. The logical fleet builds the same document in Python
+(:func:`grid_node.launch.start_node`). Defaults, bounds and the checks that name a bad value
+live here and nowhere else.
 
 Several agents may run on one machine (a logical fleet) when each has its own state
 directory, credential, port range and capacity share.
@@ -7,22 +13,38 @@ directory, credential, port range and capacity share.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Any, Literal
+
+import msgspec
 
 from grid_core.client import PlainHttpRefused, check_credential_transport
-from grid_core.errors import ValidationError
-from grid_core.system import grid_home
+from grid_core.errors import StateError, ValidationError
+from grid_core.system import grid_home, write_atomic
 from grid_core.system.runtime_host import DEFAULT_ENGINE_PORT_RANGE
 
+CONFIG_FILE = "node-config.json"
+"""Name of the configuration document inside the node's state directory."""
+SCHEMA_VERSION: Literal[1] = 1
 DEFAULT_GRID_URL = "http://127.0.0.1:22100"
 DEFAULT_PORT_RANGE = DEFAULT_ENGINE_PORT_RANGE
 """Managed engine ports (defined with the runtime host): away from the server's 22100."""
 HEARTBEAT_INTERVAL_S = 5.0
 """Seconds between heartbeats: well inside the server's 60 s record TTL, cheap on loopback."""
+MAX_HEARTBEAT_INTERVAL_S = 30.0
+"""Longest heartbeat interval: half the server's 60 s lease, so one lost beat is survivable."""
+MIN_HEARTBEAT_INTERVAL_S = 0.1
+"""Shortest interval: faster beats only load the server (tests use 0.2-1 s)."""
 MIN_CAPACITY_SHARE = 0.01
 """Smallest capacity share a logical node may claim (1% of the machine)."""
+MIN_PORT = 1024
+"""Managed engines never take privileged ports."""
+MAX_PORT = 65535
+TOKEN_ENV = "GRID_ALLOCATOR_NODE_TOKEN"
+"""Environment variable that may carry the node credential (never argv, never the document)."""
+
+Port = Annotated[int, msgspec.Meta(ge=MIN_PORT, le=MAX_PORT)]
+UnknownSensors = Literal["ignore", "throttle"]
 
 
 def check_grid_url(url: str) -> str:
@@ -52,39 +74,41 @@ def parse_port_range(text: str) -> tuple[int, int]:
     except ValueError:
         msg = f"--port-range {text!r}: use LOW-HIGH, e.g. 22200-22299"
         raise ValidationError(msg) from None
-    if not 1024 <= lo <= hi <= 65535:
-        msg = f"--port-range {text!r}: need 1024 <= LOW <= HIGH <= 65535"
+    if not MIN_PORT <= lo <= hi <= MAX_PORT:
+        msg = f"--port-range {text!r}: need {MIN_PORT} <= LOW <= HIGH <= {MAX_PORT}"
         raise ValidationError(msg)
     return lo, hi
 
 
-@dataclass
-class NodeConfig:
-    """Everything one node agent needs.
+class NodeConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """Everything one node agent needs (the document ``node-config.json``).
 
     Attributes:
+        schema_version: document version (1).
         state_dir: owner-only state directory (node.json, engine key, logs, artifacts).
-        grid_url: the Grid server.
+        grid_url: the Grid server (plain HTTP only on loopback).
         token_file: file holding the host-scoped node credential (else
-            ``GRID_ALLOCATOR_NODE_TOKEN``).
+            ``$GRID_ALLOCATOR_NODE_TOKEN``, else one minted with this machine's operator token).
         host_id: stable host id override (else the stored or a generated one).
         dedicated: always-on server (battery and user activity ignored).
-        port_range: managed engine ports (inclusive).
-        capacity_share: fraction of this machine's memory this agent offers (0..1].
+        port_range: managed engine ports, inclusive ``[low, high]``.
+        capacity_share: fraction of this machine's memory and disk this agent offers (0.01..1).
         model_dirs: where local GGUFs named after model ids are found.
         llama_server: explicit llama-server path.
         failure_domain / tags: placement facts reported in resources.
         heartbeat_interval_s: seconds between heartbeats.
         bind_host: address engine children listen on.
         unknown_sensors: ``ignore`` or ``throttle`` (how protection treats missing sensors).
+        throttle_fraction: share of capacity offered while throttled (None: protection default).
     """
 
-    state_dir: Path = field(default_factory=lambda: grid_home() / "node")
+    schema_version: Literal[1] = SCHEMA_VERSION
+    state_dir: Path = msgspec.field(default_factory=lambda: grid_home() / "node")
     grid_url: str = DEFAULT_GRID_URL
     token_file: Path | None = None
     host_id: str | None = None
     dedicated: bool = False
-    port_range: tuple[int, int] = DEFAULT_PORT_RANGE
+    port_range: tuple[Port, Port] = DEFAULT_PORT_RANGE
     capacity_share: float = 1.0
     model_dirs: tuple[Path, ...] = ()
     llama_server: str | None = None
@@ -92,44 +116,122 @@ class NodeConfig:
     tags: tuple[str, ...] = ()
     heartbeat_interval_s: float = HEARTBEAT_INTERVAL_S
     bind_host: str = "127.0.0.1"
-    unknown_sensors: str = "ignore"
+    unknown_sensors: UnknownSensors = "ignore"
     throttle_fraction: float | None = None
-    """Share of capacity offered while throttled (None: the protection default)."""
 
     @property
     def unknown_sensor_policy(self) -> Literal["ignore", "throttle"]:
-        """``unknown_sensors`` as the protection policy spells it (validated on construction)."""
-        return "throttle" if self.unknown_sensors == "throttle" else "ignore"
+        """``unknown_sensors`` as the protection policy spells it (the document's type already
+        limits it to these two values)."""
+        return self.unknown_sensors
 
     def __post_init__(self) -> None:
         if self.throttle_fraction is not None and not 0.0 <= self.throttle_fraction <= 1.0:
-            msg = f"--throttle-fraction {self.throttle_fraction}: use 0..1"
+            msg = f"throttle_fraction (--throttle-fraction) {self.throttle_fraction}: use 0..1"
             raise ValidationError(msg)
         if not MIN_CAPACITY_SHARE <= self.capacity_share <= 1.0:
             msg = (
-                f"--capacity-share {self.capacity_share}: use {MIN_CAPACITY_SHARE}..1 "
-                "(fraction of this machine offered by this agent)"
+                f"capacity_share (--capacity-share) {self.capacity_share}: use "
+                f"{MIN_CAPACITY_SHARE}..1 (fraction of this machine offered by this agent)"
+            )
+            raise ValidationError(msg)
+        if not MIN_HEARTBEAT_INTERVAL_S <= self.heartbeat_interval_s <= MAX_HEARTBEAT_INTERVAL_S:
+            msg = (
+                f"heartbeat_interval_s (--heartbeat-interval) {self.heartbeat_interval_s}: use "
+                f"{MIN_HEARTBEAT_INTERVAL_S}..{MAX_HEARTBEAT_INTERVAL_S} seconds"
             )
             raise ValidationError(msg)
         if self.unknown_sensors not in ("ignore", "throttle"):
-            msg = f"--unknown-sensors {self.unknown_sensors!r}: use ignore or throttle"
+            msg = (
+                f"unknown_sensors (--unknown-sensors) {self.unknown_sensors!r}: "
+                "use ignore or throttle"
+            )
+            raise ValidationError(msg)
+        lo, hi = self.port_range
+        if not MIN_PORT <= lo <= hi <= MAX_PORT:
+            msg = (
+                f"port_range (--port-range) {lo}-{hi}: need {MIN_PORT} <= LOW <= HIGH <= {MAX_PORT}"
+            )
             raise ValidationError(msg)
         check_grid_url(self.grid_url)
         self.state_dir = Path(self.state_dir).expanduser().resolve()
+        if self.token_file is not None:
+            self.token_file = Path(self.token_file).expanduser().resolve()
         if not self.model_dirs:
             self.model_dirs = (grid_home() / "models",)
+        self.model_dirs = tuple(Path(d).expanduser().resolve() for d in self.model_dirs)
 
     @property
     def artifact_dir(self) -> Path:
         """Content-addressed artifact cache of this agent."""
         return self.state_dir / "artifacts"
 
+    @property
+    def path(self) -> Path:
+        """Where this document lives: ``state_dir/node-config.json``."""
+        return self.state_dir / CONFIG_FILE
+
     def read_token(self) -> str | None:
-        """The node credential from ``token_file`` or ``GRID_ALLOCATOR_NODE_TOKEN``."""
+        """The node credential from ``token_file`` or ``$GRID_ALLOCATOR_NODE_TOKEN``."""
         if self.token_file is not None:
             try:
                 return Path(self.token_file).read_text().strip() or None
             except OSError as exc:
                 msg = f"--token-file {self.token_file}: cannot read ({exc})"
                 raise ValidationError(msg) from exc
-        return os.environ.get("GRID_ALLOCATOR_NODE_TOKEN") or None
+        return os.environ.get(TOKEN_ENV) or None
+
+    def save(self) -> Path:
+        """Write this document to :attr:`path` (0600, atomic, durable); returns the path.
+
+        Raises:
+            StateError: the state directory is not writable.
+        """
+        self.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        write_atomic(self.path, msgspec.json.format(msgspec.json.encode(self, enc_hook=_enc)))
+        return self.path
+
+
+def _enc(obj: Any) -> Any:
+    if isinstance(obj, Path):
+        return str(obj)
+    msg = f"cannot encode {type(obj).__name__} in a node configuration"
+    raise NotImplementedError(msg)
+
+
+def _dec(kind: type, obj: Any) -> Any:
+    if kind is Path and isinstance(obj, str):
+        return Path(obj)
+    msg = f"expected {kind.__name__}"
+    raise NotImplementedError(msg)
+
+
+def load_config(path: Path) -> NodeConfig:
+    """Read and validate a node configuration document.
+
+    Raises:
+        ValidationError: unreadable, not JSON, an unknown field (named), a wrong type (the
+            message names the field path) or a value out of bounds.
+    """
+    try:
+        raw = Path(path).read_bytes()
+    except OSError as exc:
+        msg = f"node configuration {path}: cannot read ({exc.strerror})"
+        raise ValidationError(msg) from None
+    try:
+        return msgspec.json.decode(raw, type=NodeConfig, dec_hook=_dec)
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        msg = f"node configuration {path}: {exc}"
+        raise ValidationError(msg) from None
+
+
+__all__ = [
+    "CONFIG_FILE",
+    "DEFAULT_GRID_URL",
+    "NodeConfig",
+    "StateError",
+    "check_grid_url",
+    "grid_home",
+    "load_config",
+    "parse_port_range",
+]

@@ -1,10 +1,11 @@
 """Start and stop the logical fleet: one real server, N real node agents, real engines.
 
 Source: the specification's "Single-machine scenario lab and logical fleet test" and "CLI
-workflow" (token write, node start/stop). The fleet drives the shipped pieces exactly as an
-operator would: ``python -m grid_server.serve`` for the API, ``POST /allocator/tokens`` +
-an owner-only file for each host credential, ``grid allocator node start/stop`` for each
-logical host, ``PUT /allocator/models/…`` and ``PUT /allocator/mode``.
+workflow" (token write, node start/stop). The fleet drives the shipped pieces as an operator
+would: ``python -m grid_server.serve`` for the API, ``POST /allocator/tokens`` + an owner-only
+file for each host credential, the node API behind ``grid allocator node start/stop``
+(:mod:`grid_node.launch`: one configuration document per logical host, then the daemon) and
+``PUT /allocator/models/…`` / ``PUT /allocator/mode`` through the typed client.
 
 Processes are only ever signalled after an identity proof (PID + birth time + a command-line
 marker); node agents and their engine children are stopped by the node's own graceful stop.
@@ -33,7 +34,6 @@ from grid_core.api import (
     ConflictError,
     GridClient,
     GridError,
-    ProcessIdentity,
     RequestRefused,
     SpawnedChild,
     UnavailableError,
@@ -48,13 +48,20 @@ from grid_core.api import (
 )
 from grid_fleet import layout
 from grid_fleet.layout import FleetRecord, FleetSettings, HostSpec, ModelSpec, ProcessRecord
+from grid_node.config import NodeConfig
+from grid_node.launch import (
+    AgentRecord,
+    agent_record,
+    agent_running,
+    engine_processes,
+    start_node,
+    stop_node,
+)
 
 SERVER_START_S = 30.0
 """The server binds and answers /healthz within a second or two; 30 s covers a busy machine."""
 SERVER_STOP_S = 20.0
 """Graceful server shutdown budget before SIGKILL (the server has no children of its own)."""
-NODE_CMD_TIMEOUT_S = 240.0
-"""``node start`` waits up to 60 s to register; ``node stop`` drains up to 180 s."""
 HTTP_TIMEOUT_S = 30.0
 TOKEN_TTL_S = 7 * 86400.0
 """Fleet node credentials last a week: a persistent fixture survives a working week."""
@@ -316,92 +323,55 @@ def _stop_server(rec: ProcessRecord | None, echo: Echo) -> None:
 
 
 # --- hosts --------------------------------------------------------------------------------
-def _run(argv: list[str], env: dict[str, str]) -> tuple[int, str]:
-    try:
-        done = subprocess.run(
-            argv, capture_output=True, text=True, env=env, timeout=NODE_CMD_TIMEOUT_S, check=False
-        )
-    except subprocess.TimeoutExpired:
-        return 124, f"timed out after {NODE_CMD_TIMEOUT_S:.0f} s"
-    return done.returncode, (done.stdout + done.stderr).strip()
-
-
-def _start_host(root: Path, url: str, host: HostSpec) -> tuple[str, int, str]:
+def _credential(root: Path, url: str, host: HostSpec) -> Path:
+    """The host's node credential file (0600), issued once through the operator API."""
     tokens = root / "tokens"
     tokens.mkdir(mode=0o700, exist_ok=True)
     token_file = tokens / f"{host.host_id}.token"
-    env = dict(os.environ, GRID_HOME=str(root / "server"))
+    if not token_file.exists():
+        issued = _api(url, root, Calls.issue_node_credential(host.host_id, TOKEN_TTL_S))
+        write_atomic(token_file, msgspec.json.encode(issued) + b"\n")
+    return token_file
+
+
+def _start_host(root: Path, url: str, host: HostSpec) -> tuple[str, int, str]:
+    """Write the host's node configuration document and start its daemon (grid_node API).
+
+    Returns:
+        ``(host_id, 0, "")`` on success, else ``(host_id, exit code, one-line reason)``.
+    """
     # Every logical host's engines share this machine's few cores: one thread per engine
     # keeps N engines from spinning against each other (llama-server reads this variable).
+    env = dict(os.environ, GRID_HOME=str(root / "server"))
     env.setdefault(ENGINE_THREADS_ENV, str(ENGINE_THREADS))
-    if not token_file.exists():
-        code, out = _run(
-            [
-                *grid_exe(),
-                "allocator",
-                "token",
-                "write",
-                str(token_file),
-                "--host-id",
-                host.host_id,
-                "--ttl-days",
-                str(TOKEN_TTL_S / 86400),
-                "--grid",
-                url,
-            ],
-            env,
-        )
-        if code:
-            return host.host_id, code, out
-    code, out = _run(
-        [
-            *grid_exe(),
-            "allocator",
-            "node",
-            "start",
-            "--grid",
-            url,
-            "--token-file",
-            str(token_file),
-            "--state-dir",
-            str(root / "hosts" / host.host_id),
-            "--host-id",
-            host.host_id,
-            "--failure-domain",
-            host.failure_domain,
-            "--port-range",
-            f"{host.port_low}-{host.port_high}",
-            "--capacity-share",
-            str(host.capacity_share),
-            "--models-dir",
-            str(root / "models"),
-            "--dedicated",
-            "--heartbeat-interval",
-            str(layout.HEARTBEAT_INTERVAL_S),
-            "--throttle-fraction",
-            str(layout.THROTTLED_FRACTION),
-        ],
-        env,
-    )
-    return host.host_id, code, out
-
-
-def node_record(root: Path, host_id: str) -> dict | None:
-    """The node agent's own record (pid, birth, instance) from its state directory."""
     try:
-        return json.loads((root / "hosts" / host_id / "agent.json").read_text())
-    except (OSError, ValueError):
-        return None
+        config = NodeConfig(
+            state_dir=root / "hosts" / host.host_id,
+            grid_url=url,
+            token_file=_credential(root, url, host),
+            host_id=host.host_id,
+            failure_domain=host.failure_domain,
+            port_range=(host.port_low, host.port_high),
+            capacity_share=host.capacity_share,
+            model_dirs=(root / "models",),
+            dedicated=True,
+            heartbeat_interval_s=layout.HEARTBEAT_INTERVAL_S,
+            throttle_fraction=layout.THROTTLED_FRACTION,
+        )
+        start_node(config, env=env)
+    except GridError as exc:
+        return host.host_id, exc.exit_code or 1, str(exc)
+    return host.host_id, 0, ""
+
+
+def node_record(root: Path, host_id: str) -> AgentRecord | None:
+    """The node agent's own record (pid, birth, instance) from its state directory."""
+    return agent_record(root / "hosts" / host_id)
 
 
 def node_running(root: Path, host_id: str) -> bool:
-    rec = node_record(root, host_id)
-    if not rec or "pid" not in rec:
-        return False
-    agent = ProcessIdentity(
-        int(rec["pid"]), rec.get("birth"), args=(("--instance", str(rec.get("instance"))),)
-    )
-    return agent.prove().status == "proven"
+    """True when the host's node agent is alive and provably itself."""
+    return agent_running(root / "hosts" / host_id)
 
 
 # --- exclusivity and termination -----------------------------------------------------------
@@ -703,19 +673,18 @@ def _stop(echo: Echo, root: Path) -> list[int]:
         echo("grid: no fleet here; nothing to stop")
         return []
     pids = _owned_pids(root, rec)
-    env = dict(os.environ, GRID_HOME=str(root / "server"))
     _kill_switch(rec, root, echo)
 
     def stop_host(h: HostSpec) -> tuple[str, str]:
         sdir = root / "hosts" / h.host_id
         if not sdir.exists():
             return h.host_id, "no agent was started"
-        agent = node_record(root, h.host_id) or {}
-        code, out = _run([*grid_exe(), "allocator", "node", "stop", "--state-dir", str(sdir)], env)
-        if code:
-            last = out.splitlines()[-1] if out else "no output"
-            return h.host_id, f"stop failed (exit {code}): {last}"
-        pid = f" pid {agent['pid']}" if agent.get("pid") else ""
+        agent = node_record(root, h.host_id)
+        try:
+            stop_node(sdir)
+        except GridError as exc:
+            return h.host_id, f"stop failed (exit {exc.exit_code}): {exc}"
+        pid = f" pid {agent.pid}" if agent is not None and agent.pid else ""
         return h.host_id, f"agent{pid} drained and stopped with its engines"
 
     with ThreadPoolExecutor(max_workers=min(8, max(1, len(rec.hosts)))) as pool:
@@ -751,23 +720,15 @@ def _owned_pids(root: Path, rec: FleetRecord) -> list[tuple[int, float | None]]:
         out.append((rec.server.pid, rec.server.birth))
     for h in rec.hosts:
         agent = node_record(root, h.host_id)
-        if agent and "pid" in agent:
-            out.append((int(agent["pid"]), agent.get("birth")))
+        if agent is not None and agent.pid:
+            out.append((agent.pid, agent.birth))
         out.extend(engine_pids(root, h.host_id))
     return out
 
 
 def engine_pids(root: Path, host_id: str) -> list[tuple[int, float | None]]:
     """Engine children recorded in a host's durable node state."""
-    try:
-        doc = json.loads((root / "hosts" / host_id / "node.json").read_text())
-    except (OSError, ValueError):
-        return []
-    out = []
-    for child in (doc.get("children") or {}).values():
-        if isinstance(child, dict) and child.get("pid"):
-            out.append((int(child["pid"]), child.get("birth")))
-    return out
+    return engine_processes(root / "hosts" / host_id)
 
 
 def status_document(root: Path | None = None) -> dict:

@@ -1,0 +1,51 @@
+"""Starting a node through the grid_node API: the daemon reads one configuration document."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import psutil
+import pytest
+
+from grid_core.client import GridClient
+from grid_node.config import NodeConfig, load_config
+from grid_node.launch import agent_record, agent_running, start_node, stop_node
+from grid_server.harness import start_server
+
+pytestmark = pytest.mark.integration
+
+
+def test_start_node_writes_the_document_and_the_daemon_reads_only_it(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    server = start_server(home)
+    state_dir = tmp_path / "node"
+    try:
+        config = NodeConfig(
+            state_dir=state_dir,
+            grid_url=server.url,
+            host_id="host-doc",
+            dedicated=True,
+            heartbeat_interval_s=0.5,
+            model_dirs=(tmp_path / "models",),
+            failure_domain="rack-7",
+        )
+        # On the Grid's own machine the agent mints its credential with the operator token.
+        rec = start_node(config, env=dict(os.environ, GRID_HOME=str(home)))
+        assert rec.registered and rec.host_id == "host-doc" and agent_running(state_dir)
+        assert load_config(config.path) == config
+        assert rec.pid is not None
+        argv = psutil.Process(rec.pid).cmdline()
+        assert argv[-4:] == ["--instance", rec.instance, "--config", str(config.path)]
+        with GridClient(server.url) as client:
+            nodes = client.status()["server"]["nodes"]
+        assert [n["host_id"] for n in nodes if n["role"] == "allocator"] == ["host-doc"]
+        lines = stop_node(state_dir)
+        assert lines[0] == f"node agent pid {rec.pid} drained and stopped"
+        assert not agent_running(state_dir)
+        stopped = agent_record(state_dir)
+        assert stopped is not None and stopped.state == "stopped"
+    finally:
+        if agent_running(state_dir):
+            stop_node(state_dir)
+        server.stop()
