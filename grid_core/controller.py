@@ -6,9 +6,18 @@ Specification: "Reconciliation and modes", "Safety invariants" 3–9, "Local wir
 (generations, controller term and lease, dirty/safety revisions, destructive revalidation)
 and the restart rules at the end of "HTTP control surface".
 
+The controller is made of parts it owns, each with a small interface of its own:
+:class:`~grid_core.reconcile.authority.Authority` (mode, lease, term),
+:class:`~grid_core.reconcile.holds.Holds` (restart grace, membership hiccup),
+:class:`~grid_core.reconcile.revisions.Revisions` (causal counters),
+:class:`~grid_core.reconcile.generation.Generations` (plan names) and
+:class:`~grid_core.reconcile.state.DurableState` (the durable document). Building one does no
+I/O; :meth:`Controller.restore` reads the durable document once, before any other call.
+
 Lifecycle in the server::
 
-    ctl = Controller(plugins=plugins, store=FileStateStore(path))   # restores durable state
+    ctl = Controller(plugins=plugins, store=FileStateStore(path))   # no I/O
+    ctl.restore()                            # reads (or quarantines) the durable document
     ctl.put_profile(profile, now)            # PUT /allocator/models/{id}
     ctl.remove_profile(model_id, now)        # DELETE /allocator/models/{id} (tombstone)
     ctl.set_mode("automatic", now)           # PUT /allocator/mode
@@ -27,21 +36,21 @@ from __future__ import annotations
 
 import hashlib
 import secrets
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 import msgspec
 
-from grid_core.demand import DemandTracker, ModelDemand, RequestFeatures
+from grid_core import planner
+from grid_core.demand import DemandTracker, RequestFeatures
 from grid_core.demand.workloads import UNBOUND, project_with, projection_map
-from grid_core.errors import ConflictError, GridError, NotFoundError, StateError, ValidationError
+from grid_core.errors import ConflictError, GridError, NotFoundError, StateError
 from grid_core.planner.hooks import PlannerHooks
 from grid_core.planner.types import Plan, PlanInputs
 from grid_core.plugins import Plugins
 from grid_core.profile import ModelProfile, validate_profile
 from grid_core.reconcile.actions import Action, ActionBook
+from grid_core.reconcile.authority import Authority, check_mode
 from grid_core.reconcile.control import (
-    CONTROLLER_LEASE_S,
-    LEASE_RENEW_FRACTION,
     ControllerPolicy,
     Delivery,
     TickResult,
@@ -51,54 +60,57 @@ from grid_core.reconcile.control import (
     with_in_flight,
 )
 from grid_core.reconcile.delivery import destructive_problem, select
+from grid_core.reconcile.generation import Generations
 from grid_core.reconcile.governor import admit, service_key
+from grid_core.reconcile.holds import Holds
 from grid_core.reconcile.quality import QualityBook, QualityView, check_evaluation
 from grid_core.reconcile.reconciler import Deferred, ReconcileInputs, Withdrawal, reconcile
-from grid_core.reconcile.state import decode_state, encode_state, restore_into, snapshot_of
+from grid_core.reconcile.revisions import Revisions
+from grid_core.reconcile.state import ControllerState, DurableState
 from grid_core.reconcile.status import (
+    ControllerRecords,
     ControllerStatus,
+    LastTick,
     ReconcileReport,
     controller_status,
 )
 from grid_core.reconcile.timings import TimingBook
-from grid_core.reconcile.view import fresh
 from grid_core.snapshot import HostSnapshot
-from grid_core.store import StateConflictError, StateStore, state_digest
+from grid_core.store import StateConflictError, StateStore
 from grid_core.wire import Acknowledgement, Command, Mode
 
 __all__ = ["Controller", "ControllerPolicy", "Delivery", "TickResult"]
 
-MODES: tuple[Mode, ...] = ("observe", "recommend", "automatic")
-SUPERSEDED = "lost: state was written by another controller"
-"""Authority shown in status once a conditional save found newer state from another writer."""
 PlanFn = Callable[[PlanInputs, PlannerHooks], Plan]
 
 
-def _default_plan_fn() -> PlanFn:
-    from grid_core import planner  # late: the planner imports demand and profile modules
-
-    return planner.plan
-
-
 class Controller:
-    """Owns desired state, the action book, modes, generations and mutation authority.
+    """Owns desired state, the action book and the parts that decide what it may do.
 
     Args:
         plugins: the plugin facade (forecaster, score terms, victim selection).
-        store: durable state store; restored here. A corrupt document is quarantined and the
-            controller starts clean in recommend mode with a visible warning.
+        store: durable state store (read by :meth:`restore`, never by the constructor).
         policy: controller, planner and governor tunables.
         plan_fn: the planner (defaults to :func:`grid_core.planner.plan`; tests inject one).
         controller_id: identity stamped on commands (random when omitted).
 
     Attributes:
-        mode: current mode (plain attribute, readable without the server lock).
+        authority: mode, single-writer lease and term (:class:`Authority`).
+        holds: restart grace and membership hiccup (:class:`Holds`).
+        revisions: dirty/safety/processed/success counters (:class:`Revisions`).
+        generations: plan generation epoch and sequence (:class:`Generations`).
+        document: the durable document in ``store`` (:class:`DurableState`).
         profiles: configured profiles by model id.
-        dirty_revision: advances on every input.
-        safety_revision: advances on changes that matter to destructive safety.
-        processed_revision / success_revision: dirty revision the last (successful) tick
-            started from.
+        tombstones: retired model id → retirement time (wall-clock seconds).
+        book: issued actions and their bounded history.
+        blocks: model id → withdrawn delivered destructive action ids awaiting proof.
+        demand / quality / timings: demand history, labelled quality, learned durations.
+        last: what the latest tick saw and decided.
+        warnings: notable events status shows (the latest 16).
     """
+
+    projects_unbound = True
+    """Unbound (``auto``) requests are projected here, so callers pass them through raw."""
 
     def __init__(
         self,
@@ -110,11 +122,16 @@ class Controller:
         controller_id: str | None = None,
     ) -> None:
         self.plugins = plugins
-        self.store = store
         self.policy = policy or ControllerPolicy()
-        self._plan_fn = plan_fn
-        self.controller_id = controller_id or secrets.token_hex(8)
-        self.mode: Mode = "recommend"
+        self._plan_fn: PlanFn = plan_fn or planner.plan
+        self.warnings: list[str] = []
+        self.document = DurableState(store)
+        self.authority = Authority(
+            store, controller_id or secrets.token_hex(8), warn=self.warnings.append
+        )
+        self.holds = Holds(self.policy.governor)
+        self.revisions = Revisions()
+        self.generations = Generations(secrets.token_hex(8))
         self.profiles: dict[str, ModelProfile] = {}
         self.tombstones: dict[str, float] = {}
         self.book = ActionBook()
@@ -122,74 +139,91 @@ class Controller:
         self.demand = DemandTracker(self.policy.forecast)
         self.quality = QualityBook()
         self.timings = TimingBook()
-        self.epoch = secrets.token_hex(8)
-        self.sequence = 0
-        self.generation = ""
-        self.dirty_revision = 0
-        self.safety_revision = 0
-        self.processed_revision = -1
-        self.success_revision = -1
-        self.tick_safety_revision = -1
-        self.term = 0
-        self.lease_expires_at = 0.0
-        self.authority = "none"
-        self.state_warning: str | None = None
-        self.automatic_refusal: str | None = None
-        self.warnings: list[str] = []
-        self.last_plan: Plan | None = None
-        self.last_report: ReconcileReport | None = None
-        self.last_forecasts: dict[str, ModelDemand] = {}
-        self.last_hosts: dict[str, HostSnapshot] = {}
+        self.last = LastTick()
         self._projection: dict[str, str] = {}
         self._portfolio_plugin = plugins.has_impl("grid_search_portfolio")
-        self.last_tick_at: float | None = None
-        self.last_tick_duration_ms: float | None = None
-        self._order = 0
-        self._restored = False
-        self._grace_anchor: float | None = None
-        self._fresh_hosts: frozenset[str] = frozenset()
-        self._hiccup: tuple[float, frozenset[str]] | None = None
-        # Digest of the durable bytes this instance last loaded or wrote: every save is
-        # conditional on it, so a stale instance can never overwrite a newer writer's state.
-        self._state_digest: str | None = None
-        self.superseded = False
-        if not store.durable:
-            self.automatic_refusal = (
-                "the controller has no durable state path; configure "
-                "one (GRID_HOME/state) before selecting automatic mode"
-            )
-        self._restore()
+
+    @property
+    def mode(self) -> Mode:
+        """Current mode (readable without the server lock)."""
+        return self.authority.mode
 
     # --- durable state ------------------------------------------------------------------
-    def _restore(self) -> None:
-        try:
-            raw = self.store.load()
-            self._state_digest = state_digest(raw)
-            state = decode_state(raw) if raw is not None else None
-        except StateError as exc:
-            if self._quarantine(str(exc)):
-                self._state_digest = None  # the corrupt file was moved away
-            return
-        if state is None:
-            return
-        restore_into(self, state)
+    def restore(self) -> Controller:
+        """Read the durable document once and continue from it; returns this controller.
 
-    def _quarantine(self, cause: str) -> bool:
-        """Move corrupt state aside; returns whether it was moved."""
-        try:
-            where = self.store.quarantine(cause)
-        except GridError as exc:
-            self.state_warning = (
-                f"{cause}; quarantining it failed ({exc}); automatic mode is "
-                "refused until the state file is repaired or removed"
+        Call exactly once, before any other method. A corrupt document is quarantined and
+        the controller starts clean in recommend mode with a visible warning. A restored
+        automatic mode resumes only when durable writes are possible, and then takes its lease
+        (term + 1) on the first tick or poll, never here (no clock is read).
+
+        Raises:
+            StateError: ``restore`` was already called (nothing changes).
+        """
+        if self.document.loaded:
+            msg = "controller state is already restored; build a new Controller to reload it"
+            raise StateError(msg)
+        state = self.document.load()
+        if self.document.refusal is not None:
+            self.authority.refuse_automatic(self.document.refusal)
+        if state is not None:
+            self._adopt(state)
+        return self
+
+    def _adopt(self, state: ControllerState) -> None:
+        """Load a decoded document into the parts (implausible evidence rows are dropped)."""
+        self.generations.restore(state.epoch, state.sequence)
+        self.profiles = {p.model_id: p for p in state.profiles}
+        self.tombstones = dict(state.tombstones)
+        self.book = ActionBook(state.actions, state.failures)
+        self.blocks = {m: list(ids) for m, ids in state.blocks.items()}
+        self.quality = QualityBook(state.quality)
+        self.timings = TimingBook(state.timings)
+        dropped = (len(state.quality) - len(self.quality), len(state.timings) - len(self.timings))
+        if any(dropped):
+            self.warnings.append(
+                f"implausible evidence discarded on restore: {dropped[0]} "
+                f"quality and {dropped[1]} timing rows"
             )
-            self.automatic_refusal = self.state_warning
-            return False
-        self.state_warning = (
-            f"{cause}; the corrupt file was moved to {where} and the "
-            "controller started clean in recommend mode"
+        self.demand.set_configured(self.profiles)
+        if state.demand is not None:
+            try:
+                self.demand.from_state(state.demand)
+            except GridError as exc:
+                self.warnings.append(f"demand history discarded: {exc}")
+        self.holds.restored()
+        if not self.authority.resume(state.mode):
+            stamps = [a.completed_at or a.created_at for a in self.book]
+            for a in self.book.active():
+                self.book.close(
+                    a, "cancelled", max(stamps, default=0.0), "automatic mode not resumed"
+                )
+
+    def _document(self) -> ControllerState:
+        """The durable part of this controller (profiles sorted for stable bytes)."""
+        return ControllerState(
+            epoch=self.generations.epoch,
+            sequence=self.generations.sequence,
+            mode=self.authority.mode,
+            profiles=[self.profiles[k] for k in sorted(self.profiles)],
+            tombstones=dict(self.tombstones),
+            actions=list(self.book),
+            failures=dict(self.book.failures),
+            blocks={m: list(v) for m, v in self.blocks.items()},
+            demand=self.demand.to_state(),
+            quality=self.quality.entries(),
+            timings=self.timings.entries(),
         )
-        return True
+
+    def _require_restored(self) -> None:
+        """Refuse work before :meth:`restore`: it could overwrite durable state unseen.
+
+        Raises:
+            StateError: :meth:`restore` has not run yet.
+        """
+        if not self.document.loaded:
+            msg = "the controller's durable state is not restored yet; call restore() first"
+            raise StateError(msg)
 
     def _save(self) -> bool:
         """Persist conditionally; on failure show a warning and return False.
@@ -199,29 +233,14 @@ class Controller:
         another controller is the writer now: this instance becomes superseded and never
         acts or writes again (specification: a single writer, "Local wire contract").
         """
-        if self.superseded:
+        if self.authority.superseded:
             return False
         self.book.prune()
-        data = encode_state(snapshot_of(self))
         try:
-            self.store.save(data, self._state_digest)
-        except StateConflictError as exc:
-            self._supersede(str(exc))
+            return self.document.save(self._document())
+        except StateConflictError:
+            self.authority.supersede()
             return False
-        except GridError as exc:
-            self.state_warning = f"controller state could not be written: {exc}"
-            return False
-        self._state_digest = state_digest(data)
-        if self.state_warning and self.state_warning.startswith("controller state could not"):
-            self.state_warning = None
-        return True
-
-    def _supersede(self, cause: str) -> None:
-        """Stop for good: another controller wrote the durable state after this one."""
-        self.superseded = True
-        self.authority = SUPERSEDED
-        self.lease_expires_at = 0.0  # stamps no further command and renews nothing
-        self.state_warning = cause
 
     def _refuse_if_superseded(self) -> None:
         """Operator changes on a superseded instance could never be saved: refuse them.
@@ -229,7 +248,7 @@ class Controller:
         Raises:
             StateConflictError: this instance is superseded (nothing changes).
         """
-        if self.superseded:
+        if self.authority.superseded:
             msg = (
                 "this controller is superseded (its durable state was written by another "
                 "controller) and accepts no changes; restart the Grid server"
@@ -243,16 +262,11 @@ class Controller:
             StateConflictError: another controller wrote the state first; this change was
                 not saved and this instance is now superseded.
         """
-        if not self._save() and self.superseded:
-            msg = f"the change was not saved: {self.state_warning}"
+        if not self._save() and self.authority.superseded:
+            msg = f"the change was not saved: {self.document.warning}"
             raise StateConflictError(msg)
 
     # --- inputs -------------------------------------------------------------------------
-    def _dirty(self, safety: bool) -> None:
-        self.dirty_revision += 1
-        if safety:
-            self.safety_revision += 1
-
     def note_input(self, now: float, safety_changed: bool = False) -> None:
         """A registration, heartbeat or removal changed the inputs.
 
@@ -263,10 +277,7 @@ class Controller:
                 revision too.
         """
         del now
-        self._dirty(safety_changed)
-
-    projects_unbound = True
-    """Unbound (``auto``) requests are projected here, so callers pass them through raw."""
+        self.revisions.note(safety=safety_changed)
 
     def observe_request(self, features: RequestFeatures) -> None:
         """Fold one finished request's bounded features into demand history.
@@ -278,7 +289,7 @@ class Controller:
         if features.requested_model == UNBOUND and not self._portfolio_plugin:
             features = project_with(features, self._projection)
         if self.demand.observe(features):
-            self.dirty_revision += 1
+            self.revisions.note(safety=False)
 
     def put_profile(self, profile: ModelProfile, now: float) -> ModelProfile:
         """Create or replace a model profile; clears its retirement tombstone.
@@ -287,14 +298,16 @@ class Controller:
             ValidationError: the profile is invalid (nothing changes).
             StateConflictError: this controller is superseded (another controller wrote the
                 durable state); the change is not saved.
+            StateError: :meth:`restore` has not run yet.
         """
+        self._require_restored()
         self._refuse_if_superseded()
         profile = validate_profile(profile)
         self.profiles[profile.model_id] = profile
         self.tombstones.pop(profile.model_id, None)
         self.quality.prune(now, self.profiles)  # a new artifact revision starts uncertain
         self.demand.set_configured(self.profiles)  # count its requests from now on
-        self._dirty(True)
+        self.revisions.note(safety=True)
         self._save_operator_change()
         return profile
 
@@ -305,7 +318,9 @@ class Controller:
             NotFoundError: no profile and no tombstone has this id.
             StateConflictError: this controller is superseded (another controller wrote the
                 durable state); the change is not saved.
+            StateError: :meth:`restore` has not run yet.
         """
+        self._require_restored()
         self._refuse_if_superseded()
         if model_id not in self.profiles and model_id not in self.tombstones:
             msg = f"model '{model_id}' has no profile; list models with grid allocator status"
@@ -317,7 +332,7 @@ class Controller:
         for a in self.book.active():
             if a.model_id == model_id and not a.destructive:
                 self.book.close(a, "cancelled", now, "retired")
-        self._dirty(True)
+        self.revisions.note(safety=True)
         self._save_operator_change()
 
     def set_mode(self, mode: str, now: float) -> None:
@@ -332,102 +347,36 @@ class Controller:
                 another controller holds the single-writer lease); the mode is unchanged.
             StateConflictError: this controller is superseded (another controller wrote the
                 durable state); the change is not saved.
+            StateError: :meth:`restore` has not run yet.
         """
-        if mode not in MODES:
-            msg = f"mode '{mode}' is unknown; use one of {', '.join(MODES)}"
-            raise ValidationError(msg)
-        if mode == self.mode and (mode != "automatic" or self.authority == "held"):
+        self._require_restored()
+        chosen = check_mode(mode)
+        if self.authority.settled(chosen):
             return
         self._refuse_if_superseded()
-        if mode == "automatic":
-            self._enter_automatic(now)
+        if chosen == "automatic":
+            self.authority.enter_automatic(now)
             if not self._save():
-                if self.superseded:
-                    msg = f"automatic mode refused: {self.state_warning}"
+                if self.authority.superseded:
+                    msg = f"automatic mode refused: {self.document.warning}"
                     raise StateConflictError(msg)
-                self.mode = "recommend"
-                self.authority = "none"
-                msg = f"automatic mode refused: {self.state_warning}; fix the state path"
+                self.authority.leave("recommend")
+                msg = f"automatic mode refused: {self.document.warning}; fix the state path"
                 raise ConflictError(msg)
         else:
-            if self.mode == "automatic":
+            if self.authority.mode == "automatic":
                 for a in self.book.active():
-                    self.book.close(a, "cancelled", now, f"mode changed to {mode}")
-            self.mode = mode  # type: ignore[assignment]
-            self.authority = "none"
+                    self.book.close(a, "cancelled", now, f"mode changed to {chosen}")
+            self.authority.leave(chosen)
             self._save_operator_change()
-        self._dirty(True)
-
-    def _enter_automatic(self, now: float) -> None:
-        if self.automatic_refusal is not None:
-            msg = f"automatic mode refused: {self.automatic_refusal}"
-            raise ConflictError(msg)
-        try:
-            self.term, self.lease_expires_at = self.store.acquire_lease(
-                self.controller_id, now, CONTROLLER_LEASE_S
-            )
-        except StateError as exc:
-            msg = f"automatic mode refused: the lease beside the state file failed: {exc}"
-            raise ConflictError(msg) from None
-        self.mode = "automatic"
-        self.authority = "held"
-
-    def _renew(self, now: float) -> bool:
-        """Keep the single-writer lease; returns whether this controller holds authority."""
-        if self.mode != "automatic" or self.superseded:
-            return False
-        # A wall clock that moved backward must not stretch the old deadline: renew then too.
-        if self.authority == "held" and self.lease_expires_at - CONTROLLER_LEASE_S <= now < (
-            self.lease_expires_at - CONTROLLER_LEASE_S * LEASE_RENEW_FRACTION
-        ):
-            return True
-        try:
-            term, expires = self.store.acquire_lease(self.controller_id, now, CONTROLLER_LEASE_S)
-        except GridError as exc:
-            self.authority = f"lost: {exc}"
-            return False
-        if term != self.term and self.term:
-            self.warnings.append(f"controller term moved from {self.term} to {term}")
-        self.term, self.lease_expires_at, self.authority = term, expires, "held"
-        return True
+        self.revisions.note(safety=True)
 
     # --- tick ---------------------------------------------------------------------------
-    def _holds(
-        self, now: float, hosts: Mapping[str, HostSnapshot]
-    ) -> tuple[str | None, str | None]:
-        """(destructive hold, mutation hold) for this tick."""
-        gp = self.policy.governor
-        destructive = None
-        if self._restored:
-            if self._grace_anchor is None or now < self._grace_anchor:
-                self._grace_anchor = now  # first tick, or the wall clock moved backward
-            if now < self._grace_anchor + gp.restart_grace_s:
-                destructive = "restart_grace"
-            else:
-                self._end_grace(now, hosts)
-        fresh_now = frozenset(h for h, s in hosts.items() if fresh(s, gp))
-        mutation = None
-        if self._hiccup is not None:
-            since, lost = self._hiccup
-            back = len(lost & fresh_now)
-            if now - since < gp.restart_grace_s and back < len(lost) * (1 - gp.hiccup_fraction):
-                mutation = "membership_hiccup"
-            else:
-                self._hiccup = None
-        else:
-            lost = self._fresh_hosts - fresh_now
-            if self._fresh_hosts and len(lost) > len(self._fresh_hosts) * gp.hiccup_fraction:
-                self._hiccup = (now, lost)
-                mutation = "membership_hiccup"
-        if mutation is None:
-            self._fresh_hosts = fresh_now
-        return destructive or mutation, mutation
-
-    def _end_grace(self, now: float, hosts: Mapping[str, HostSnapshot]) -> None:
+    def _end_grace(self, now: float, hosts: Iterable[str]) -> None:
         """After the restart grace, restored undelivered commands for absent hosts end."""
-        self._restored = False
+        present = frozenset(hosts)
         for a in self.book.active():
-            if a.host_id not in hosts and not a.delivered:
+            if a.host_id not in present and not a.delivered:
                 self.book.close(a, "cancelled", now, "host absent after restart")
 
     def tick(self, now: float, hosts: Iterable[HostSnapshot]) -> TickResult:
@@ -440,25 +389,27 @@ class Controller:
         Returns:
             The generation, plan, reconciliation report and ids of actions issued.
         """
-        revision, safety = self.dirty_revision, self.safety_revision
-        self.processed_revision = revision
+        self._require_restored()
+        started = self.revisions.begin_tick()
         # Learned warm/load/fetch durations replace the profile priors per host (issue: the
         # fastest eligible load+warm path must use what the nodes actually measured).
         host_map = {h.host_id: h for h in self.timings.apply(hosts, self.profiles, now)}
-        self.last_hosts = host_map
+        self.last.hosts = host_map
         self._projection = projection_map(
             sorted({w for p in self.profiles.values() for w in p.workload_scores}),
             self.profiles.values(),
             host_map.values(),
             self.policy.planner,
         )
-        destructive_hold, mutation_hold = self._holds(now, host_map)
-        authority = self._renew(now)
+        holds = self.holds.for_tick(now, host_map)
+        if holds.grace_ended:
+            self._end_grace(now, host_map)
+        destructive_hold, mutation_hold = holds.destructive, holds.mutation
+        authority = self.authority.renew(now)
         profiles = tuple(self.profiles[k] for k in sorted(self.profiles))
-        self.last_forecasts = self.demand.forecast(
+        self.last.forecasts = self.demand.forecast(
             now, profiles, host_map.values(), self.plugins, self.policy.planner
         )
-        plan_fn = self._plan_fn or _default_plan_fn()
         # The planner sees in-flight warms and drains so it does not re-choose replicas the
         # fleet is already converging to (reconciliation still judges the reported inventory).
         planned_hosts = penalise_failures(
@@ -466,20 +417,19 @@ class Controller:
             self.book,
             self.profiles,
         )
-        plan = plan_fn(
+        plan = self._plan_fn(
             PlanInputs(
                 now=now,
                 profiles=profiles,
                 hosts=tuple(planned_hosts),
-                demand=self.last_forecasts,
+                demand=self.last.forecasts,
                 policy=self.policy.planner,
             ),
             self.plugins.planner_hooks(),
         )
-        self.sequence += 1
         digest = plan.digest or hashlib.sha256(msgspec.json.encode(plan)).hexdigest()
-        self.generation = f"{self.epoch}:{self.sequence:020d}:{digest[:16]}"
-        self.last_plan = plan
+        generation = self.generations.next(digest)
+        self.last.plan = plan
         clear_proven_blocks(self.blocks, self.book, host_map, now, self.policy.governor)
         result = reconcile(
             ReconcileInputs(
@@ -502,13 +452,14 @@ class Controller:
             withdrawals = [w for w in withdrawals if w.status == "withdrawn"]
         proposals = sorted(result.proposals, key=service_key)
         deferred = list(result.deferred)
-        if self.mode == "observe":
+        mode = self.authority.mode
+        if mode == "observe":
             deferred += [
                 Deferred(kind=p.kind, host_id=p.host_id, model_id=p.model_id, reason="observe_mode")
                 for p in proposals
             ]
             proposals, withdrawals = [], []
-        elif self.mode == "automatic" and authority:
+        elif mode == "automatic" and authority:
             self._apply_withdrawals(withdrawals, now)
             adm = admit(proposals, self.book, result.free_mb, self.policy.governor)
             for aid in adm.preempted:
@@ -516,14 +467,14 @@ class Controller:
                 if a is not None:
                     self.book.close(a, "cancelled", now, "withdrawn_for_higher_class")
             deferred += adm.deferred
-            for action in build_actions(adm.admitted, self.generation, now, self._next_order):
+            for action in build_actions(adm.admitted, generation, now, self.book.next_order):
                 if self.book.add(action):
                     issued.append(action.action_id)
         else:
             withdrawals = []
-        self.last_report = ReconcileReport(
-            generation=self.generation,
-            mode=self.mode,
+        self.last.report = ReconcileReport(
+            generation=generation,
+            mode=mode,
             proposals=proposals,
             deferred=deferred,
             withdrawals=withdrawals,
@@ -531,21 +482,16 @@ class Controller:
             hold=mutation_hold or destructive_hold,
             ready=result.ready,
         )
-        self.success_revision = revision
-        self.tick_safety_revision = safety
-        self.last_tick_at = now
-        if self.mode == "automatic" or self.sequence % self.policy.persist_every_ticks == 0:
+        self.revisions.finish_tick(started)
+        self.last.at = now
+        if mode == "automatic" or self.generations.sequence % self.policy.persist_every_ticks == 0:
             self._save()
         return TickResult(
-            generation=self.generation,
+            generation=generation,
             plan=plan,
-            reconciliation=self.last_report,
+            reconciliation=self.last.report,
             issued=tuple(issued),
         )
-
-    def _next_order(self) -> int:
-        self._order += 1
-        return self._order
 
     def _apply_withdrawals(self, withdrawals: Sequence[Withdrawal], now: float) -> None:
         for w in withdrawals:
@@ -565,7 +511,7 @@ class Controller:
 
     def note_tick_duration(self, seconds: float) -> None:
         """Record how long the caller measured the last tick to take (status shows it)."""
-        self.last_tick_duration_ms = round(seconds * 1000.0, 3)
+        self.last.duration_ms = round(seconds * 1000.0, 3)
 
     # --- delivery -----------------------------------------------------------------------
     def deliver(
@@ -588,43 +534,38 @@ class Controller:
             The commands (only in automatic mode with authority) and the remaining authority
             in seconds of the server's clock.
         """
-        if self.mode != "automatic" or not self._renew(now):
-            return Delivery(mode=self.mode, commands=(), lease_ttl_s=0.0)
+        self._require_restored()
+        auth = self.authority
+        if auth.mode != "automatic" or not auth.renew(now):
+            return Delivery(mode=auth.mode, commands=(), lease_ttl_s=0.0)
         host_map = {h.host_id: h for h in hosts}
         gp = self.policy.governor
-        hold = (
-            self._restored
-            and self._grace_anchor is not None
-            and (now < self._grace_anchor + gp.restart_grace_s)
-        )
         chosen = select(
             [a for a in self.book.active() if a.host_id == host_id],
             host_map.get(host_id),
             now,
             gp,
-            availability_ok=self.success_revision >= poll_revision,
+            availability_ok=self.revisions.reflects(poll_revision),
             destructive_ok=(
-                self.tick_safety_revision == self.safety_revision
-                and not hold
-                and self._hiccup is None
+                self.revisions.safety_current() and not self.holds.destructive_delivery_held(now)
             ),
             blocked_models=frozenset(self.blocks),
         )
         if not chosen:
-            return Delivery(mode=self.mode, commands=(), lease_ttl_s=self._ttl(now))
+            return Delivery(mode=self.mode, commands=(), lease_ttl_s=auth.ttl(now))
         fresh_marks = [a for a in chosen if not a.delivered]
         for a in fresh_marks:
             a.delivered_at = now
         if fresh_marks and not self._save():
             for a in fresh_marks:
                 a.delivered_at = None
-            return Delivery(mode=self.mode, commands=(), lease_ttl_s=self._ttl(now))
+            return Delivery(mode=self.mode, commands=(), lease_ttl_s=auth.ttl(now))
         retired = frozenset(self.tombstones)
         unsafe = {
             a.model_id
             for a in chosen
             if a.destructive
-            and destructive_problem(a, self.last_plan, host_map, self.profiles, retired, gp)
+            and destructive_problem(a, self.last.plan, host_map, self.profiles, retired, gp)
             is not None
         }
         if unsafe:
@@ -639,15 +580,11 @@ class Controller:
                     "command is treated as possibly delivered"
                 )
             chosen = [a for a in chosen if not (a.destructive and a.model_id in unsafe)]
-        if self.superseded:
+        if auth.superseded:
             # Another controller wrote the state meanwhile: this instance commands nothing.
-            return Delivery(mode=self.mode, commands=(), lease_ttl_s=0.0)
+            return Delivery(mode=auth.mode, commands=(), lease_ttl_s=0.0)
         commands = tuple(self._command(a) for a in chosen)
-        return Delivery(mode=self.mode, commands=commands, lease_ttl_s=self._ttl(now))
-
-    def _ttl(self, now: float) -> float:
-        # Never more than one lease length, whatever the clocks did.
-        return min(CONTROLLER_LEASE_S, max(0.0, self.lease_expires_at - now))
+        return Delivery(mode=auth.mode, commands=commands, lease_ttl_s=auth.ttl(now))
 
     def _command(self, a: Action) -> Command:
         # Authority is stamped at delivery, so a restored action carries the current term.
@@ -657,10 +594,10 @@ class Controller:
             node_id=a.host_id,
             model_id=a.model_id,
             memory_mb=a.memory_mb,
-            plan_generation=self.generation,
-            controller_term=self.term,
-            controller_id=self.controller_id,
-            controller_lease_expires_at=self.lease_expires_at,
+            plan_generation=self.generations.current,
+            controller_term=self.authority.term,
+            controller_id=self.authority.controller_id,
+            controller_lease_expires_at=self.authority.lease_expires_at,
             dependencies=list(a.dependencies),
             executable=True,
             reason=a.reason,
@@ -689,6 +626,7 @@ class Controller:
             One outcome per acknowledgement (``applied``, ``late``, ``duplicate``,
             ``conflict``, ``unknown`` or ``wrong_host``).
         """
+        self._require_restored()
         outcomes = []
         changed = False
         for ack in acks:
@@ -712,7 +650,7 @@ class Controller:
                             if not ids:
                                 del self.blocks[model]
         if changed:
-            self._dirty(True)
+            self.revisions.note(safety=True)
             self._save()
         return outcomes
 
@@ -766,7 +704,9 @@ class Controller:
                 durable state); the change is not saved.
             ValidationError: ``score`` outside [0, 1], a bad latency or an empty workload
                 (nothing is recorded).
+            StateError: :meth:`restore` has not run yet.
         """
+        self._require_restored()
         self._refuse_if_superseded()
         configured = check_evaluation(
             self.profiles.get(model_id), model_id, workload, artifact_sha256, score, latency_ms
@@ -779,7 +719,7 @@ class Controller:
             latency_ms=latency_ms,
             now=now,
         )
-        self.dirty_revision += 1  # new evidence forces a fresh solve
+        self.revisions.note(safety=False)  # new evidence forces a fresh solve
         self._save_operator_change()
         return next(
             v
@@ -795,4 +735,23 @@ class Controller:
             now: wall-clock seconds.
             detail: include host residencies, the full plan and action history.
         """
-        return controller_status(self, now, detail)
+        return controller_status(
+            authority=self.authority,
+            document=self.document,
+            revisions=self.revisions,
+            holds=self.holds,
+            generation=self.generations.current,
+            records=ControllerRecords(
+                profiles=self.profiles,
+                tombstones=self.tombstones,
+                book=self.book,
+                blocks=self.blocks,
+                quality=self.quality,
+                timings=self.timings,
+            ),
+            last=self.last,
+            warnings=self.warnings,
+            policy=self.policy.governor,
+            now=now,
+            detail=detail,
+        )

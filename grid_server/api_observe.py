@@ -75,9 +75,9 @@ class DemandHistory:
         if now - self.last_at < HISTORY_MIN_GAP_S:
             return
         self.last_at = now
-        forecasts = getattr(ctl, "last_forecasts", None) or {}
-        plan = getattr(ctl, "last_plan", None)
-        report = getattr(ctl, "last_report", None)
+        forecasts = ctl.last.forecasts
+        plan = ctl.last.plan
+        report = ctl.last.report
         desired = plan.desired if plan is not None else {}
         ready = report.ready if report is not None else {}
         models: dict[str, ModelPoint] = {}
@@ -108,7 +108,7 @@ def explain_model(ctl: Any, model_id: str) -> Explanation:
     """
     from grid_core.reconcile.control import penalise_failures, with_in_flight
 
-    host_map = getattr(ctl, "last_hosts", None) or {}
+    host_map = ctl.last.hosts
     hosts = penalise_failures(
         with_in_flight((host_map[k] for k in sorted(host_map)), ctl.book), ctl.book, ctl.profiles
     )
@@ -116,8 +116,8 @@ def explain_model(ctl: Any, model_id: str) -> Explanation:
         model_id,
         list(ctl.profiles.values()),
         list(hosts),
-        ctl.last_plan,
-        (ctl.last_forecasts or {}).get(model_id),
+        ctl.last.plan,
+        ctl.last.forecasts.get(model_id),
         ctl.policy.planner,
     )
 

@@ -80,7 +80,7 @@ def make_controller(
 
         store = MemoryStore()
         warnings.append("no durable state store available: automatic mode is refused")
-    return Controller(plugins=plugins, store=store, policy=policy), warnings
+    return Controller(plugins=plugins, store=store, policy=policy).restore(), warnings
 
 
 class GridApp:

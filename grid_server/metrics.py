@@ -194,8 +194,7 @@ def sample_controller(ctl: Any, now: float) -> ControllerSample:
     raw = ctl.status(now, True)
     status = raw if isinstance(raw, dict) else msgspec.to_builtins(raw)
     sample = ControllerSample(status=status)
-    hosts = getattr(ctl, "last_hosts", None) or {}
-    for h in hosts.values() if isinstance(hosts, dict) else hosts:
+    for h in ctl.last.hosts.values():
         if h.artifact_disk_free_mb is not None:
             sample.disk_free_mb[h.host_id] = h.artifact_disk_free_mb
     profiles = getattr(ctl, "profiles", {}) or {}

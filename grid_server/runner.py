@@ -173,7 +173,7 @@ class ControllerRunner:
         if profile is None:
             return []
         timings = getattr(self.ctl, "timings", None)
-        plan = getattr(self.ctl, "last_plan", None)
+        plan = self.ctl.last.plan
         out: list[float] = []
         starting = False
         planned = set(plan.hosts_of(model_id)) if plan is not None else set()
@@ -194,7 +194,7 @@ class ControllerRunner:
             spent = now - res.loaded_at if res is not None and res.loaded_at else 0.0
             out.append(total - max(0.0, spent))
         if not out and not starting:
-            fc = getattr(self.ctl, "last_forecasts", {}).get(model_id)
+            fc = self.ctl.last.forecasts.get(model_id)
             if fc is not None and fc.desired_replicas > 0:
                 out.append(fc.projection_horizon_s)
         return out
@@ -280,9 +280,8 @@ class ControllerRunner:
 
         def work() -> Delivery:
             ctl = self.ctl
-            poll_revision = getattr(ctl, "dirty_revision", 0)
-            processed = getattr(ctl, "processed_revision", None)
-            if processed is None or processed < poll_revision:
+            poll_revision = ctl.revisions.dirty
+            if ctl.revisions.processed < poll_revision:
                 ctl.tick(now, hosts)
                 self.ticks += 1
             d = ctl.deliver(host_id, now, hosts, poll_revision)

@@ -6,8 +6,8 @@ Public API: :class:`DemandTracker`, :class:`ModelDemand`, :class:`ForecastPolicy
 
 from grid_core.demand.features import RequestFeatures
 from grid_core.demand.series import Bucket, DemandSeries, Forecast, ForecastPolicy
-from grid_core.demand.tracker import DemandTracker, Watermark
-from grid_core.demand.types import ModelDemand
+from grid_core.demand.tracker import DemandTracker
+from grid_core.demand.types import ModelDemand, Watermark
 
 __all__ = [
     "Bucket",

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 
 from grid_core.demand.series import Forecast, ForecastPolicy
-from grid_core.demand.types import ModelDemand
+from grid_core.demand.types import ModelDemand, Watermark
 from grid_core.profile import ModelProfile
 from grid_core.snapshot import HostSnapshot, ModelPerformance
 
@@ -133,18 +133,16 @@ def _cooldown(
     profile: ModelProfile,
     want: int,
     recent_ready: int,
-    watermark: object | None,
+    watermark: Watermark | None,
     now: float,
     reasons: list[str],
-) -> tuple[int, object | None]:
+) -> tuple[int, Watermark | None]:
     """Hold the count during the scale-down cooldown; returns (count, new watermark).
 
     The watermark (highest recent count and when it was reached) is persisted, so neither a
     quiet minute nor a server restart unloads a model that was just busy.
     """
-    from grid_core.demand.tracker import Watermark
-
-    mark = watermark if isinstance(watermark, Watermark) else None
+    mark = watermark
     if mark is not None and now - mark.at >= profile.scale_down_cooldown_s:
         mark = None
     if want > 0 and (mark is None or want >= mark.desired):
@@ -164,11 +162,11 @@ def desired_for(
     hosts: list[HostSnapshot],
     now: float,
     policy: ForecastPolicy,
-    watermark: object | None,
+    watermark: Watermark | None,
     planner_policy: object | None = None,
     eligible: list[bool] | None = None,
     live: bool = True,
-) -> tuple[ModelDemand, object | None]:
+) -> tuple[ModelDemand, Watermark | None]:
     """Demand and desired replicas of one model, plus its new scale-down watermark.
 
     Args:
@@ -177,7 +175,7 @@ def desired_for(
         hosts: host snapshots sorted by id (ready replicas, engine queues, startup paths).
         now: planning instant (Unix seconds).
         policy: demand tunables.
-        watermark: the model's persisted :class:`~grid_core.demand.tracker.Watermark` or None.
+        watermark: the model's persisted :class:`~grid_core.demand.types.Watermark` or None.
         planner_policy: planner policy deciding host eligibility (defaults when None).
         eligible: precomputed :func:`eligible_hosts` (one per host) to skip recomputing it.
         live: whether a named request arrived within the live window (see

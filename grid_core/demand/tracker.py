@@ -16,6 +16,7 @@ from collections.abc import Iterable
 
 import msgspec
 
+from grid_core.demand.desired import LIVE_EVIDENCE_BUCKETS, desired_for, eligible_hosts
 from grid_core.demand.features import RequestFeatures
 from grid_core.demand.series import (
     DemandSeries,
@@ -24,7 +25,7 @@ from grid_core.demand.series import (
     latency_bin,
     percentile_ms,
 )
-from grid_core.demand.types import ModelDemand
+from grid_core.demand.types import ModelDemand, Watermark
 from grid_core.errors import StateError
 from grid_core.profile import ModelProfile
 from grid_core.snapshot import HostSnapshot
@@ -38,13 +39,6 @@ COUNTED_OUTCOMES = frozenset({"ok", "error", "rejected", "unavailable"})
 ERROR_OUTCOMES = frozenset({"error", "rejected"})
 
 
-class Watermark(msgspec.Struct, frozen=True, kw_only=True, array_like=True):
-    """Highest recent desired count and when it was last reached (persisted)."""
-
-    desired: int
-    at: float
-
-
 class _State(msgspec.Struct, kw_only=True):
     version: int
     configured: list[str]
@@ -54,8 +48,6 @@ class _State(msgspec.Struct, kw_only=True):
 
 def _live(series: DemandSeries | None, now: float) -> bool:
     """Whether a named request landed in the filling bucket or the last few completed ones."""
-    from grid_core.demand.desired import LIVE_EVIDENCE_BUCKETS
-
     if series is None:
         return False
     oldest = math.floor(now / series.bucket_s) - LIVE_EVIDENCE_BUCKETS
@@ -165,9 +157,6 @@ class DemandTracker:
         Returns:
             model id → :class:`ModelDemand`, for every profile.
         """
-        # late: the planner imports demand types
-        from grid_core.demand.desired import desired_for, eligible_hosts
-
         fpolicy = policy if isinstance(policy, ForecastPolicy) else self.policy
         profiles = sorted(profiles, key=lambda p: p.model_id)
         hosts = sorted(hosts, key=lambda h: h.host_id)

@@ -72,3 +72,18 @@ class ModelDemand(msgspec.Struct, frozen=True, kw_only=True):
             self.offered_concurrency,
             self.request_rate_rps,
         )
+
+
+class Watermark(msgspec.Struct, frozen=True, kw_only=True, array_like=True):
+    """Highest recent desired replica count of a model and when it was last reached.
+
+    Persisted with the demand history, so neither a quiet minute nor a server restart unloads
+    a model that was just busy (the scale-down cooldown).
+
+    Attributes:
+        desired: the replica count.
+        at: wall-clock seconds it was last reached.
+    """
+
+    desired: int
+    at: float

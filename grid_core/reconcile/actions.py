@@ -167,6 +167,12 @@ class ActionBook:
         self.failures: dict[str, FailureRecord] = dict(failures or {})
         for a in actions:
             self._by_id[a.action_id] = a
+        self._order = max((a.order for a in self._by_id.values()), default=0)
+
+    def next_order(self) -> int:
+        """The next issue order number (monotonic across restarts of this book)."""
+        self._order += 1
+        return self._order
 
     # --- queries ------------------------------------------------------------------------
     def __iter__(self) -> Iterator[Action]:

@@ -17,22 +17,11 @@ from grid_core.profile import ModelProfile
 from grid_core.reconcile.actions import Action, ActionBook, ServiceClass, action_id
 from grid_core.reconcile.policy import PENALTY_CAP, GovernorPolicy
 from grid_core.reconcile.reconciler import Proposal
-from grid_core.reconcile.status import HostView, ReconcileReport
-from grid_core.reconcile.view import (
-    admitting,
-    observed_at,
-    reachable,
-    reserved_by_actions,
-    used_mb,
-)
+from grid_core.reconcile.status import ReconcileReport
+from grid_core.reconcile.view import observed_at, reachable
 from grid_core.snapshot import HostSnapshot, ModelPerformance, ResidencySnapshot
 from grid_core.wire import Command
 
-CONTROLLER_LEASE_S = 30.0
-"""Single-writer lease length: six default 5 s ticks, so a live controller always renews in
-time, while a dead one's authority lapses within half a minute."""
-LEASE_RENEW_FRACTION = 0.5
-"""Renew once less than this share of the lease is left (avoids a write on every call)."""
 PERSIST_EVERY_TICKS = 12
 """Outside automatic mode the plan sequence is persisted at least this often (a minute at the
 default cadence); profile and mode changes are always written at once."""
@@ -276,36 +265,3 @@ def clear_proven_blocks(
             blocks[model] = keep
         else:
             del blocks[model]
-
-
-def host_views(
-    hosts: Mapping[str, HostSnapshot],
-    book: ActionBook,
-    now: float,
-    policy: GovernorPolicy,
-    detail: bool,
-) -> list[HostView]:
-    """Status rows for the hosts of the last tick (residencies only with ``detail``)."""
-    actions = list(book)
-    out = []
-    for hid in sorted(hosts):
-        h = hosts[hid]
-        used = used_mb(h)
-        out.append(
-            HostView(
-                host_id=hid,
-                state=h.state,
-                healthy=h.healthy,
-                reachable=reachable(h, policy),
-                admitting=admitting(h, policy),
-                heartbeat_age_s=h.heartbeat_age_s,
-                capacity_mb=h.capacity_mb,
-                reserved_mb=h.reserved_mb,
-                allocatable_mb=h.allocatable_mb,
-                used_mb=used,
-                free_mb=h.allocatable_mb - used - reserved_by_actions(h, actions, now),
-                failure_domain=h.failure_domain,
-                residencies=list(h.residencies) if detail else [],
-            )
-        )
-    return out

@@ -3,24 +3,24 @@
 Everything a restarted controller needs to continue safely: profiles, retirement tombstones,
 issued actions (active ones plus bounded history), backoff records, destructive blocks,
 the generation epoch and sequence, the mode, and the demand history. Decoding is strict: any
-malformed document is treated as corrupt (quarantined by the controller), never half-used.
+malformed document is treated as corrupt (quarantined), never half-used. :class:`DurableState`
+is the controller's handle on the document in its store: the only place that reads, writes or
+quarantines it.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 import msgspec
 
 from grid_core.errors import GridError, StateError
 from grid_core.profile import ModelProfile, validate_profile
-from grid_core.reconcile.actions import Action, ActionBook, FailureRecord
-from grid_core.reconcile.quality import QualityBook, QualityEvidence
-from grid_core.reconcile.timings import LearnedTiming, TimingBook
+from grid_core.reconcile.actions import Action, FailureRecord
+from grid_core.reconcile.quality import QualityEvidence
+from grid_core.reconcile.timings import LearnedTiming
+from grid_core.store import StateConflictError, StateStore, state_digest
 from grid_core.wire import Mode
-
-if TYPE_CHECKING:  # the controller is only read and restored here; importing it is circular
-    from grid_core.controller import Controller
 
 STATE_SCHEMA = "grid-controller-state/1"
 
@@ -86,64 +86,99 @@ def decode_state(data: bytes) -> ControllerState:
     return state
 
 
-def snapshot_of(ctl: Controller) -> ControllerState:
-    """The durable part of a controller, ready to encode (profiles sorted for stable bytes)."""
-    return ControllerState(
-        epoch=ctl.epoch,
-        sequence=ctl.sequence,
-        mode=ctl.mode,
-        profiles=[ctl.profiles[k] for k in sorted(ctl.profiles)],
-        tombstones=dict(ctl.tombstones),
-        actions=list(ctl.book),
-        failures=dict(ctl.book.failures),
-        blocks={m: list(v) for m, v in ctl.blocks.items()},
-        demand=ctl.demand.to_state(),
-        quality=ctl.quality.entries(),
-        timings=ctl.timings.entries(),
-    )
+WRITE_FAILED = "controller state could not be written"
+"""Prefix of the warning a failed (non-conflicting) write leaves until a later write works."""
 
 
-def restore_into(ctl: Controller, state: ControllerState) -> None:
-    """Load durable state into a freshly built controller.
+class DurableState:
+    """The controller's durable document in its store: load, conditional save, quarantine.
 
-    Evidence rows that fail their plausibility checks are dropped with a warning; a restored
-    automatic mode resumes only when durable writes are possible, and then takes its lease
-    (term + 1) on the first tick or poll, never here (no clock is read).
+    Every save is conditional on the digest of the bytes this instance last loaded or wrote,
+    so a stale instance can never overwrite a newer writer's state (specification, "Local
+    wire contract": a single writer).
+
+    Args:
+        store: where the document lives.
+
+    Attributes:
+        warning: the persistent-state warning status shows (corruption, a failed write, a
+            conflict), if any.
+        refusal: why automatic mode must be refused (no durable store, or a corrupt document
+            that could not be moved aside), if it must.
+        loaded: :meth:`load` has run.
     """
-    ctl.epoch = state.epoch
-    ctl.sequence = state.sequence
-    ctl.profiles = {p.model_id: p for p in state.profiles}
-    ctl.tombstones = dict(state.tombstones)
-    ctl.book = ActionBook(state.actions, state.failures)
-    ctl.blocks = {m: list(ids) for m, ids in state.blocks.items()}
-    ctl._order = max((a.order for a in state.actions), default=0)
-    ctl.quality = QualityBook(state.quality)
-    ctl.timings = TimingBook(state.timings)
-    dropped = (len(state.quality) - len(ctl.quality), len(state.timings) - len(ctl.timings))
-    if any(dropped):
-        ctl.warnings.append(
-            f"implausible evidence discarded on restore: {dropped[0]} "
-            f"quality and {dropped[1]} timing rows"
-        )
-    ctl.demand.set_configured(ctl.profiles)
-    if state.demand is not None:
-        try:
-            ctl.demand.from_state(state.demand)
-        except GridError as exc:
-            ctl.warnings.append(f"demand history discarded: {exc}")
-    ctl._restored = True
-    ctl.mode = state.mode
-    if state.mode == "automatic":
-        if ctl.automatic_refusal is not None:
-            ctl.mode = "recommend"
-            ctl.warnings.append(
-                f"automatic mode not resumed after restart: {ctl.automatic_refusal}"
+
+    def __init__(self, store: StateStore) -> None:
+        self._store = store
+        self._digest: str | None = None
+        self.warning: str | None = None
+        self.refusal: str | None = None
+        self.loaded = False
+        if not store.durable:
+            self.refusal = (
+                "the controller has no durable state path; configure "
+                "one (GRID_HOME/state) before selecting automatic mode"
             )
-            stamps = [a.completed_at or a.created_at for a in ctl.book]
-            for a in ctl.book.active():
-                ctl.book.close(
-                    a, "cancelled", max(stamps, default=0.0), "automatic mode not resumed"
-                )
-        else:
-            # No clock here: the lease is taken (term + 1) on the first tick or poll.
-            ctl.authority = "pending"
+
+    @property
+    def store(self) -> StateStore:
+        """The underlying store (it also holds the single-writer lease)."""
+        return self._store
+
+    def load(self) -> ControllerState | None:
+        """Read and decode the document (the only read of the store).
+
+        Returns:
+            The document, or ``None`` when there is none or it was corrupt (then it is
+            quarantined and :attr:`warning` says where it went; if it could not be moved,
+            :attr:`refusal` refuses automatic mode until it is repaired).
+        """
+        self.loaded = True
+        try:
+            raw = self._store.load()
+            self._digest = state_digest(raw)
+            return decode_state(raw) if raw is not None else None
+        except StateError as exc:
+            if self._quarantine(str(exc)):
+                self._digest = None  # the corrupt file was moved away
+            return None
+
+    def _quarantine(self, cause: str) -> bool:
+        """Move corrupt state aside; returns whether it was moved."""
+        try:
+            where = self._store.quarantine(cause)
+        except GridError as exc:
+            self.warning = (
+                f"{cause}; quarantining it failed ({exc}); automatic mode is "
+                "refused until the state file is repaired or removed"
+            )
+            self.refusal = self.warning
+            return False
+        self.warning = (
+            f"{cause}; the corrupt file was moved to {where} and the "
+            "controller started clean in recommend mode"
+        )
+        return True
+
+    def save(self, state: ControllerState) -> bool:
+        """Write ``state`` if the stored bytes are still the ones this instance saw.
+
+        A plain write failure leaves a warning and returns False (the next save retries).
+
+        Raises:
+            StateConflictError: another controller wrote the document since; nothing was
+                written and :attr:`warning` says so. The caller must stop acting.
+        """
+        data = encode_state(state)
+        try:
+            self._store.save(data, self._digest)
+        except StateConflictError as exc:
+            self.warning = str(exc)
+            raise
+        except GridError as exc:
+            self.warning = f"{WRITE_FAILED}: {exc}"
+            return False
+        self._digest = state_digest(data)
+        if self.warning and self.warning.startswith(WRITE_FAILED):
+            self.warning = None
+        return True

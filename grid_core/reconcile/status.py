@@ -7,21 +7,27 @@ unmet constraints, the persistent-state warning and bounded action history.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
 
 import msgspec
 
+from grid_core.demand.types import ModelDemand
 from grid_core.planner.types import Plan, Unmet
 from grid_core.profile import ModelProfile
-from grid_core.reconcile.actions import Action
-from grid_core.reconcile.quality import QualityView
+from grid_core.reconcile.actions import Action, ActionBook
+from grid_core.reconcile.authority import Authority
+from grid_core.reconcile.holds import Holds
+from grid_core.reconcile.policy import GovernorPolicy
+from grid_core.reconcile.quality import QualityBook, QualityView
 from grid_core.reconcile.reconciler import Deferred, Proposal, Withdrawal
-from grid_core.reconcile.timings import TimingView
-from grid_core.snapshot import ResidencySnapshot
+from grid_core.reconcile.revisions import Revisions
+from grid_core.reconcile.state import DurableState
+from grid_core.reconcile.timings import TimingBook, TimingView
+from grid_core.reconcile.view import admitting, reachable, reserved_by_actions, used_mb
+from grid_core.snapshot import HostSnapshot, ResidencySnapshot
 from grid_core.wire import Mode
-
-if TYPE_CHECKING:  # the controller is only read here; importing it would be circular
-    from grid_core.controller import Controller
 
 STATUS_HISTORY = 64
 """Finished actions shown in status: the recent past, not the whole durable history."""
@@ -92,18 +98,6 @@ class HostView(msgspec.Struct, frozen=True, kw_only=True):
     residencies: list[ResidencySnapshot] = []
 
 
-class Revisions(msgspec.Struct, frozen=True, kw_only=True):
-    """Causal counters: ``dirty`` advances on every input, ``safety`` only on changes that
-    matter to destructive safety; ``processed``/``success`` are the dirty revision the last
-    (successful) tick started from, ``tick_safety`` the safety revision it saw."""
-
-    dirty: int
-    processed: int
-    success: int
-    safety: int
-    tick_safety: int
-
-
 class ReconcileReport(msgspec.Struct, frozen=True, kw_only=True):
     """The reconciliation result of the latest tick.
 
@@ -163,58 +157,146 @@ class ControllerStatus(msgspec.Struct, kw_only=True):
     """Learned lifecycle durations by host, model, artifact revision and phase."""
 
 
-def controller_status(ctl: Controller, now: float, detail: bool) -> ControllerStatus:
+class LastTick:
+    """What the latest tick saw and decided (status shows it; nothing here is durable).
+
+    Attributes:
+        plan: the plan, once a tick ran.
+        report: its reconciliation report.
+        forecasts: model id → the demand forecast the plan used.
+        hosts: host id → the snapshot the tick used (learned timings applied).
+        at: wall-clock seconds the tick ran.
+        duration_ms: how long the caller measured it to take (milliseconds).
+    """
+
+    def __init__(self) -> None:
+        self.plan: Plan | None = None
+        self.report: ReconcileReport | None = None
+        self.forecasts: dict[str, ModelDemand] = {}
+        self.hosts: dict[str, HostSnapshot] = {}
+        self.at: float | None = None
+        self.duration_ms: float | None = None
+
+
+@dataclass(frozen=True)
+class ControllerRecords:
+    """The records status describes: profiles, retirements, actions, blocks and evidence.
+
+    Attributes:
+        profiles: configured profiles by model id.
+        tombstones: retired model id → retirement time (wall-clock seconds).
+        book: issued actions and their history.
+        blocks: model id → withdrawn delivered destructive action ids awaiting proof.
+        quality: labelled quality evidence.
+        timings: learned lifecycle durations.
+    """
+
+    profiles: Mapping[str, ModelProfile]
+    tombstones: Mapping[str, float]
+    book: ActionBook
+    blocks: Mapping[str, list[str]]
+    quality: QualityBook
+    timings: TimingBook
+
+
+def host_views(
+    hosts: Mapping[str, HostSnapshot],
+    book: ActionBook,
+    now: float,
+    policy: GovernorPolicy,
+    detail: bool,
+) -> list[HostView]:
+    """Status rows for the hosts of the last tick (residencies only with ``detail``)."""
+    actions = list(book)
+    out = []
+    for hid in sorted(hosts):
+        h = hosts[hid]
+        used = used_mb(h)
+        out.append(
+            HostView(
+                host_id=hid,
+                state=h.state,
+                healthy=h.healthy,
+                reachable=reachable(h, policy),
+                admitting=admitting(h, policy),
+                heartbeat_age_s=h.heartbeat_age_s,
+                capacity_mb=h.capacity_mb,
+                reserved_mb=h.reserved_mb,
+                allocatable_mb=h.allocatable_mb,
+                used_mb=used,
+                free_mb=h.allocatable_mb - used - reserved_by_actions(h, actions, now),
+                failure_domain=h.failure_domain,
+                residencies=list(h.residencies) if detail else [],
+            )
+        )
+    return out
+
+
+def controller_status(
+    *,
+    authority: Authority,
+    document: DurableState,
+    revisions: Revisions,
+    holds: Holds,
+    generation: str,
+    records: ControllerRecords,
+    last: LastTick,
+    warnings: list[str],
+    policy: GovernorPolicy,
+    now: float,
+    detail: bool,
+) -> ControllerStatus:
     """Assemble the controller's status value (what ``GET /allocator/status`` shows).
 
+    Every argument is read only.
+
     Args:
-        ctl: the controller to describe (read only).
-        now: wall-clock seconds (ages, grace deadline).
+        authority: mode, lease and term.
+        document: the durable document (its warning).
+        revisions: causal counters (a copy is shown).
+        holds: restart grace and hiccup tracking.
+        generation: the current plan generation.
+        records: profiles, retirements, actions, blocks and evidence.
+        last: what the latest tick saw and decided.
+        warnings: the controller's warnings (the latest 16 are shown).
+        policy: governor tunables (reachability and admission of hosts).
+        now: wall-clock seconds (ages, free memory of reserved actions).
         detail: include host residencies, the full plan, timings and the longer history.
     """
-    from grid_core.reconcile.control import host_views  # control imports this module
-
-    active = ctl.book.active()
+    book = records.book
+    active = book.active()
     finished = sorted(
-        (a for a in ctl.book if not a.active),
+        (a for a in book if not a.active),
         key=lambda a: a.completed_at or 0.0,
         reverse=True,
     )
-    blocked_ids = {i for ids in ctl.blocks.values() for i in ids}
-    grace = None
-    if ctl._restored and ctl._grace_anchor is not None:
-        grace = ctl._grace_anchor + ctl.policy.governor.restart_grace_s
+    blocked_ids = {i for ids in records.blocks.values() for i in ids}
     return ControllerStatus(
-        mode=ctl.mode,
-        controller_id=ctl.controller_id,
-        controller_term=ctl.term,
-        controller_lease_expires_at=ctl.lease_expires_at,
-        authority=ctl.authority,
-        automatic_refusal=ctl.automatic_refusal,
-        generation=ctl.generation,
-        profiles=[ctl.profiles[k] for k in sorted(ctl.profiles)],
-        retired=dict(ctl.tombstones),
-        forecasts=msgspec.to_builtins(ctl.last_forecasts),
-        hosts=host_views(ctl.last_hosts, ctl.book, now, ctl.policy.governor, detail),
-        plan=ctl.last_plan if detail else None,
-        reconciliation=ctl.last_report,
+        mode=authority.mode,
+        controller_id=authority.controller_id,
+        controller_term=authority.term,
+        controller_lease_expires_at=authority.lease_expires_at,
+        authority=authority.state,
+        automatic_refusal=authority.refusal,
+        generation=generation,
+        profiles=[records.profiles[k] for k in sorted(records.profiles)],
+        retired=dict(records.tombstones),
+        forecasts=msgspec.to_builtins(last.forecasts),
+        hosts=host_views(last.hosts, book, now, policy, detail),
+        plan=last.plan if detail else None,
+        reconciliation=last.report,
         pending_commands=[ActionView.of(a) for a in active],
         delivered_pending=[a.action_id for a in active if a.delivered],
-        withdrawn_destructive=[ActionView.of(a) for a in ctl.book if a.action_id in blocked_ids],
-        blocked_models={m: list(v) for m, v in ctl.blocks.items()},
-        unmet=list(ctl.last_plan.unmet) if ctl.last_plan else [],
-        revisions=Revisions(
-            dirty=ctl.dirty_revision,
-            processed=ctl.processed_revision,
-            success=ctl.success_revision,
-            safety=ctl.safety_revision,
-            tick_safety=ctl.tick_safety_revision,
-        ),
-        last_tick_at=ctl.last_tick_at,
-        last_tick_duration_ms=ctl.last_tick_duration_ms,
-        state_warning=ctl.state_warning,
-        warnings=list(ctl.warnings[-16:]),
-        restart_grace_until=grace,
+        withdrawn_destructive=[ActionView.of(a) for a in book if a.action_id in blocked_ids],
+        blocked_models={m: list(v) for m, v in records.blocks.items()},
+        unmet=list(last.plan.unmet) if last.plan else [],
+        revisions=revisions.copy(),
+        last_tick_at=last.at,
+        last_tick_duration_ms=last.duration_ms,
+        state_warning=document.warning,
+        warnings=list(warnings[-16:]),
+        restart_grace_until=holds.grace_until(),
         history=[ActionView.of(a) for a in finished[: STATUS_HISTORY if detail else 8]],
-        quality=ctl.quality.views(ctl.profiles, now),
-        timings=[TimingView.of(e, now) for e in ctl.timings.entries()] if detail else [],
+        quality=records.quality.views(records.profiles, now),
+        timings=[TimingView.of(e, now) for e in records.timings.entries()] if detail else [],
     )

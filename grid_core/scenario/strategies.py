@@ -64,7 +64,9 @@ class ControllerControl:
         now: float,
     ) -> None:
         self.name = name
-        self.ctl = Controller(plugins=plugins, store=store, controller_id=f"scenario-{name}")
+        self.ctl = Controller(
+            plugins=plugins, store=store, controller_id=f"scenario-{name}"
+        ).restore()
         for p in profiles:
             self.ctl.put_profile(p, now)
         self.ctl.set_mode("automatic", now)
@@ -93,7 +95,7 @@ class ControllerControl:
                 continue
             for _ in range(MAX_DELIVERY_ROUNDS):
                 hosts = fleet.snapshots()
-                delivery = self.ctl.deliver(host_id, now, hosts, self.ctl.success_revision)
+                delivery = self.ctl.deliver(host_id, now, hosts, self.ctl.revisions.success)
                 if not delivery.commands:
                     break
                 acks = []

@@ -55,7 +55,7 @@ def run_tick_bench(path: Path, runs: int = DEFAULT_RUNS) -> dict[str, object]:
     times: list[float] = []
     with tempfile.TemporaryDirectory(prefix="grid-bench-tick-") as tmp:
         store = FileStateStore(Path(tmp) / "controller.json")
-        ctl = Controller(plugins=plugins, store=store, plan_fn=plan_with_fleet_demand)
+        ctl = Controller(plugins=plugins, store=store, plan_fn=plan_with_fleet_demand).restore()
         now = inputs.now
         for p in inputs.profiles:
             ctl.put_profile(p, now)

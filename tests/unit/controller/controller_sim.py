@@ -137,7 +137,7 @@ class SimFleet:
         self.terms_sent: list[int] = []
 
     def _new_controller(self) -> Controller:
-        return Controller(plugins=self.plugins, store=self.store, plan_fn=self.plan_fn)  # type: ignore[arg-type]
+        return Controller(plugins=self.plugins, store=self.store, plan_fn=self.plan_fn).restore()  # type: ignore[arg-type]
 
     def _plan(self, inputs: PlanInputs, plugins: object) -> Plan:
         """The real planner, unless a test forces an arbitrary (even unsafe) placement."""
@@ -197,12 +197,12 @@ class SimFleet:
         if keep_zombie:
             self.zombies.append(self.ctl)
         else:
-            self.store.dead.add(self.ctl.controller_id)
+            self.store.dead.add(self.ctl.authority.controller_id)
         self.ctl = self._new_controller()
 
     def restart_if_superseded(self) -> bool:
         """The operator restarts a controller whose durable state another instance wrote."""
-        if not self.ctl.superseded:
+        if not self.ctl.authority.superseded:
             return False
         self.restart()
         return True
@@ -228,9 +228,9 @@ class SimFleet:
         if acks:
             self.ctl.acknowledge(host_id, acks, self.now)
         self.ctl.note_input(self.now, safety_changed=True)
-        poll = self.ctl.dirty_revision
+        poll = self.ctl.revisions.dirty
         hosts = self.hosts()
-        if tick and self.ctl.processed_revision < poll:
+        if tick and self.ctl.revisions.processed < poll:
             self.ctl.tick(self.now, hosts)
         d = self.ctl.deliver(host_id, self.now, hosts, poll)
         self.receive(node, list(d.commands), d.lease_ttl_s)
@@ -242,7 +242,7 @@ class SimFleet:
         for z in self.zombies:
             if z.mode != "automatic":
                 continue
-            d = z.deliver(host_id, self.now, self.hosts(), z.dirty_revision)
+            d = z.deliver(host_id, self.now, self.hosts(), z.revisions.dirty)
             self.receive(node, list(d.commands), d.lease_ttl_s, trusted=False)
 
     def zombie_tick(self) -> None:

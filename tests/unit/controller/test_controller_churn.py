@@ -78,7 +78,7 @@ def test_cooldown_hold_never_preempts_lower_priority_work() -> None:
             while fleet.nodes[h].started:
                 fleet.complete(h)
     assert not [d for d in drains if d[1] == "coder"], drains
-    assert not fleet.ctl.last_plan.evictions
+    assert not fleet.ctl.last.plan.evictions
     coder = [n.residencies.get("coder") for n in fleet.nodes.values()]
     assert any(r is not None and r.state == "ready" for r in coder)
     assert fleet.violations == []
@@ -136,7 +136,7 @@ def test_in_flight_warm_is_an_incumbent_not_re_placed_elsewhere() -> None:
         for h in sorted(fleet.nodes):
             warmed |= {h for c in fleet.heartbeat(h) if c.kind == "warm"}
     assert warmed <= set(loading)
-    assert not [w for w in fleet.ctl.last_report.withdrawals if w.model_id == "general"]
+    assert not [w for w in fleet.ctl.last.report.withdrawals if w.model_id == "general"]
     assert not [a for a in fleet.ctl.book if a.status == "cancelled"]
     fleet.converge(rounds=3, step_s=1.0)
     ready = [h for h, n in fleet.nodes.items() if "general" in n.residencies]
@@ -186,7 +186,7 @@ def test_returning_demand_keeps_a_replica_whose_routine_drain_is_pending() -> No
     fleet.now += 1.0
     _report_all(fleet)
     fleet.tick()
-    placed = {a.host_id for a in fleet.ctl.last_plan.assignments}
+    placed = {a.host_id for a in fleet.ctl.last.plan.assignments}
     assert drains[0].host_id in placed
     assert not [a for a in fleet.ctl.book.active() if a.kind in ("load", "warm")]
-    assert [w.reason for w in fleet.ctl.last_report.withdrawals] == ["desired_again"]
+    assert [w.reason for w in fleet.ctl.last.report.withdrawals] == ["desired_again"]

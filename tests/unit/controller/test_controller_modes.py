@@ -36,14 +36,14 @@ def test_observe_records_drift_recommend_proposes_automatic_issues() -> None:
     fleet = _fleet()
     fleet.ctl.set_mode("observe", fleet.now)
     fleet.tick()
-    rep = fleet.ctl.last_report
+    rep = fleet.ctl.last.report
     assert rep is not None and rep.proposals == []
     assert [d.reason for d in rep.deferred] == ["observe_mode"]
     assert fleet.ctl.book.active() == []
 
     fleet.ctl.set_mode("recommend", fleet.now)
     fleet.tick()
-    rep = fleet.ctl.last_report
+    rep = fleet.ctl.last.report
     assert [p.kind for p in rep.proposals] == ["warm"] and rep.issued == []
     assert fleet.ctl.deliver("h1", fleet.now, fleet.hosts(), 0).commands == ()
 
@@ -86,11 +86,11 @@ def test_generations_keep_increasing_across_restarts_within_one_epoch() -> None:
     gens = []
     for _ in range(3):
         fleet.tick()
-        gens.append(fleet.ctl.generation)
+        gens.append(fleet.ctl.generations.current)
         fleet.ctl._save()  # recommend mode persists on a cadence; force it for the restart
         fleet.restart()
     fleet.tick()
-    gens.append(fleet.ctl.generation)
+    gens.append(fleet.ctl.generations.current)
     epochs = {g.split(":")[0] for g in gens}
     seqs = [int(g.split(":")[1]) for g in gens]
     assert len(epochs) == 1 and seqs == sorted(seqs) and len(set(seqs)) == len(seqs)
@@ -123,7 +123,7 @@ def test_restart_grace_holds_destructive_work_and_rebases_on_a_backward_clock() 
     fleet.restart()  # the old process is gone; the new one restores automatic mode
     assert fleet.ctl.mode == "automatic"
     fleet.tick()
-    rep = fleet.ctl.last_report
+    rep = fleet.ctl.last.report
     assert rep.hold == "restart_grace"
     assert {(d.kind, d.reason) for d in rep.deferred} == {("drain", "restart_grace")}
     # The wall clock jumps back an hour: the grace restarts from the corrected time.
@@ -131,17 +131,17 @@ def test_restart_grace_holds_destructive_work_and_rebases_on_a_backward_clock() 
     for h in fleet.nodes:
         fleet.heartbeat(h, tick=False)
     fleet.tick()
-    assert fleet.ctl.last_report.hold == "restart_grace"
+    assert fleet.ctl.last.report.hold == "restart_grace"
     fleet.now += 30.0
     for h in fleet.nodes:
         fleet.heartbeat(h, tick=False)
     fleet.tick()
-    assert fleet.ctl.last_report.hold == "restart_grace"
+    assert fleet.ctl.last.report.hold == "restart_grace"
     fleet.now += 31.0
     for h in fleet.nodes:
         fleet.heartbeat(h, tick=False)
     fleet.tick()
-    assert fleet.ctl.last_report.hold is None
+    assert fleet.ctl.last.report.hold is None
     assert [a.kind for a in fleet.ctl.book.active()] == ["drain"]
 
 
@@ -159,11 +159,11 @@ def test_availability_rides_any_later_tick_but_destructive_needs_the_current_saf
     assert [a.kind for a in ctl.book.active()] == ["drain"]
     # A safety-relevant input after the tick: the drain must wait for a new tick.
     ctl.note_input(fleet.now, safety_changed=True)
-    assert ctl.deliver("h1", fleet.now, fleet.hosts(), ctl.dirty_revision).commands == ()
+    assert ctl.deliver("h1", fleet.now, fleet.hosts(), ctl.revisions.dirty).commands == ()
     assert ctl.book.active()[0].delivered_at is None
     ctl.tick(fleet.now, fleet.hosts())
-    (cmd,) = ctl.deliver("h1", fleet.now, fleet.hosts(), ctl.dirty_revision).commands
-    assert cmd.kind == "drain" and cmd.controller_term == ctl.term
+    (cmd,) = ctl.deliver("h1", fleet.now, fleet.hosts(), ctl.revisions.dirty).commands
+    assert cmd.kind == "drain" and cmd.controller_term == ctl.authority.term
 
 
 def test_final_check_suppresses_and_unmarks_a_drain_whose_replacement_lease_is_short() -> None:
@@ -192,35 +192,37 @@ def test_restart_takes_over_with_a_higher_term_and_restamps_restored_commands(
     path = tmp_path / "controller.json"
     plugins = plugins_with()
     fleet = _fleet()
-    first = Controller(plugins=plugins, store=FileStateStore(path), plan_fn=fleet.plan_fn)
+    first = Controller(plugins=plugins, store=FileStateStore(path), plan_fn=fleet.plan_fn).restore()
     first.put_profile(ModelProfile(model_id="a", memory_mb=4000, min_replicas=1), NOW)
     first.set_mode("automatic", NOW)
     hosts = [fleet.nodes["h1"].snapshot(NOW)]
     first.tick(NOW, hosts)
-    (load, warm) = first.deliver("h1", NOW, hosts, first.dirty_revision).commands
+    (load, warm) = first.deliver("h1", NOW, hosts, first.revisions.dirty).commands
     assert load.controller_term == 1
 
     # Same process, new controller identity: the live holder's lease blocks a takeover.
     with pytest.raises(ConflictError, match="holds the single-writer lease"):
         FileStateStore(path).acquire_lease("intruder", NOW + 1, 30.0)
-    second = Controller(plugins=plugins, store=FileStateStore(path), plan_fn=fleet.plan_fn)
+    second = Controller(
+        plugins=plugins, store=FileStateStore(path), plan_fn=fleet.plan_fn
+    ).restore()
     assert second.mode == "automatic"
     second.tick(NOW + 2, hosts)  # could not take authority while first holds it
-    assert second.authority.startswith("lost:")
-    assert second.deliver("h1", NOW + 2, hosts, second.dirty_revision).commands == ()
+    assert second.authority.state.startswith("lost:")
+    assert second.deliver("h1", NOW + 2, hosts, second.revisions.dirty).commands == ()
 
     # Once the first lease lapses, a restarted controller takes over with term 2 and
     # re-delivers the restored commands under its own authority.
-    third = Controller(plugins=plugins, store=FileStateStore(path), plan_fn=fleet.plan_fn)
+    third = Controller(plugins=plugins, store=FileStateStore(path), plan_fn=fleet.plan_fn).restore()
     third.set_mode("automatic", NOW + 40)
-    assert third.term == 2
+    assert third.authority.term == 2
     hosts = [fleet.nodes["h1"].snapshot(NOW + 40)]
     third.tick(NOW + 40, hosts)
-    assert third.last_report.hold == "restart_grace"
-    again = third.deliver("h1", NOW + 40, hosts, third.dirty_revision).commands
+    assert third.last.report.hold == "restart_grace"
+    again = third.deliver("h1", NOW + 40, hosts, third.revisions.dirty).commands
     assert [c.action_id for c in again] == [load.action_id, warm.action_id]
     assert {c.controller_term for c in again} == {2}
-    assert {c.controller_id for c in again} == {third.controller_id}
+    assert {c.controller_id for c in again} == {third.authority.controller_id}
 
 
 def test_a_dead_holder_on_this_machine_is_taken_over_before_its_lease_ends(tmp_path: Path) -> None:
@@ -260,17 +262,17 @@ def test_state_file_is_owner_only_and_written_atomically(tmp_path: Path) -> None
 def test_restored_store_keeps_profiles_actions_and_blocks(tmp_path: Path) -> None:
     store = DurableMemoryStore()
     fleet = _fleet()
-    a = Controller(plugins=plugins_with(), store=store, plan_fn=fleet.plan_fn)
+    a = Controller(plugins=plugins_with(), store=store, plan_fn=fleet.plan_fn).restore()
     a.put_profile(ModelProfile(model_id="a", memory_mb=4000, min_replicas=1), NOW)
     a.set_mode("automatic", NOW)
     a.tick(NOW, [fleet.nodes["h1"].snapshot(NOW)])
     ids = sorted(x.action_id for x in a.book.active())
-    store.dead.add(a.controller_id)
-    b = Controller(plugins=plugins_with(), store=store, plan_fn=fleet.plan_fn)
+    store.dead.add(a.authority.controller_id)
+    b = Controller(plugins=plugins_with(), store=store, plan_fn=fleet.plan_fn).restore()
     assert sorted(x.action_id for x in b.book.active()) == ids
-    assert list(b.profiles) == ["a"] and b.mode == "automatic" and b.authority == "pending"
+    assert list(b.profiles) == ["a"] and b.mode == "automatic" and b.authority.state == "pending"
     b.tick(NOW + 1, [fleet.nodes["h1"].snapshot(NOW + 1)])
-    assert b.term == 2 and b.authority == "held"
+    assert b.authority.term == 2 and b.authority.state == "held"
 
 
 def test_failed_warms_steer_the_next_placement_to_a_healthy_peer() -> None:
@@ -303,7 +305,7 @@ def test_authority_ttl_never_exceeds_one_lease_even_when_the_clock_jumps_back() 
         fleet.nodes[h].last_report_at = fleet.now
     later = ctl.deliver("h1", fleet.now, fleet.hosts(), 0)
     assert 0 < later.lease_ttl_s <= 30.0
-    assert ctl.lease_expires_at == fleet.now + 30.0  # renewed against the corrected clock
+    assert ctl.authority.lease_expires_at == fleet.now + 30.0  # renewed against the corrected clock
 
 
 def test_a_superseded_controller_loses_authority_and_sends_nothing() -> None:
@@ -313,18 +315,20 @@ def test_a_superseded_controller_loses_authority_and_sends_nothing() -> None:
     old = fleet.ctl
     fleet.restart(keep_zombie=True)  # the old process lingers (split brain)
     fleet.tick()
-    assert fleet.ctl.authority.startswith("lost:")  # its lease is still live
+    assert fleet.ctl.authority.state.startswith("lost:")  # its lease is still live
     fleet.now += 31.0  # the old lease lapses without renewal
     for h in fleet.nodes:
         fleet.heartbeat(h)
-    assert fleet.ctl.authority == "held" and fleet.ctl.term == old.term + 1
     assert (
-        fleet.nodes["h1"].highest_term == fleet.ctl.term
-        or fleet.nodes["h2"].highest_term == fleet.ctl.term
+        fleet.ctl.authority.state == "held" and fleet.ctl.authority.term == old.authority.term + 1
+    )
+    assert (
+        fleet.nodes["h1"].highest_term == fleet.ctl.authority.term
+        or fleet.nodes["h2"].highest_term == fleet.ctl.authority.term
     )
     # The old controller still believes it is automatic; it must not command anyone now.
     for h in fleet.nodes:
-        assert old.deliver(h, fleet.now, fleet.hosts(), old.dirty_revision).commands == ()
+        assert old.deliver(h, fleet.now, fleet.hosts(), old.revisions.dirty).commands == ()
         fleet.zombie_deliver(h)
-    assert old.authority.startswith("lost:")
+    assert old.authority.state.startswith("lost:")
     assert fleet.violations == []

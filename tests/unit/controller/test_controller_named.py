@@ -50,12 +50,12 @@ def _fixed_plan(placement: dict[str, list[str]]):  # type: ignore[no-untyped-def
 # --- durable state ------------------------------------------------------------------------
 def test_restart_with_corrupt_state_file_quarantines_it_and_starts_clean(tmp_path: Path) -> None:
     state = tmp_path / "controller.json"
-    first = Controller(plugins=plugins_with(), store=FileStateStore(state))
+    first = Controller(plugins=plugins_with(), store=FileStateStore(state)).restore()
     first.put_profile(ModelProfile(model_id="a", memory_mb=1000), NOW)
     assert state.exists()
     state.write_bytes(b'{"schema": "grid-controller-state/1", "epoch": 7, "profiles": [')
 
-    ctl = Controller(plugins=plugins_with(), store=FileStateStore(state))
+    ctl = Controller(plugins=plugins_with(), store=FileStateStore(state)).restore()
 
     status = ctl.status(NOW, detail=True)
     assert status.mode == "recommend"
@@ -85,7 +85,7 @@ def test_corrupt_state_that_cannot_be_quarantined_refuses_automatic() -> None:
 
             raise StateError("read-only filesystem")
 
-    ctl = Controller(plugins=plugins_with(), store=Stuck())
+    ctl = Controller(plugins=plugins_with(), store=Stuck()).restore()
     with pytest.raises(ConflictError, match="automatic mode refused"):
         ctl.set_mode("automatic", NOW)
     status = ctl.status(NOW)
@@ -94,7 +94,7 @@ def test_corrupt_state_that_cannot_be_quarantined_refuses_automatic() -> None:
 
 
 def test_automatic_mode_is_refused_without_a_durable_state_path() -> None:
-    ctl = Controller(plugins=plugins_with(), store=MemoryStore())
+    ctl = Controller(plugins=plugins_with(), store=MemoryStore()).restore()
     with pytest.raises(ConflictError, match="durable state path"):
         ctl.set_mode("automatic", NOW)
     status = ctl.status(NOW)
@@ -108,7 +108,9 @@ def test_automatic_mode_is_refused_without_a_durable_state_path() -> None:
 def test_automatic_mode_is_refused_when_the_state_path_is_unwritable(tmp_path: Path) -> None:
     blocker = tmp_path / "not-a-directory"
     blocker.write_text("a file where the state directory should be")
-    ctl = Controller(plugins=plugins_with(), store=FileStateStore(blocker / "controller.json"))
+    ctl = Controller(
+        plugins=plugins_with(), store=FileStateStore(blocker / "controller.json")
+    ).restore()
     with pytest.raises(ConflictError, match="automatic mode refused"):
         ctl.set_mode("automatic", NOW)
     assert ctl.mode == "recommend"
@@ -168,13 +170,15 @@ def test_one_tick_without_any_heartbeat_unloads_nothing_and_reschedules_nothing(
 # --- late receipts ------------------------------------------------------------------------
 def test_late_success_completes_a_cancelled_action_and_a_conflicting_receipt_is_ignored() -> None:
     store = DurableMemoryStore()
-    ctl = Controller(plugins=plugins_with(), store=store, plan_fn=_fixed_plan({"a": ["h1"]}))
+    ctl = Controller(
+        plugins=plugins_with(), store=store, plan_fn=_fixed_plan({"a": ["h1"]})
+    ).restore()
     fleet = SimFleet({"h1": 16_000})
     hosts = [fleet.nodes["h1"].snapshot(NOW)]
     ctl.put_profile(ModelProfile(model_id="a", memory_mb=4000), NOW)
     ctl.set_mode("automatic", NOW)
     ctl.tick(NOW, hosts)
-    delivered = ctl.deliver("h1", NOW, hosts, ctl.dirty_revision).commands
+    delivered = ctl.deliver("h1", NOW, hosts, ctl.revisions.dirty).commands
     assert [c.kind for c in delivered] == ["load", "warm"]
     load = delivered[0]
 
@@ -251,7 +255,7 @@ def test_drain_withdrawn_after_delivery_blocks_destructive_work_until_its_receip
         fleet.heartbeat("h1")
         fleet.tick()
         assert not [a for a in ctl.book.active() if a.destructive]
-        reasons = {(d.kind, d.host_id, d.reason) for d in ctl.last_report.deferred}
+        reasons = {(d.kind, d.host_id, d.reason) for d in ctl.last.report.deferred}
         assert ("drain", "h1", "destructive_blocked") in reasons
 
     # The authenticated terminal receipt of the withdrawn drain arrives: the block ends.
@@ -280,7 +284,7 @@ def test_a_heartbeat_proving_the_drain_also_releases_the_block() -> None:
     fleet.tick()
     ctl = fleet.ctl
     hosts = fleet.hosts()
-    (drain,) = ctl.deliver("h1", fleet.now, hosts, ctl.dirty_revision).commands
+    (drain,) = ctl.deliver("h1", fleet.now, hosts, ctl.revisions.dirty).commands
     assert drain.kind == "drain"
     fleet.nodes["h2"].lifecycle = "paused"
     fleet.now += 1
@@ -304,7 +308,7 @@ def test_unbound_requests_become_demand_for_the_best_feasible_model() -> None:
     from grid_core.testing import plugins_with
 
     plugins = plugins_with(builtins=("grid_forecast_ewma", "grid_scoring", "grid_victims"))
-    ctl = Controller(plugins=plugins, store=MemoryStore())
+    ctl = Controller(plugins=plugins, store=MemoryStore()).restore()
     now = 1_790_000_000.0
     ctl.put_profile(
         ModelProfile(model_id="coder", memory_mb=1000, workload_scores={"coding": 1.0}), now
@@ -331,7 +335,7 @@ def test_unbound_requests_become_demand_for_the_best_feasible_model() -> None:
             )
         )
     result = ctl.tick(now + 40, [host])
-    assert ctl.last_forecasts["coder"].request_rate_rps > 0
-    assert ctl.last_forecasts["giant-coder"].request_rate_rps == 0
-    assert ctl.last_forecasts["general"].request_rate_rps == 0
+    assert ctl.last.forecasts["coder"].request_rate_rps > 0
+    assert ctl.last.forecasts["giant-coder"].request_rate_rps == 0
+    assert ctl.last.forecasts["general"].request_rate_rps == 0
     assert result.plan.desired["coder"] >= 1

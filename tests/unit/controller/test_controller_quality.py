@@ -29,7 +29,7 @@ DAY = 86_400.0
 
 
 def controller(store: object | None = None, sha: str | None = SHA_A) -> Controller:
-    ctl = Controller(plugins=plugins_with(), store=store or MemoryStore())  # type: ignore[arg-type]
+    ctl = Controller(plugins=plugins_with(), store=store or MemoryStore()).restore()  # type: ignore[arg-type]
     if "m" not in ctl.profiles:
         ctl.put_profile(ModelProfile(model_id="m", memory_mb=1000, artifact_sha256=sha), NOW)
     return ctl
@@ -83,10 +83,10 @@ def test_evidence_halves_every_seven_days_and_age_is_reported() -> None:
 @pytest.mark.parametrize("score", [-0.01, 1.01, math.nan, math.inf])
 def test_scores_outside_the_unit_interval_are_refused_and_record_nothing(score: float) -> None:
     ctl = controller()
-    before = ctl.dirty_revision
+    before = ctl.revisions.dirty
     with pytest.raises(ValidationError, match="score"):
         ctl.record_evaluation("m", "coding", None, score, NOW)
-    assert row(ctl) is None and ctl.dirty_revision == before
+    assert row(ctl) is None and ctl.revisions.dirty == before
 
 
 @pytest.mark.parametrize("latency", [-1.0, math.nan, 4_000_000.0])
@@ -156,7 +156,7 @@ def test_evidence_survives_a_restart(tmp_path: Path) -> None:
         ctl.record_evaluation("m", "coding", None, 0.7, NOW, latency_ms=50.0)
     ctl.record_evaluation("m", "research", None, 0.4, NOW)
     before = ctl.status(NOW + DAY).quality
-    again = Controller(plugins=plugins_with(), store=FileStateStore(path))
+    again = Controller(plugins=plugins_with(), store=FileStateStore(path)).restore()
     after = again.status(NOW + DAY).quality
     assert after == before and len(after) == 2
     # The restored controller keeps accumulating on the same evidence.

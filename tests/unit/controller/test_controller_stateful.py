@@ -12,9 +12,9 @@ from controller_sim import SimFleet
 from hypothesis import HealthCheck, settings
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
-from grid_core.controller import SUPERSEDED
 from grid_core.errors import ConflictError
 from grid_core.profile import ModelProfile
+from grid_core.reconcile.authority import SUPERSEDED
 from grid_core.store import StateConflictError
 
 HOSTS = {"h1": 10_000, "h2": 10_000, "h3": 12_000, "h4": 8_000}
@@ -147,7 +147,7 @@ class FleetMachine(RuleBasedStateMachine):
         except StateConflictError:
             # A lingering older instance wrote the state after this one loaded it: this
             # controller is superseded, refuses the change, and the operator restarts it.
-            assert self.fleet.ctl.superseded
+            assert self.fleet.ctl.authority.superseded
             assert self.fleet.restart_if_superseded()
 
     @rule(mode=st.sampled_from(["observe", "recommend", "automatic", "automatic"]))
@@ -156,12 +156,12 @@ class FleetMachine(RuleBasedStateMachine):
             self.fleet.ctl.set_mode(mode, self.fleet.now)
         except StateConflictError:
             # Another instance wrote the state first: this one is superseded (see above).
-            assert self.fleet.ctl.superseded and self.fleet.zombies
+            assert self.fleet.ctl.authority.superseded and self.fleet.zombies
             assert self.fleet.restart_if_superseded()
         except ConflictError:
             # A live superseded controller still holds the lease: refusal is the safe answer.
             assert mode == "automatic" and self.fleet.zombies
-            assert self.fleet.ctl.authority != "held"
+            assert self.fleet.ctl.authority.state != "held"
 
     @rule(keep_zombie=st.booleans(), zombie_sends_to=host_ids)
     def restart_controller(self, keep_zombie: bool, zombie_sends_to: str) -> None:
@@ -210,10 +210,10 @@ class FleetMachine(RuleBasedStateMachine):
     @invariant()
     def a_superseded_controller_commands_nothing(self) -> None:
         for c in [self.fleet.ctl, *self.fleet.zombies]:
-            if c.superseded:
-                assert c.authority == SUPERSEDED
+            if c.authority.superseded:
+                assert c.authority.state == SUPERSEDED
                 for h in sorted(self.fleet.nodes):
-                    d = c.deliver(h, self.fleet.now, self.fleet.hosts(), c.dirty_revision)
+                    d = c.deliver(h, self.fleet.now, self.fleet.hosts(), c.revisions.dirty)
                     assert d.commands == () and d.lease_ttl_s == 0.0
 
     @invariant()

@@ -72,7 +72,7 @@ class Harness:
             plugins=self.plugins,
             store=store or MemoryStore(),  # type: ignore
             plan_fn=self._plan,
-        )
+        ).restore()
         if prof is not None:
             self.ctl.put_profile(prof, NOW)
         self.n = 0

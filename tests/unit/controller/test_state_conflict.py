@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 from controller_sim import SimFleet
 
-from grid_core.controller import SUPERSEDED, Controller
+from grid_core.controller import Controller
 from grid_core.profile import ModelProfile
+from grid_core.reconcile.authority import SUPERSEDED
 from grid_core.store import StateConflictError, state_digest
 from grid_core.testing import plugins_with
 from grid_server.store import FileStateStore
@@ -52,7 +53,7 @@ def test_a_lingering_old_controller_cannot_erase_a_profile_added_after_restart()
     assert status.authority == SUPERSEDED
     assert "written by another controller" in (status.state_warning or "")
     for h in sorted(fleet.nodes):
-        d = old.deliver(h, fleet.now, fleet.hosts(), old.dirty_revision)
+        d = old.deliver(h, fleet.now, fleet.hosts(), old.revisions.dirty)
         assert d.commands == () and d.lease_ttl_s == 0.0
     # Operator changes through A are refused rather than silently lost.
     with pytest.raises(StateConflictError, match="superseded"):
@@ -66,20 +67,22 @@ def test_two_servers_on_one_state_file_keep_the_newer_write(tmp_path: Path) -> N
     fleet = SimFleet({"h1": 16_000})
     fleet.heartbeat("h1")
     hosts = fleet.hosts()
-    a = Controller(plugins=plugins, store=FileStateStore(path), plan_fn=fleet.plan_fn)
+    a = Controller(plugins=plugins, store=FileStateStore(path), plan_fn=fleet.plan_fn).restore()
     a.put_profile(_profile("a"), NOW)
     a.set_mode("automatic", NOW)
     a.tick(NOW, hosts)
-    b = Controller(plugins=plugins, store=FileStateStore(path), plan_fn=fleet.plan_fn)
+    b = Controller(plugins=plugins, store=FileStateStore(path), plan_fn=fleet.plan_fn).restore()
     b.put_profile(_profile("c"), NOW + 1)
     written_by_b = path.read_bytes()
 
     a.tick(NOW + 2, hosts)  # automatic mode saves every tick: refused
 
     assert path.read_bytes() == written_by_b
-    assert a.authority == SUPERSEDED and a.superseded
-    assert a.deliver("h1", NOW + 2, hosts, a.dirty_revision).commands == ()
-    restored = Controller(plugins=plugins, store=FileStateStore(path), plan_fn=fleet.plan_fn)
+    assert a.authority.state == SUPERSEDED and a.authority.superseded
+    assert a.deliver("h1", NOW + 2, hosts, a.revisions.dirty).commands == ()
+    restored = Controller(
+        plugins=plugins, store=FileStateStore(path), plan_fn=fleet.plan_fn
+    ).restore()
     assert sorted(restored.profiles) == ["a", "c"]
 
 
@@ -108,26 +111,28 @@ def test_a_single_server_keeps_saving_and_restores_across_restarts(tmp_path: Pat
     plugins = plugins_with()
     fleet = SimFleet({"h1": 16_000})
     fleet.heartbeat("h1")
-    ctl = Controller(plugins=plugins, store=FileStateStore(path), plan_fn=fleet.plan_fn)
+    ctl = Controller(plugins=plugins, store=FileStateStore(path), plan_fn=fleet.plan_fn).restore()
     for i in range(3):
         ctl.put_profile(_profile(f"m{i}", 1000), NOW + i)
         ctl.tick(NOW + i, fleet.hosts())
     ctl.remove_profile("m0", NOW + 4)
-    assert ctl.state_warning is None and not ctl.superseded
+    assert ctl.document.warning is None and not ctl.authority.superseded
     # Restart (the old process is gone): the new one restores and keeps writing.
-    again = Controller(plugins=plugins, store=FileStateStore(path), plan_fn=fleet.plan_fn)
+    again = Controller(plugins=plugins, store=FileStateStore(path), plan_fn=fleet.plan_fn).restore()
     assert sorted(again.profiles) == ["m1", "m2"] and "m0" in again.tombstones
     again.put_profile(_profile("m3", 1000), NOW + 5)
-    assert again.state_warning is None and not again.superseded
-    third = Controller(plugins=plugins, store=FileStateStore(path), plan_fn=fleet.plan_fn)
+    assert again.document.warning is None and not again.authority.superseded
+    third = Controller(plugins=plugins, store=FileStateStore(path), plan_fn=fleet.plan_fn).restore()
     assert sorted(third.profiles) == ["m1", "m2", "m3"]
 
 
 def test_corrupt_state_is_quarantined_and_the_clean_start_can_save(tmp_path: Path) -> None:
     path = tmp_path / "controller.json"
     path.write_bytes(b"{not json")
-    ctl = Controller(plugins=plugins_with(), store=FileStateStore(path))
-    assert "moved to" in (ctl.state_warning or "")
+    ctl = Controller(plugins=plugins_with(), store=FileStateStore(path)).restore()
+    assert "moved to" in (ctl.document.warning or "")
     ctl.put_profile(_profile("a"), NOW)
-    assert not ctl.superseded
-    assert sorted(Controller(plugins=plugins_with(), store=FileStateStore(path)).profiles) == ["a"]
+    assert not ctl.authority.superseded
+    assert sorted(
+        Controller(plugins=plugins_with(), store=FileStateStore(path)).restore().profiles
+    ) == ["a"]
