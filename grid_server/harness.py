@@ -207,6 +207,8 @@ class Testbed:
             in-process test client for an in-process app.
     """
 
+    __test__ = False  # a helper, not a test class: pytest must not try to collect it
+
     url: str
     home: Path
     http: httpx.Client = field(
