@@ -8,7 +8,10 @@ those bodies unchanged and only reads ``model``, ``stream`` and the token limits
 
 from __future__ import annotations
 
-from litestar import Litestar
+from typing import Any
+
+import msgspec
+from litestar import Litestar, Request
 from litestar.openapi import OpenAPIConfig
 from litestar.openapi.plugins import JsonRenderPlugin
 from litestar.openapi.spec import (
@@ -24,6 +27,8 @@ from litestar.openapi.spec import (
     Schema,
     Tag,
 )
+
+from grid_core.wire import Heartbeat, HeartbeatResponse, NodeRegistration
 
 SCHEMA_PATH = "/schema"
 OPENAI_TAG = "OpenAI-compatible"
@@ -51,6 +56,50 @@ TAGS = [
 ]
 
 
+NODE_WIRE: tuple[tuple[str, str, type, type | None], ...] = (
+    ("/nodes/{node_id}", "put", NodeRegistration, None),
+    ("/nodes/{node_id}/heartbeat", "post", Heartbeat, HeartbeatResponse),
+)
+"""Node routes that decode their body with the wire codec (to fail a host closed on a bad
+document) rather than through Litestar: (path, method, request type, response type)."""
+
+
+class WireSchemaPlugin(JsonRenderPlugin):
+    """JSON rendering that first adds the node wire documents' JSON Schemas to the document."""
+
+    def render(self, request: Request, openapi_schema: dict[str, Any]) -> bytes:
+        """Render ``openapi_schema`` with the node bodies described (added once)."""
+        add_node_wire(openapi_schema)
+        return super().render(request, openapi_schema)
+
+
+def add_node_wire(doc: dict[str, Any]) -> None:
+    """Describe the node routes' request and response bodies with the wire types' schemas.
+
+    Idempotent: Litestar caches the document, so the first rendering completes it for all.
+    """
+    types = [t for _p, _m, req, resp in NODE_WIRE for t in (req, resp) if t is not None]
+    refs, components = msgspec.json.schema_components(
+        types, ref_template="#/components/schemas/{name}"
+    )
+    schemas = doc.setdefault("components", {}).setdefault("schemas", {})
+    for name, schema in components.items():
+        schemas.setdefault(name, schema)
+    ref = dict(zip(types, refs, strict=True))
+    for path, method, req, resp in NODE_WIRE:
+        op = doc.get("paths", {}).get(path, {}).get(method)
+        if op is None:
+            continue
+        op["requestBody"] = {
+            "required": True,
+            "description": "A wire document (schema_version 1), see docs/wire.md.",
+            "content": {"application/json": {"schema": ref[req]}},
+        }
+        if resp is not None:
+            ok = op.setdefault("responses", {}).setdefault("200", {"description": "OK"})
+            ok["content"] = {"application/json": {"schema": ref[resp]}}
+
+
 def openapi_config(version: str) -> OpenAPIConfig:
     """Litestar's OpenAPI settings: JSON at ``/schema`` and ``/schema/openapi.json``.
 
@@ -68,7 +117,7 @@ def openapi_config(version: str) -> OpenAPIConfig:
         path=SCHEMA_PATH,
         tags=TAGS,
         use_handler_docstrings=True,
-        render_plugins=[JsonRenderPlugin(path=["/openapi.json", "/"])],
+        render_plugins=[WireSchemaPlugin(path=["/openapi.json", "/"])],
     )
 
 
