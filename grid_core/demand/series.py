@@ -140,6 +140,14 @@ class Forecaster(Protocol):
         ...
 
 
+class ForecastSource(Protocol):
+    """Whatever answers ``grid_forecast`` for the demand tracker (the plugin facade does)."""
+
+    def forecast(self, series: DemandSeries, now: float, policy: ForecastPolicy) -> Forecast | None:
+        """The first forecaster's answer for ``series``, or ``None`` when none answers."""
+        ...
+
+
 def latency_bin(ms: float) -> int:
     """Histogram bin of a latency in ms (bounded to ``[0, LATENCY_BINS)``)."""
     if not math.isfinite(ms) or ms <= LATENCY_MIN_MS:

@@ -22,6 +22,7 @@ from grid_core.demand.series import (
     DemandSeries,
     Forecast,
     ForecastPolicy,
+    ForecastSource,
     latency_bin,
     percentile_ms,
 )
@@ -141,7 +142,7 @@ class DemandTracker:
         now: float,
         profiles: Iterable[ModelProfile],
         hosts: Iterable[HostSnapshot],
-        plugins: object,
+        plugins: ForecastSource,
         policy: object | None = None,
     ) -> dict[str, ModelDemand]:
         """Demand and desired replicas of every configured model at ``now``.
@@ -150,7 +151,7 @@ class DemandTracker:
             now: planning instant (Unix seconds).
             profiles: configured models; ids not listed lose their series.
             hosts: host snapshots (ready replicas, engine queues, startup estimates).
-            plugins: :class:`grid_core.plugins.Plugins` (the ``grid_forecast`` hook).
+            plugins: the plugin facade (its ``forecast``: the ``grid_forecast`` hook).
             policy: a :class:`ForecastPolicy` overriding the tracker's, or a planner policy
                 (its ``stale_heartbeat_s``/``future_skew_s`` decide host eligibility).
 
@@ -169,7 +170,7 @@ class DemandTracker:
             if series is not None:
                 series.prune(now, fpolicy.window_buckets)
             fc = None
-            if series is not None and series.buckets and hasattr(plugins, "forecast"):
+            if series is not None and series.buckets:
                 fc = plugins.forecast(series, now, fpolicy)
             if not isinstance(fc, Forecast):
                 fc = fallback_forecast(series, now, fpolicy)
