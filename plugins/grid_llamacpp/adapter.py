@@ -321,7 +321,11 @@ class LlamaCppAdapter:
         Returns:
             Requests still running at the end (0 = idle), ``None`` when activity is unknown.
         """
-        last: list[int | None] = [None]
+        # Measure once before waiting: with ``deadline_s`` 0 (fence only) the wait below would
+        # cancel its first probe at once and report unknown activity for a busy engine.
+        last: list[int | None] = [await self.activity(host, child)]
+        if last[0] == 0 or deadline_s <= 0:
+            return last[0]
 
         async def idle() -> bool:
             last[0] = await self.activity(host, child)
