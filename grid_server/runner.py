@@ -26,7 +26,7 @@ from grid_core.demand.features import RequestFeatures
 from grid_core.hosts import build_host_snapshots
 from grid_core.profile import ModelProfile
 from grid_core.snapshot import HostSnapshot
-from grid_core.wire import Acknowledgement, Command
+from grid_core.wire import Acknowledgement, Command, Mode
 
 if TYPE_CHECKING:
     from grid_server.registry import Registry
@@ -50,7 +50,7 @@ T = TypeVar("T")
 class Delivery(msgspec.Struct, frozen=True):
     """What a command-bearing heartbeat returns (mode, authority TTL, commands)."""
 
-    mode: str
+    mode: Mode
     lease_ttl_s: float
     commands: tuple[Command, ...]
 
@@ -285,7 +285,9 @@ class ControllerRunner:
                 ctl.tick(now, hosts)
                 self.ticks += 1
             d = ctl.deliver(host_id, now, hosts, poll_revision)
-            mode = str(getattr(d, "mode", None) or getattr(ctl, "mode", "recommend"))
+            delivered: Mode | None = getattr(d, "mode", None)
+            current: Mode = getattr(ctl, "mode", "recommend")
+            mode = delivered or current
             return Delivery(
                 mode,
                 float(getattr(d, "lease_ttl_s", 0.0) or 0.0),
@@ -294,9 +296,10 @@ class ControllerRunner:
 
         return await self.call(work)
 
-    def mode(self) -> str:
+    def mode(self) -> Mode:
         """Current mode (lock-free read of a plain attribute)."""
-        return str(getattr(self.ctl, "mode", "recommend"))
+        mode: Mode = getattr(self.ctl, "mode", "recommend")
+        return mode
 
     # --- background loop ---------------------------------------------------------------------
     async def run(self) -> None:
