@@ -48,7 +48,7 @@ from grid_core.planner.hooks import PlannerHooks
 from grid_core.planner.types import Plan, PlanInputs
 from grid_core.plugins import Plugins
 from grid_core.profile import ModelProfile, validate_profile
-from grid_core.reconcile.actions import Action, ActionBook
+from grid_core.reconcile.actions import AckOutcome, Action, ActionBook
 from grid_core.reconcile.authority import Authority, check_mode
 from grid_core.reconcile.control import (
     ControllerPolicy,
@@ -614,7 +614,9 @@ class Controller:
         profile = self.profiles.get(model_id)
         return profile is not None and profile.serves_embeddings
 
-    def acknowledge(self, host_id: str, acks: Iterable[Acknowledgement], now: float) -> list[str]:
+    def acknowledge(
+        self, host_id: str, acks: Iterable[Acknowledgement], now: float
+    ) -> list[AckOutcome]:
         """Apply node receipts (duplicates harmless, conflicts ignored, late ones complete).
 
         Args:

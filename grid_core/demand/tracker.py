@@ -201,7 +201,8 @@ class DemandTracker:
             series=[self._series[k] for k in sorted(self._series)],
             watermarks=dict(sorted(self._watermarks.items())),
         )
-        return msgspec.to_builtins(state)
+        document: dict[str, object] = msgspec.to_builtins(state)  # a Struct encodes to a dict
+        return document
 
     def from_state(self, data: dict[str, object]) -> None:
         """Restore :meth:`to_state` output; replaces the current state wholly or not at all.

@@ -10,7 +10,7 @@ quarantines it.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Final, Literal
 
 import msgspec
 
@@ -22,7 +22,7 @@ from grid_core.reconcile.timings import LearnedTiming
 from grid_core.store import StateConflictError, StateStore, state_digest
 from grid_core.wire import Mode
 
-STATE_SCHEMA = "grid-controller-state/1"
+STATE_SCHEMA: Final = "grid-controller-state/1"
 
 
 class ControllerState(msgspec.Struct, kw_only=True):
