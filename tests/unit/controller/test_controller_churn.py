@@ -6,7 +6,7 @@ destructive preemption needs a baseline, a pin or a live direct signal).
 
 from __future__ import annotations
 
-from controller_sim import SimFleet
+from simfleet import SimFleet
 
 from grid_core.demand import RequestFeatures
 from grid_core.profile import ModelProfile
@@ -34,7 +34,7 @@ def _burst_then_quiet() -> SimFleet:
     Each host fits exactly one model, so once general loses a host the only way back to
     two replicas is to evict coder.
     """
-    fleet = SimFleet({"h1": 5000, "h2": 5000, "h3": 5000})
+    fleet = SimFleet.uniform(3, 5000)
     for h in fleet.nodes:
         fleet.heartbeat(h)
     fleet.ctl.set_mode("automatic", fleet.now)
@@ -109,7 +109,7 @@ def test_in_flight_warm_is_an_incumbent_not_re_placed_elsewhere() -> None:
     The planner keeps the replica the fleet is already converging to: nothing delivered is
     cancelled (the node would finish it anyway), and the model never exceeds max_replicas.
     """
-    fleet = SimFleet({"h1": 5000, "h2": 5000, "h3": 5000})
+    fleet = SimFleet.uniform(3, 5000)
     for h in fleet.nodes:
         fleet.heartbeat(h)
     fleet.ctl.set_mode("automatic", fleet.now)
@@ -154,7 +154,7 @@ def _report_all(fleet: SimFleet) -> None:
 def test_returning_demand_keeps_a_replica_whose_routine_drain_is_pending() -> None:
     """A scale-down drain is issued but not yet delivered when demand comes back: the ready
     replica is kept (the drain withdrawn) instead of cold-loading a new one elsewhere."""
-    fleet = SimFleet({"h1": 5000, "h2": 5000, "h3": 5000})
+    fleet = SimFleet.uniform(3, 5000)
     for h in fleet.nodes:
         fleet.heartbeat(h)
     fleet.ctl.set_mode("automatic", fleet.now)

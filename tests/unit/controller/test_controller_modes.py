@@ -8,7 +8,7 @@ from pathlib import Path
 
 import msgspec
 import pytest
-from controller_sim import DurableMemoryStore, SimFleet, SimResidency
+from simfleet import DurableMemoryStore, SimFleet, SimResidency
 
 from grid_core.controller import Controller
 from grid_core.demand import RequestFeatures
@@ -22,7 +22,7 @@ NOW = 1_000_000.0
 
 
 def _fleet(placement: dict[str, list[str]] | None = None) -> SimFleet:
-    fleet = SimFleet({"h1": 16_000, "h2": 16_000})
+    fleet = SimFleet.uniform(2, 16_000)
     fleet.override = placement
     for h in fleet.nodes:
         fleet.heartbeat(h)
@@ -276,7 +276,7 @@ def test_restored_store_keeps_profiles_actions_and_blocks(tmp_path: Path) -> Non
 
 
 def test_failed_warms_steer_the_next_placement_to_a_healthy_peer() -> None:
-    fleet = SimFleet({"h1": 16_000, "h2": 16_000})
+    fleet = SimFleet.uniform(2, 16_000)
     for h in fleet.nodes:
         fleet.heartbeat(h)
     fleet.put_profile(ModelProfile(model_id="a", memory_mb=4000, min_replicas=1))

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import msgspec
 import pytest
-from controller_sim import DurableMemoryStore, SimFleet, SimResidency
+from simfleet import DurableMemoryStore, SimFleet, SimResidency
 
 from grid_core.controller import Controller
 from grid_core.errors import ConflictError
@@ -118,7 +118,7 @@ def test_automatic_mode_is_refused_when_the_state_path_is_unwritable(tmp_path: P
 
 # --- control-plane hiccup -----------------------------------------------------------------
 def _converged_fleet() -> SimFleet:
-    fleet = SimFleet({"h1": 16_000, "h2": 16_000, "h3": 16_000, "h4": 16_000})
+    fleet = SimFleet.uniform(4, 16_000)
     for h in fleet.nodes:
         fleet.heartbeat(h)
     fleet.put_profile(ModelProfile(model_id="a", memory_mb=6000, min_replicas=2, max_replicas=2))
@@ -173,7 +173,7 @@ def test_late_success_completes_a_cancelled_action_and_a_conflicting_receipt_is_
     ctl = Controller(
         plugins=plugins_with(), store=store, plan_fn=_fixed_plan({"a": ["h1"]})
     ).restore()
-    fleet = SimFleet({"h1": 16_000})
+    fleet = SimFleet.uniform(1, 16_000)
     hosts = [fleet.nodes["h1"].snapshot(NOW)]
     ctl.put_profile(ModelProfile(model_id="a", memory_mb=4000), NOW)
     ctl.set_mode("automatic", NOW)
@@ -208,7 +208,7 @@ def test_late_success_completes_a_cancelled_action_and_a_conflicting_receipt_is_
 
 # --- withdrawn destructive batch ----------------------------------------------------------
 def test_drain_withdrawn_after_delivery_blocks_destructive_work_until_its_receipt() -> None:
-    fleet = SimFleet({"h1": 16_000, "h2": 16_000}, plan_fn=_fixed_plan({"a": ["h2"]}))
+    fleet = SimFleet.uniform(2, 16_000, plan_fn=_fixed_plan({"a": ["h2"]}))
     fleet.nodes["h1"].residencies["a"] = SimResidency("a", 4000, "ready", loaded_at=0.0)
     for h in fleet.nodes:
         fleet.heartbeat(h)
@@ -272,7 +272,7 @@ def test_drain_withdrawn_after_delivery_blocks_destructive_work_until_its_receip
 
 
 def test_a_heartbeat_proving_the_drain_also_releases_the_block() -> None:
-    fleet = SimFleet({"h1": 16_000, "h2": 16_000}, plan_fn=_fixed_plan({"a": ["h2"]}))
+    fleet = SimFleet.uniform(2, 16_000, plan_fn=_fixed_plan({"a": ["h2"]}))
     fleet.nodes["h1"].residencies["a"] = SimResidency("a", 4000, "ready", loaded_at=0.0)
     fleet.nodes["h2"].residencies["a"] = SimResidency("a", 4000, "ready", loaded_at=0.0)
     for h in fleet.nodes:

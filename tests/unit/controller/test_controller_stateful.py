@@ -3,57 +3,60 @@
 Random heartbeats, receipts (duplicated, reordered, delayed), failures, requests, host loss
 and return, owner reclaim, profile changes, mode changes, controller restarts and a
 superseded controller that keeps sending — and after every step the safety invariants hold.
+
+The fleet itself (hosts, capacities, models, replica bounds) is drawn by Hypothesis
+(:func:`fleet_strategies.sim_fleets`), so a failing run shrinks to the smallest fleet and the
+shortest sequence of steps that still breaks an invariant.
 """
 
 from __future__ import annotations
 
 import hypothesis.strategies as st
-from controller_sim import SimFleet
+from fleet_strategies import SimFleetSpec, sim_fleets
 from hypothesis import HealthCheck, settings
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
+from simfleet import SimFleet
 
 from grid_core.errors import ConflictError
 from grid_core.profile import ModelProfile
 from grid_core.reconcile.authority import SUPERSEDED
 from grid_core.store import StateConflictError
 
-HOSTS = {"h1": 10_000, "h2": 10_000, "h3": 12_000, "h4": 8_000}
-"""Tight on purpose: most pairs of models do not fit one host, so any memory mistake shows."""
-MODELS = {"a": 5000, "b": 4000, "c": 6000}
-host_ids = st.sampled_from(sorted(HOSTS))
-model_ids = st.sampled_from(sorted(MODELS))
+host_ids = st.sampled_from(["h1", "h2", "h3", "h4"])
+"""A host by name; a name beyond the drawn fleet means its last host (see ``_host``)."""
+model_ids = st.sampled_from(["a", "b", "c"])
+"""A model by name; a name beyond the drawn fleet means its last model (see ``_model``)."""
 placements = st.none() | st.fixed_dictionaries(
-    {m: st.lists(host_ids, max_size=2, unique=True) for m in sorted(MODELS)}
+    {m: st.lists(host_ids, max_size=2, unique=True) for m in ("a", "b", "c")}
 )
 
 
 class FleetMachine(RuleBasedStateMachine):
     """Drive a small fleet; the simulated nodes record any harm the controller asks for."""
 
-    @initialize()
-    def start(self) -> None:
-        self.fleet = SimFleet(dict(HOSTS))
+    @initialize(spec=sim_fleets())
+    def start(self, spec: SimFleetSpec) -> None:
+        self.spec = spec
+        self.fleet = SimFleet(dict(spec.hosts))
         for h in self.fleet.nodes:
             self.fleet.heartbeat(h)
-        self.fleet.put_profile(
-            ModelProfile(
-                model_id="a",
-                memory_mb=MODELS["a"],
-                min_replicas=1,
-                max_replicas=2,
-                min_residency_s=10.0,
+        for mid, m in spec.models.items():
+            self.fleet.put_profile(
+                ModelProfile(
+                    model_id=mid,
+                    memory_mb=m.memory_mb,
+                    min_replicas=m.min_replicas,
+                    max_replicas=m.max_replicas,
+                    min_residency_s=10.0,
+                )
             )
-        )
-        self.fleet.put_profile(
-            ModelProfile(
-                model_id="b",
-                memory_mb=MODELS["b"],
-                min_replicas=1,
-                max_replicas=1,
-                min_residency_s=10.0,
-            )
-        )
         self.fleet.ctl.set_mode("automatic", self.fleet.now)
+
+    def _host(self, name: str) -> str:
+        return name if name in self.spec.hosts else sorted(self.spec.hosts)[-1]
+
+    def _model(self, name: str) -> str:
+        return name if name in self.spec.models else sorted(self.spec.models)[-1]
 
     # --- a well-behaved fleet, so work actually converges between perturbations -----------
     @rule(fail=st.booleans(), rounds=st.integers(1, 3))
@@ -84,21 +87,21 @@ class FleetMachine(RuleBasedStateMachine):
     def one_heartbeat(self, host: str, order: str) -> None:
         # Receipts reordered, duplicated, partly held back, or sent with an old inventory.
         if order == "old_report":
-            self.fleet.stale_heartbeat(host)
+            self.fleet.stale_heartbeat(self._host(host))
         else:
-            self.fleet.heartbeat(host, ack_order=order)
+            self.fleet.heartbeat(self._host(host), ack_order=order)
 
     @rule(host=host_ids, fail=st.booleans())
     def one_node_finishes(self, host: str, fail: bool) -> None:
-        self.fleet.complete(host, fail=fail)
+        self.fleet.complete(self._host(host), fail=fail)
 
     @rule(host=host_ids, model=model_ids, delta=st.sampled_from([1, 2, -1, -2]))
     def requests(self, host: str, model: str, delta: int) -> None:
-        self.fleet.run_requests(host, model, delta)
+        self.fleet.run_requests(self._host(host), self._model(model), delta)
 
     @rule(host=host_ids, up=st.booleans())
     def host_lost_or_back(self, host: str, up: bool) -> None:
-        self.fleet.nodes[host].up = up
+        self.fleet.nodes[self._host(host)].up = up
 
     @rule(
         host=host_ids,
@@ -107,18 +110,24 @@ class FleetMachine(RuleBasedStateMachine):
         ),
     )
     def host_lifecycle(self, host: str, state: str) -> None:
-        self.fleet.nodes[host].lifecycle = state
+        self.fleet.nodes[self._host(host)].lifecycle = state
 
     @rule(placement=placements)
     def planner_output(self, placement: dict[str, list[str]] | None) -> None:
         # None: the real planner. Otherwise any placement at all, even one that overcommits
         # hosts or moves every replica: the reconciler alone must keep it safe.
+        if placement is not None:
+            placement = {
+                m: [h for h in hosts if h in self.spec.hosts]
+                for m, hosts in placement.items()
+                if m in self.spec.models
+            }
         self.fleet.override = placement
 
     @rule(host=host_ids)
     def planner_crowds_one_host(self, host: str) -> None:
         # Every model on one host: more than any host here can hold.
-        self.fleet.override = {m: [host] for m in MODELS}
+        self.fleet.override = {m: [self._host(host)] for m in self.spec.models}
 
     # --- operator ---------------------------------------------------------------------------
     @rule(
@@ -129,6 +138,7 @@ class FleetMachine(RuleBasedStateMachine):
         remove=st.booleans(),
     )
     def profile_change(self, model: str, lo: int, extra: int, prio: int, remove: bool) -> None:
+        model = self._model(model)
         try:
             if remove:
                 if model in self.fleet.profiles:
@@ -137,7 +147,7 @@ class FleetMachine(RuleBasedStateMachine):
             self.fleet.put_profile(
                 ModelProfile(
                     model_id=model,
-                    memory_mb=MODELS[model],
+                    memory_mb=self.spec.models[model].memory_mb,
                     min_replicas=lo,
                     max_replicas=max(1, lo + extra),
                     priority=prio,
@@ -166,11 +176,11 @@ class FleetMachine(RuleBasedStateMachine):
     @rule(keep_zombie=st.booleans(), zombie_sends_to=host_ids)
     def restart_controller(self, keep_zombie: bool, zombie_sends_to: str) -> None:
         self.fleet.restart(keep_zombie=keep_zombie)
-        self.fleet.zombie_deliver(zombie_sends_to)
+        self.fleet.zombie_deliver(self._host(zombie_sends_to))
 
     @rule(host=host_ids)
     def superseded_controller_sends(self, host: str) -> None:
-        self.fleet.zombie_deliver(host)
+        self.fleet.zombie_deliver(self._host(host))
 
     @rule()
     def superseded_controller_ticks(self) -> None:

@@ -6,9 +6,9 @@ import math
 from pathlib import Path
 
 import pytest
-from controller_sim import PLANNER_PLUGINS
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from simfleet import PLANNER_PLUGINS
 
 from grid_core.controller import Controller
 from grid_core.demand.desired import startup_horizon_s, startup_path_s

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from controller_sim import SimFleet
 from grid_llamacpp.adapter import LlamaCppAdapter
+from simfleet import SimFleet
 
 from grid_core.profile import ModelProfile
 
@@ -21,7 +21,7 @@ def _warms(fleet: SimFleet) -> list[tuple[str, bool]]:
 
 
 def test_only_a_dedicated_embedding_profile_is_warmed_with_embeddings() -> None:
-    fleet = SimFleet({"h1": 8000, "h2": 8000})
+    fleet = SimFleet.uniform(2, 8000)
     for h in fleet.nodes:
         fleet.heartbeat(h)
     fleet.ctl.set_mode("automatic", fleet.now)

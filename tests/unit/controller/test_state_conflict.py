@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from controller_sim import SimFleet
+from simfleet import SimFleet
 
 from grid_core.controller import Controller
 from grid_core.profile import ModelProfile
@@ -26,7 +26,7 @@ def _profile(model_id: str, memory_mb: int = 4000) -> ModelProfile:
 
 def test_a_lingering_old_controller_cannot_erase_a_profile_added_after_restart() -> None:
     # Controller A runs in automatic mode with work in flight.
-    fleet = SimFleet({"h1": 16_000, "h2": 16_000})
+    fleet = SimFleet.uniform(2, 16_000)
     for h in fleet.nodes:
         fleet.heartbeat(h)
     fleet.put_profile(_profile("a"))
@@ -64,7 +64,7 @@ def test_a_lingering_old_controller_cannot_erase_a_profile_added_after_restart()
 def test_two_servers_on_one_state_file_keep_the_newer_write(tmp_path: Path) -> None:
     path = tmp_path / "state" / "controller.json"
     plugins = plugins_with()
-    fleet = SimFleet({"h1": 16_000})
+    fleet = SimFleet.uniform(1, 16_000)
     fleet.heartbeat("h1")
     hosts = fleet.hosts()
     a = Controller(plugins=plugins, store=FileStateStore(path), plan_fn=fleet.plan_fn).restore()
@@ -109,7 +109,7 @@ def test_file_store_refuses_a_writer_with_a_stale_digest(tmp_path: Path) -> None
 def test_a_single_server_keeps_saving_and_restores_across_restarts(tmp_path: Path) -> None:
     path = tmp_path / "controller.json"
     plugins = plugins_with()
-    fleet = SimFleet({"h1": 16_000})
+    fleet = SimFleet.uniform(1, 16_000)
     fleet.heartbeat("h1")
     ctl = Controller(plugins=plugins, store=FileStateStore(path), plan_fn=fleet.plan_fn).restore()
     for i in range(3):

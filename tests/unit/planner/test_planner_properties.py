@@ -1,140 +1,30 @@
-"""Property tests: invariants 1, 2, 10 and determinism over random heterogeneous fleets.
+"""Property tests: invariants 1, 2, 10 and determinism over heterogeneous fleets.
 
 The checks below recompute every rule from the inputs alone (never from planner internals),
-so a planner bug cannot hide behind its own bookkeeping.
+so a planner bug cannot hide behind its own bookkeeping. Fleets come from the Hypothesis
+strategies in ``tests/support/fleet_strategies.py``: a failure shrinks to a minimal fleet,
+which the test prints compactly (see docs/testing.md for a real shrunk example).
 """
 
 from __future__ import annotations
 
 import random
+from collections.abc import Iterator
+from contextlib import contextmanager
 
-from hypothesis import HealthCheck, given, settings
+import msgspec
+from fleet_strategies import describe_plan_inputs, plan_inputs
+from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
-from planner_helpers import GB, NOW, PLUGINS
+from planner_helpers import PLUGINS
 
-from grid_core.demand.types import ModelDemand
 from grid_core.planner import PlanInputs, PlannerPolicy, plan
 from grid_core.planner.eligibility import MEMORY_STATES, host_ineligible_reason
-from grid_core.profile import ModelProfile, validate_profile
-from grid_core.snapshot import HostSnapshot, ResidencySnapshot
+from grid_core.profile import ModelProfile
+from grid_core.snapshot import HostSnapshot
 
 EXAMPLES = 500
-"""At least 500 random fleets per property in the normal run (small fleets keep it fast)."""
-
-MODEL_IDS = ("m0", "m1", "m2", "m3", "m4", "m5")
-HOST_IDS = tuple(f"h{i}" for i in range(7))
-TAGS = ("ecc", "office", "fast-disk")
-STATES = (
-    "accepting",
-    "accepting",
-    "accepting",
-    "throttled",
-    "draining",
-    "paused",
-    "unhealthy",
-    "quarantined",
-)
-AGES = (1.0, 1.0, 5.0, 400.0, None, -60.0, -1.0)
-
-
-def _profiles(rng: random.Random) -> list[ModelProfile]:
-    ids = MODEL_IDS[: rng.randint(1, len(MODEL_IDS))]
-    out = []
-    for mid in ids:
-        mx = rng.randint(1, 4)
-        runtimes = rng.choice([("llama.cpp",), ("vllm",), ("llama.cpp", "vllm")])
-        rt_mem = {}
-        if "vllm" in runtimes and rng.random() < 0.5:
-            rt_mem = {"vllm": rng.randint(1, 24) * GB}
-        others = [m for m in ids if m != mid]
-        out.append(
-            validate_profile(
-                ModelProfile(
-                    model_id=mid,
-                    memory_mb=rng.randint(1, 24) * GB,
-                    runtime_memory_mb=rt_mem,
-                    runtimes=runtimes,
-                    backends=rng.choice([(), (), ("cuda",), ("metal",)]),
-                    min_replicas=rng.randint(0, mx),
-                    max_replicas=mx,
-                    priority=rng.randint(0, 2),
-                    required_tags=(rng.choice(TAGS),) if rng.random() < 0.2 else (),
-                    forbidden_tags=(rng.choice(TAGS),) if rng.random() < 0.2 else (),
-                    min_failure_domains=rng.randint(1, 3),
-                    max_colocated_models=rng.choice([0, 0, 0, 1, 2]),
-                    colocation_excludes=(rng.choice(others),)
-                    if others and rng.random() < 0.3
-                    else (),
-                    pins=(rng.choice(HOST_IDS),) if rng.random() < 0.1 else (),
-                    artifact_size_mb=rng.choice([None, 2 * GB, 8 * GB]),
-                    min_residency_s=rng.choice([0.0, 300.0]),
-                )
-            )
-        )
-    return out
-
-
-def _residency(rng: random.Random, mid: str) -> ResidencySnapshot:
-    return ResidencySnapshot(
-        model_id=mid,
-        memory_mb=rng.randint(1, 16) * GB,
-        state=rng.choice(["ready", "ready", "loading", "warming", "draining", "failed", "cached"]),
-        ownership=rng.choice(["managed", "managed", "managed", "external", "manual", "pinned"]),
-        active_requests=rng.choice([0, 0, 2, None]),
-        loaded_at=NOW - rng.choice([10.0, 5000.0]),
-    )
-
-
-def _hosts(rng: random.Random, models: list[ModelProfile]) -> list[HostSnapshot]:
-    out = []
-    for hid in HOST_IDS[: rng.randint(1, len(HOST_IDS))]:
-        mids = rng.sample([*MODEL_IDS, "ext-1"], rng.randint(0, 3))
-        out.append(
-            HostSnapshot(
-                host_id=hid,
-                capacity_mb=rng.randint(4, 64) * GB,
-                reserved_mb=rng.randint(0, 4) * GB,
-                thermal_derating=rng.choice([0.0, 0.0, 0.1]),
-                state=rng.choice(STATES),
-                healthy=rng.random() < 0.85,
-                heartbeat_age_s=rng.choice(AGES),
-                runtimes=rng.choice([("llama.cpp",), ("llama.cpp", "vllm"), ("vllm",)]),
-                backends=rng.choice([("metal",), ("cuda",)]),
-                tags=tuple(sorted(t for t in TAGS if rng.random() < 0.5)),
-                failure_domain=rng.choice(["fd-1", "fd-2", "fd-3", None]),
-                max_models=rng.choice([0, 0, 1, 2, 3]),
-                throttle_fraction=rng.choice([1.0, 1.0, 0.5]),
-                external_used_mb=rng.choice([0, 0, 2 * GB]),
-                artifact_disk_free_mb=rng.choice([None, 4 * GB, 40 * GB]),
-                residencies=tuple(_residency(rng, m) for m in mids),
-                cached={m.model_id: None for m in models if rng.random() < 0.15},
-            )
-        )
-    return out
-
-
-def random_inputs(seed: int) -> PlanInputs:
-    """One random heterogeneous fleet (seeded: generation must stay cheap next to 500 runs)."""
-    rng = random.Random(seed)
-    models = _profiles(rng)
-    fleet = _hosts(rng, models)
-    demand = {}
-    for m in models:
-        if rng.random() < 0.5:
-            demand[m.model_id] = ModelDemand(
-                model_id=m.model_id,
-                desired_replicas=rng.randint(0, 6),
-                queue_depth=rng.choice([0.0, 3.0]),
-                request_rate_rps=rng.choice([0.0, 1.0, 2.0]),
-                direct=rng.random() < 0.5,
-            )
-    policy = PlannerPolicy(admission_headroom_mb=rng.choice([0, 512]))
-    return PlanInputs(
-        now=NOW, profiles=tuple(models), hosts=tuple(fleet), demand=demand, policy=policy
-    )
-
-
-plan_inputs = st.integers(0, 2**63 - 1).map(random_inputs)
+"""At least 500 fleets per property in the normal run (small fleets keep it fast)."""
 
 
 SETTINGS = settings(
@@ -166,9 +56,24 @@ def _conflict(mid: str, peers: set[str], by_id: dict[str, ModelProfile]) -> bool
     )
 
 
+@contextmanager
+def fleet_noted(inputs: PlanInputs) -> Iterator[None]:
+    """On failure, print the (shrunk) fleet compactly beside Hypothesis's full repr."""
+    try:
+        yield
+    except Exception:
+        note("fleet:\n" + describe_plan_inputs(inputs))
+        raise
+
+
 @SETTINGS
-@given(plan_inputs)
+@given(plan_inputs())
 def test_plan_never_breaks_a_hard_rule(inputs: PlanInputs):
+    with fleet_noted(inputs):
+        _check_hard_rules(inputs)
+
+
+def _check_hard_rules(inputs: PlanInputs) -> None:
     result = plan(inputs, PLUGINS.planner_hooks(), reuse=False)
     by_id = {p.model_id: p for p in inputs.profiles}
     hosts = {h.host_id: h for h in inputs.hosts}
@@ -267,31 +172,30 @@ def test_plan_never_breaks_a_hard_rule(inputs: PlanInputs):
 
 
 @SETTINGS
-@given(plan_inputs, st.integers(0, 2**32 - 1))
+@given(plan_inputs(), st.integers(0, 2**32 - 1))
 def test_plan_is_deterministic_and_order_independent(inputs: PlanInputs, seed: int):
-    first = plan(inputs, PLUGINS.planner_hooks(), reuse=False)
-    assert plan(inputs, PLUGINS.planner_hooks(), reuse=False) == first
-    rng = random.Random(seed)
-    profs, fleet = list(inputs.profiles), list(inputs.hosts)
-    rng.shuffle(profs)
-    rng.shuffle(fleet)
-    fleet = [
-        h.__class__(
-            **{
-                **{f: getattr(h, f) for f in h.__struct_fields__},
-                "residencies": tuple(rng.sample(h.residencies, len(h.residencies))),
-            }
+    with fleet_noted(inputs):
+        first = plan(inputs, PLUGINS.planner_hooks(), reuse=False)
+        assert plan(inputs, PLUGINS.planner_hooks(), reuse=False) == first
+        # Only the order is random here (the fleet itself shrinks through its strategy).
+        rng = random.Random(seed)
+        profs, fleet = list(inputs.profiles), list(inputs.hosts)
+        rng.shuffle(profs)
+        rng.shuffle(fleet)
+        fleet = [
+            msgspec.structs.replace(
+                h, residencies=tuple(rng.sample(h.residencies, len(h.residencies)))
+            )
+            for h in fleet
+        ]
+        demand = dict(rng.sample(list(inputs.demand.items()), len(inputs.demand)))
+        shuffled = PlanInputs(
+            now=inputs.now,
+            profiles=tuple(profs),
+            hosts=tuple(fleet),
+            demand=demand,
+            policy=inputs.policy,
         )
-        for h in fleet
-    ]
-    demand = dict(rng.sample(list(inputs.demand.items()), len(inputs.demand)))
-    shuffled = PlanInputs(
-        now=inputs.now,
-        profiles=tuple(profs),
-        hosts=tuple(fleet),
-        demand=demand,
-        policy=inputs.policy,
-    )
-    again = plan(shuffled, PLUGINS.planner_hooks(), reuse=False)
-    assert again == first
-    assert again.digest == first.digest
+        again = plan(shuffled, PLUGINS.planner_hooks(), reuse=False)
+        assert again == first
+        assert again.digest == first.digest

@@ -1,15 +1,17 @@
-"""A simulated fleet driven by the real controller, for stateful and scenario tests.
+"""The shared simulated fleet for unit tests: real controller, real planner, simulated nodes.
 
 The nodes here follow the managed node's wire rules (host match, executable, term fencing,
 lease TTL, dependencies, receipt de-duplication by action id) but deliberately do NOT
 defend against a bad controller: a warm starts even if memory is short, a drain starts even
 on the last replica. Each such harm is recorded as a violation instead, so tests can prove
 the controller never asks for it.
+
+Build one with :meth:`SimFleet.uniform` (``n`` equal hosts) or from ``{host id: capacity
+MB}``; the stateful test draws that mapping from :func:`fleet_strategies.sim_fleets`.
 """
 
 from __future__ import annotations
 
-import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -120,7 +122,6 @@ class SimFleet:
         *,
         now: float = 1_000_000.0,
         plan_fn: Callable[..., object] | None = None,
-        seed: int = 0,
     ) -> None:
         self.now = now
         self.nodes = {h: SimNode(host_id=h, capacity_mb=mb) for h, mb in hosts.items()}
@@ -131,10 +132,15 @@ class SimFleet:
         self.ctl = self._new_controller()
         self.zombies: list[Controller] = []
         self.violations: list[str] = []
-        self.rng = random.Random(seed)
         self.profiles: dict[str, ModelProfile] = {}
         self.retired: set[str] = set()
         self.terms_sent: list[int] = []
+
+    @classmethod
+    def uniform(cls, count: int, capacity_mb: int, **kw: object) -> SimFleet:
+        """``count`` equal hosts ``h1`` … ``hN`` of ``capacity_mb`` each (other args as
+        for the constructor)."""
+        return cls({f"h{i}": capacity_mb for i in range(1, count + 1)}, **kw)  # type: ignore[arg-type]
 
     def _new_controller(self) -> Controller:
         return Controller(plugins=self.plugins, store=self.store, plan_fn=self.plan_fn).restore()  # type: ignore[arg-type]
