@@ -13,6 +13,12 @@ import math
 
 from grid_core.demand.series import Forecast, ForecastPolicy
 from grid_core.demand.types import ModelDemand, Watermark
+from grid_core.eligibility import (
+    DEFAULT_HEARTBEAT_LIMITS,
+    HeartbeatLimits,
+    host_ineligible_reason,
+    incompatibility,
+)
 from grid_core.profile import ModelProfile
 from grid_core.snapshot import HostSnapshot, ModelPerformance
 
@@ -58,11 +64,10 @@ def startup_path_s(profile: ModelProfile, perf: ModelPerformance | None, cached:
 
 def eligible_hosts(hosts: list[HostSnapshot], planner_policy: object | None) -> list[bool]:
     """Per host, whether it may receive new work (the planner's own eligibility rule)."""
-    from grid_core.planner.eligibility import host_ineligible_reason
-    from grid_core.planner.types import PlannerPolicy
-
-    policy = planner_policy if isinstance(planner_policy, PlannerPolicy) else PlannerPolicy()
-    return [host_ineligible_reason(h, policy) is None for h in hosts]
+    limits = (
+        planner_policy if isinstance(planner_policy, HeartbeatLimits) else DEFAULT_HEARTBEAT_LIMITS
+    )
+    return [host_ineligible_reason(h, limits) is None for h in hosts]
 
 
 def startup_horizon_s(
@@ -74,8 +79,6 @@ def startup_horizon_s(
     :func:`startup_path_s`) replace the profile's priors. Hosts already running the model do
     not count (they are not a *next* replica). Without any candidate the profile's priors are used.
     """
-    from grid_core.planner.eligibility import incompatibility
-
     best: float | None = None
     for host, ok in zip(hosts, eligible, strict=True):
         if not ok or incompatibility(profile, host) is not None:

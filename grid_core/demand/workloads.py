@@ -20,6 +20,12 @@ from collections.abc import Iterable
 import msgspec
 
 from grid_core.demand.features import RequestFeatures
+from grid_core.eligibility import (
+    DEFAULT_HEARTBEAT_LIMITS,
+    HeartbeatLimits,
+    host_ineligible_reason,
+    incompatibility,
+)
 from grid_core.profile import ModelProfile
 from grid_core.snapshot import HostSnapshot
 
@@ -28,10 +34,7 @@ UNBOUND = "auto"
 
 
 def _feasible(profile: ModelProfile, hosts: list[HostSnapshot], policy: object | None) -> bool:
-    from grid_core.planner.eligibility import host_ineligible_reason, incompatibility
-    from grid_core.planner.types import PlannerPolicy
-
-    pp = policy if isinstance(policy, PlannerPolicy) else PlannerPolicy()
+    pp = policy if isinstance(policy, HeartbeatLimits) else DEFAULT_HEARTBEAT_LIMITS
     for host in hosts:
         if host_ineligible_reason(host, pp) is not None:
             continue

@@ -1,92 +1,10 @@
-"""Host eligibility and static model/host compatibility (hard rules only).
+"""Host eligibility rules, as the planner's modules import them (defined in
+:mod:`grid_core.eligibility`, below both the planner and the demand side)."""
 
-Source: specification, "Safety invariants" 2 (never place on an ineligible host) and "Global
-placement loop" (runtime, backend, data tier, tags, pins, GPU rules are hard constraints).
-"""
-
-from __future__ import annotations
-
-from grid_core.planner.types import PlannerPolicy
-from grid_core.profile import ModelProfile
-from grid_core.snapshot import HostSnapshot
-
-NEW_WORK_STATES = frozenset({"accepting", "throttled"})
-"""Lifecycle states that accept new placements; every other state only drains."""
-MEMORY_STATES = frozenset({"loading", "warming", "ready", "draining", "failed"})
-"""Residency states that hold (or may hold) memory and a model slot."""
-SERVING_STATES = frozenset({"loading", "warming", "ready"})
-"""Residency states that count as a live or converging replica (an incumbent)."""
-
-
-def host_ineligible_reason(host: HostSnapshot, policy: PlannerPolicy) -> str | None:
-    """Why ``host`` may receive no new placement, or ``None`` when it is eligible.
-
-    Reasons are machine-stable: ``state:<state>``, ``unhealthy_report``, ``unauthenticated``,
-    ``no_heartbeat``, ``stale_heartbeat``, ``future_heartbeat``.
-    """
-    if host.state not in NEW_WORK_STATES:
-        return f"state:{host.state}"
-    if not host.healthy:
-        return "unhealthy_report"
-    if not host.authenticated:
-        return "unauthenticated"
-    age = host.heartbeat_age_s
-    if age is None:
-        return "no_heartbeat"
-    if age > policy.stale_heartbeat_s:
-        return "stale_heartbeat"
-    if age < -policy.future_skew_s:
-        return "future_heartbeat"
-    return None
-
-
-def incompatibility(profile: ModelProfile, host: HostSnapshot) -> str | None:
-    """The first static rule ``host`` breaks for ``profile``, or ``None`` when compatible.
-
-    Static rules do not depend on what else is planned: runtime, backend, data tier, required and
-    forbidden tags, GPU count and per-GPU memory. Pins are not a restriction: a pin reserves
-    a replica on its host, and demand beyond the pins may use any compatible host. Capacity,
-    slots and colocation are checked by the ledger because they change as the plan grows.
-    """
-    if not any(rt in host.runtimes for rt in profile.runtimes):
-        return "runtime"
-    if profile.backends and not any(b in host.backends for b in profile.backends):
-        return "backend"
-    if profile.data_tier is not None and profile.data_tier not in host.data_tiers:
-        return "data_tier"
-    if profile.required_tags and not all(t in host.tags for t in profile.required_tags):
-        return "required_tags"
-    if profile.forbidden_tags and any(t in host.tags for t in profile.forbidden_tags):
-        return "forbidden_tags"
-    if host.gpu_count < profile.min_gpu_count:
-        return "gpu_count"
-    if profile.min_gpu_memory_mb and host.gpu_memory_mb < profile.min_gpu_memory_mb:
-        return "gpu_memory"
-    return None
-
-
-def host_signature(host: HostSnapshot) -> tuple[object, ...]:
-    """Everything :func:`incompatibility` reads except the host id (for per-class caching)."""
-    return (
-        host.runtimes,
-        host.backends,
-        host.data_tiers,
-        host.tags,
-        host.gpu_count,
-        host.gpu_memory_mb,
-    )
-
-
-def runtime_for(profile: ModelProfile, host: HostSnapshot) -> tuple[str, int]:
-    """Runtime a new replica would use on ``host`` and the MB it accounts for.
-
-    The runtime with the smallest declared footprint wins (then the name); the memory charged
-    is the conservative :meth:`ModelProfile.memory_for` over the host's runtimes.
-    """
-    options = [rt for rt in profile.runtimes if rt in host.runtimes]
-    chosen = (
-        min(options, key=lambda rt: (profile.runtime_memory_mb.get(rt, profile.memory_mb), rt))
-        if options
-        else profile.runtimes[0]
-    )
-    return chosen, profile.memory_for(host.runtimes)
+from grid_core.eligibility import MEMORY_STATES as MEMORY_STATES
+from grid_core.eligibility import NEW_WORK_STATES as NEW_WORK_STATES
+from grid_core.eligibility import SERVING_STATES as SERVING_STATES
+from grid_core.eligibility import host_ineligible_reason as host_ineligible_reason
+from grid_core.eligibility import host_signature as host_signature
+from grid_core.eligibility import incompatibility as incompatibility
+from grid_core.eligibility import runtime_for as runtime_for

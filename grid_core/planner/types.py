@@ -7,13 +7,11 @@ from typing import Literal
 import msgspec
 
 from grid_core.demand.types import ModelDemand
+from grid_core.eligibility import FUTURE_SKEW_S as FUTURE_SKEW_S
+from grid_core.eligibility import STALE_HEARTBEAT_S as STALE_HEARTBEAT_S
 from grid_core.profile import ModelProfile
 from grid_core.snapshot import HostSnapshot
 
-STALE_HEARTBEAT_S = 90.0
-"""A heartbeat older than this (three missed 30 s beats) makes a host ineligible for new work."""
-FUTURE_SKEW_S = 5.0
-"""A heartbeat dated further in the future than this is implausible: the host gets nothing new."""
 ADMISSION_HEADROOM_MB = 512
 """Free memory a new allocation must leave on a host: room for KV-cache growth and allocator
 slack so a fresh load cannot push a host into swapping."""
