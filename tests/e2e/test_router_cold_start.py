@@ -10,37 +10,21 @@ ready, a client honouring Retry-After is answered within 2 s.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import httpx
 import openai
 import pytest
+from fleet_cli import grid
 
 pytestmark = pytest.mark.e2e
 
 ENGINE_PORT_BASE = 23500
 """Engine ports for this module's fleet: clear of the other e2e modules' ranges."""
-CLI_TIMEOUT_S = 900
 ANSWERED_AFTER_READY_S = 2.0
 """Promise under test: a Retry-After-honouring client is answered within 2 s of readiness."""
-
-
-def grid(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ, GRID_HOME=str(home))
-    return subprocess.run(
-        [sys.executable, "-c", "from grid_core.cli import main; main()", *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=CLI_TIMEOUT_S,
-        check=False,
-    )
 
 
 @pytest.fixture(scope="module")
