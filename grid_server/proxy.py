@@ -51,10 +51,12 @@ MAX_BODY_BYTES = 32 * 1024 * 1024
 """Largest request body: a long context plus a few inline images; more is refused with 413."""
 AUTO_MODEL = "auto"
 """Model name for unbound work: Grid chooses the model from the workload."""
-ADMISSION_WAIT_S = 2.0
-"""Longest a request waits for a slot when every ready engine of its model is saturated:
-about one short generation; longer waits are better spent by the client honouring
-Retry-After than by holding a connection here."""
+ADMISSION_WAIT_S = 15.0
+"""Longest a request waits in Grid's queue for a slot when every ready engine of its model is
+saturated: about as long as the engine's own queue would have held it during a burst (a
+trace replay at 10x speed fills a two-slot engine for seconds), but the request takes
+whichever engine frees first and never piles onto a saturated one. Beyond it: 503 with
+Retry-After."""
 MAX_WAITING_PER_MODEL = 256
 """Requests of one model allowed to wait for a slot at once; beyond it Grid answers 503 at
 once (a bounded queue never becomes an unbounded pile on a saturated engine)."""
