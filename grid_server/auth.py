@@ -2,8 +2,9 @@
 
 Source: the specification's "HTTP control surface" and "Remote Grid deployment".
 
-* The operator capability is a random secret in ``$GRID_HOME/operator-token`` (0600). It
-  authorizes ``/allocator/*`` mutations, sent as ``X-Grid-Allocator-Token`` or
+* The operator capability is a random secret in ``operator-token`` (0600) in the server home
+  (``$GRID_HOME``, or ``$GRID_HOME/fleet/server`` for a test fleet); a refusal names that
+  exact file. It authorizes ``/allocator/*`` mutations, sent as ``X-Grid-Allocator-Token`` or
   ``Authorization: Bearer``.
 * A node credential is signed by the server (itsdangerous, HMAC-SHA256 over a JSON payload
   ``{"host_id", "expires_at"}``) with ``$GRID_HOME/signing-key`` (0600). It authorizes the
@@ -64,11 +65,11 @@ class Credentials:
         if not presented:
             msg = (
                 "operator capability required: send X-Grid-Allocator-Token or "
-                "Authorization: Bearer (see $GRID_HOME/operator-token)"
+                f"Authorization: Bearer (the token is in {self.operator_token_path})"
             )
             raise AuthError(msg)
         if not hmac.compare_digest(presented.encode(), self._operator.encode()):
-            msg = "operator capability is wrong; use the token from $GRID_HOME/operator-token"
+            msg = f"operator capability is wrong; use the token in {self.operator_token_path}"
             raise AuthError(msg)
 
     def issue_node(self, host_id: str, now: float, ttl_s: float = NODE_CREDENTIAL_TTL_S) -> str:

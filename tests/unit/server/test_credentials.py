@@ -63,3 +63,16 @@ def test_forged_or_foreign_credentials_are_refused(tmp_path: Path) -> None:
         creds.verify_node(payload + "." + sig[::-1], NOW)
     with pytest.raises(AuthError):
         creds.verify_node(None, NOW)
+
+
+def test_refused_operator_names_the_token_file_this_server_reads(tmp_path: Path) -> None:
+    # A test fleet's server keeps its home below $GRID_HOME/fleet/server, not $GRID_HOME:
+    # the 401 must send the operator to the file that actually holds the token.
+    server_home = tmp_path / "fleet" / "server"
+    creds = Credentials(server_home)
+    token_file = str(server_home / OPERATOR_TOKEN_FILE)
+    for bad in (None, "wrong"):
+        with pytest.raises(AuthError) as refused:
+            creds.check_operator(bad)
+        assert token_file in str(refused.value)
+        assert "$GRID_HOME/operator-token" not in str(refused.value)
