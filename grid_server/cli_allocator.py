@@ -256,12 +256,18 @@ def explain(
     as_json: bool = typer.Option(False, "--json", help="The explanation as JSON."),
 ) -> None:
     """Why MODEL is where it is (or is not): demand, desired count, a verdict per host and
-    the constraint that binds."""
+    the constraint that binds.
+
+    A model without a profile is operator input naming nothing: the explanation is still
+    printed (``--json`` keeps ``configured: false``) and the command exits 2.
+    """
     data = send(grid, Calls.explain(model_id))
     if as_json:
         typer.echo(json.dumps(data, indent=2, sort_keys=True))
-        return
-    console().print(explain_view(data))
+    else:
+        console().print(explain_view(data))
+    if data.get("configured") is False:
+        raise CliError(str(data.get("summary") or f"model '{model_id}' has no profile"), EXIT_USAGE)
 
 
 def token_write(

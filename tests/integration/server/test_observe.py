@@ -319,9 +319,15 @@ def test_explain_names_protection_when_every_host_is_paused(grid: Grid):
     assert "protection state is 'paused'" in text and "'draining'" in text
 
 
-def test_explain_of_an_unknown_model_says_how_to_configure_it(grid: Grid):
-    doc, text = _explained(grid, "nothing.gguf")
-    assert doc["configured"] is False and "grid allocator model set" in text
+def test_explain_of_an_unknown_model_says_how_to_configure_it_and_exits_2(grid: Grid):
+    grid.http.post(f"{grid.url}/allocator/tick", headers=grid.operator()).raise_for_status()
+    as_json = cli(grid, "allocator", "explain", "nothing.gguf", "--json")
+    text = cli(grid, "allocator", "explain", "nothing.gguf")
+    # Naming a model Grid does not know is operator input: exit 2, like any unknown model.
+    assert (as_json.returncode, text.returncode) == (2, 2), (as_json.stderr, text.stderr)
+    assert json.loads(as_json.stdout)["configured"] is False
+    assert "grid allocator model set" in text.stdout
+    assert text.stderr.startswith("grid: error:") and "has no profile" in text.stderr
 
 
 # --- grid allocator status ------------------------------------------------------------------
