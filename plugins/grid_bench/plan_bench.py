@@ -145,6 +145,23 @@ def exact_summary(out: dict, time_limit_s: float) -> dict:
     }
 
 
+def exact_short_text(ex: dict) -> str:
+    """The models Grid places fewer replicas of than the optimum, one row each (text form).
+
+    Args:
+        ex: an :func:`exact_summary` result.
+
+    Returns:
+        A table ``model | grid | optimum | short`` (replica counts), or one line saying that
+        Grid matches the optimum for every model.
+    """
+    short = ex["short_models"]
+    if not short:
+        return "exact: Grid places as many replicas as the optimum for every model"
+    rows = [[m, c["grid"], c["exact"], c["exact"] - c["grid"]] for m, c in sorted(short.items())]
+    return render_table(["model", "grid", "optimum", "short"], rows)
+
+
 def bench_plan(
     fleet: Annotated[Path, typer.Option("--fleet", help="grid-bench-fleet/1 JSON file.")],
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object on stdout.")] = False,
@@ -153,8 +170,9 @@ def bench_plan(
         bool,
         typer.Option(
             "--exact",
-            help="Also solve the fleet as a MILP (HiGHS; pip install 'grid[exact]') and "
-            "print the optimum, Grid's coverage and the gap.",
+            help="Also solve the fleet as a MILP (HiGHS; pip install 'grid\\[exact]') and "
+            "print the optimum, Grid's coverage, the gap and the models Grid places fewer "
+            "replicas of than the optimum.",
         ),
     ] = False,
     time_limit: Annotated[
@@ -190,6 +208,9 @@ def bench_plan(
             ["exact:solve_s", ex["solve_s"]],
         ]
     typer.echo(render_table(["metric", "value"], rows))
+    if ex is not None:
+        typer.echo("")
+        typer.echo(exact_short_text(ex))
     short = [u for u in out["unmet"] if u["code"] != "failure_domain_shortfall"]
     if short:
         typer.echo("")

@@ -230,3 +230,36 @@ def test_cli_exact_prints_the_optimum_and_the_gap(tmp_path):
     assert ex["gap"] == pytest.approx(ex["coverage"] - out["coverage"], abs=1e-3)
     table = CliRunner().invoke(app, ["bench", "plan", "--fleet", str(p), "--runs", "1", "--exact"])
     assert "exact:gap" in table.output
+
+
+@pytest.mark.parametrize(
+    ("hosts", "models", "seed", "occupancy"), [(6, 8, 1, 0.5), (10, 6, 5, 0.0)]
+)
+def test_cli_exact_text_lists_each_model_grid_places_fewer_replicas_of(
+    tmp_path, hosts, models, seed, occupancy
+):
+    pytest.importorskip("highspy")
+    p = tmp_path / "fleet.json"
+    p.write_text(json.dumps(_fleet(hosts, models, seed, occupancy)))
+    app = build_app(plugins_with(builtins=("grid_bench", "grid_scoring", "grid_victims")))
+    base = ["bench", "plan", "--fleet", str(p), "--runs", "1", "--exact"]
+    as_json = CliRunner().invoke(app, [*base, "--json"])
+    assert as_json.exit_code == 0, as_json.output
+    short = json.loads(as_json.output)["exact"]["short_models"]
+    text = CliRunner().invoke(app, base)
+    assert text.exit_code == 0, text.output
+    lines = text.output.splitlines()
+    for model_id, counts in short.items():
+        # the text form shows what --json shows: Grid's replicas, the optimum's, the shortfall
+        # (the per-model comparison prints before the unmet table, so its row comes first)
+        row = next(line for line in lines if line.split() and line.split()[0] == model_id)
+        gap = counts["exact"] - counts["grid"]
+        assert row.split()[1:] == [str(counts["grid"]), str(counts["exact"]), str(gap)]
+    if not short:
+        assert "as many replicas as the optimum for every model" in text.output
+
+
+def test_exact_help_names_the_extra_to_install():
+    app = build_app(plugins_with(builtins=("grid_bench",)))
+    result = CliRunner().invoke(app, ["bench", "plan", "--help"], env={"COLUMNS": "200"})
+    assert "grid[exact]" in result.output
