@@ -16,8 +16,15 @@ import msgspec
 from grid_core.errors import ValidationError
 
 DEFAULT_RUNTIME = "llama.cpp"
-KNOWN_RUNTIMES: tuple[str, ...] = ("llama.cpp", "vllm", "ollama", "comfyui")
-"""Runtimes a node can report; a profile naming another one could never be placed."""
+BUILTIN_RUNTIMES: tuple[str, ...] = ("llama.cpp", "vllm", "ollama", "comfyui")
+"""Runtime names Grid's own adapters and docs use. Not a closed list: a runtime plugin
+(a ``RuntimeAdapter``) adds its own name, so a profile may name any runtime that matches
+:data:`RUNTIME_NAME`; one no node offers is reported unmet with the ``runtime`` reason."""
+MAX_RUNTIME_NAME_LEN = 64
+"""Longest runtime name: far above any engine family's name, short enough for a status line."""
+RUNTIME_NAME = re.compile(rf"^[A-Za-z0-9][A-Za-z0-9._+-]{{0,{MAX_RUNTIME_NAME_LEN - 1}}}$")
+"""The runtime name grammar (``llama.cpp``, ``vllm``, a plugin's ``echo``): a letter or digit,
+then letters, digits, ``.``, ``_``, ``+`` or ``-``; no spaces, slashes or control characters."""
 MAX_REPLICAS_LIMIT = 256
 """Upper bound on max_replicas: above any fleet Grid plans for; keeps search bounded."""
 MAX_PRIORITY = 1000
@@ -217,9 +224,11 @@ def validate_profile(p: ModelProfile) -> ModelProfile:
 def validate_declared_profile(p: ModelProfile) -> ModelProfile:
     """``validate_profile`` plus the checks only new operator input gets.
 
-    A runtime outside ``KNOWN_RUNTIMES`` or a workload outside the configured vocabulary
-    (:data:`WORKLOADS`) is almost always a typo, and the profile would
-    silently never be placed or never match ``model: auto`` traffic. These checks are not part
+    A runtime name outside the :data:`RUNTIME_NAME` grammar, or a workload outside the
+    configured vocabulary (:data:`WORKLOADS`), is a typo: such a profile would silently never
+    be placed or never match ``model: auto`` traffic. A well-formed runtime name that no node
+    offers (a plugin's runtime, say ``echo``) is accepted; the planner reports the model
+    unmet with the ``runtime`` reason until a node offers it. These checks are not part
     of ``validate_profile`` because that also runs when persisted controller state is loaded,
     where an older profile must keep loading rather than quarantine the whole state.
 
@@ -227,9 +236,14 @@ def validate_declared_profile(p: ModelProfile) -> ModelProfile:
         ValidationError: the message names the field, the value and the accepted values.
     """
     for rt in (*p.runtimes, *p.runtime_memory_mb):
-        if rt not in KNOWN_RUNTIMES:
+        if not RUNTIME_NAME.fullmatch(rt):
             field = "runtimes" if rt in p.runtimes else "runtime_memory_mb"
-            raise _fail(field, f"unknown runtime {rt!r}", f"use one of {', '.join(KNOWN_RUNTIMES)}")
+            raise _fail(
+                field,
+                f"runtime name {rt!r} is not valid",
+                f"use letters, digits, '.', '_', '+' or '-' (at most {MAX_RUNTIME_NAME_LEN} "
+                f"characters), e.g. {', '.join(BUILTIN_RUNTIMES)} or a runtime plugin's name",
+            )
     for w in p.workload_scores:
         if w not in WORKLOADS:
             raise _fail(

@@ -12,14 +12,17 @@ import typer
 
 from grid_core.client import Calls, RequestRefused
 from grid_core.errors import EXIT_USAGE, ValidationError
-from grid_core.profile import KNOWN_RUNTIMES, ModelProfile, validate_declared_profile
+from grid_core.profile import BUILTIN_RUNTIMES, ModelProfile, validate_declared_profile
 from grid_server.cli_render import console, explain_view, status_view
 from grid_server.client import CliError, send
 from grid_server.home import write_secret_file
 
 GridOpt = typer.Option(None, "--grid", help="Server URL, or 'local' (default).")
 TokenOpt = typer.Option(None, "--token-file", help="File holding the operator capability.")
-RUNTIME_HELP = f"Repeatable; one of {', '.join(KNOWN_RUNTIMES)} (default llama.cpp)."
+RUNTIME_HELP = (
+    f"Repeatable; built in: {', '.join(BUILTIN_RUNTIMES)}, or a runtime plugin's name "
+    "(default llama.cpp)."
+)
 
 
 def _pairs(values: list[str], flag: str, cast: type) -> dict[str, Any]:

@@ -18,14 +18,25 @@ def test_unknown_field_is_refused_by_name() -> None:
 @pytest.mark.parametrize(
     ("doc", "field"),
     [
-        ({"runtimes": ["bogus"]}, "runtimes"),
-        ({"runtime_memory_mb": {"bogus": 5}}, "runtime_memory_mb"),
+        ({"runtimes": ["llama cpp"]}, "runtimes"),
+        ({"runtimes": ["../echo"]}, "runtimes"),
+        ({"runtimes": ["x" * 65]}, "runtimes"),
+        ({"runtime_memory_mb": {"vllm\n": 5}}, "runtime_memory_mb"),
         ({"workload_scores": {"nonsense": 0.5}}, "workload_scores"),
     ],
 )
-def test_unknown_runtime_or_workload_is_refused(doc: dict[str, object], field: str) -> None:
+def test_malformed_runtime_or_unknown_workload_is_refused(
+    doc: dict[str, object], field: str
+) -> None:
     with pytest.raises(ValidationError, match=field):
         profile_from_json({"model_id": "m", "memory_mb": 10, **doc})
+
+
+@pytest.mark.parametrize("runtime", ["llama.cpp", "vllm", "ollama", "comfyui", "echo", "mlx-lm"])
+def test_builtin_and_plugin_runtime_names_are_accepted(runtime: str) -> None:
+    # A runtime plugin brings its own name; the profile must be able to ask for it.
+    p = profile_from_json({"model_id": "m", "memory_mb": 10, "runtimes": [runtime]})
+    assert p.runtimes == (runtime,)
 
 
 def test_every_configured_workload_is_accepted() -> None:
