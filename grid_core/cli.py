@@ -17,7 +17,7 @@ import typer
 
 from grid_core.cliregistry import CliRegistry
 from grid_core.errors import EXIT_RUNTIME_FAILURE, GridError
-from grid_core.plugins import HookStatus, Plugins, get_plugins
+from grid_core.plugins import COLLECT_KINDS, HookStatus, Plugins, get_plugins
 
 
 def _hook_statuses(plugins: Plugins) -> list[HookStatus]:
@@ -57,6 +57,7 @@ def _plugins_command(plugins: Plugins) -> Callable[[bool], None]:
                         "kind": st.kind,
                         "active": list(st.active),
                         "shadowed": list(st.shadowed),
+                        "refused": list(st.refused),
                         "objects": st.objects,
                     }
                     for st in statuses
@@ -86,20 +87,29 @@ def _plugins_command(plugins: Plugins) -> Callable[[bool], None]:
         typer.echo("")
         typer.echo(
             render_table(
-                ["hook", "kind", "active", "shadowed"],
+                ["hook", "kind", "active", "shadowed", "refused"],
                 [
                     [
                         st.hook,
                         st.kind.replace("_", " "),
                         ", ".join(st.active) or "-",
                         ", ".join(st.shadowed) or "-",
+                        ", ".join(st.refused) or "-",
                     ]
                     for st in statuses
                 ],
             )
         )
-        for f in plugins.failures:
-            typer.echo(f.line(), err=True)
+        objects = [
+            [name, COLLECT_KINDS.get(st.hook, st.hook), plugin]
+            for st in statuses
+            for name, plugin in st.objects.items()
+        ]
+        if objects:
+            typer.echo("")
+            typer.echo(render_table(["object", "kind", "provided by"], objects))
+        # Each failure's one-line reason already went to stderr through the facade's report
+        # (load failures at start-up, refused objects while the hooks above were resolved).
 
     return plugins_cmd
 

@@ -91,6 +91,8 @@ class HookStatus:
         shadowed: plugins whose implementation is never reached or whose every object was
             replaced by another plugin's, then each replaced object as ``plugin:object``.
         objects: for collect hooks, registered object name → plugin that provided it.
+        refused: plugins whose every object for this hook was refused by validation (the
+            reason is in :attr:`Plugins.failures`).
     """
 
     hook: str
@@ -98,6 +100,7 @@ class HookStatus:
     active: tuple[str, ...]
     shadowed: tuple[str, ...] = ()
     objects: dict[str, str] = field(default_factory=dict)
+    refused: tuple[str, ...] = ()
 
 
 COLLECT_KINDS: dict[str, str] = {
@@ -105,6 +108,10 @@ COLLECT_KINDS: dict[str, str] = {
     "grid_placement_score_terms": "score term",
 }
 """Collect hooks: the objects they register are named and validated, and the facade caches them."""
+UNNAMED_COLLECT_HOOKS: tuple[str, ...] = ("grid_gpu_devices",)
+"""Collect hooks whose objects have no name to replace by (every device is kept) and are read
+fresh each time (telemetry), so ``grid plugins`` lists their implementations without calling
+them."""
 
 
 def _missing_adapter_parts(obj: object) -> list[str]:
@@ -184,6 +191,7 @@ class Plugins:
     _shadowed: dict[str, list[str]] = field(default_factory=dict)
     _planner_hooks: PlannerHooks | None = None
     _refused: set[str] = field(default_factory=set)
+    _refused_by_hook: dict[str, set[str]] = field(default_factory=dict)
 
     # --- validation ---------------------------------------------------------------------
     def _refuse(self, plugin: str, cause: str) -> None:
@@ -199,6 +207,7 @@ class Plugins:
         missing = check(obj)
         if not missing:
             return True
+        self._refused_by_hook.setdefault(hook_name, set()).add(plugin)
         kind = COLLECT_KINDS.get(hook_name, "GPU device")
         label = f" '{obj.name}'" if _has_name(obj) else ""
         self._refuse(
@@ -361,16 +370,20 @@ class Plugins:
                     self.score_terms()
                 owners = self._owners.get(hook_name, {})
                 providing = set(owners.values())
+                refused = self._refused_by_hook.get(hook_name, set()) - providing
                 out.append(
                     HookStatus(
                         hook_name,
                         "collect",
                         tuple(p for p in order if p in providing),
-                        tuple(p for p in order if p not in providing)
+                        tuple(p for p in order if p not in providing and p not in refused)
                         + tuple(self._shadowed.get(hook_name, ())),
                         dict(sorted(owners.items())),
+                        tuple(p for p in order if p in refused),
                     )
                 )
+            elif hook_name in UNNAMED_COLLECT_HOOKS:
+                out.append(HookStatus(hook_name, "collect", tuple(order)))
             else:
                 out.append(HookStatus(hook_name, "broadcast", tuple(order)))
         return out

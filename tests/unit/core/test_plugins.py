@@ -182,3 +182,60 @@ def test_registration_failure_is_reported_and_others_keep_working() -> None:
     assert [f.name for f in plugins.failures] == ["bad"]
     assert len(lines) == 1 and "'bad'" in lines[0]
     assert plugins.classify_request(None, "", ("coding",)) == "coding"
+
+
+def test_grid_plugins_table_names_providers_collect_kinds_and_refusals_once(
+    tmp_path: Path,
+) -> None:
+    _write_dist(
+        tmp_path,
+        "zeta-grid-runtime",
+        "2.0",
+        "zeta_grid_runtime",
+        """
+        from grid_core import hookimpl
+
+        class Adapter:
+            name = "zeta"
+
+            async def load(self, *args, **kwargs): ...
+            async def warm(self, *args, **kwargs): ...
+            async def probe(self, *args, **kwargs): ...
+            async def drain(self, *args, **kwargs): ...
+            async def unload(self, *args, **kwargs): ...
+            async def adopt(self, *args, **kwargs): ...
+
+        @hookimpl
+        def grid_runtime_adapters(register):
+            register(Adapter())
+    """,
+    )
+    _write_dist(
+        tmp_path,
+        "half-grid-runtime",
+        "0.1",
+        "half_grid_runtime",
+        """
+        from grid_core import hookimpl
+
+        class Adapter:
+            name = "half"
+
+        @hookimpl
+        def grid_runtime_adapters(register):
+            register(Adapter())
+    """,
+    )
+    result = _grid("plugins", env_extra={"PYTHONPATH": str(tmp_path)})
+    assert result.returncode == 0, result.stderr
+    rows = {ln.split()[0]: ln.split() for ln in result.stdout.splitlines() if ln.split()}
+    # which plugin provides each named object, as --json says
+    assert rows["zeta"][-1] == "zeta_grid_runtime" and rows["llama.cpp"][-1] == "grid_llamacpp"
+    assert rows["best_fit"][-1] == "grid_scoring"
+    # GPU devices are collected (every plugin's devices are kept), as the docs say
+    assert rows["grid_gpu_devices"][1] == "collect"
+    # a refused adapter is "refused", not "shadowed", and its reason is printed once
+    adapters = rows["grid_runtime_adapters"]
+    assert adapters[-1] == "half_grid_runtime" and adapters[-2] == "-"
+    reason = [ln for ln in (result.stdout + result.stderr).splitlines() if "'half'" in ln]
+    assert len(reason) == 1 and "refused" in reason[0]
