@@ -94,7 +94,7 @@ def test_profile_mode_tick_and_status(grid: Grid) -> None:
         ("allocator", "model", "set", "m", "--memory-mb", "10", "--runtime-memory-mb", "nope"),
         ("allocator", "mode", "turbo"),
         ("allocator", "model", "set", "m", "--memory-mb", "10", "--workload-score", "nonsense=.5"),
-        ("allocator", "model", "set", "m", "--memory-mb", "10", "--runtime", "bogus"),
+        ("allocator", "model", "set", "m", "--memory-mb", "10", "--runtime", "bog/us"),
         ("allocator", "model", "set", "m", "--max-replicas", "2"),  # new profile needs memory
     ],
 )
@@ -146,7 +146,7 @@ def test_profile_put_refuses_unknown_fields_runtimes_and_workloads(grid: Grid) -
     url = grid.url + "/allocator/models/m"
     for body, named in (
         ({"memory_mb": 10, "max_replica": 3}, "max_replica"),
-        ({"memory_mb": 10, "runtimes": ["bogus"]}, "vllm"),
+        ({"memory_mb": 10, "runtimes": ["bog us"]}, "vllm"),
         ({"memory_mb": 10, "workload_scores": {"nonsense": 0.5}}, "coding"),
     ):
         resp = grid.http.put(url, json=body, headers=grid.operator())
@@ -375,3 +375,13 @@ def test_exit_codes_separate_operator_input_from_environment_failures(
     assert r.returncode == 2 and "missing" in r.stderr
     r = grid_cli("allocator", "tick", "--grid", grid.url, home=tmp_path / "no-home")
     assert r.returncode == 2 and "--token-file" in r.stderr  # no capability anywhere
+
+
+def test_model_set_accepts_a_runtime_plugins_name(grid: Grid) -> None:
+    # The plugin how-to's own command: a third-party runtime name is a valid profile.
+    r = run(
+        grid, "allocator", "model", "set", "echo-model", "--memory-mb", "100", "--runtime", "echo"
+    )
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(run(grid, "allocator", "status", "--json").stdout)
+    assert [p["runtimes"] for p in doc["controller"]["profiles"]] == [["echo"]]
