@@ -224,6 +224,10 @@ def test_replaying_a_real_trace_serves_it_and_reports_the_fleet_over_time(fleet)
     )
 
 
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_watch_follows_a_load_and_ctrl_c_stops_only_the_watch(fleet):
     home, doc = fleet
     high = max(doc["models"], key=lambda m: m["priority"])["model_id"]
@@ -234,6 +238,9 @@ def test_watch_follows_a_load_and_ctrl_c_stops_only_the_watch(fleet):
         stderr=subprocess.STDOUT,
         text=True,
         env=env,
+        # A shell that starts the suite in the background leaves SIGINT ignored, and Python
+        # keeps an inherited "ignore": restore the default so Ctrl-C reaches the watch.
+        preexec_fn=_default_sigint,
     )
     lines: list[str] = []
     try:
@@ -258,7 +265,12 @@ def test_watch_follows_a_load_and_ctrl_c_stops_only_the_watch(fleet):
         time.sleep(2.0)  # a few status reads after the load
     finally:
         watch.send_signal(signal.SIGINT)
-        rest, _ = watch.communicate(timeout=30)
+        try:
+            rest, _ = watch.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            watch.kill()  # our own child, by its Popen handle: never left running
+            rest, _ = watch.communicate(timeout=10)
+            pytest.fail(f"grid test watch ignored Ctrl-C for 30 s: {''.join(lines) + rest}")
         out = "".join(lines) + rest
     assert watch.returncode == 0, out
     assert f"{high}" in out and "-> ready" in out, out
