@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import psutil
+
 CLI_TIMEOUT_S = 900
 """Start waits for registration and the baseline on two shared cores."""
 
@@ -24,3 +26,16 @@ def grid(
         timeout=timeout,
         check=False,
     )
+
+
+def owned(home: Path) -> list[psutil.Process]:
+    """Processes whose command line names the fleet directory under ``home`` (this test's)."""
+    marker = str(home / "fleet")
+    out = []
+    for p in psutil.process_iter(["cmdline"]):
+        try:
+            if any(marker in part for part in p.info["cmdline"] or ()):
+                out.append(p)
+        except (psutil.Error, TypeError):
+            continue
+    return out

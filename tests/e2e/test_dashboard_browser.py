@@ -11,16 +11,13 @@ to ``build/screenshots/`` (docs/observability.md shows one).
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import httpx
-import psutil
 import pytest
 from browser_driver import chromium
+from fleet_cli import grid, owned
 from prometheus_client.parser import text_string_to_metric_families
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
@@ -30,36 +27,11 @@ pytestmark = pytest.mark.e2e
 
 ENGINE_PORT_BASE = 23300
 """Engine ports for this module's fleet: clear of the other e2e modules' ranges."""
-CLI_TIMEOUT_S = 900
 PAGE_TIMEOUT_S = 120.0
 """The page must show the fleet within this (it polls every 1.5 s)."""
 COLD_LOAD_TIMEOUT_S = 300.0
 """A cold tiny model loads and warms in seconds; two shared cores under load take longer."""
 SCREENSHOTS = Path(__file__).resolve().parents[2] / "build" / "screenshots"
-
-
-def grid(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ, GRID_HOME=str(home))
-    return subprocess.run(
-        [sys.executable, "-c", "from grid_core.cli import main; main()", *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=CLI_TIMEOUT_S,
-        check=False,
-    )
-
-
-def _owned(home: Path) -> list[psutil.Process]:
-    marker = str(home / "fleet")
-    out = []
-    for p in psutil.process_iter(["cmdline"]):
-        try:
-            if any(marker in part for part in p.info["cmdline"] or ()):
-                out.append(p)
-        except (psutil.Error, TypeError):
-            continue
-    return out
 
 
 @pytest.fixture(scope="module")
@@ -84,7 +56,7 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, dict
     finally:
         stopped = grid(home, "test", "stop")
         assert stopped.returncode == 0, stopped.stdout + stopped.stderr
-        assert not _owned(home), "processes left after 'grid test stop'"
+        assert not owned(home), "processes left after 'grid test stop'"
 
 
 def wait_for(driver: WebDriver, what: str, check: Callable[[WebDriver], object], timeout: float):

@@ -21,8 +21,8 @@ from pathlib import Path
 
 import httpx
 import openai
-import psutil
 import pytest
+from fleet_cli import grid, owned
 
 from grid_core.system import is_gone, same_birth, wait_until_sync
 
@@ -30,34 +30,6 @@ pytestmark = pytest.mark.e2e
 
 ENGINE_PORT_BASE = 23100
 """Engine ports for this module's fleet: clear of the default range and the other e2e tests."""
-CLI_TIMEOUT_S = 900
-"""Start waits for registration and the baseline; the demo has per-phase deadlines inside."""
-
-
-def grid(home: Path, *args: str, timeout: float = CLI_TIMEOUT_S) -> subprocess.CompletedProcess:
-    """Run the installed ``grid`` CLI with the test's GRID_HOME."""
-    env = dict(os.environ, GRID_HOME=str(home))
-    return subprocess.run(
-        [sys.executable, "-c", "from grid_core.cli import main; main()", *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=timeout,
-        check=False,
-    )
-
-
-def _owned(home: Path) -> list[psutil.Process]:
-    """Processes whose command line names this test's fleet directory."""
-    marker = str(home / "fleet")
-    out = []
-    for p in psutil.process_iter(["cmdline"]):
-        try:
-            if any(marker in part for part in p.info["cmdline"] or ()):
-                out.append(p)
-        except (psutil.Error, TypeError):
-            continue
-    return out
 
 
 @pytest.fixture(scope="module")
@@ -81,7 +53,7 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, dict
         doc = json.loads(grid(home, "test", "status", "--json").stdout)
         yield home, doc
     finally:
-        before = [(p.pid, p.create_time()) for p in _owned(home)]
+        before = [(p.pid, p.create_time()) for p in owned(home)]
         stopped = grid(home, "test", "stop")
         left = [pid for pid, born in before if same_birth(pid, born) and not is_gone(pid)]
         assert stopped.returncode == 0, stopped.stdout + stopped.stderr
@@ -90,7 +62,7 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, dict
         assert "host-01: agent pid" in stopped.stdout and "drained and stopped" in stopped.stdout
         assert before, "the fleet started no process at all"
         assert not left, f"processes left after 'grid test stop': {left}"
-        assert not _owned(home)
+        assert not owned(home)
 
 
 def test_each_logical_host_has_its_own_identity_share_ports_and_credential(fleet):
