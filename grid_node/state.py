@@ -12,12 +12,12 @@ old file and the directory is fsynced, so a crash leaves the old or the new stat
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
 import secrets
 import stat
 from pathlib import Path
 
+import filelock
 import msgspec
 
 from grid_core.errors import ConflictError, StateError
@@ -99,7 +99,7 @@ class StateFile:
         self.dir = Path(state_dir)
         self.path = self.dir / STATE_FILE
         self.key_path = self.dir / KEY_FILE
-        self._lock_fd: int | None = None
+        self._lock: filelock.FileLock | None = None
 
     def ensure_dir(self) -> None:
         """Create the directory owner-only; refuse one that others can read or write."""
@@ -115,24 +115,22 @@ class StateFile:
             ConflictError: another node agent holds this state directory.
         """
         self.ensure_dir()
-        fd = os.open(self.dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o600)
+        lock = filelock.FileLock(self.dir / LOCK_FILE, mode=0o600)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
+            lock.acquire(timeout=0)
+        except filelock.Timeout:
             msg = (
                 f"another node agent is using {self.dir}; stop it first "
                 "(grid allocator node stop) or use a different --state-dir"
             )
             raise ConflictError(msg) from None
-        self._lock_fd = fd
+        self._lock = lock
 
     def unlock(self) -> None:
         """Release the instance lock."""
-        if self._lock_fd is not None:
-            with contextlib.suppress(OSError):
-                os.close(self._lock_fd)
-            self._lock_fd = None
+        if self._lock is not None:
+            self._lock.release()
+            self._lock = None
 
     def load(self) -> NodeState | None:
         """The saved state, or ``None`` when there is none.

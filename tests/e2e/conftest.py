@@ -111,13 +111,17 @@ async def node(tmp_path: Path, models_dir: Path, llama_server: Path) -> AsyncIte
         config=config, store=store, state=state, adapters={"llama.cpp": LlamaCppAdapter(parallel=2)}
     )
     n = Node(config=config, store=store, act=act)
+    me = psutil.Process()
+    before = {p.pid for p in me.children(recursive=True)}
     try:
         yield n
     finally:
         await _stop_leftovers(config.state_dir)
-        me = psutil.Process()
+        # Last resort for a test that failed between spawning an engine and recording it: only
+        # processes this test process started during the test (descendants that did not exist
+        # before it), matched by PID and ancestry, never by name.
         for p in me.children(recursive=True):
-            if p.name().startswith("llama-server"):
+            if p.pid not in before:
                 with contextlib.suppress(psutil.Error):
                     p.kill()
                     p.wait(10)
