@@ -11,7 +11,6 @@ old file and the directory is fsynced, so a crash leaves the old or the new stat
 
 from __future__ import annotations
 
-import contextlib
 import os
 import secrets
 import stat
