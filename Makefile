@@ -6,7 +6,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.grid-installed
 
-.PHONY: demo test check lint engine browser venv clean
+.PHONY: demo test check soak lint engine browser venv clean
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -51,6 +51,15 @@ test: engine browser
 
 check: venv
 	$(BIN)/python -m pytest -q tests/unit
+
+# The controller's stateful property test as a soak: SOAK_STEPS steps (default 10,000) of
+# random fleets and perturbations, progress and a report of steps, perturbations and
+# violations; niced, since it runs for many minutes on a shared machine. `make test` runs a
+# short derandomized version of the same test.
+SOAK_STEPS ?= 10000
+soak: venv
+	GRID_SOAK_STEPS=$(SOAK_STEPS) nice -n 10 $(BIN)/python -m pytest -q -s \
+	  tests/unit/controller/test_controller_soak.py
 
 # Static checks, all configured in pyproject.toml: style and format (ruff), types (mypy:
 # strict on grid_core, default mode on the server, node and plugins), layers (import-linter).

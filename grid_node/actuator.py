@@ -38,6 +38,12 @@ DRAIN_WAIT_S = 60.0
 unload that follows waits again, so a long request is never cut."""
 UNLOAD_IDLE_WAIT_S = 120.0
 """Seconds an unload waits for the child to go idle before failing safe (left running)."""
+HUNG_AFTER_S = 15.0
+"""Seconds a proven-alive ready (or draining) child may fail every readiness probe before it
+is declared hung, taken out of routing and force-stopped. llama-server answers ``/health``
+from its HTTP thread even with every slot busy, so a long run of failed probes means the
+process is stopped (SIGSTOP) or wedged, not merely loaded; three 5 s probes at the default
+heartbeat interval cannot be one slow sample."""
 MB = 1024 * 1024
 MAX_EVENTS = 50
 """Notable events kept in memory for status: the last few minutes of a busy node."""
@@ -70,7 +76,10 @@ class Actuator:
     on_route_change: Callable[[], Awaitable[None]] | None = None
     events: list[str] = field(default_factory=list)
     probes: dict[str, Probe] = field(default_factory=dict)
+    hung_after_s: float = HUNG_AFTER_S
     _lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    _unready_since: dict[str, float] = field(default_factory=dict)
+    _stopping: dict[str, asyncio.Task[None]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.host = LocalRuntimeHost(
@@ -153,30 +162,78 @@ class Actuator:
 
     # --- health -------------------------------------------------------------------------------
     async def refresh(self) -> bool:
-        """Probe every child in parallel; a vanished one becomes ``failed``.
+        """Probe every child in parallel; a vanished or hung one becomes ``failed``.
 
         Runs without the command lock so heartbeats stay responsive during a long warm or
         drain; a result is committed only if the child's record is still the one probed and
-        no running command is working on that model. Returns True when a child was lost.
+        no running command is working on that model. A proven-alive child that failed every
+        readiness probe for :attr:`hung_after_s` is hung: marked failed (its route is
+        withdrawn at the next route sync) and force-stopped by proven identity in the
+        background (:meth:`_stop_hung`). Returns True when a child was lost.
         """
         snapshot = [(m, c) for m, c in self.state.children.items() if c.state != "failed"]
         probes = await asyncio.gather(
             *(self.adapter_for(c.runtime).probe(self.host, c) for _, c in snapshot)
         )
         changed = False
+        now = time.monotonic()
         for (model_id, child), probe in zip(snapshot, probes, strict=True):
             if self.state.children.get(model_id) is not child:
                 continue  # replaced or removed while probing: the result is stale
             self.probes[model_id] = probe
             busy_here = self._lock.locked() and self.state.running_model == model_id
-            if not probe.alive and child.state in ("ready", "draining") and not busy_here:
+            serving = child.state in ("ready", "draining")
+            if not probe.alive and serving and not busy_here:
                 child.state = "failed"
                 child.failure = f"process lost: {probe.detail}"
                 self.note(f"{model_id} pid {child.pid} exited unexpectedly ({probe.detail})")
                 changed = True
+            elif probe.alive and not probe.ready and serving and not busy_here:
+                since = self._unready_since.setdefault(model_id, now)
+                if now - since >= self.hung_after_s:
+                    child.state = "failed"
+                    child.failure = (
+                        f"hung: alive but not answering readiness checks for {now - since:.0f} s"
+                    )
+                    self.note(f"{model_id} pid {child.pid} {child.failure}; force-stopping it")
+                    self._unready_since.pop(model_id, None)
+                    self._stopping[model_id] = asyncio.create_task(self._stop_hung(model_id, child))
+                    changed = True
+            else:
+                self._unready_since.pop(model_id, None)
         if changed:
             self.save()
         return changed
+
+    async def _stop_hung(self, model_id: str, child: ChildRecord) -> None:
+        """Force-stop a hung child by proven identity and release its record.
+
+        The node decides this itself (the specification's explicit force stop): a hung
+        engine serves nobody, and its callers hang until it is gone. An unproven process is
+        never signalled; its record stays failed (fenced) for an operator.
+        """
+        adapter = self.adapter_for(child.runtime)
+        try:
+            if self.on_route_change is not None:
+                await self.on_route_change()  # withdraw the route before the signal
+            async with self._lock:
+                if self.state.children.get(model_id) is not child:
+                    return
+                # force: no idle wait (its activity cannot be measured); the adapter sends
+                # SIGTERM, then SIGKILL after its grace, each only while the proof holds.
+                await adapter.unload(self.host, child, idle_wait_s=0.0, force=True)
+                del self.state.children[model_id]
+                self.probes.pop(model_id, None)
+                self.save()
+                self.note(f"{model_id}: hung pid {child.pid} stopped")
+        except GridError as exc:
+            child.failure = f"fenced: hung and could not be stopped ({exc})"[:500]
+            self.save()
+            self.note(f"{model_id}: hung pid {child.pid} left alone: {exc}")
+        finally:
+            self._stopping.pop(model_id, None)
+        if self.on_route_change is not None:
+            await self.on_route_change()
 
     # --- inventory ----------------------------------------------------------------------------
     def residencies(self) -> list[Residency]:

@@ -17,7 +17,9 @@ A POST goes through four steps, all working on one per-request :class:`Exchange`
 Any step refuses with :class:`ProxyError`; one handler turns it into the caller's
 OpenAI-shaped answer. Rules kept here: the engine's private key is added on the upstream
 hop and never forwarded back; the caller's ``Authorization`` and affinity key are never
-forwarded; a failed POST is never replayed (the breaker only steers later requests).
+forwarded; a POST that may have reached an engine is never replayed (the breaker only steers
+later requests), while one whose connection failed before any byte was written goes to
+another ready replica.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from grid_core import routing
 from grid_core.demand.features import EndpointFamily, Outcome
 from grid_core.wire import WireError, check_json_depth
 from grid_server import telemetry
-from grid_server.relay import relay
+from grid_server.relay import NothingSent, relay
 
 if TYPE_CHECKING:
     from grid_server.context import ServerContext
@@ -57,6 +59,10 @@ saturated: about as long as the engine's own queue would have held it during a b
 trace replay at 10x speed fills a two-slot engine for seconds), but the request takes
 whichever engine frees first and never piles onto a saturated one. Beyond it: 503 with
 Retry-After."""
+MAX_UNSENT_ATTEMPTS = 3
+"""Engines one request may try when connecting fails before anything was sent: enough to
+step past a replica killed a moment ago (its route lingers until the node withdraws it) and
+one more, without a dead fleet turning every request into a scan of every engine."""
 MAX_WAITING_PER_MODEL = 256
 """Requests of one model allowed to wait for a slot at once; beyond it Grid answers 503 at
 once (a bounded queue never becomes an unbounded pile on a saturated engine)."""
@@ -318,8 +324,7 @@ class Proxy:
         assert me is not None
         watcher = asyncio.get_running_loop().create_task(_watch_disconnect(ex, me))
         try:
-            await self.resolve(ex)
-            await relay(self.ctx, ex)
+            await self._send_once(ex)
         except ProxyError as err:
             await self._refuse(ex, err)
         except asyncio.CancelledError:
@@ -334,6 +339,56 @@ class Proxy:
         if ex.gone:
             ex.breaker = "client_error"
             ex.outcome = "client_error"
+
+    async def _send_once(self, ex: Exchange) -> None:
+        """Resolve and relay; a request that provably reached no engine tries another one.
+
+        Only a connection that failed before any byte was written is retried (at most
+        :data:`MAX_UNSENT_ATTEMPTS` engines, each tried once); a POST that may have reached
+        an engine is never resent (specification, "Global placement loop": the breaker
+        steers later requests, Grid does not replay).
+
+        Raises:
+            ProxyError: as :meth:`resolve` and :func:`relay`; 503 + Retry-After
+                ``upstream_unreachable`` when every engine tried refused the connection.
+        """
+        tried: set[str] = set()
+        while True:
+            try:
+                await self.resolve(ex, exclude=tried)
+            except ProxyError as err:
+                if tried and err.code == "model_not_ready":
+                    raise self._unreachable(ex, len(tried)) from None
+                raise
+            route = ex.route
+            assert route is not None
+            try:
+                await relay(self.ctx, ex)
+                return
+            except NothingSent as why:
+                tried.add(route.engine.record_id)
+                self.ctx.router.finish(route, "failure", time.monotonic(), time.time())
+                ex.began = False
+                ex.route = None
+                log.info(
+                    "engine %s for %s refused the connection (%s) before anything was sent; "
+                    "trying another ready replica",
+                    route.engine.record_id,
+                    route.model_id,
+                    why,
+                )
+                if len(tried) >= MAX_UNSENT_ATTEMPTS:
+                    raise self._unreachable(ex, len(tried)) from None
+
+    def _unreachable(self, ex: Exchange, tried: int) -> ProxyError:
+        return ProxyError(
+            503,
+            f"no engine of '{ex.served}' accepted a connection ({tried} tried; nothing was "
+            "sent); retry after the advised delay",
+            "upstream_unreachable",
+            outcome="unavailable",
+            retry_after_s=self.ctx.runner.retry_after_s(ex.served, time.time()),
+        )
 
     async def _refuse(self, ex: Exchange, err: ProxyError) -> None:
         """Answer ``err`` unless the response already started (then only record it)."""
@@ -382,11 +437,12 @@ class Proxy:
                 doc["model"] = ex.served
                 ex.body = msgspec.json.encode(doc)
 
-    async def resolve(self, ex: Exchange) -> None:
+    async def resolve(self, ex: Exchange, exclude: set[str] | frozenset[str] = frozenset()) -> None:
         """Step 2: one ready engine below its admission limit.
 
         When every ready engine is saturated the request waits up to
         :data:`ADMISSION_WAIT_S` for a slot (at most :data:`MAX_WAITING_PER_MODEL` waiters).
+        ``exclude`` names engine records this request already failed to connect to.
 
         Raises:
             ProxyError: 404 for a model this grid does not know, 503 + ``Retry-After`` when
@@ -396,7 +452,7 @@ class Proxy:
         if served is None:
             raise self._no_route(ex, saturated=False)
         router = self.ctx.router
-        route, saturated = self._pick(ex, served)
+        route, saturated = self._pick(ex, served, exclude)
         if route is None and saturated and router.waiting(served) < MAX_WAITING_PER_MODEL:
             deadline = time.monotonic() + ADMISSION_WAIT_S
             while route is None and saturated:
@@ -404,7 +460,7 @@ class Proxy:
                 if left <= 0:
                     break
                 await router.wait_for_slot(served, left)
-                route, saturated = self._pick(ex, served)
+                route, saturated = self._pick(ex, served, exclude)
         if route is None:
             raise self._no_route(ex, saturated=saturated)
         ex.route = route
@@ -436,10 +492,14 @@ class Proxy:
             retry_after_s=self.ctx.runner.retry_after_s(served, time.time()),
         )
 
-    def _pick(self, ex: Exchange, model: str) -> tuple[Route | None, bool]:
+    def _pick(
+        self, ex: Exchange, model: str, exclude: set[str] | frozenset[str] = frozenset()
+    ) -> tuple[Route | None, bool]:
         """(route, saturated): the chosen engine, or ``None`` and whether any was eligible."""
         router = self.ctx.router
         routes = router.routes(model)
+        if exclude:
+            routes = [r for r in routes if r.engine.record_id not in exclude]
         if not routes:
             return None, False
         now = time.time()

@@ -18,7 +18,7 @@ import msgspec
 from grid_core import routing
 from grid_core.demand.features import Outcome
 from grid_server.sse import MAX_JSON_BODY_BYTES, UsageScanner, usage_from_json
-from grid_server.upstream import UpstreamError
+from grid_server.upstream import NOTHING_SENT, UpstreamError
 
 if TYPE_CHECKING:
     from grid_server.context import ServerContext
@@ -67,12 +67,28 @@ def error_fields(raw: bytes) -> tuple[str | None, str | None]:
     return doc.error.type, doc.error.message
 
 
+class NothingSent(Exception):
+    """The upstream connection failed before any byte of the request was written.
+
+    Connecting was refused, reset or timed out (or no pooled connection was granted), so the
+    engine provably never saw the request: the proxy may send it to another ready replica.
+    """
+
+
+ENGINE_LOST_RETRY_AFTER_S = 2
+"""Retry-After (seconds) when the engine serving a request stopped before answering: the
+router steers the next attempt to another replica at once, a replacement needs longer."""
+
+
 async def relay(ctx: ServerContext, ex: Exchange) -> None:
     """Send ``ex`` to its resolved engine and relay the answer to the caller.
 
     Raises:
-        ProxyError: 502 when the engine cannot be reached or fails mid-response, and for
-            answers Grid rewrites (caller-caused 5xx/501 as 400, a refused key as 502).
+        NothingSent: connecting failed before any byte was written (safe to send elsewhere).
+        ProxyError: 503 + Retry-After when the engine failed after the request may have
+            reached it but before answering (never replayed: it may have been processed);
+            502 when it fails mid-response and for answers Grid rewrites (caller-caused
+            5xx/501 as 400, a refused key as 502).
     """
     from grid_server.proxy import ProxyError
 
@@ -102,14 +118,27 @@ async def relay(ctx: ServerContext, ex: Exchange) -> None:
                 await _relay_success(ex, up)
             else:
                 await _relay_error(ex, up)
+    except NOTHING_SENT as exc:
+        ex.breaker = "failure"
+        raise NothingSent(type(exc).__name__) from None
     except UpstreamError as exc:
         ex.breaker = "failure"
-        where = "failed mid-response" if ex.started else "could not be reached"
+        if not ex.started:
+            # The request may have reached the engine (it died or hung up after the write):
+            # never resent by Grid, but the caller may retry and the router steers it away.
+            raise ProxyError(
+                503,
+                f"the engine serving '{route.model_id}' stopped before answering "
+                f"({type(exc).__name__}); Grid did not resend the request because the engine "
+                "may have processed it; retry after the advised delay",
+                "engine_lost",
+                retry_after_s=ENGINE_LOST_RETRY_AFTER_S,
+            ) from None
         raise ProxyError(
             502,
-            f"engine for '{route.model_id}' {where} ({type(exc).__name__}); "
+            f"engine for '{route.model_id}' failed mid-response ({type(exc).__name__}); "
             "the request was not retried",
-            "upstream_error" if ex.started else "upstream_unreachable",
+            "upstream_error",
         ) from None
     finally:
         ex.service_s = time.perf_counter() - t_up

@@ -24,7 +24,9 @@ Connection rules kept here (source: issue 16, items 1 and 11):
 * a streamed request asks the engine to close the connection after the stream
   (``Connection: close``): llama-server may announce keep-alive on a stream and close anyway,
   and a POST on such a connection fails with no way to know whether the engine saw it;
-* nothing is ever retried: a failed POST is not replayed (the breaker steers later requests).
+* a POST that may have reached an engine is never replayed (the breaker steers later
+  requests); only a request whose connection failed before any byte was written
+  (:data:`NOTHING_SENT`) is sent to another ready replica by the proxy.
 """
 
 from __future__ import annotations
@@ -47,6 +49,12 @@ pooled connection older than that would fail the next POST with a protocol error
 
 UpstreamError = (aiohttp.ClientError, TimeoutError)
 """What a failed upstream exchange raises (transport, protocol, payload or timeout)."""
+NOTHING_SENT = (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError)
+"""Failures that happen before the request's first byte is written: connecting was refused,
+reset or timed out, or no pooled connection was granted in time. aiohttp raises these from
+the connector only, before it writes the request line, so the engine never saw the request.
+(A reused pooled connection that the engine closed fails later, as ServerDisconnectedError,
+and stays ambiguous.)"""
 
 
 class UpstreamPool:

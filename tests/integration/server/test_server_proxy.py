@@ -134,15 +134,31 @@ def test_failed_post_is_never_replayed(grid: Grid, engines: Callable[[str], Engi
     assert a.requests() + b.requests() == 1
 
 
-def test_unreachable_engine_gives_502_without_retry(
+def test_unreachable_sole_engine_gives_503_with_retry_after(
     grid: Grid, engines: Callable[[str], Engine]
 ) -> None:
     eng = engines("m-gone")
     serve_model(grid, eng, "host-1")
     eng.child.stop()
     r = post(grid, {"model": "m-gone", **CHAT})
-    assert r.status_code == 502
+    assert r.status_code == 503
     assert r.json()["error"]["code"] == "upstream_unreachable"
+    assert int(r.headers["retry-after"]) >= 1
+
+
+def test_router_retry_when_nothing_was_sent_goes_to_another_ready_replica(
+    grid: Grid, engines: Callable[[str], Engine]
+) -> None:
+    """A replica whose port refuses connections (killed, route not yet withdrawn) costs no
+    request: each one that picked it is sent to the live replica instead, exactly once."""
+    live, dead = engines("m-two"), engines("m-two")
+    serve_model(grid, live, "host-live")
+    serve_model(grid, dead, "host-dead")
+    dead.child.stop()
+    codes = [post(grid, {"model": "m-two", **CHAT}).status_code for _ in range(40)]
+    assert codes == [200] * 40
+    # Each request reached an engine once: nothing was duplicated by the retry.
+    assert live.requests() == 40
 
 
 def test_breaker_steers_the_next_request_after_a_429(

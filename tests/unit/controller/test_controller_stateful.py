@@ -11,6 +11,11 @@ shortest sequence of steps that still breaks an invariant.
 
 from __future__ import annotations
 
+import functools
+from collections import Counter
+from collections.abc import Callable
+from typing import Any, TypeVar
+
 import hypothesis.strategies as st
 from fleet_strategies import SimFleetSpec, sim_fleets
 from hypothesis import HealthCheck, settings
@@ -26,6 +31,26 @@ host_ids = st.sampled_from(["h1", "h2", "h3", "h4"])
 """A host by name; a name beyond the drawn fleet means its last host (see ``_host``)."""
 model_ids = st.sampled_from(["a", "b", "c"])
 """A model by name; a name beyond the drawn fleet means its last model (see ``_model``)."""
+F = TypeVar("F", bound=Callable[..., Any])
+
+TALLY: Counter[str] = Counter()
+"""Rules run so far in this process, by name (the soak prints it; see test_controller_soak)."""
+CONVERGENCE_RULES = frozenset({"fleet_rounds"})
+"""Rules that model a well-behaved fleet; every other rule is a perturbation."""
+
+
+def counted(fn: F) -> F:
+    """Count each run of a rule in :data:`TALLY` (under ``@rule``, so Hypothesis sees the
+    original signature through ``functools.wraps``)."""
+
+    @functools.wraps(fn)
+    def run(self: Any, **kwargs: Any) -> Any:
+        TALLY[fn.__name__] += 1
+        return fn(self, **kwargs)
+
+    return run  # type: ignore[return-value]  # same signature, wrapped by functools.wraps
+
+
 placements = st.none() | st.fixed_dictionaries(
     {m: st.lists(host_ids, max_size=2, unique=True) for m in ("a", "b", "c")}
 )
@@ -60,6 +85,7 @@ class FleetMachine(RuleBasedStateMachine):
 
     # --- a well-behaved fleet, so work actually converges between perturbations -----------
     @rule(fail=st.booleans(), rounds=st.integers(1, 3))
+    @counted
     def fleet_rounds(self, fail: bool, rounds: int) -> None:
         # Ten seconds per round: every up host heartbeats, every started action finishes
         # (the very first one fails when ``fail``).
@@ -75,6 +101,7 @@ class FleetMachine(RuleBasedStateMachine):
 
     # --- perturbations ----------------------------------------------------------------------
     @rule(seconds=st.sampled_from([1.0, 5.0, 15.0, 40.0, 100.0]), tick=st.booleans())
+    @counted
     def time_passes(self, seconds: float, tick: bool) -> None:
         self.fleet.now += seconds
         if tick:
@@ -84,6 +111,7 @@ class FleetMachine(RuleBasedStateMachine):
         host=host_ids,
         order=st.sampled_from(["all", "reverse", "duplicate", "partial", "old_report"]),
     )
+    @counted
     def one_heartbeat(self, host: str, order: str) -> None:
         # Receipts reordered, duplicated, partly held back, or sent with an old inventory.
         if order == "old_report":
@@ -92,14 +120,17 @@ class FleetMachine(RuleBasedStateMachine):
             self.fleet.heartbeat(self._host(host), ack_order=order)
 
     @rule(host=host_ids, fail=st.booleans())
+    @counted
     def one_node_finishes(self, host: str, fail: bool) -> None:
         self.fleet.complete(self._host(host), fail=fail)
 
     @rule(host=host_ids, model=model_ids, delta=st.sampled_from([1, 2, -1, -2]))
+    @counted
     def requests(self, host: str, model: str, delta: int) -> None:
         self.fleet.run_requests(self._host(host), self._model(model), delta)
 
     @rule(host=host_ids, up=st.booleans())
+    @counted
     def host_lost_or_back(self, host: str, up: bool) -> None:
         self.fleet.nodes[self._host(host)].up = up
 
@@ -109,10 +140,12 @@ class FleetMachine(RuleBasedStateMachine):
             ["accepting", "throttled", "paused", "draining", "unhealthy", "accepting"]
         ),
     )
+    @counted
     def host_lifecycle(self, host: str, state: str) -> None:
         self.fleet.nodes[self._host(host)].lifecycle = state
 
     @rule(placement=placements)
+    @counted
     def planner_output(self, placement: dict[str, list[str]] | None) -> None:
         # None: the real planner. Otherwise any placement at all, even one that overcommits
         # hosts or moves every replica: the reconciler alone must keep it safe.
@@ -125,6 +158,7 @@ class FleetMachine(RuleBasedStateMachine):
         self.fleet.override = placement
 
     @rule(host=host_ids)
+    @counted
     def planner_crowds_one_host(self, host: str) -> None:
         # Every model on one host: more than any host here can hold.
         self.fleet.override = {m: [self._host(host)] for m in self.spec.models}
@@ -137,6 +171,7 @@ class FleetMachine(RuleBasedStateMachine):
         prio=st.integers(0, 2),
         remove=st.booleans(),
     )
+    @counted
     def profile_change(self, model: str, lo: int, extra: int, prio: int, remove: bool) -> None:
         model = self._model(model)
         try:
@@ -161,6 +196,7 @@ class FleetMachine(RuleBasedStateMachine):
             assert self.fleet.restart_if_superseded()
 
     @rule(mode=st.sampled_from(["observe", "recommend", "automatic", "automatic"]))
+    @counted
     def set_mode(self, mode: str) -> None:
         try:
             self.fleet.ctl.set_mode(mode, self.fleet.now)
@@ -174,15 +210,18 @@ class FleetMachine(RuleBasedStateMachine):
             assert self.fleet.ctl.authority.state != "held"
 
     @rule(keep_zombie=st.booleans(), zombie_sends_to=host_ids)
+    @counted
     def restart_controller(self, keep_zombie: bool, zombie_sends_to: str) -> None:
         self.fleet.restart(keep_zombie=keep_zombie)
         self.fleet.zombie_deliver(self._host(zombie_sends_to))
 
     @rule(host=host_ids)
+    @counted
     def superseded_controller_sends(self, host: str) -> None:
         self.fleet.zombie_deliver(self._host(host))
 
     @rule()
+    @counted
     def superseded_controller_ticks(self) -> None:
         # A lingering instance keeps ticking on its stale view and tries to save it.
         self.fleet.zombie_tick()
