@@ -31,7 +31,9 @@ Beyond the hook types, three groups of names are public:
 
 * **Host-OS toolkit** (from :mod:`grid_core.system`): process identity proven by PID, creation
   time and command line; detached spawn; graceful stop by proven identity; durable atomic
-  writes; ``GRID_HOME``; deadline polling; a concrete :class:`LocalRuntimeHost`. A runtime
+  writes; ``GRID_HOME``; deadline polling; a concrete :class:`LocalRuntimeHost`; and
+  :class:`EngineChildAdapter`, the whole lifecycle of one spawned HTTP engine child (a
+  runtime plugin supplies only its command line, identity flags, readiness and activity). A runtime
   adapter needs these to own engine processes safely; reimplementing them is how PID-reuse and
   torn-write bugs come back.
 * **Command-line helpers**: :class:`CliRegistry`, :func:`render_table`.
@@ -159,6 +161,7 @@ from grid_core.system import (
     wait_until_sync,
     write_atomic,
 )
+from grid_core.system.engine_child import EngineChildAdapter, lists_model, log_tail
 from grid_core.system.runtime_host import DEFAULT_ENGINE_PORT_RANGE, LocalRuntimeHost
 from grid_core.system.state_file import FileStateStore
 from grid_core.table import render_table
@@ -191,6 +194,7 @@ __all__ = [
     "ConflictError",
     "Controller",
     "DemandSeries",
+    "EngineChildAdapter",
     "FileStateStore",
     "ForbiddenError",
     "Forecast",
@@ -261,7 +265,9 @@ __all__ = [
     "grid_home",
     "hookimpl",
     "is_gone",
+    "lists_model",
     "load_plugins",
+    "log_tail",
     "parse_duration",
     "parse_strategy",
     "parse_trace",

@@ -267,8 +267,9 @@ def test_hook_grid_runtime_adapters(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     adapter = plugins.runtime_adapters()["llama.cpp"]
     assert type(adapter).__name__ == "PatchedLlama"
     st = next(s for s in plugins.hook_status() if s.hook == "grid_runtime_adapters")
-    assert st.active == ("acme_llama",)
-    assert st.objects == {"llama.cpp": "acme_llama"}
+    # The other built-in runtimes (vllm, ...) stay active beside the replacement.
+    assert "acme_llama" in st.active and "grid_llamacpp" not in st.active
+    assert st.objects["llama.cpp"] == "acme_llama"
     assert st.shadowed == ("grid_llamacpp", "grid_llamacpp:llama.cpp")
 
 

@@ -1,0 +1,1 @@
+"""Grid runtime plugin for vLLM: managed ``vllm serve`` children (see ``adapter``)."""
