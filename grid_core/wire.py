@@ -198,6 +198,10 @@ class Load(Struct, frozen=True, kw_only=True):
     queue_depth: Count = 0
 
 
+MAX_ENGINE_CA_PEM = 64 * 1024
+"""Largest engine CA bundle accepted (characters): a private intranet chain is a few KB."""
+
+
 class NodeRegistration(Struct, frozen=True, kw_only=True):
     """Body of ``PUT /nodes/{node_id}``: register or update a node record.
 
@@ -212,6 +216,9 @@ class NodeRegistration(Struct, frozen=True, kw_only=True):
     url: Text | None = None
     engine_api_key: Annotated[str, msgspec.Meta(max_length=512)] | None = None
     """Private key for the upstream hop to a managed engine; never serialised publicly."""
+    engine_ca_pem: Annotated[str, msgspec.Meta(max_length=MAX_ENGINE_CA_PEM)] | None = None
+    """PEM CA bundle the server verifies an ``https://`` engine with (hostname checked); kept
+    only in the server's memory, never serialised publicly."""
 
 
 class Acknowledgement(Struct, frozen=True, kw_only=True):

@@ -74,6 +74,10 @@ class Actuator:
     state: NodeState
     adapters: Mapping[str, RuntimeAdapter]
     on_route_change: Callable[[], Awaitable[None]] | None = None
+    reserved_ports: Callable[[], set[int]] = field(default=set)
+    """Ports the node holds for other listeners (its TLS fronts): never given to an engine."""
+    advertise: Callable[[ChildRecord], str | None] | None = None
+    """The URL the server reaches a child at (its TLS front); ``None``: the child's own."""
     events: list[str] = field(default_factory=list)
     probes: dict[str, Probe] = field(default_factory=dict)
     hung_after_s: float = HUNG_AFTER_S
@@ -91,7 +95,9 @@ class Actuator:
             api_key_file=self.store.key_path,
             port_range=self.config.port_range,
             publish_fn=self._publish,
-            used_ports=lambda: {c.port for c in self.state.children.values()},
+            used_ports=lambda: (
+                {c.port for c in self.state.children.values()} | self.reserved_ports()
+            ),
         )
 
     # --- persistence --------------------------------------------------------------------
@@ -255,7 +261,7 @@ class Actuator:
                     artifact_sha256=child.artifact_sha256,
                     runtime=child.runtime,
                     port=child.port,
-                    route_url=child.url if child.state == "ready" else None,
+                    route_url=self._route_url(child) if child.state == "ready" else None,
                 )
             )
         for model_id, art in self.state.artifacts.items():
@@ -270,6 +276,9 @@ class Actuator:
                     )
                 )
         return rows
+
+    def _route_url(self, child: ChildRecord) -> str | None:
+        return self.advertise(child) if self.advertise is not None else child.url
 
     def cached_artifacts(self) -> list[CachedArtifact]:
         """Artifacts verified on disk."""

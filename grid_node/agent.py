@@ -33,6 +33,7 @@ from grid_core.protection import (
     ProtectionPolicy,
     step,
 )
+from grid_core.runtime import ChildRecord
 from grid_core.system import birth_of, grid_home, write_atomic
 from grid_core.wire import (
     MAX_LIST,
@@ -49,6 +50,7 @@ from grid_core.wire import (
 from grid_node import telemetry
 from grid_node.actuator import UNLOAD_IDLE_WAIT_S, Actuator
 from grid_node.config import NodeConfig
+from grid_node.engine_tls import EngineFronts, load_engine_tls
 from grid_node.state import NodeState, StateFile
 
 OVERRIDE_FILE = "override.json"
@@ -151,6 +153,7 @@ class NodeAgent:
         self._client: AsyncGridClient | None = None
         self._queued: set[str] = set()
         self._cpu = telemetry.CpuMeter()
+        self.fronts: EngineFronts | None = None
 
     # --- lifecycle ------------------------------------------------------------------------
     @property
@@ -175,6 +178,24 @@ class NodeAgent:
             adapters=adapters,
             on_route_change=self.fence,
         )
+        if self.config.engine_tls_enabled:
+            assert self.config.engine_tls_cert is not None and self.config.engine_tls_key
+            assert self.config.advertise_host is not None
+            tls = load_engine_tls(
+                self.config.advertise_host,
+                self.config.engine_tls_cert,
+                self.config.engine_tls_key,
+                self.config.engine_tls_ca,
+            )
+            actuator = self.actuator
+            self.fronts = EngineFronts(
+                tls=tls,
+                key=state.engine_api_key,
+                port_range=self.config.port_range,
+                used_ports=lambda: {c.port for c in actuator.state.children.values()},
+            )
+            actuator.reserved_ports = self.fronts.ports
+            actuator.advertise = self._advertised_url
         self._client = AsyncGridClient(
             self.config.grid_url,
             node_token=self.credential.token if self.credential else None,
@@ -184,7 +205,9 @@ class NodeAgent:
         self._write_agent_file(ready=False)
 
     async def close(self) -> None:
-        """Release the HTTP client and the state lock."""
+        """Stop the TLS fronts, release the HTTP client and the state lock."""
+        if self.fronts is not None:
+            await self.fronts.aclose()
         if self._client is not None:
             await self._client.aclose()
         self.store.unlock()
@@ -402,6 +425,12 @@ class NodeAgent:
         """Register ready children as engine records, refresh them, withdraw the rest."""
         assert self.actuator is not None
         ready = {m: c for m, c in self.state.children.items() if c.state == "ready"}
+        if self.fronts is not None:
+            # A draining child keeps its front until it is gone: requests in flight finish.
+            live = ("ready", "draining")
+            await self.fronts.retain(
+                {m: c.url for m, c in self.state.children.items() if c.state in live}
+            )
         for model_id in list(self.routes):
             if model_id not in ready:
                 rid = self.routes[model_id]
@@ -423,16 +452,27 @@ class NodeAgent:
                     continue
                 except RequestRefused:
                     self.routes.pop(model_id, None)
+            url, ca_pem = child.url, None
+            if self.fronts is not None:
+                url = await self.fronts.ensure(model_id, child.url)
+                ca_pem = self.fronts.tls.ca_pem
             reg = NodeRegistration(
                 role="engine",
                 host_id=self.state.host_id,
                 models=[model_id],
-                url=child.url,
+                url=url,
                 engine_api_key=self.state.engine_api_key,
+                engine_ca_pem=ca_pem,
             )
             async with self._send:
                 await self._call(Calls.register(rid, reg))
             self.routes[model_id] = rid
+
+    def _advertised_url(self, child: ChildRecord) -> str | None:
+        """The URL the server reaches ``child`` at: its TLS front's, once that runs."""
+        if self.fronts is None:
+            return child.url
+        return self.fronts.url_for(child.model_id, child.url)
 
     # --- worker ----------------------------------------------------------------------------
     async def _worker(self) -> None:

@@ -113,6 +113,25 @@ def start(
             help="Missing sensors: ignore (default), or throttle conservatively.",
         ),
     ] = None,
+    advertise_host: Annotated[
+        str | None,
+        typer.Option(
+            "--advertise-host",
+            help="Name or IP the server reaches this machine's engines at (off loopback: TLS).",
+        ),
+    ] = None,
+    engine_tls_cert: Annotated[
+        Path | None,
+        typer.Option("--engine-tls-cert", help="PEM chain whose SAN covers --advertise-host."),
+    ] = None,
+    engine_tls_key: Annotated[
+        Path | None,
+        typer.Option("--engine-tls-key", help="Its private key (owner-only, mode 0600)."),
+    ] = None,
+    engine_tls_ca: Annotated[
+        Path | None,
+        typer.Option("--engine-tls-ca", help="CA the server verifies the engines with."),
+    ] = None,
 ) -> None:
     """Start this machine's node agent in the background and wait until it has registered.
 
@@ -137,6 +156,10 @@ def start(
         "throttle_fraction": throttle_fraction,
         "unknown_sensors": unknown_sensors,
         "dedicated": True if dedicated else None,
+        "advertise_host": advertise_host,
+        "engine_tls_cert": engine_tls_cert,
+        "engine_tls_key": engine_tls_key,
+        "engine_tls_ca": engine_tls_ca,
     }
     fields.update({k: v for k, v in given.items() if v is not None})
     if grid is not None or config is None:

@@ -15,10 +15,11 @@ from __future__ import annotations
 import os
 from pathlib import Path
 from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
 
 import msgspec
 
-from grid_core.client import PlainHttpRefused, check_credential_transport
+from grid_core.client import PlainHttpRefused, check_credential_transport, is_loopback_host
 from grid_core.errors import StateError, ValidationError
 from grid_core.system import grid_home, write_atomic
 from grid_core.system.runtime_host import DEFAULT_ENGINE_PORT_RANGE
@@ -80,6 +81,20 @@ def parse_port_range(text: str) -> tuple[int, int]:
     return lo, hi
 
 
+def check_advertise(advertise_host: str | None, has_tls: bool) -> None:
+    """Refuse an engine address the server would reach without TLS.
+
+    Raises:
+        ValidationError: a non-loopback advertised host without ``--engine-tls-cert/-key``.
+    """
+    if advertise_host and not has_tls and not is_loopback_host(advertise_host.strip("[]")):
+        msg = (
+            f"--advertise-host {advertise_host}: engines off loopback need TLS; pass "
+            "--engine-tls-cert and --engine-tls-key (and --engine-tls-ca for a private CA)"
+        )
+        raise ValidationError(msg)
+
+
 class NodeConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """Everything one node agent needs (the document ``node-config.json``).
 
@@ -97,7 +112,14 @@ class NodeConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
         llama_server: explicit llama-server path.
         failure_domain / tags: placement facts reported in resources.
         heartbeat_interval_s: seconds between heartbeats.
-        bind_host: address engine children listen on.
+        bind_host: address engine children listen on (loopback: off-loopback traffic reaches
+            them only through the node's TLS fronts).
+        advertise_host: host name or IP the server reaches this node's engines at (``None``:
+            the engines' loopback address, for a node on the Grid's own machine).
+        engine_tls_cert / engine_tls_key: PEM chain and owner-only key of the engine TLS
+            fronts; required when ``advertise_host`` is not loopback.
+        engine_tls_ca: CA bundle the server verifies the engines with (a private intranet
+            CA); ``None`` = the server's system trust store.
         unknown_sensors: ``ignore`` or ``throttle`` (how protection treats missing sensors).
         throttle_fraction: share of capacity offered while throttled (None: protection default).
     """
@@ -116,6 +138,10 @@ class NodeConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     tags: tuple[str, ...] = ()
     heartbeat_interval_s: float = HEARTBEAT_INTERVAL_S
     bind_host: str = "127.0.0.1"
+    advertise_host: str | None = None
+    engine_tls_cert: Path | None = None
+    engine_tls_key: Path | None = None
+    engine_tls_ca: Path | None = None
     unknown_sensors: UnknownSensors = "ignore"
     throttle_fraction: float | None = None
 
@@ -154,12 +180,46 @@ class NodeConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
             )
             raise ValidationError(msg)
         check_grid_url(self.grid_url)
+        self._check_engine_address()
         self.state_dir = Path(self.state_dir).expanduser().resolve()
         if self.token_file is not None:
             self.token_file = Path(self.token_file).expanduser().resolve()
         if not self.model_dirs:
             self.model_dirs = (grid_home() / "models",)
         self.model_dirs = tuple(Path(d).expanduser().resolve() for d in self.model_dirs)
+        for name in ("engine_tls_cert", "engine_tls_key", "engine_tls_ca"):
+            value = getattr(self, name)
+            if value is not None:
+                setattr(self, name, Path(value).expanduser().resolve())
+
+    def _check_engine_address(self) -> None:
+        """Engines off loopback only over TLS; a remote Grid needs an advertised address."""
+        if (self.engine_tls_cert is None) != (self.engine_tls_key is None):
+            msg = "engine_tls_cert / engine_tls_key (--engine-tls-cert/--engine-tls-key): give both"
+            raise ValidationError(msg)
+        if self.engine_tls_ca is not None and self.engine_tls_cert is None:
+            msg = "engine_tls_ca (--engine-tls-ca) needs --engine-tls-cert and --engine-tls-key"
+            raise ValidationError(msg)
+        if self.engine_tls_cert is not None and not self.advertise_host:
+            msg = (
+                "engine_tls_cert (--engine-tls-cert): also pass --advertise-host, the name or IP "
+                "the certificate covers and the server reaches this node at"
+            )
+            raise ValidationError(msg)
+        check_advertise(self.advertise_host, self.engine_tls_cert is not None)
+        host = urlsplit(self.grid_url).hostname or ""
+        if not is_loopback_host(host) and not self.advertise_host:
+            msg = (
+                f"--grid {self.grid_url}: the server is on another machine and cannot reach "
+                "engines on this machine's loopback; pass --advertise-host with "
+                "--engine-tls-cert/--engine-tls-key"
+            )
+            raise ValidationError(msg)
+
+    @property
+    def engine_tls_enabled(self) -> bool:
+        """Whether engines are served through the node's TLS fronts."""
+        return self.engine_tls_cert is not None
 
     @property
     def artifact_dir(self) -> Path:

@@ -28,6 +28,7 @@ from grid_core.system import (
     wait_until_sync,
 )
 from grid_node.config import NodeConfig
+from grid_node.engine_tls import load_engine_tls
 
 AGENT_FILE = "agent.json"
 """The daemon's own record in its state directory (pid, birth, instance, readiness)."""
@@ -137,6 +138,7 @@ def start_node(
 
     Raises:
         ConflictError: a daemon already runs for this state directory.
+        ValidationError: the engine TLS certificate, key or CA is unusable (the flag is named).
         UnavailableError: the daemon exited during its start, or did not register in time
             (the message quotes its log and last error).
     """
@@ -147,6 +149,15 @@ def start_node(
     if rec is not None and proof is not None and proof.status == "proven":
         msg = f"a node agent (pid {rec.pid}) already runs for {sdir}; stop it first"
         raise ConflictError(msg)
+    if config.engine_tls_enabled:
+        # Refuse a bad certificate, key or CA here, with one line, not in the daemon's log.
+        assert config.advertise_host and config.engine_tls_cert and config.engine_tls_key
+        load_engine_tls(
+            config.advertise_host,
+            config.engine_tls_cert,
+            config.engine_tls_key,
+            config.engine_tls_ca,
+        )
     path = config.save()
     instance = uuid.uuid4().hex
     argv = [sys.executable, "-m", "grid_node.daemon", "--instance", instance, "--config", str(path)]

@@ -10,7 +10,7 @@ import json
 import secrets
 import sys
 import threading
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -93,8 +93,13 @@ def _spawn(args: list[str], workdir: Path, name: str, env: dict[str, str]) -> tu
     return pid, log
 
 
-def start_fake_engine(workdir: Path, model: str, api_key: str | None = None) -> tuple[Child, str]:
-    """Start a FAKE engine for ``model``; returns the child and its API key."""
+def start_fake_engine(
+    workdir: Path, model: str, api_key: str | None = None, *, prefix: Sequence[str] = ()
+) -> tuple[Child, str]:
+    """Start a FAKE engine for ``model``; returns the child and its API key.
+
+    ``prefix`` runs it under a command prefix (``ip netns exec NS``: inside a namespace).
+    """
     api_key = api_key or secrets.token_urlsafe(24)
     tag = secrets.token_hex(4)
     key_file = workdir / f"fake-{tag}.key"
@@ -103,6 +108,7 @@ def start_fake_engine(workdir: Path, model: str, api_key: str | None = None) -> 
     env = scrubbed_env()
     pid, log = _spawn(
         [
+            *prefix,
             sys.executable,
             "-m",
             "grid_server.fake_engine",
@@ -118,6 +124,54 @@ def start_fake_engine(workdir: Path, model: str, api_key: str | None = None) -> 
         env,
     )
     return Child(pid, _wait_for_file(url_file, pid, log), log), api_key
+
+
+def start_engine_front(
+    workdir: Path,
+    upstream: str,
+    api_key: str,
+    *,
+    advertise_host: str,
+    cert: Path,
+    key: Path,
+    ca: Path | None,
+    prefix: Sequence[str] = (),
+) -> Child:
+    """Start a node's TLS engine front (``python -m grid_node.engine_tls``) as a child.
+
+    Args:
+        workdir: where its key file, URL file and log go.
+        upstream: the loopback engine it relays to.
+        api_key: the engine key it requires (written to an owner-only file, never argv).
+        advertise_host / cert / key / ca: its address and TLS material.
+        prefix: a command prefix, e.g. ``ip netns exec NS`` to run it in a namespace.
+    """
+    tag = secrets.token_hex(4)
+    key_file = workdir / f"front-{tag}.key"
+    write_atomic(key_file, api_key)
+    url_file = workdir / f"front-{tag}.url"
+    args = [
+        *prefix,
+        sys.executable,
+        "-m",
+        "grid_node.engine_tls",
+        "--upstream",
+        upstream,
+        "--advertise-host",
+        advertise_host,
+        "--cert",
+        str(cert),
+        "--key",
+        str(key),
+        "--key-file",
+        str(key_file),
+        "--url-file",
+        str(url_file),
+    ]
+    if ca is not None:
+        args += ["--ca", str(ca)]
+    pid, log = _spawn(args, workdir, f"front-{tag}", scrubbed_env())
+    return Child(pid, _wait_for_file(url_file, pid, log), log)
 
 
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
@@ -266,9 +320,16 @@ class Testbed:
         return self.register(token, control_record_id(host_id), body)
 
     def register_engine(
-        self, token: str, host_id: str, model: str, url: str, api_key: str | None
+        self,
+        token: str,
+        host_id: str,
+        model: str,
+        url: str,
+        api_key: str | None,
+        ca_pem: str | None = None,
     ) -> Registered:
-        """PUT one engine record for ``model`` on ``host_id``.
+        """PUT one engine record for ``model`` on ``host_id`` (``ca_pem``: the CA an
+        ``https://`` engine is verified with).
 
         Raises:
             RequestRefused: the server refused the record.
@@ -281,6 +342,8 @@ class Testbed:
         }
         if api_key:
             body["engine_api_key"] = api_key
+        if ca_pem:
+            body["engine_ca_pem"] = ca_pem
         return self.register(token, engine_record_id(host_id, model), body)
 
     def register(self, token: str, record_id: str, body: Mapping[str, object]) -> Registered:

@@ -8,6 +8,8 @@ upstream hop.
 
 from __future__ import annotations
 
+import functools
+import ssl
 from urllib.parse import urlsplit
 
 import msgspec
@@ -17,6 +19,9 @@ from grid_core.errors import ForbiddenError, NotFoundError, ValidationError
 from grid_core.hosts import LEASE_TTL_S, RegistryRecord
 from grid_core.wire import Decoded, Heartbeat, NodeRegistration, control_record_id, engine_record_id
 
+MAX_ENGINE_CA_CONTEXTS = 64
+"""Distinct engine CA bundles whose TLS contexts are kept built: one per private CA in use,
+so a fleet re-registering every minute never re-parses its CA."""
 MAX_RECORDS = 4096
 """Registry ceiling: 64 hosts × 64 engines; refuses unbounded growth from a buggy node."""
 
@@ -44,6 +49,25 @@ def check_engine_url(url: str | None) -> str:
     return url.rstrip("/")
 
 
+@functools.lru_cache(maxsize=MAX_ENGINE_CA_CONTEXTS)
+def engine_ssl_context(ca_pem: str) -> ssl.SSLContext:
+    """A client TLS context trusting only ``ca_pem``, with hostname checking.
+
+    Source: the specification's wire text on engine registration (an HTTPS engine may carry
+    its CA; Grid builds a private hostname-verifying context from it).
+
+    Raises:
+        ValidationError: the bundle holds no usable PEM certificate.
+    """
+    try:
+        context = ssl.create_default_context(cadata=ca_pem)
+    except (ssl.SSLError, ValueError) as exc:
+        msg = f"engine registration: 'engine_ca_pem' is not a PEM CA bundle ({exc})"
+        raise ValidationError(msg) from None
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    return context
+
+
 def expected_record_id(host_id: str, reg: NodeRegistration) -> str:
     """The only record id a host may use for this registration."""
     if reg.role == "allocator":
@@ -64,6 +88,7 @@ class Registry:
     def __init__(self) -> None:
         self.records: dict[str, RegistryRecord] = {}
         self._keys: dict[str, str] = {}
+        self._ssl: dict[str, ssl.SSLContext] = {}
         self.revision = 0
 
     # --- writes --------------------------------------------------------------------------
@@ -89,6 +114,12 @@ class Registry:
             msg = f"record id '{node_id}' is not derived from this host; use '{expected}'"
             raise ForbiddenError(msg)
         url = check_engine_url(reg.url) if reg.role == "engine" else None
+        context = None
+        if reg.engine_ca_pem is not None:
+            if url is None or not url.startswith("https://"):
+                msg = "engine registration: 'engine_ca_pem' is only for an https:// engine 'url'"
+                raise ValidationError(msg)
+            context = engine_ssl_context(reg.engine_ca_pem)
         if node_id not in self.records and len(self.records) >= MAX_RECORDS:
             msg = f"registry is full ({MAX_RECORDS} records); remove stale nodes"
             raise ValidationError(msg)
@@ -109,6 +140,10 @@ class Registry:
             self._keys[node_id] = reg.engine_api_key
         else:
             self._keys.pop(node_id, None)
+        if context is not None:
+            self._ssl[node_id] = context
+        else:
+            self._ssl.pop(node_id, None)
         self.revision += 1
         return rec
 
@@ -166,6 +201,7 @@ class Registry:
         self._owned(host_id, node_id)
         del self.records[node_id]
         self._keys.pop(node_id, None)
+        self._ssl.pop(node_id, None)
         self.revision += 1
 
     def expire(self, now: float) -> int:
@@ -174,6 +210,7 @@ class Registry:
         for rid in dead:
             del self.records[rid]
             self._keys.pop(rid, None)
+            self._ssl.pop(rid, None)
         if dead:
             self.revision += 1
         return len(dead)
@@ -192,6 +229,12 @@ class Registry:
     def engine_key(self, record_id: str) -> str | None:
         """The private upstream key of an engine record (for the proxy hop only)."""
         return self._keys.get(record_id)
+
+    def engine_ssl(self, record_id: str) -> ssl.SSLContext | bool:
+        """How the proxy verifies an ``https://`` engine: the context built from the CA it
+        registered, else ``True`` (the system trust store, hostname checked). Plain-HTTP
+        (loopback) engines ignore it."""
+        return self._ssl.get(record_id, True)
 
     def engine_key_known(self, record_id: str) -> bool:
         """Whether the engine registered a private key (public output says only this)."""

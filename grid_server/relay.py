@@ -113,7 +113,8 @@ async def relay(ctx: ServerContext, ex: Exchange) -> None:
     ex.queue_s = time.perf_counter() - ex.t0
     t_up = time.perf_counter()
     try:
-        async with ctx.client.post(f"{eng.url}{ex.path}", ex.body, headers) as up:
+        verify = ctx.registry.engine_ssl(eng.record_id)
+        async with ctx.client.post(f"{eng.url}{ex.path}", ex.body, headers, verify) as up:
             if 200 <= up.status < 300:
                 await _relay_success(ex, up)
             else:

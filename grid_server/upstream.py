@@ -32,6 +32,7 @@ Connection rules kept here (source: issue 16, items 1 and 11):
 from __future__ import annotations
 
 from contextlib import AbstractAsyncContextManager
+from ssl import SSLContext
 
 import aiohttp
 
@@ -87,14 +88,17 @@ class UpstreamPool:
         )
 
     def post(
-        self, url: str, body: bytes, headers: dict[str, str]
+        self, url: str, body: bytes, headers: dict[str, str], ssl: SSLContext | bool = True
     ) -> AbstractAsyncContextManager[aiohttp.ClientResponse]:
         """Start one POST; use as ``async with pool.post(...) as response``.
+
+        ``ssl`` verifies an ``https://`` engine: the private context built from the CA it
+        registered (hostname checked), or ``True`` for the system trust store.
 
         Raises:
             aiohttp.ClientError / TimeoutError: on entering the context (see :data:`UpstreamError`).
         """
-        return self.session.post(url, data=body, headers=headers, allow_redirects=False)
+        return self.session.post(url, data=body, headers=headers, allow_redirects=False, ssl=ssl)
 
     async def aclose(self) -> None:
         """Close every pooled connection."""

@@ -146,9 +146,16 @@ def test_node_refuses_plain_http_off_loopback(tmp_path):
         "http://127.0.0.1:22100",
         "http://[::1]:22100",
         "http://localhost:1",
-        "https://grid.company.internal",
     ):
         NodeConfig(state_dir=tmp_path, grid_url=ok)
+    # A remote Grid over HTTPS, with engines advertised over TLS (files are checked at start).
+    NodeConfig(
+        state_dir=tmp_path,
+        grid_url="https://grid.company.internal",
+        advertise_host="worker-01.company.internal",
+        engine_tls_cert=tmp_path / "worker.pem",
+        engine_tls_key=tmp_path / "worker-key.pem",
+    )
     for bad in ("http://10.0.0.5:22100", "http://grid.company.internal", "ftp://x", "nohost"):
         with pytest.raises(ValidationError, match="--grid"):
             NodeConfig(state_dir=tmp_path, grid_url=bad)
