@@ -65,8 +65,9 @@ def test_proxy_verifies_the_engine_against_its_registered_ca(grid_process: Grid,
     # The same engine registered with a CA that did not issue its certificate: refused.
     grid.register_engine(token, "host-tls", MODEL, front.url, key, ca_pem=other_ca.read_text())
     bad = grid.http.post(grid.url + "/v1/chat/completions", json=CHAT)
-    assert bad.status_code == 502, bad.text
-    assert "could not be reached" in bad.json()["error"]["message"]
+    # The handshake fails before any byte of the request is sent: nothing reached the engine.
+    assert bad.status_code == 503, bad.text
+    assert bad.json()["error"]["code"] == "upstream_unreachable"
 
 
 def test_a_name_the_engine_certificate_does_not_cover_is_refused(
@@ -83,7 +84,8 @@ def test_a_name_the_engine_certificate_does_not_cover_is_refused(
     )
     grid.wait_ready(MODEL)
     bad = grid.http.post(grid.url + "/v1/chat/completions", json=CHAT)
-    assert bad.status_code == 502, bad.text
+    assert bad.status_code == 503, bad.text
+    assert bad.json()["error"]["code"] == "upstream_unreachable"
 
 
 def test_malformed_or_misplaced_engine_ca_is_refused(grid: Grid) -> None:
