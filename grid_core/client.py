@@ -18,8 +18,11 @@ import it; ``grid_server``, ``grid_node`` and plugins do (plugins through the pu
 from __future__ import annotations
 
 import ipaddress
+import os
+import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Generic, Literal, TypeVar
 from urllib.parse import quote, urlsplit
 
@@ -28,6 +31,7 @@ import msgspec
 
 from grid_core.bodies import EvaluationBody, ModeBody, NodeCredential, Registered, TokenBody
 from grid_core.errors import EXIT_RUNTIME_FAILURE, EXIT_USAGE, GridError
+from grid_core.tls import TlsRefused, client_context, describe_tls_failure
 from grid_core.wire import (
     CONTROL_HEADER,
     OPERATOR_HEADER,
@@ -124,6 +128,34 @@ def check_credential_transport(url: str, what: str = "credential") -> str:
         msg = f"refusing to send the {what} to {url} over plain HTTP off loopback; use https://"
         raise PlainHttpRefused(msg)
     return url
+
+
+def plain_http_refusal(scheme: str, peer_host: str | None) -> str | None:
+    """The server side of :func:`check_credential_transport`: why a credential that arrived
+    over ``scheme`` from ``peer_host`` must be refused, or ``None`` when it may be used.
+
+    A credential sent over plain HTTP from a host that is not loopback crossed the network in
+    clear text; the server refuses it so such a setup never works by accident.
+    """
+    if scheme == "https" or (peer_host is not None and is_loopback_host(peer_host)):
+        return None
+    return (
+        f"credential refused: it arrived over plain HTTP from {peer_host or 'an unknown peer'} "
+        "(off loopback); serve Grid over HTTPS (grid up --tls-cert/--tls-key) and use https://"
+    )
+
+
+Verify = ssl.SSLContext | bool
+"""What httpx verifies a server with: a context (a given CA) or the system default."""
+
+
+def tls_verify(ca_file: Path | str | None) -> Verify:
+    """The ``verify`` argument for httpx: ``ca_file`` as the trust anchor, else the system store.
+
+    Raises:
+        TlsError: ``ca_file`` cannot be loaded.
+    """
+    return True if ca_file is None else client_context(os.fspath(ca_file))
 
 
 @dataclass(frozen=True)
@@ -270,7 +302,10 @@ class _Base:
         return self.url + call.path, headers
 
     @staticmethod
-    def _unreachable(base: str, exc: httpx.HTTPError) -> ServerUnreachable:
+    def _unreachable(base: str, exc: httpx.HTTPError) -> GridError:
+        tls = describe_tls_failure(exc, base)
+        if tls is not None:
+            return TlsRefused(tls)
         msg = f"no Grid server answered at {base} ({type(exc).__name__}); start one with 'grid up'"
         return ServerUnreachable(msg)
 
@@ -302,9 +337,9 @@ def _error_text(resp: httpx.Response) -> str:
     return resp.text[:MAX_ERROR_TEXT]
 
 
-def _http_client(timeout: float) -> httpx.Client:
+def _http_client(timeout: float, ca_file: Path | str | None) -> httpx.Client:
     # No environment proxies: control traffic goes straight to the Grid (often loopback).
-    return httpx.Client(timeout=timeout, trust_env=False)
+    return httpx.Client(timeout=timeout, trust_env=False, verify=tls_verify(ca_file))
 
 
 class GridClient(_Base):
@@ -317,10 +352,14 @@ class GridClient(_Base):
         http: an httpx client to send through (tests pass Litestar's in-process client);
             one is created and owned when omitted.
         timeout: seconds per request when this client creates its own httpx client.
+        ca_file: the CA certificate an ``https://`` server must chain to (``None``: the
+            system trust store); used when this client creates its own httpx client.
 
     Raises (from every call):
         RequestRefused: the server answered with an error status (message names the cause).
         ServerUnreachable: no answer at ``url``.
+        TlsRefused: the server's certificate failed verification (wrong CA, expired, SAN
+            mismatch, or the server does not speak TLS); the message names which.
         PlainHttpRefused: a credential would travel over plain HTTP off loopback, or the
             route needs a credential that was not given.
     """
@@ -333,10 +372,11 @@ class GridClient(_Base):
         node_token: str | None = None,
         http: httpx.Client | None = None,
         timeout: float = CONTROL_TIMEOUT_S,
+        ca_file: Path | str | None = None,
     ) -> None:
         super().__init__(url, operator_token=operator_token, node_token=node_token)
         self._owned = http is None
-        self.http = http if http is not None else _http_client(timeout)
+        self.http = http if http is not None else _http_client(timeout, ca_file)
 
     def send(self, call: Call[T]) -> T:
         """Send one call and return its decoded answer."""
@@ -407,11 +447,14 @@ class AsyncGridClient(_Base):
         node_token: str | None = None,
         http: httpx.AsyncClient | None = None,
         timeout: float = CONTROL_TIMEOUT_S,
+        ca_file: Path | str | None = None,
     ) -> None:
         super().__init__(url, operator_token=operator_token, node_token=node_token)
         self._owned = http is None
         self.http = (
-            http if http is not None else httpx.AsyncClient(timeout=timeout, trust_env=False)
+            http
+            if http is not None
+            else httpx.AsyncClient(timeout=timeout, trust_env=False, verify=tls_verify(ca_file))
         )
 
     async def send(self, call: Call[T]) -> T:

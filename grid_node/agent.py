@@ -200,6 +200,7 @@ class NodeAgent:
             self.config.grid_url,
             node_token=self.credential.token if self.credential else None,
             timeout=HTTP_TIMEOUT_S,
+            ca_file=self.config.grid_ca,
         )
         await self.actuator.recover()
         self._write_agent_file(ready=False)

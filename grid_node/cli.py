@@ -6,6 +6,7 @@ on one machine side by side, each with its own state, credential, port range and
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from pathlib import Path
@@ -14,13 +15,18 @@ from typing import Annotated, Any
 import msgspec
 import typer
 
+from grid_core.client import Calls, GridClient, ServerUnreachable
 from grid_core.cliregistry import CliRegistry
 from grid_core.errors import NotFoundError, ValidationError
+from grid_core.grids import GridTarget, resolve_target
 from grid_core.protection import Override, OverrideKind
 from grid_core.system import grid_home
 from grid_node.agent import read_override, write_override
-from grid_node.config import DEFAULT_GRID_URL, NodeConfig, load_config, parse_port_range
+from grid_node.config import NodeConfig, load_config, parse_port_range
 from grid_node.launch import agent_record, start_node, stop_node
+
+PREFLIGHT_TIMEOUT_S = 10.0
+"""One health check before the daemon starts; a slow server is the daemon's to retry."""
 
 StateDir = Annotated[
     Path | None,
@@ -36,18 +42,34 @@ def _state_dir(value: Path | None) -> Path:
     return (value or grid_home() / "node").expanduser().resolve()
 
 
-def _grid_url(grid: str | None) -> str:
-    if grid and grid.startswith(("http://", "https://")):
-        return grid.rstrip("/")
-    try:
-        rec = json.loads((grid_home() / "server.json").read_text())
-        return str(rec["url"]).rstrip("/")
-    except (OSError, ValueError, KeyError):
-        return DEFAULT_GRID_URL
+def _grid_target(grid: str | None) -> GridTarget:
+    """The grid ``--grid`` names (URL, configured name, ``local``), with its CA file."""
+    return resolve_target(grid, grid_home())
+
+
+def preflight(node: NodeConfig) -> None:
+    """Reach the Grid once from the CLI before the daemon starts, so a refused certificate
+    (wrong CA, expired, SAN mismatch) is one line here instead of a daemon's last error.
+    An unreachable server is left to the daemon, which retries.
+
+    Raises:
+        TlsRefused: the server's certificate failed verification.
+    """
+    if not node.grid_url.startswith("https://"):
+        return
+    client = GridClient(node.grid_url, ca_file=node.grid_ca, timeout=PREFLIGHT_TIMEOUT_S)
+    with client, contextlib.suppress(ServerUnreachable):
+        client.send(Calls.healthz())
 
 
 def start(
-    grid: Annotated[str | None, typer.Option("--grid", help="Grid URL or 'local'.")] = None,
+    grid: Annotated[
+        str | None, typer.Option("--grid", help="Grid URL, configured grid name, or 'local'.")
+    ] = None,
+    grid_ca: Annotated[
+        Path | None,
+        typer.Option("--grid-ca", help="CA certificate the https:// Grid is verified with."),
+    ] = None,
     token_file: Annotated[
         Path | None,
         typer.Option(
@@ -163,10 +185,18 @@ def start(
     }
     fields.update({k: v for k, v in given.items() if v is not None})
     if grid is not None or config is None:
-        fields["grid_url"] = _grid_url(grid)
+        target = _grid_target(grid)
+        fields["grid_url"] = target.url
+        if grid_ca is None and target.ca_file is not None:
+            fields["grid_ca"] = target.ca_file
+        if token_file is None and target.node_token_file is not None:
+            fields["token_file"] = target.node_token_file
+    if grid_ca is not None:
+        fields["grid_ca"] = grid_ca
     if "state_dir" not in fields:
         fields["state_dir"] = _state_dir(None)
     node = NodeConfig(**fields)  # type: ignore[arg-type]  # each value is checked in __post_init__
+    preflight(node)
     rec = start_node(node)
     typer.echo(
         f"node agent started: host {rec.host_id} pid {rec.pid} grid {rec.grid_url} "

@@ -102,6 +102,8 @@ class NodeConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
         schema_version: document version (1).
         state_dir: owner-only state directory (node.json, engine key, logs, artifacts).
         grid_url: the Grid server (plain HTTP only on loopback).
+        grid_ca: CA certificate an ``https://`` Grid is verified with (``None``: the system
+            trust store); a join token pins it by fingerprint.
         token_file: file holding the host-scoped node credential (else
             ``$GRID_ALLOCATOR_NODE_TOKEN``, else one minted with this machine's operator token).
         host_id: stable host id override (else the stored or a generated one).
@@ -128,6 +130,7 @@ class NodeConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     state_dir: Path = msgspec.field(default_factory=lambda: grid_home() / "node")
     grid_url: str = DEFAULT_GRID_URL
     token_file: Path | None = None
+    grid_ca: Path | None = None
     host_id: str | None = None
     dedicated: bool = False
     port_range: tuple[Port, Port] = DEFAULT_PORT_RANGE
@@ -184,6 +187,8 @@ class NodeConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
         self.state_dir = Path(self.state_dir).expanduser().resolve()
         if self.token_file is not None:
             self.token_file = Path(self.token_file).expanduser().resolve()
+        if self.grid_ca is not None:
+            self.grid_ca = Path(self.grid_ca).expanduser().resolve()
         if not self.model_dirs:
             self.model_dirs = (grid_home() / "models",)
         self.model_dirs = tuple(Path(d).expanduser().resolve() for d in self.model_dirs)

@@ -13,8 +13,8 @@ import httpx
 import psutil
 import typer
 
-from grid_core.client import Calls
-from grid_core.errors import EXIT_USAGE, GridError, ValidationError
+from grid_core.client import Calls, tls_verify
+from grid_core.errors import GridError
 from grid_core.system import (
     ProcessIdentity,
     SpawnedChild,
@@ -23,12 +23,13 @@ from grid_core.system import (
     stop_process_sync,
     wait_until_sync,
 )
+from grid_core.tls import describe_tls_failure
 from grid_server.client import (
     CliError,
     exit_code_for,
     home_dir,
     local_server,
-    resolve_grid,
+    resolve_target,
     send,
 )
 from grid_server.home import SERVER_FILE, grid_home
@@ -38,6 +39,7 @@ from grid_server.serve import (
     SERVER_MARKER,
     check_port,
     exposure_warning,
+    tls_from_flags,
 )
 
 START_TIMEOUT_S = 30.0
@@ -76,13 +78,23 @@ def up(
     port: int = typer.Option(DEFAULT_PORT, "--port", help="TCP port; 0 picks a free one."),
     state_dir: Path | None = typer.Option(None, "--state-dir", help="Controller state dir."),  # noqa: B008
     detach: bool = typer.Option(False, "--detach", help="Run in the background."),
+    tls_cert: Path | None = typer.Option(  # noqa: B008
+        None, "--tls-cert", help="Serve HTTPS with this certificate chain (PEM; 'grid tls init')."
+    ),
+    tls_key: Path | None = typer.Option(  # noqa: B008
+        None, "--tls-key", help="The certificate's private key (must be mode 0600)."
+    ),
+    tls_ca: Path | None = typer.Option(  # noqa: B008
+        None, "--tls-ca", help="The CA that signed it (local clients and join tokens use it)."
+    ),
 ) -> None:
-    """Start the Grid server (foreground unless --detach)."""
+    """Start the Grid server (foreground unless --detach); HTTPS with --tls-cert/--tls-key."""
     try:
         check_port(port)
-    except ValidationError as exc:
-        raise CliError(str(exc), EXIT_USAGE) from None
-    warning = exposure_warning(host)
+        tls = tls_from_flags(tls_cert, tls_key, tls_ca)
+    except GridError as exc:
+        raise CliError(str(exc), exc.exit_code) from None
+    warning = exposure_warning(host, tls is not None)
     if warning:
         typer.echo(warning, err=True)
     home = grid_home()
@@ -93,11 +105,15 @@ def up(
     args = [sys.executable, "-m", SERVER_MARKER, "--host", host, "--port", str(port)]
     if state_dir is not None:
         args += ["--state-dir", str(state_dir)]
+    if tls is not None:
+        # Paths only: the key stays in its 0600 file, never in argv or the environment.
+        args += ["--tls-cert", str(tls.cert), "--tls-key", str(tls.key)]
+        args += ["--tls-ca", str(tls.ca)] if tls.ca is not None else []
     if not detach:
         from grid_server.serve import serve
 
         try:
-            serve(host, port, home, state_dir, None)
+            serve(host, port, home, state_dir, None, tls=tls)
         except OSError as exc:
             raise CliError(f"cannot listen on {host}:{port}: {exc.strerror}") from None
         return
@@ -186,7 +202,8 @@ def chat(
     max_tokens: int | None = typer.Option(None, "--max-tokens", min=1),
 ) -> None:
     """Send one chat message and stream the reply."""
-    base = resolve_grid(grid)
+    target = resolve_target(grid)
+    base = target.url
     body: dict[str, object] = {
         "model": model,
         "stream": True,
@@ -196,7 +213,9 @@ def chat(
         body["max_tokens"] = max_tokens
     try:
         with (
-            httpx.Client(timeout=CHAT_TIMEOUT_S, trust_env=False) as client,
+            httpx.Client(
+                timeout=CHAT_TIMEOUT_S, trust_env=False, verify=tls_verify(target.ca_file)
+            ) as client,
             client.stream("POST", base + "/v1/chat/completions", json=body) as resp,
         ):
             if resp.status_code >= 400:
@@ -219,5 +238,6 @@ def chat(
                     sys.stdout.write(delta)
                     sys.stdout.flush()
     except httpx.HTTPError as exc:
-        raise CliError(f"no Grid server answered at {base} ({type(exc).__name__})") from None
+        tls = describe_tls_failure(exc, base)
+        raise CliError(tls or f"no Grid server answered at {base} ({type(exc).__name__})") from None
     sys.stdout.write("\n")

@@ -10,6 +10,7 @@ import os
 from pathlib import Path
 from typing import Any, TypeVar
 
+from grid_core import grids
 from grid_core.client import (
     OPERATOR_INPUT_STATUSES,
     Call,
@@ -18,16 +19,16 @@ from grid_core.client import (
     exit_code_for,
 )
 from grid_core.errors import EXIT_RUNTIME_FAILURE, EXIT_USAGE, GridError
+from grid_core.grids import GridTarget
 from grid_core.system import grid_home
 from grid_server.home import OPERATOR_TOKEN_FILE, SERVER_FILE
-from grid_server.serve import DEFAULT_HOST, DEFAULT_PORT
 
 T = TypeVar("T")
 
 TOKEN_ENV = "GRID_ALLOCATOR_CONTROL_TOKEN"
 CLI_TIMEOUT_S = 30.0
 """CLI requests: a tick on a large fleet takes well under this."""
-DEFAULT_URL = f"http://{DEFAULT_HOST}:{DEFAULT_PORT}"
+DEFAULT_URL = grids.DEFAULT_URL
 
 __all__ = ["OPERATOR_INPUT_STATUSES", "CliError", "exit_code_for", "send"]
 
@@ -57,19 +58,23 @@ def local_server() -> dict[str, Any] | None:
         return None
 
 
-def resolve_grid(grid: str | None) -> str:
-    """Base URL for ``--grid`` (a URL, or ``local``/omitted for this machine's server).
+def resolve_target(grid: str | None) -> GridTarget:
+    """The grid ``--grid`` names (a URL, a configured name, ``local`` or omitted) with its CA
+    and credential files (:func:`grid_core.grids.resolve_target`).
 
     Raises:
-        CliError: an unknown grid name (exit 2).
+        ValidationError: an unknown grid name or a malformed URL (exit 2).
     """
-    if grid and grid.startswith(("http://", "https://")):
-        return grid.rstrip("/")
-    if grid in (None, "", "local"):
-        rec = local_server()
-        return str(rec["url"]) if rec and rec.get("url") else DEFAULT_URL
-    msg = f"--grid {grid!r}: give a URL such as http://127.0.0.1:22100, or 'local'"
-    raise CliError(msg, EXIT_USAGE)
+    return grids.resolve_target(grid, home_dir())
+
+
+def resolve_grid(grid: str | None) -> str:
+    """Base URL for ``--grid`` (see :func:`resolve_target`).
+
+    Raises:
+        ValidationError: an unknown grid name or a malformed URL (exit 2).
+    """
+    return resolve_target(grid).url
 
 
 def operator_token(token_file: Path | None) -> str:
@@ -123,12 +128,15 @@ def send(grid: str | None, call: Call[T], *, token_file: Path | None = None) -> 
         RequestRefused: the server refused (exit 2 for operator input, else 1).
         ServerUnreachable: no server answered (exit 1).
         PlainHttpRefused: the token would cross the network over plain HTTP (exit 2).
+        TlsRefused: the server's certificate failed verification (exit 1).
         CliError: no operator token could be found (exit 2).
     """
-    base = resolve_grid(grid)
+    target = resolve_target(grid)
     token = None
     if call.credential == "operator":
-        check_credential_transport(base, "operator token")
-        token = operator_token(token_file)
-    with GridClient(base, operator_token=token, timeout=CLI_TIMEOUT_S) as client:
+        check_credential_transport(target.url, "operator token")
+        token = operator_token(token_file or target.token_file)
+    with GridClient(
+        target.url, operator_token=token, timeout=CLI_TIMEOUT_S, ca_file=target.ca_file
+    ) as client:
         return client.send(call)

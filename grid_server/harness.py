@@ -234,14 +234,21 @@ def fake_engine_in_thread(model: str, api_key: str | None = None) -> tuple[Threa
     return serve_in_thread(FakeEngine(model, api_key), f"fake-engine-{model}"), api_key
 
 
-def start_server(home: Path, tick_interval_s: float | None = None) -> Child:
-    """Start the real Grid server on a free loopback port with ``GRID_HOME=home``."""
+def start_server(
+    home: Path, tick_interval_s: float | None = None, extra_args: Sequence[str] = ()
+) -> Child:
+    """Start the real Grid server on a free loopback port with ``GRID_HOME=home``.
+
+    ``extra_args`` go to ``python -m grid_server.serve`` (e.g. ``--tls-cert``/``--tls-key``,
+    ``--host``).
+    """
     home.mkdir(parents=True, exist_ok=True)
     url_file = home / "test-server.url"
     env = scrubbed_env(GRID_HOME=str(home))
     args = [sys.executable, "-m", "grid_server.serve", "--port", "0", "--url-file", str(url_file)]
     if tick_interval_s is not None:
         args += ["--tick-interval", str(tick_interval_s)]
+    args += list(extra_args)
     pid, log = _spawn(args, home, "server", env)
     raw = _wait_for_file(url_file, pid, log)
     return Child(pid, json.loads(raw)["url"], log)

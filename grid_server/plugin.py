@@ -10,7 +10,7 @@ from grid_core.cliregistry import CliRegistry
 @hookimpl
 def grid_cli_commands(cli: CliRegistry) -> None:
     """Contribute the server's commands."""
-    from grid_server import bench, cli_allocator, cli_server
+    from grid_server import bench, cli_allocator, cli_server, cli_tls
 
     cli.command(cli_server.up, name="up")
     cli.command(cli_server.down, name="down")
@@ -18,3 +18,4 @@ def grid_cli_commands(cli: CliRegistry) -> None:
     cli.command(cli_server.chat, name="chat")
     cli_allocator.register(cli)
     cli.group("bench").command("proxy")(bench.bench_proxy)
+    cli_tls.register(cli)

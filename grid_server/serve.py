@@ -13,12 +13,13 @@ import os
 import socket
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import uvicorn
 
 from grid_core.errors import EXIT_USAGE, GridError
 from grid_core.system import ProcessIdentity, write_atomic
+from grid_core.tls import server_context
 from grid_server.home import SERVER_FILE, grid_home
 
 if TYPE_CHECKING:
@@ -49,16 +50,75 @@ def check_port(port: int, flag: str = "--port") -> None:
         raise ValidationError(msg)
 
 
-def exposure_warning(host: str) -> str | None:
+class ServerTls(NamedTuple):
+    """The server's TLS files (``grid up --tls-cert --tls-key [--tls-ca]``).
+
+    Attributes:
+        cert: certificate chain (PEM) whose SANs cover the names clients use.
+        key: its private key (owner-only).
+        ca: the CA that signed ``cert``, if private: announced in ``server.json`` for local
+            clients and pinned by fingerprint in join tokens (it holds no secret).
+    """
+
+    cert: Path
+    key: Path
+    ca: Path | None = None
+
+    def check(self) -> None:
+        """Refuse unusable files before anything is bound (one line naming the problem).
+
+        Raises:
+            TlsError: a missing or unreadable file, a key others can read, a key that does
+                not match the certificate, or an unreadable CA file.
+        """
+        from grid_core.tls import client_context
+
+        server_context(self.cert, self.key)
+        if self.ca is not None:
+            client_context(self.ca)
+
+
+def tls_from_flags(cert: Path | None, key: Path | None, ca: Path | None) -> ServerTls | None:
+    """The TLS files from ``--tls-cert/--tls-key/--tls-ca`` (checked), or ``None`` for HTTP.
+
+    Raises:
+        ValidationError: only one of the certificate and the key, or a CA without them.
+        TlsError: the files are unusable (see :meth:`ServerTls.check`).
+    """
+    from grid_core.errors import ValidationError
+
+    if cert is None and key is None:
+        if ca is not None:
+            raise ValidationError("--tls-ca needs --tls-cert and --tls-key (the server's own)")
+        return None
+    if cert is None or key is None:
+        raise ValidationError("--tls-cert and --tls-key go together: give both (or neither)")
+    tls = ServerTls(
+        cert.expanduser().resolve(),
+        key.expanduser().resolve(),
+        ca.expanduser().resolve() if ca is not None else None,
+    )
+    tls.check()
+    return tls
+
+
+def exposure_warning(host: str, tls: bool = False) -> str | None:
     """A one-line warning when ``host`` is not loopback (others on the network can connect)."""
     from grid_server.registry import is_loopback_host
 
     if is_loopback_host(host):
         return None
     where = "every network interface" if host in ("0.0.0.0", "::", "") else host
+    if tls:
+        return (
+            f"grid: warning: --host {host} accepts connections on {where} (HTTPS): other "
+            "machines can reach the API; credentials are required for control, client keys for "
+            "/v1 (see docs/security.md)"
+        )
     return (
         f"grid: warning: --host {host} accepts connections on {where}: other machines can reach "
-        "the API and the models (plain HTTP); bind 127.0.0.1 unless that is intended"
+        "the API and the models (plain HTTP; credentials are refused off loopback); bind "
+        "127.0.0.1, or serve HTTPS with --tls-cert/--tls-key"
     )
 
 
@@ -75,14 +135,25 @@ def bind(host: str, port: int) -> socket.socket:
     return sock
 
 
-def url_of(sock: socket.socket) -> str:
-    """``http://host:port`` of a bound socket (IPv6 in brackets)."""
+WILDCARD_LOOPBACK = {"0.0.0.0": "127.0.0.1", "::": "::1"}
+"""A TLS server bound to every interface announces its loopback address: a certificate never
+covers the wildcard address, and ``grid tls init`` always covers loopback."""
+
+
+def url_of(sock: socket.socket, tls: bool = False) -> str:
+    """``http(s)://host:port`` of a bound socket (IPv6 in brackets)."""
     host, port = sock.getsockname()[:2]
-    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+    if tls:
+        host = WILDCARD_LOOPBACK.get(host, host)
+    scheme = "https" if tls else "http"
+    return f"{scheme}://[{host}]:{port}" if ":" in host else f"{scheme}://{host}:{port}"
 
 
-def server_record(url: str, home: Path) -> dict[str, object]:
-    """What ``server.json`` holds: enough to find and identity-check this process."""
+def server_record(
+    url: str, home: Path, ca_file: Path | None = None, bind_host: str | None = None
+) -> dict[str, object]:
+    """What ``server.json`` holds: enough to find and identity-check this process, and the CA
+    file local clients verify it with (a public certificate, no secret)."""
     me = ProcessIdentity.of_current()
     return {
         "url": url,
@@ -91,6 +162,8 @@ def server_record(url: str, home: Path) -> dict[str, object]:
         "home": str(home),
         "marker": SERVER_MARKER,
         "cmdline": list(me.cmdline or ()),
+        "ca_file": str(ca_file) if ca_file is not None else None,
+        "bind_host": bind_host,
     }
 
 
@@ -102,27 +175,32 @@ def serve(
     url_file: Path | None,
     tick_interval_s: float | None = None,
     policy_file: Path | None = None,
+    tls: ServerTls | None = None,
 ) -> None:
     """Bind, announce the URL, serve until SIGINT/SIGTERM, then clean up the server file.
 
     ``policy_file`` is a JSON ``ControllerPolicy`` (planner, governor and demand tunables);
-    a logical test fleet uses it for short demand windows and cooldowns.
+    a logical test fleet uses it for short demand windows and cooldowns. With ``tls`` the
+    listener speaks HTTPS only (uvicorn's SSL options) and the URL is ``https://``.
 
     Raises:
         ValidationError: the policy file is unreadable or not a valid policy.
+        TlsError: the TLS files are unusable.
     """
     from grid_core.plugins import get_plugins
     from grid_server.app import build_app
     from grid_server.runner import TICK_INTERVAL_S
 
     policy = load_policy(policy_file) if policy_file is not None else None
+    if tls is not None:
+        tls.check()
     sock = bind(host, port)
-    url = url_of(sock)
+    url = url_of(sock, tls is not None)
     record_path = home / SERVER_FILE
 
     def ready(ctx: ServerContext) -> None:
         ctx.url = url
-        data = json.dumps(server_record(url, home))
+        data = json.dumps(server_record(url, home, tls.ca if tls else None, host))
         for path in (record_path, url_file):
             if path is not None:
                 write_atomic(path, data, mode=ANNOUNCE_MODE)
@@ -146,8 +224,16 @@ def serve(
         tick_interval_s=tick_interval_s or TICK_INTERVAL_S,
         policy=policy,
     )
+    ssl_files: dict[str, str] = {}
+    if tls is not None:
+        ssl_files = {"ssl_certfile": str(tls.cert), "ssl_keyfile": str(tls.key)}
     config = uvicorn.Config(
-        app, lifespan="on", access_log=False, log_level="warning", timeout_graceful_shutdown=10
+        app,
+        lifespan="on",
+        access_log=False,
+        log_level="warning",
+        timeout_graceful_shutdown=10,
+        **ssl_files,  # type: ignore[arg-type]  # str paths for uvicorn's SSL options
     )
     try:
         uvicorn.Server(config).run(sockets=[sock])
@@ -187,13 +273,17 @@ def main(argv: list[str] | None = None) -> None:
         default=None,
         help="JSON ControllerPolicy file (planner, governor, forecast tunables)",
     )
+    p.add_argument("--tls-cert", type=Path, default=None, help="certificate chain (PEM)")
+    p.add_argument("--tls-key", type=Path, default=None, help="its private key (0600)")
+    p.add_argument("--tls-ca", type=Path, default=None, help="the CA that signed it")
     args = p.parse_args(argv)
     try:
         check_port(args.port)
+        tls = tls_from_flags(args.tls_cert, args.tls_key, args.tls_ca)
     except GridError as exc:
         print(f"grid: error: {exc}", file=sys.stderr)
-        raise SystemExit(EXIT_USAGE) from None
-    warning = exposure_warning(args.host)
+        raise SystemExit(exc.exit_code if exc.exit_code else EXIT_USAGE) from None
+    warning = exposure_warning(args.host, tls is not None)
     if warning:
         print(warning, file=sys.stderr, flush=True)
     try:
@@ -205,6 +295,7 @@ def main(argv: list[str] | None = None) -> None:
             args.url_file,
             args.tick_interval,
             args.policy,
+            tls,
         )
     except OSError as exc:
         print(

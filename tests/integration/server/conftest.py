@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 from litestar.testing import TestClient
-from server_testbed import Engine, Grid
+from server_testbed import Engine, Grid, PeerAs
 
 from grid_core.plugins import get_plugins
 from grid_server.app import build_app
@@ -28,6 +28,10 @@ IN_PROCESS_URL = "http://127.0.0.1:22100"
 """Base URL the in-process app is addressed by (no socket is bound; loopback, so the
 client's plain-HTTP credential rule is the one a local operator meets)."""
 REQUEST_TIMEOUT_S = 30.0
+IN_PROCESS_PEER = ("127.0.0.1", 50000)
+"""The peer address in-process requests carry: a local client, as for a loopback server
+(Litestar's test client says ``testclient``, which the plain-HTTP credential rule would refuse
+as off loopback)."""
 
 
 @pytest.fixture
@@ -38,7 +42,7 @@ def grid(tmp_path: Path) -> Iterator[Grid]:
     def ready(ctx: ServerContext) -> None:
         ctx.url = IN_PROCESS_URL
 
-    app = build_app(home, get_plugins(), on_ready=ready)
+    app = PeerAs(build_app(home, get_plugins(), on_ready=ready), IN_PROCESS_PEER)
     with TestClient(app, base_url=IN_PROCESS_URL, timeout=REQUEST_TIMEOUT_S) as http:
         yield Grid(IN_PROCESS_URL, home, http)
 

@@ -113,3 +113,16 @@ def host_with_cached_model(grid: Grid, host_id: str, model_id: str, sha: str) ->
     grid.register(token, control_record_id(host_id), body)
     grid.client.put_model(model_id, {"memory_mb": 4096, "min_replicas": 1, "artifact_sha256": sha})
     return token
+
+
+class PeerAs:
+    """ASGI wrapper presenting every request as coming from ``peer`` over ``scheme``."""
+
+    def __init__(self, app: Any, peer: tuple[str, int], scheme: str = "http") -> None:
+        self.app, self.peer, self.scheme = app, peer, scheme
+        self.ctx = getattr(app, "ctx", None)
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] in ("http", "websocket"):
+            scope = {**scope, "client": self.peer, "scheme": self.scheme}
+        await self.app(scope, receive, send)
