@@ -59,6 +59,7 @@ from grid_core.client import (
     PlainHttpRefused,
     RequestRefused,
     ServerUnreachable,
+    is_loopback_host,
 )
 from grid_core.cliregistry import CliRegistry
 from grid_core.controller import Controller
@@ -265,6 +266,7 @@ __all__ = [
     "grid_home",
     "hookimpl",
     "is_gone",
+    "is_loopback_host",
     "lists_model",
     "load_plugins",
     "log_tail",

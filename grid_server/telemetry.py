@@ -33,6 +33,8 @@ ENDPOINTS: dict[str, EndpointFamily] = {
     "/v1/chat/completions": "chat",
     "/v1/completions": "completions",
     "/v1/embeddings": "embeddings",
+    # A ComfyUI workflow's image route (the grid_comfyui gateway answers it with a PNG).
+    "/v1/media/image/generate": "image",
 }
 
 
@@ -87,13 +89,15 @@ def shape_of(endpoint: EndpointFamily, body: dict[str, object]) -> Shape:
                 if chars > MAX_SCANNED_CHARS:
                     break
     else:
-        raw = body.get("prompt") if endpoint == "completions" else body.get("input")
+        raw = body.get("prompt") if endpoint in ("completions", "image") else body.get("input")
         if isinstance(raw, str):
             chars, text = len(raw), raw
         elif isinstance(raw, list):
             chars = sum(len(x) for x in raw[:MAX_SCANNED_MESSAGES] if isinstance(x, str))
         if endpoint == "embeddings":
             shape.modality = "embedding"
+        elif endpoint == "image":
+            shape.modality = "image"
     shape.input_units = min(chars, MAX_SCANNED_CHARS) // CHARS_PER_TOKEN
     shape.text_prefix = text[:TEXT_PREFIX_CHARS]
     return shape

@@ -13,7 +13,9 @@ import asyncio
 import contextlib
 import os
 import signal
+import struct
 import time
+import zlib
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,9 +24,18 @@ import httpx
 import msgspec
 import psutil
 import pytest
-from fake_engines import make_vllm_snapshot, vllm_launcher
+from fake_engines import (
+    FakeService,
+    comfyui_service,
+    make_vllm_snapshot,
+    ollama_service,
+    vllm_launcher,
+    write_workflow_manifest,
+)
+from grid_comfyui.adapter import ComfyUIAdapter
 from grid_llamacpp.adapter import LlamaCppAdapter
 from grid_llamacpp.tinymodel import TinyModelSpec, make_model
+from grid_ollama.adapter import OllamaAdapter
 from grid_vllm.adapter import VllmAdapter
 
 from grid_core.protection import ProtectionDecision
@@ -77,6 +88,31 @@ def check_chat(r: httpx.Response) -> None:
     assert r.json()["usage"]["completion_tokens"] > 0
 
 
+def png_size(data: bytes) -> tuple[int, int]:
+    """Width and height of a PNG, after checking its signature, chunk CRCs and pixel data."""
+    assert data[:8] == b"\x89PNG\r\n\x1a\n", data[:16]
+    pos, idat, size = 8, b"", (0, 0)
+    while pos < len(data):
+        (length,) = struct.unpack(">I", data[pos : pos + 4])
+        kind, body = data[pos + 4 : pos + 8], data[pos + 8 : pos + 8 + length]
+        (crc,) = struct.unpack(">I", data[pos + 8 + length : pos + 12 + length])
+        assert zlib.crc32(kind + body) & 0xFFFFFFFF == crc
+        if kind == b"IHDR":
+            size = struct.unpack(">II", body[:8])
+        elif kind == b"IDAT":
+            idat += body
+        pos += 12 + length
+    width, height = size
+    assert len(zlib.decompress(idat)) == height * (1 + 3 * width)  # 8-bit RGB rows
+    return width, height
+
+
+def check_png(r: httpx.Response) -> None:
+    assert r.status_code == 200, r.text
+    assert r.headers["content-type"].startswith("image/png")
+    assert png_size(r.content) == (64, 96)
+
+
 @contextlib.contextmanager
 def kit_for(runtime: str, root: Path) -> Iterator[Kit]:
     models = root / "models"
@@ -111,11 +147,52 @@ def kit_for(runtime: str, root: Path) -> Iterator[Kit]:
             chat_body,
             check_chat,
         )
+    elif runtime == "ollama":
+        digest = "a" * 64
+        with ollama_service(root, {"fake-llama:1b": {"digest": digest, "size": 1000}}) as svc:
+
+            def ollama_body(model: str, long: bool) -> Body:
+                return {**chat_body(model, long), "max_tokens": 300 if long else 6}
+
+            yield Kit(
+                runtime,
+                "fake-llama:1b",
+                OllamaAdapter(svc.url, ready_timeout_s=WAIT_S),
+                (models,),
+                "/v1/chat/completions",
+                ollama_body,
+                check_chat,
+                [svc],
+            )
+    elif runtime == "comfyui":
+        write_workflow_manifest(models / "image-sdxl.workflow.json", "image-sdxl")
+        with comfyui_service(root) as svc:
+
+            def image_body(model: str, long: bool) -> Body:
+                return {
+                    "model": model,
+                    "prompt": "a lighthouse",
+                    "steps": 150 if long else 4,
+                    "width": 64,
+                    "height": 96,
+                    "seed": 7,
+                }
+
+            yield Kit(
+                runtime,
+                "image-sdxl",
+                ComfyUIAdapter(svc.url, ready_timeout_s=WAIT_S),
+                (models,),
+                "/v1/media/image/generate",
+                image_body,
+                check_png,
+                [svc],
+            )
     else:  # pragma: no cover - a runtime named in PARAMS without a kit is a test bug
         raise AssertionError(runtime)
 
 
-RUNTIMES = ["llama.cpp", "vllm"]
+RUNTIMES = ["llama.cpp", "vllm", "ollama", "comfyui"]
 
 
 @dataclass
@@ -298,3 +375,67 @@ async def test_restart_adopts_the_live_child(rig: Rig) -> None:
     ack = await rig.run("unload")
     assert ack.status == "succeeded", ack.message
     assert is_gone(before.pid)
+
+
+@pytest.mark.parametrize("rig", ["ollama"], indirect=True)
+async def test_ollama_requests_cannot_make_it_reload(rig: Rig) -> None:
+    """40 routed requests with keep_alive 0 and differing num_ctx: no load, unload or reload."""
+    [svc] = rig.kit.services
+    assert isinstance(svc, FakeService)
+    assert (await rig.run("warm")).status == "succeeded"
+    assert [e["event"] for e in svc.events() if e["event"] != "request"] == ["load"]
+    route_through_grid(rig)
+    async with httpx.AsyncClient(base_url=rig.grid.url, timeout=WAIT_S) as client:
+        for i in range(40):
+            body = {
+                **chat_body(rig.kit.model_id, False),
+                "keep_alive": 0,
+                "options": {"num_ctx": 512 * (1 + i % 4)},
+                **({"num_ctx": 8192} if i % 2 else {}),
+            }
+            check_chat(await client.post("/v1/chat/completions", json=body))
+    requests = svc.events("request")
+    assert len([e for e in requests if e["route"] == "/v1/chat/completions"]) == 40
+    assert all(e["keep_alive"] == -1 for e in requests)  # what Ollama actually received
+    lifecycle = [e["event"] for e in svc.events() if e["event"] in ("load", "unload", "reload")]
+    assert lifecycle == ["load"]  # the warm's own load, nothing since
+    # Grid sent no load or unload command after the warm's one pin.
+    assert len([e for e in requests if e["route"] == "/api/generate"]) == 1
+    # Control: the same request sent to Ollama directly does reload it (the fake is strict).
+    async with httpx.AsyncClient(base_url=svc.url, timeout=WAIT_S) as direct:
+        body = {**chat_body(rig.kit.model_id, False), "options": {"num_ctx": 1024}}
+        check_chat(await direct.post("/v1/chat/completions", json=body))
+    assert "reload" in [e["event"] for e in svc.events()]
+
+
+@pytest.mark.parametrize("rig", ["ollama"], indirect=True)
+async def test_ollama_never_pulls_over_an_existing_tag(rig: Rig) -> None:
+    [svc] = rig.kit.services
+    assert isinstance(svc, FakeService)
+    ack = await rig.run("load", artifact_sha256="b" * 64, artifact_source="ollama://fake-llama:1b")
+    assert ack.status == "failed" and "never replaces an existing tag" in ack.message
+    assert svc.events("pull") == []
+
+
+@pytest.mark.parametrize("rig", ["comfyui"], indirect=True)
+async def test_image_route_is_503_while_cold_then_a_png(rig: Rig) -> None:
+    """A profiled workflow with no ready gateway: 503 + Retry-After; once warm: a PNG."""
+    [svc] = rig.kit.services
+    assert isinstance(svc, FakeService)
+    ops = rig.grid.operator()
+    profile = {"model_id": rig.kit.model_id, "memory_mb": 4096, "runtimes": ["comfyui"]}
+    put = rig.grid.http.put(
+        f"{rig.grid.url}/allocator/models/{rig.kit.model_id}", headers=ops, json=profile
+    )
+    assert put.status_code == 200, put.text
+    body = rig.kit.body(rig.kit.model_id, False)
+    async with httpx.AsyncClient(base_url=rig.grid.url, timeout=WAIT_S) as client:
+        cold = await client.post("/v1/media/image/generate", json=body)
+        assert cold.status_code == 503, cold.text
+        assert int(cold.headers["retry-after"]) >= 1
+        assert (await rig.run("warm")).status == "succeeded"
+        assert svc.events("load")  # the warm-up put the checkpoint in accelerator memory
+        route_through_grid(rig)
+        check_png(await client.post("/v1/media/image/generate", json=body))
+    assert (await rig.run("unload")).status == "succeeded"
+    assert svc.events("unload")  # POST /free released it

@@ -218,7 +218,9 @@ class FakeOllama:
             registry = {}
         entry = registry.get(name)
         if entry is None:
-            return web.json_response({"error": "pull model manifest: file does not exist"}, 500)
+            return web.json_response(
+                {"error": "pull model manifest: file does not exist"}, status=500
+            )
         manifest = self.manifest()
         manifest[name] = entry  # Ollama overwrites an existing tag without asking
         self.save_manifest(manifest)

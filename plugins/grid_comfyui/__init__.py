@@ -1,0 +1,1 @@
+"""Grid runtime plugin for ComfyUI: workflow manifests on a loopback ComfyUI (``adapter``)."""

@@ -1,0 +1,1 @@
+"""Grid runtime plugin for Ollama: model memory of a loopback Ollama service (see ``adapter``)."""
