@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import platform
 import subprocess
 import sys
 import time
@@ -152,6 +153,20 @@ def sample(
     )
 
 
+def backends_of(devices: Sequence[GpuDeviceReport]) -> list[str]:
+    """Compute backends really present: ``cpu`` always, ``metal`` on Apple silicon, and each
+    backend a GPU plugin's devices declare (their optional ``backend`` attribute, e.g.
+    ``cuda`` from NVML)."""
+    found = {"cpu"}
+    if sys.platform == "darwin" and platform.machine() == "arm64":
+        found.add("metal")
+    for d in devices:
+        backend = getattr(d, "backend", None)
+        if isinstance(backend, str) and backend:
+            found.add(backend)
+    return sorted(found)
+
+
 def resources(
     *,
     capacity_share: float,
@@ -191,7 +206,7 @@ def resources(
     return Resources(
         capacity_mb=int(vm.total / MB * capacity_share),
         runtimes=runtimes,
-        backends=["cpu"],
+        backends=backends_of(devices=gpus or ()),
         failure_domain=failure_domain,
         tags=list(tags),
         gpus=devices,
