@@ -23,9 +23,12 @@ from grid_core.planner.phases import (
     round_key,
     seed_incumbents,
 )
+from grid_core.planner.preemption import VictimSelector
 from grid_core.planner.relocation import relocate_for
 from grid_core.planner.repair import homogeneous_empty, repair_class
+from grid_core.planner.replan import MAX_REPLANS, improves, learned_prices
 from grid_core.planner.report import unmet
+from grid_core.planner.scoring import ScoreTerm
 from grid_core.planner.types import (
     Assignment,
     Eviction,
@@ -123,12 +126,30 @@ def plan(inputs: PlanInputs, hooks: PlannerHooks, *, reuse: bool = True) -> Plan
         return _MEMO[key][1]
     terms = list(hooks.score_terms)
     selector = hooks.victim_selector
-    state = PlanState(canon, terms, selector)
-    result = _solve(state, digest)
+    result = _solve_with_replans(canon, terms, selector, digest)
     if reuse:
         _MEMO[key] = (hooks, result)
         while len(_MEMO) > MEMO_SIZE:
             _MEMO.popitem(last=False)
+    return result
+
+
+def _solve_with_replans(
+    canon: PlanInputs, terms: list[ScoreTerm], selector: VictimSelector | None, digest: str
+) -> Plan:
+    """Plan once; while demand stays unmet, plan again with prices learned from the binding
+    resources of the latest plan, and keep the best plan (:mod:`.replan`)."""
+    latest = best = PlanState(canon, terms, selector)
+    result = _solve(best, digest)
+    for _ in range(MAX_REPLANS):
+        prices = learned_prices(latest)
+        if prices is None:
+            break
+        latest = PlanState(canon, terms, selector, shared=best)
+        latest.learned = prices
+        latest_result = _solve(latest, digest)
+        if improves(latest, best):
+            best, result = latest, latest_result
     return result
 
 

@@ -42,6 +42,11 @@ SCARCITY_PENALTY = 80.0
 """Score cost of one expected lost placement of another still-short model: above best fit
 (10) and hardware priors, below a new failure domain (100), cached weights (300) and a ready
 residency (1000), so scarcity steers new replicas but never undoes locality."""
+LEARNED_PRICE_CAP = 3.0
+"""Most expected lost placements one new replica is charged from a re-plan's learned prices
+(:mod:`grid_core.planner.replan`): 3 x 80 = 240 stays below the cached-weights bonus (300)
+and a ready residency (1000), so learned prices steer cold placements and never undo
+locality (on the bench fleets it places as many replicas as no cap at all)."""
 MIN_SCARCE_NEED = 0.1
 """A model that needs fewer than one in ten of the hosts where it fits is not squeezed out
 anywhere: it is left out of the prices (on the bench fleets this placed as much or more and
@@ -90,6 +95,8 @@ class PlanState:
         inputs: canonicalised plan inputs (profiles and hosts sorted by id).
         terms: the score terms to sum (from :class:`~grid_core.planner.hooks.PlannerHooks`).
         select_victims: the victim selector (``None`` disables preemption).
+        shared: an earlier state of the same inputs and terms whose static indexes and
+            memoised term scores this one reuses (a re-plan, :mod:`grid_core.planner.replan`).
     """
 
     def __init__(
@@ -97,6 +104,7 @@ class PlanState:
         inputs: PlanInputs,
         terms: list[ScoreTerm],
         select_victims: VictimSelector | None,
+        shared: PlanState | None = None,
     ) -> None:
         self.inputs = inputs
         self.now = inputs.now
@@ -118,41 +126,56 @@ class PlanState:
         by_id = {h.host_id: hi for hi, h in enumerate(self.hosts)}
         self.pin_hosts = [{by_id[h] for h in p.pins if h in by_id} for p in self.profiles]
         """Per model, the host indexes of its pins (registered hosts only)."""
-        self.weights = [
-            speed_weight(d, p.replica_concurrency * p.target_utilization)
-            for p, d in zip(self.profiles, self.demand, strict=True)
-        ]
-        self.cands = self._candidates()
+        if shared is None:
+            self.weights = [
+                speed_weight(d, p.replica_concurrency * p.target_utilization)
+                for p, d in zip(self.profiles, self.demand, strict=True)
+            ]
+            self.cands = self._candidates()
+            self.mem_rows = [
+                {hi: self.ledger.memory(mi, hi)[1] for hi in hs} for mi, hs in enumerate(self.cands)
+            ]
+            """Per model, MB of one new replica on each candidate host (runtime-specific)."""
+            self.round_keys: dict[int, RoundKey] = {}
+            """Memoised fair-round order key per model (fixed within one plan)."""
+            self._static: dict[tuple[int, int], float] = {}
+            self._dynamic: dict[tuple[int, int, int, bool], float] = {}
+            self.host_class, self.class_rep = _host_classes(self.hosts)
+            self.res_maps = [_residency_map(h) for h in self.hosts]
+        else:  # a re-plan of the same inputs: static indexes and term scores carry over
+            self.weights = shared.weights
+            self.cands = shared.cands
+            self.mem_rows = shared.mem_rows
+            self.round_keys = shared.round_keys
+            self._static = shared._static
+            self._dynamic = shared._dynamic
+            self.host_class, self.class_rep = shared.host_class, shared.class_rep
+            self.res_maps = shared.res_maps
         self.scarce: dict[int, tuple[list[int], list[float], dict[int, float]]] = {}
-        self.mem_rows = [
-            {hi: self.ledger.memory(mi, hi)[1] for hi in hs} for mi, hs in enumerate(self.cands)
-        ]
-        """Per model, MB of one new replica on each candidate host (runtime-specific)."""
         self.evictions: list[Eviction] = []
         self.evicted: set[tuple[str, str]] = set()
         self.staged: dict[int, int] = {}
         self.fail_reasons: list[set[str]] = [set() for _ in self.profiles]
         self.budget_hit: set[int] = set()
         self.repair_steps = 0
+        self.learned: list[tuple[float, float]] | None = None
+        """Per host, (price of one model slot, price per MB) in expected lost placements,
+        learned from an earlier pass of the same plan (:mod:`grid_core.planner.replan`)."""
+        self.chain_steps = 0
+        """Host checks spent by ejection-chain searches (:mod:`grid_core.planner.chains`)."""
         self.relocations: dict[int, tuple[str, str, str]] = {}
         """Per blocked model, the staged relocation (incumbent, from host, to host)."""
         self.deferred: dict[int, list[tuple[int, ResidencySnapshot]]] = {}
         """Per model, incumbents held back so a missing failure domain can be filled."""
         self.victim_cache: dict[tuple[int, int], tuple[int, RankedPool | None, VictimAnswer]] = {}
         """(beneficiary, host) → (host version, ranked victim pool, selector answer)."""
-        self.round_keys: dict[int, RoundKey] = {}
-        """Memoised fair-round order key per model (fixed within one plan)."""
         self.last_round: list[int | None] = []
         """Host chosen per model in the latest fair round (``None`` = not placed)."""
-        self._static: dict[tuple[int, int], float] = {}
-        self.host_class, self.class_rep = _host_classes(self.hosts)
         self._fit: list[dict[int, tuple[int, str | None, bool, float | None]]] = [
             {} for _ in self.profiles
         ]
         """Per model, host → (host book version, fit failure, domain novelty, score)."""
-        self.res_maps = [_residency_map(h) for h in self.hosts]
         self.alloc = [h.allocatable_mb for h in self.hosts]
-        self._dynamic: dict[tuple[int, int, int, bool], float] = {}
 
     # --- static indexes -------------------------------------------------------------------
     def _candidates(self) -> list[list[int]]:
@@ -282,6 +305,10 @@ class PlanState:
         short models) is the planner's own packing rule, added on top.
         """
         base = self._term_score(mi, hi, domain_new)
+        if self.learned is not None:
+            slot_price, mb_price = self.learned[hi]
+            price = slot_price + mb_price * self.mem_rows[mi][hi]
+            base -= SCARCITY_PENALTY * min(LEARNED_PRICE_CAP, price)
         if hi in self.scarce:
             return base - SCARCITY_PENALTY * self.scarcity(mi, hi)
         return base

@@ -215,6 +215,31 @@ class Ledger:
             return "disk"
         return None
 
+    def fit_after_leaving(self, mi: int, hi: int, leaving: Placed) -> str | None:
+        """Why a new replica of ``mi`` could not go on ``hi`` even once the new replica
+        ``leaving`` has left it, or ``None`` when it would fit (same reasons as
+        :meth:`fit_new`; the ledger is not changed)."""
+        book = self.books[hi]
+        if not book.eligible:
+            return "ineligible"
+        if book.blocked:
+            return "blocked"
+        mid = self.profiles[mi].model_id
+        if mid in book.present:
+            return "present"
+        _, mem = self.memory(mi, hi)
+        if book.inc_free + leaving.inc_mb < mem or book.raw_free + leaving.raw_mb < mem:
+            return "memory"
+        peers = book.present - {self.profiles[leaving.mi].model_id}
+        if book.max_models and len(peers) + 1 > book.max_models:
+            return "slots"
+        if (self.ceiling or self.excludes.get(mid)) and self.colocation_conflict(mid, peers):
+            return "colocation"
+        disk = self.disk_cost(mi, hi)
+        if disk and book.disk_free is not None and book.disk_free + leaving.disk_mb < disk:
+            return "disk"
+        return None
+
     def fit_incumbent(self, mi: int, hi: int, res: ResidencySnapshot) -> str | None:
         """Why an existing residency cannot stay desired, or ``None`` when it may.
 

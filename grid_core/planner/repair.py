@@ -7,6 +7,7 @@ memory and model slots are an admissible lower bound, so a saturated fleet fails
 
 from __future__ import annotations
 
+from grid_core.planner.chains import chain_rounds
 from grid_core.planner.core import PlanState
 from grid_core.planner.ledger import Placed
 
@@ -88,6 +89,11 @@ def repair_class(state: PlanState, models: list[int], homogeneous: bool) -> None
     only ever adds coverage. A move may chain once (the moved replica itself displaces a
     second one) within the per-plan step budget.
     """
+    _one_move_repairs(state, models, homogeneous)
+    chain_rounds(state, models)
+
+
+def _one_move_repairs(state: PlanState, models: list[int], homogeneous: bool) -> None:
     everyone = list(range(len(state.profiles)))
     for mi in models:
         if not state.cands[mi]:

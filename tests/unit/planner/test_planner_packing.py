@@ -1,0 +1,152 @@
+"""Packing beyond one greedy pass: ejection chains and re-plans with learned prices.
+
+Source: specification, "Global placement loop" (bounded deterministic repair that may move
+several replicas; the future-compatible host set). docs/planner.md, steps 9 and 12.
+"""
+
+from __future__ import annotations
+
+from planner_helpers import NOW, POLICY, demand, host, model, res, run
+
+import grid_core.planner as planner_pkg
+from grid_core.planner import PlanInputs, PlannerPolicy, canonical_inputs
+from grid_core.planner.chains import place_by_chain
+from grid_core.planner.core import PlanState
+from grid_core.planner.repair import _repair_one
+
+
+def _cuda(host_id: str, gb: float, **kw: object):
+    return host(host_id, gb, runtimes=("llama.cpp", "vllm"), backends=("cuda",), **kw)
+
+
+def _mac(host_id: str, gb: float, **kw: object):
+    return host(host_id, gb, backends=("metal",), **kw)
+
+
+def _vllm(model_id: str, gb: float, **kw: object):
+    return model(model_id, gb, runtimes=("vllm",), backends=("cuda",), **kw)
+
+
+CHAIN_HOSTS = [
+    _cuda("a-cuda-1slot", 22, max_models=1),
+    _cuda("b-cuda-2slot", 36, max_models=2),
+    _mac("m-mac-2slot", 16, max_models=2),
+    _mac("n-mac-1slot", 8, max_models=1),
+]
+CHAIN_MODELS = [
+    model("big", 20, max_replicas=1),
+    _vllm("c8", 8),
+    _vllm("c20", 20),
+    model("g10", 10),
+    model("g6", 6),
+    model("g4", 4),
+]
+LAYOUT = [
+    ("c8", "a-cuda-1slot"),
+    ("g10", "b-cuda-2slot"),
+    ("c20", "b-cuda-2slot"),
+    ("g4", "m-mac-2slot"),
+    ("g6", "m-mac-2slot"),
+]
+"""A fragmented arrangement of new replicas: "big" (20 GB, any back-end) fits nowhere."""
+
+
+def _chain_state(hosts=CHAIN_HOSTS) -> PlanState:
+    inputs = canonical_inputs(
+        PlanInputs(
+            now=NOW,
+            profiles=tuple(CHAIN_MODELS),
+            hosts=tuple(hosts),
+            demand={"big": demand("big", 1)},
+            policy=POLICY,
+        )
+    )
+    state = PlanState(inputs, [], None)
+    by_host = {h.host_id: hi for hi, h in enumerate(state.hosts)}
+    for mid, hid in LAYOUT:
+        mi, hi = state.ledger.index[mid], by_host[hid]
+        if mid not in state.ledger.books[hi].present:
+            assert state.ledger.fit_new(mi, hi) is None
+            state.ledger.place(mi, hi, "score")
+    return state
+
+
+def _where(state: PlanState) -> set[tuple[str, str]]:
+    return {
+        (state.profiles[pl.mi].model_id, state.hosts[pl.hi].host_id)
+        for pl in state.ledger.placements()
+    }
+
+
+def test_a_four_move_ejection_chain_places_what_one_move_repair_cannot():
+    # "big" fits only the single-slot GPU host once its 8 GB CUDA model leaves; that model
+    # fits the two-slot GPU host once a 10 GB GGUF replica leaves; that one fits the Mac
+    # once its smallest replica (4 GB) moves to the small Mac. Repair by one move (chained
+    # once) stops one step short.
+    state = _chain_state()
+    big = state.ledger.index["big"]
+    before = _where(state)
+    assert not _repair_one(state, big)
+    assert _where(state) == before  # a failed repair leaves the ledger as it was
+    assert place_by_chain(state, big)
+    assert _where(state) == {
+        ("big", "a-cuda-1slot"),
+        ("c8", "b-cuda-2slot"),
+        ("c20", "b-cuda-2slot"),
+        ("g10", "m-mac-2slot"),
+        ("g6", "m-mac-2slot"),
+        ("g4", "n-mac-1slot"),
+    }
+    assert state.chain_steps > 0
+
+
+def test_an_ejection_chain_never_moves_live_work():
+    # The same fleet, but "c8" is live on the single-slot GPU host: live work is never
+    # displaced to make room, so no chain exists and nothing changes.
+    hosts = list(CHAIN_HOSTS)
+    hosts[0] = _cuda("a-cuda-1slot", 22, max_models=1, residencies=(res("c8", 8),))
+    state = _chain_state(hosts)
+    by_host = {h.host_id: hi for hi, h in enumerate(state.hosts)}
+    state.ledger.keep(
+        state.ledger.index["c8"], by_host["a-cuda-1slot"], hosts[0].residencies[0], "incumbent"
+    )
+    before = _where(state)
+    assert not place_by_chain(state, state.ledger.index["big"])
+    assert _where(state) == before
+
+
+REPLAN_HOSTS = [
+    _cuda("h0-cuda", 32, max_models=0),
+    _mac("h1-mac", 12, max_models=3),
+    _cuda("h2-cuda-1slot", 24, max_models=1),
+]
+REPLAN_MODELS = [
+    _vllm("m0", 20, max_replicas=4, priority=2),
+    model("m1", 6, max_replicas=4, priority=2),
+    model("m2", 4, max_replicas=4, priority=0),
+    _vllm("m3", 8, max_replicas=4, priority=2),
+]
+REPLAN_DEMAND = [demand("m0", 1), demand("m1", 4), demand("m2", 4), demand("m3", 4)]
+HEADROOM = PlannerPolicy(admission_headroom_mb=512)
+"""The default 512 MB admission headroom: the roomy GPU host keeps 3.5 GB, not 4."""
+
+
+def test_a_replan_with_learned_prices_places_more_of_the_lower_class(monkeypatch):
+    # One pass puts "m0" (20 GB, CUDA) on the roomy GPU host and "m3" on both GPU hosts:
+    # the roomy host is then memory-bound with 3.5 GB left, the single-slot host slot-bound.
+    # Priced from that outcome, the re-plan puts "m0" on the single-slot host instead, and
+    # the roomy host holds "m3", "m1" and "m2": as many priority-2 replicas, one more
+    # priority-0 replica.
+    monkeypatch.setattr(planner_pkg, "MAX_REPLANS", 0)
+    once = run(REPLAN_MODELS, REPLAN_HOSTS, REPLAN_DEMAND, HEADROOM)
+    monkeypatch.undo()
+    best = run(REPLAN_MODELS, REPLAN_HOSTS, REPLAN_DEMAND, HEADROOM)
+
+    def per_class(p, prio):
+        ids = {m.model_id for m in REPLAN_MODELS if m.priority == prio}
+        return sum(1 for a in p.assignments if a.model_id in ids)
+
+    assert per_class(best, 2) == per_class(once, 2) == 4
+    assert (per_class(once, 0), per_class(best, 0)) == (1, 2)
+    assert best.hosts_of("m0") == ("h2-cuda-1slot",)
+    assert run(REPLAN_MODELS, REPLAN_HOSTS, REPLAN_DEMAND, HEADROOM) == best  # deterministic
