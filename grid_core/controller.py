@@ -42,11 +42,15 @@ import msgspec
 
 from grid_core import planner
 from grid_core.demand import DemandTracker, RequestFeatures
-from grid_core.demand.workloads import UNBOUND, project_with, projection_map
+from grid_core.demand.tracker import UNBOUND
 from grid_core.errors import ConflictError, GridError, NotFoundError, StateError
 from grid_core.planner.hooks import PlannerHooks
 from grid_core.planner.types import Plan, PlanInputs
 from grid_core.plugins import Plugins
+from grid_core.portfolio.evidence import OutcomeBook
+from grid_core.portfolio.feasibility import Fit
+from grid_core.portfolio.run import PortfolioPass, TickInputs
+from grid_core.portfolio.types import AdmissionThresholds
 from grid_core.profile import ModelProfile, validate_profile
 from grid_core.reconcile.actions import AckOutcome, Action, ActionBook
 from grid_core.reconcile.authority import Authority, check_mode
@@ -110,7 +114,8 @@ class Controller:
     """
 
     projects_unbound = True
-    """Unbound (``auto``) requests are projected here, so callers pass them through raw."""
+    """Unbound (``auto``) requests are kept as workload demand here, so callers pass them
+    through raw."""
 
     def __init__(
         self,
@@ -140,8 +145,12 @@ class Controller:
         self.quality = QualityBook()
         self.timings = TimingBook()
         self.last = LastTick()
-        self._projection: dict[str, str] = {}
         self._portfolio_plugin = plugins.has_impl("grid_search_portfolio")
+        self.portfolio = PortfolioPass(
+            plugins if self._portfolio_plugin else None,
+            plugins.first_impl("grid_search_portfolio") or "plugin",
+            self.warnings.append,
+        )
 
     @property
     def mode(self) -> Mode:
@@ -178,6 +187,8 @@ class Controller:
         self.book = ActionBook(state.actions, state.failures)
         self.blocks = {m: list(ids) for m, ids in state.blocks.items()}
         self.quality = QualityBook(state.quality)
+        self.portfolio.outcomes = OutcomeBook(state.outcomes)
+        self.portfolio.thresholds = state.admission or AdmissionThresholds()
         self.timings = TimingBook(state.timings)
         dropped = (len(state.quality) - len(self.quality), len(state.timings) - len(self.timings))
         if any(dropped):
@@ -213,6 +224,8 @@ class Controller:
             demand=self.demand.to_state(),
             quality=self.quality.entries(),
             timings=self.timings.entries(),
+            outcomes=self.portfolio.outcomes.entries(),
+            admission=self.portfolio.thresholds,
         )
 
     def _require_restored(self) -> None:
@@ -282,12 +295,14 @@ class Controller:
     def observe_request(self, features: RequestFeatures) -> None:
         """Fold one finished request's bounded features into demand history.
 
-        An unbound (``auto``) request whose workload was classified counts as demand for the
-        workload's best feasible model as of the last tick, unless a portfolio plugin owns
-        unbound demand (specification: "Proactive observation and portfolio planning").
+        A named request is direct demand for that model. An unbound (``auto``) request whose
+        workload was classified is workload demand, kept apart: it never becomes direct demand
+        for the model that happened to serve it, whose measured outcome is recorded as
+        outcome evidence instead (specification: "Proactive observation and portfolio
+        planning").
         """
-        if features.requested_model == UNBOUND and not self._portfolio_plugin:
-            features = project_with(features, self._projection)
+        if features.requested_model == UNBOUND:
+            self.portfolio.outcomes.observe(features, self.profiles)
         if self.demand.observe(features):
             self.revisions.note(safety=False)
 
@@ -395,37 +410,57 @@ class Controller:
         # fastest eligible load+warm path must use what the nodes actually measured).
         host_map = {h.host_id: h for h in self.timings.apply(hosts, self.profiles, now)}
         self.last.hosts = host_map
-        self._projection = projection_map(
-            sorted({w for p in self.profiles.values() for w in p.workload_scores}),
-            self.profiles.values(),
-            host_map.values(),
-            self.policy.planner,
-        )
         holds = self.holds.for_tick(now, host_map)
         if holds.grace_ended:
             self._end_grace(now, host_map)
         destructive_hold, mutation_hold = holds.destructive, holds.mutation
         authority = self.authority.renew(now)
         profiles = tuple(self.profiles[k] for k in sorted(self.profiles))
-        self.last.forecasts = self.demand.forecast(
+        direct = self.demand.forecast(
             now, profiles, host_map.values(), self.plugins, self.policy.planner
         )
         # The planner sees in-flight warms and drains so it does not re-choose replicas the
         # fleet is already converging to (reconciliation still judges the reported inventory).
-        planned_hosts = penalise_failures(
-            with_in_flight((host_map[k] for k in sorted(host_map)), self.book),
-            self.book,
-            self.profiles,
+        planned_hosts = tuple(
+            penalise_failures(
+                with_in_flight((host_map[k] for k in sorted(host_map)), self.book),
+                self.book,
+                self.profiles,
+            )
         )
+        hooks = self.plugins.planner_hooks()
+        portfolio = self.portfolio.run(
+            TickInputs(
+                now=now,
+                profiles=profiles,
+                hosts=planned_hosts,
+                direct=direct,
+                forecasts=self.demand.workload_forecasts(now, self.plugins),
+                outcomes=self.portfolio.outcomes,
+                quality={
+                    (v.model_id, v.workload): (v.score, v.confidence)
+                    for v in self.quality.views(self.profiles, now)
+                },
+                policy=self.policy.planner,
+                headroom=self.demand.policy.headroom,
+                thresholds=self.portfolio.thresholds,
+                previous=self.portfolio.last,
+            ),
+            lambda inputs: self._plan_fn(inputs, hooks),
+        )
+        self.last.forecasts = portfolio.demand
         plan = self._plan_fn(
             PlanInputs(
                 now=now,
                 profiles=profiles,
-                hosts=tuple(planned_hosts),
+                hosts=planned_hosts,
                 demand=self.last.forecasts,
                 policy=self.policy.planner,
             ),
-            self.plugins.planner_hooks(),
+            hooks,
+        )
+        self.last.portfolio = self.portfolio.finish(
+            portfolio, plan, host_map, Fit(profiles, planned_hosts, self.policy.planner, direct)
         )
         digest = plan.digest or hashlib.sha256(msgspec.json.encode(plan)).hexdigest()
         generation = self.generations.next(digest)

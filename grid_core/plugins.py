@@ -348,6 +348,11 @@ class Plugins:
         """Whether any loaded plugin implements ``hook_name``."""
         return bool(getattr(self.pm.hook, hook_name).get_hookimpls())
 
+    def first_impl(self, hook_name: str) -> str | None:
+        """The plugin asked first for ``hook_name`` (pluggy calls the list back to front)."""
+        impls = getattr(self.pm.hook, hook_name).get_hookimpls()
+        return str(impls[-1].plugin_name) if impls else None
+
     # --- introspection ------------------------------------------------------------------
     def hook_status(self) -> list[HookStatus]:
         """Per hook Grid defines: the implementations in effect and the shadowed ones.

@@ -4,9 +4,12 @@ Source: specification, "Global placement loop" (short-horizon demand, target rep
 rising-demand projection, scale-down cooldown) and "Proactive observation and portfolio
 planning" (bounded features, approximate request-level p95).
 
-Pure: ``now`` is always passed in. Direct named-model demand only; unbound (``auto``) workload
-demand and learned model correlations arrive later through :attr:`ModelDemand.inferred_rps`
-and the portfolio hook, never by mixing them into a model's direct series.
+Pure: ``now`` is always passed in. Two kinds of series are kept apart: direct named-model
+demand (one series per configured model) and unbound workload demand (one series per workload
+of the vocabulary, fed by ``model: auto`` requests the classifier named). A workload series
+never becomes a model's direct series: the portfolio planner projects it onto models at
+planning time as demand that may fill spare capacity but never evict
+(:mod:`grid_core.portfolio`).
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from grid_core.demand.series import (
 )
 from grid_core.demand.types import ModelDemand, Watermark
 from grid_core.errors import StateError
-from grid_core.profile import ModelProfile
+from grid_core.profile import WORKLOADS, ModelProfile
 from grid_core.snapshot import HostSnapshot
 
 STATE_VERSION = 1
@@ -38,6 +41,8 @@ EPSILON = 1e-9
 COUNTED_OUTCOMES = frozenset({"ok", "error", "rejected", "unavailable"})
 """Outcomes that are demand; caller-caused 4xx never count for or against a model."""
 ERROR_OUTCOMES = frozenset({"error", "rejected"})
+UNBOUND = "auto"
+"""The model name clients use for unbound work."""
 
 
 class _State(msgspec.Struct, kw_only=True):
@@ -45,6 +50,7 @@ class _State(msgspec.Struct, kw_only=True):
     configured: list[str]
     series: list[DemandSeries]
     watermarks: dict[str, Watermark]
+    workloads: list[DemandSeries] = []
 
 
 def _live(series: DemandSeries | None, now: float) -> bool:
@@ -86,6 +92,7 @@ class DemandTracker:
         self._configured: set[str] = set()
         self._series: dict[str, DemandSeries] = {}
         self._watermarks: dict[str, Watermark] = {}
+        self._workloads: dict[str, DemandSeries] = {}
 
     # --- observation ----------------------------------------------------------------------
     def set_configured(self, model_ids: Iterable[str]) -> None:
@@ -98,15 +105,25 @@ class DemandTracker:
         """Fold one finished request into its model's current bucket.
 
         Only the model the caller named counts as direct demand; the model that happened to
-        serve an ``auto`` request does not. Returns whether the request was counted.
+        serve an ``auto`` request does not. An ``auto`` request the classifier named goes to
+        its workload's series instead (workload demand, kept apart). Returns whether the
+        request was counted.
         """
-        model = features.requested_model
-        if model not in self._configured or features.outcome not in COUNTED_OUTCOMES:
+        if features.outcome not in COUNTED_OUTCOMES:
             return False
-        series = self._series.get(model)
+        model = features.requested_model
+        if model == UNBOUND:
+            if features.workload not in WORKLOADS:
+                return False
+            store, key = self._workloads, str(features.workload)
+        elif model in self._configured:
+            store, key = self._series, model
+        else:
+            return False
+        series = store.get(key)
         if series is None:
-            series = DemandSeries(model_id=model, bucket_s=self.policy.bucket_s, buckets=[])
-            self._series[model] = series
+            series = DemandSeries(model_id=key, bucket_s=self.policy.bucket_s, buckets=[])
+            store[key] = series
         bucket = series.bucket_at(features.at, self.policy.window_buckets)
         if not features.retry:
             # Demand counts distinct requests: a client's retry of a request already
@@ -135,6 +152,32 @@ class DemandTracker:
     def series(self, model_id: str) -> DemandSeries | None:
         """The model's bounded series (read-only use), if it has one."""
         return self._series.get(model_id)
+
+    def workload_forecasts(
+        self, now: float, plugins: ForecastSource
+    ) -> dict[str, tuple[Forecast, int]]:
+        """Forecast of every workload with unbound demand in the window, and its request count.
+
+        Args:
+            now: planning instant (Unix seconds).
+            plugins: the plugin facade (its ``forecast``: the ``grid_forecast`` hook).
+
+        Returns:
+            workload → (forecast, distinct requests observed within the window). Empty
+            series are dropped.
+        """
+        out: dict[str, tuple[Forecast, int]] = {}
+        for name in sorted(self._workloads):
+            series = self._workloads[name]
+            series.prune(now, self.policy.window_buckets)
+            if not series.buckets:
+                del self._workloads[name]
+                continue
+            fc = plugins.forecast(series, now, self.policy)
+            if not isinstance(fc, Forecast):
+                fc = fallback_forecast(series, now, self.policy)
+            out[name] = (fc, sum(b.requests for b in series.buckets))
+        return out
 
     # --- forecasting ----------------------------------------------------------------------
     def forecast(
@@ -200,6 +243,7 @@ class DemandTracker:
             configured=sorted(self._configured),
             series=[self._series[k] for k in sorted(self._series)],
             watermarks=dict(sorted(self._watermarks.items())),
+            workloads=[self._workloads[k] for k in sorted(self._workloads)],
         )
         document: dict[str, object] = msgspec.to_builtins(state)  # a Struct encodes to a dict
         return document
@@ -224,3 +268,4 @@ class DemandTracker:
         self._configured = set(state.configured)
         self._series = {s.model_id: s for s in state.series if s.model_id in self._configured}
         self._watermarks = {k: v for k, v in state.watermarks.items() if k in self._configured}
+        self._workloads = {s.model_id: s for s in state.workloads if s.model_id in WORKLOADS}

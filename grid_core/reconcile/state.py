@@ -15,6 +15,8 @@ from typing import Final, Literal
 import msgspec
 
 from grid_core.errors import GridError, StateError
+from grid_core.portfolio.evidence import OutcomeEvidence
+from grid_core.portfolio.types import AdmissionThresholds
 from grid_core.profile import ModelProfile, validate_profile
 from grid_core.reconcile.actions import Action, FailureRecord
 from grid_core.reconcile.quality import QualityEvidence
@@ -41,6 +43,8 @@ class ControllerState(msgspec.Struct, kw_only=True):
         demand: the demand tracker's own state document (opaque here).
         quality: labelled quality evidence (model, workload, artifact revision).
         timings: learned warm/load/fetch durations (host, model, artifact revision, phase).
+        outcomes: measured outcome evidence of unbound work (model, workload, revision).
+        admission: the portfolio admission gate's thresholds (``None``: the defaults).
     """
 
     schema: Literal["grid-controller-state/1"] = STATE_SCHEMA
@@ -55,6 +59,8 @@ class ControllerState(msgspec.Struct, kw_only=True):
     demand: dict[str, object] | None = None
     quality: list[QualityEvidence] = []
     timings: list[LearnedTiming] = []
+    outcomes: list[OutcomeEvidence] = []
+    admission: AdmissionThresholds | None = None
 
 
 _encoder = msgspec.json.Encoder()

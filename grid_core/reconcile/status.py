@@ -15,6 +15,7 @@ import msgspec
 
 from grid_core.demand.types import ModelDemand
 from grid_core.planner.types import Plan, Unmet
+from grid_core.portfolio.types import PortfolioReport
 from grid_core.profile import ModelProfile
 from grid_core.reconcile.actions import Action, ActionBook
 from grid_core.reconcile.authority import Authority
@@ -155,6 +156,9 @@ class ControllerStatus(msgspec.Struct, kw_only=True):
     """Labelled quality evidence of each configured model's current artifact revision."""
     timings: list[TimingView] = []
     """Learned lifecycle durations by host, model, artifact revision and phase."""
+    portfolio: PortfolioReport | None = None
+    """Unbound workload demand: the joint mapping, the exploration slot, the admission gate,
+    candidate rows (feasibility and evidence) and one admission row per active workload."""
 
 
 class LastTick:
@@ -167,6 +171,7 @@ class LastTick:
         hosts: host id → the snapshot the tick used (learned timings applied).
         at: wall-clock seconds the tick ran.
         duration_ms: how long the caller measured it to take (milliseconds).
+        portfolio: the portfolio pass's report with its admission rows.
     """
 
     def __init__(self) -> None:
@@ -176,6 +181,7 @@ class LastTick:
         self.hosts: dict[str, HostSnapshot] = {}
         self.at: float | None = None
         self.duration_ms: float | None = None
+        self.portfolio: PortfolioReport | None = None
 
 
 @dataclass(frozen=True)
@@ -299,4 +305,5 @@ def controller_status(
         history=[ActionView.of(a) for a in finished[: STATUS_HISTORY if detail else 8]],
         quality=records.quality.views(records.profiles, now),
         timings=[TimingView.of(e, now) for e in records.timings.entries()] if detail else [],
+        portfolio=last.portfolio,
     )

@@ -298,8 +298,9 @@ def test_a_heartbeat_proving_the_drain_also_releases_the_block() -> None:
     assert ctl.status(fleet.now).blocked_models == {}
 
 
-def test_unbound_requests_become_demand_for_the_best_feasible_model() -> None:
-    """An ``auto`` coding request counts for the highest-scoring model a host could hold."""
+def test_unbound_requests_become_workload_demand_for_the_best_feasible_model() -> None:
+    """``auto`` coding requests are workload demand projected onto the highest-scoring model a
+    host could hold, as inferred demand: never direct demand for any model."""
     from grid_core.controller import Controller
     from grid_core.demand.features import RequestFeatures
     from grid_core.profile import ModelProfile
@@ -335,7 +336,9 @@ def test_unbound_requests_become_demand_for_the_best_feasible_model() -> None:
             )
         )
     result = ctl.tick(now + 40, [host])
-    assert ctl.last.forecasts["coder"].request_rate_rps > 0
-    assert ctl.last.forecasts["giant-coder"].request_rate_rps == 0
-    assert ctl.last.forecasts["general"].request_rate_rps == 0
+    coder = ctl.last.forecasts["coder"]
+    assert coder.inferred_rps > 0 and not coder.direct and coder.request_rate_rps == 0
+    assert ctl.last.forecasts["giant-coder"].inferred_rps == 0
+    assert ctl.last.forecasts["general"].inferred_rps == 0
     assert result.plan.desired["coder"] >= 1
+    assert ctl.last.portfolio is not None and ctl.last.portfolio.mapping == {"coding": "coder"}

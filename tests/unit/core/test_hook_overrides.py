@@ -295,9 +295,13 @@ def test_hook_grid_gpu_devices(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
 
 
 def test_hook_grid_search_portfolio(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from grid_core.api import PortfolioSnapshot
+    """A third-party portfolio search installed through an entry point replaces the built-in
+    ``grid_portfolio`` one: the controller asks it every tick and plans its mapping."""
+    from grid_core.api import Controller, FileStateStore
 
-    assert not plugins_with(builtins=DEFAULTS).has_impl("grid_search_portfolio")
+    assert _status(plugins_with(builtins=DEFAULTS), "grid_search_portfolio")[0] == (
+        "grid_portfolio",
+    )
     plugins = _install(
         tmp_path,
         monkeypatch,
@@ -305,28 +309,41 @@ def test_hook_grid_search_portfolio(tmp_path: Path, monkeypatch: pytest.MonkeyPa
         """
         from grid_core.api import PortfolioDecision, hookimpl
 
+        CALLS = []
+
         @hookimpl
         def grid_search_portfolio(snapshot, ctx):
-            return PortfolioDecision(mapping={w: "coder-7b" for w in snapshot.workloads})
+            CALLS.append(sorted(snapshot.workloads))
+            return PortfolioDecision(
+                mapping={w: "general-7b" for w in snapshot.workloads}, reason="acme: generalist"
+            )
         """,
     )
-    snapshot = PortfolioSnapshot(now=NOW, workloads={"coding": _demand()}, profiles=(), hosts=())
-    decision = plugins.search_portfolio(snapshot, _NoEvaluation())
-    assert decision is not None and decision.mapping == {"coding": "coder-7b"}
-    assert _status(plugins, "grid_search_portfolio") == (("acme_portfolio",), ())
+    assert _status(plugins, "grid_search_portfolio") == (("acme_portfolio",), ("grid_portfolio",))
+    ctl = Controller(plugins=plugins, store=FileStateStore(tmp_path / "state.json")).restore()
+    coder = model("coder-7b", 4, workload_scores={"coding": 1.0})
+    general = model("general-7b", 4, workload_scores={"coding": 0.5, "general": 1.0})
+    for p in (coder, general):
+        ctl.put_profile(p, NOW)
+    for i in range(5):
+        ctl.observe_request(
+            RequestFeatures(
+                at=NOW + i,
+                endpoint="chat",
+                requested_model="auto",
+                workload="coding",
+                outcome="unavailable",
+            )
+        )
+    result = ctl.tick(NOW + 10, [host("h1", 32)])
+    import acme_portfolio_plugin  # the installed distribution's module
 
-
-def _demand():  # type: ignore[no-untyped-def]
-    from grid_core.api import ModelDemand
-
-    return ModelDemand(model_id="auto", desired_replicas=1)
-
-
-class _NoEvaluation:
-    budget = 0
-
-    def evaluate(self, mapping):  # type: ignore[no-untyped-def]
-        raise AssertionError("this search does not evaluate portfolios")
+    assert acme_portfolio_plugin.CALLS == [["coding"]]
+    assert result.plan.hosts_of("general-7b") == ("h1",)
+    assert result.plan.hosts_of("coder-7b") == ()
+    report = ctl.last.portfolio
+    assert report is not None and report.mapping == {"coding": "general-7b"}
+    assert report.reason == "acme: generalist"
 
 
 def test_hook_grid_cli_commands(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

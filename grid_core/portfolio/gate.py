@@ -1,0 +1,109 @@
+"""The admission gate: which workloads' unbound demand may enter portfolio planning.
+
+Specification, "Proactive observation and portfolio planning": a workload is admitted after
+three observations in the demand window, or earlier once its offered concurrency (arrival
+rate × measured service time + queued work) reaches 1.5 units, so a queued minute-long video
+job starts its model at once while one short text request stays below the gate. Image and
+video work between 1.0 and 1.5 units may earn one canary only after a fleet-level
+spare-capacity proof; such weak evidence is capped at one replica until a validated response
+(or direct demand, or the ordinary threshold) lifts the cap.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import msgspec
+
+from grid_core.demand.series import Forecast
+from grid_core.portfolio.feasibility import SERVING, Fit
+from grid_core.portfolio.types import AdmissionThresholds, WorkloadDemand
+from grid_core.profile import ModelProfile
+
+MEDIA = {"image": "image", "video": "video"}
+"""Workloads whose requests are media jobs (long device time, few arrivals)."""
+SPARE_UNSEEN_WORKLOADS = 1
+"""Model slots kept free for a workload nobody has asked for yet (specification)."""
+
+
+def workload_demand(
+    workload: str,
+    fc: Forecast,
+    observations: int,
+    profiles: tuple[ModelProfile, ...],
+    gate: AdmissionThresholds,
+) -> WorkloadDemand:
+    """The forecast of one workload, before the spare-capacity proof.
+
+    The service time is the measured one (whatever served it), else the fastest candidate's
+    expected service time, so an unserved workload is not treated as free.
+    """
+    expected = [
+        p.expected_service_time_s for p in profiles if p.workload_scores.get(workload, 0.0) > 0
+    ]
+    service = fc.service_time_s or (min(expected) if expected else 0.0)
+    offered = fc.rate_rps * service + fc.queued
+    admission = "below_gate"
+    if observations >= gate.observations:
+        admission = "observations"
+    elif offered >= gate.concurrency:
+        admission = "concurrency"
+    elif workload in MEDIA and offered >= gate.media_concurrency:
+        admission = "weak_media"  # still needs the spare-capacity proof
+    return WorkloadDemand(
+        workload=workload,
+        request_rate_rps=fc.rate_rps,
+        service_time_s=fc.service_time_s,
+        queue_depth=fc.queued,
+        offered_concurrency=offered,
+        observations=observations,
+        failure_rate=fc.error_rate,
+        p95_ms=fc.p95_ms,
+        modality=MEDIA.get(workload, "text"),
+        admitted=admission in ("observations", "concurrency"),
+        admission=admission,
+        canary_cap=admission == "weak_media",
+    )
+
+
+def spare_capacity_proof(fit: Fit, workload: str) -> str | None:
+    """Why the fleet cannot safely explore a weak media workload, or ``None`` when it can.
+
+    The proof (specification): unknown model-slot limits give no hypothetical headroom; one
+    slot stays free for an unseen workload and a node failure's worth of slots for its
+    residents; a second compatible host must exist; and free memory must exceed one copy of
+    every enabled catalog model not resident yet.
+    """
+    candidates = [p for p in fit.profiles if p.workload_scores.get(workload, 0.0) > 0]
+    if not candidates or max(fit.row(p.model_id).compatible for p in candidates) < 2:
+        return "no second compatible host"
+    spare_slots = 0
+    largest = 0
+    free_mb = 0
+    resident: set[str] = set()
+    for hi, host in enumerate(fit.hosts):
+        book = fit.ledger.books[hi]
+        if not book.eligible:
+            continue
+        present = len(book.present)
+        largest = max(largest, present)
+        if book.max_models:
+            spare_slots += max(0, book.max_models - present)
+        free_mb += max(0, book.inc_free)
+        resident |= {r.model_id for r in host.residencies if r.state in SERVING}
+    if spare_slots < 1 + SPARE_UNSEEN_WORKLOADS + largest:
+        return f"{spare_slots} spare model slots (needs a canary, an unseen workload and a node)"
+    catalog_mb = sum(p.memory_mb for p in fit.profiles if p.model_id not in resident)
+    if free_mb <= catalog_mb:
+        return f"{free_mb} MB free is not beyond one copy of the catalog ({catalog_mb} MB)"
+    return None
+
+
+def admit(demand: Mapping[str, WorkloadDemand], fit: Fit) -> dict[str, WorkloadDemand]:
+    """Apply the spare-capacity proof to weak media evidence; returns the final forecasts."""
+    out: dict[str, WorkloadDemand] = {}
+    for w, d in demand.items():
+        if d.admission == "weak_media" and spare_capacity_proof(fit, w) is None:
+            d = msgspec.structs.replace(d, admitted=True)
+        out[w] = d
+    return out

@@ -1,0 +1,368 @@
+"""One tick's portfolio pass: snapshot, search (plugin or built-in), projection, status rows.
+
+Specification, "Proactive observation and portfolio planning". The controller hands this
+module immutable inputs (demand and evidence are read once per tick; request observations
+queue outside the controller lock and are folded in before the tick, so completions never
+wait for the search). Every counterfactual reuses the one :class:`PortfolioSnapshot`; the
+search evaluates candidate maps with the real planner within :data:`MAX_PORTFOLIOS`.
+Without a ``grid_search_portfolio`` answer, each admitted workload is projected onto its
+best usable candidate by exploitation utility (evidence without the optimism bonus).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Protocol
+
+import msgspec
+
+from grid_core.demand.series import Forecast
+from grid_core.demand.types import ModelDemand
+from grid_core.errors import GridError, StateError
+from grid_core.planner.types import Plan, PlanInputs, PlannerPolicy
+from grid_core.portfolio.candidates import candidates_for
+from grid_core.portfolio.evidence import OutcomeBook
+from grid_core.portfolio.feasibility import SERVING, Fit
+from grid_core.portfolio.gate import admit, spare_capacity_proof, workload_demand
+from grid_core.portfolio.project import project
+from grid_core.portfolio.types import (
+    MAX_PORTFOLIOS,
+    AdmissionRow,
+    AdmissionState,
+    AdmissionThresholds,
+    Candidate,
+    PortfolioContext,
+    PortfolioDecision,
+    PortfolioReport,
+    PortfolioSnapshot,
+    WorkloadDemand,
+)
+from grid_core.profile import ModelProfile
+from grid_core.snapshot import HostSnapshot
+
+PlanOf = Callable[[PlanInputs], Plan]
+"""The planner with the tick's hooks bound."""
+Search = Callable[[PortfolioSnapshot, "Evaluator"], PortfolioDecision | None]
+"""The ``grid_search_portfolio`` hook (first answer) as a callable."""
+
+
+class Evaluator:
+    """Planner-backed evaluation of candidate maps within a budget (a PortfolioContext).
+
+    Args:
+        evaluate: mapping → the plan it would produce.
+        budget: distinct portfolios allowed (at most :data:`MAX_PORTFOLIOS`).
+    """
+
+    def __init__(self, evaluate: Callable[[Mapping[str, str]], Plan], budget: int) -> None:
+        self._evaluate = evaluate
+        self.budget = min(budget, MAX_PORTFOLIOS)
+        self.evaluated = 0
+        self._memo: dict[tuple[tuple[str, str], ...], Plan] = {}
+
+    def evaluate(self, mapping: Mapping[str, str]) -> Plan:
+        """The plan serving ``mapping`` would produce (a repeated map is free).
+
+        Raises:
+            StateError: the budget is spent.
+        """
+        key = tuple(sorted(mapping.items()))
+        got = self._memo.get(key)
+        if got is not None:
+            return got
+        if self.budget <= 0:
+            msg = f"portfolio evaluation budget spent ({MAX_PORTFOLIOS} portfolios)"
+            raise StateError(msg)
+        self.budget -= 1
+        self.evaluated += 1
+        plan = self._evaluate(mapping)
+        self._memo[key] = plan
+        return plan
+
+
+@dataclass(frozen=True)
+class TickInputs:
+    """What one portfolio pass reads (nothing here is mutated).
+
+    Attributes:
+        now: planning instant (Unix seconds).
+        profiles: configured profiles sorted by id.
+        hosts: host snapshots (in-flight work applied).
+        direct: named-model demand by model id.
+        forecasts: workload → (forecast, observations in the window).
+        outcomes: measured outcome evidence.
+        quality: (model, workload) → (labelled score, confidence) of the current revision.
+        policy: planner policy; headroom: demand headroom fraction.
+        thresholds: the admission gate.
+        previous: last tick's report (hysteresis, exploration slot).
+    """
+
+    now: float
+    profiles: tuple[ModelProfile, ...]
+    hosts: tuple[HostSnapshot, ...]
+    direct: Mapping[str, ModelDemand]
+    forecasts: Mapping[str, tuple[Forecast, int]]
+    outcomes: OutcomeBook
+    quality: Mapping[tuple[str, str], tuple[float, float]]
+    policy: PlannerPolicy
+    headroom: float
+    thresholds: AdmissionThresholds
+    previous: PortfolioReport | None
+
+
+@dataclass(frozen=True)
+class TickPortfolio:
+    """The pass's outcome: demand for the authoritative plan and the report (rows pending)."""
+
+    demand: dict[str, ModelDemand]
+    report: PortfolioReport
+    candidates: dict[str, tuple[Candidate, ...]]
+    workloads: dict[str, WorkloadDemand]
+
+
+def exploitation_choice(cands: tuple[Candidate, ...]) -> str | None:
+    """The usable candidate with the best utility without the optimism bonus."""
+    usable = [c for c in cands if c.usable]
+    if not usable:
+        return None
+    return min(usable, key=lambda c: (-(c.utility - c.bonus), c.model_id)).model_id
+
+
+def run_portfolio(
+    inp: TickInputs, search: Search | None, plan_of: PlanOf, plugin_name: str = "plugin"
+) -> TickPortfolio:
+    """Build the snapshot, ask the search (or project), and return the tick's demand.
+
+    Args:
+        inp: the tick's immutable inputs.
+        search: the ``grid_search_portfolio`` hook, or ``None`` for the built-in projection.
+        plan_of: the planner with the tick's hooks bound.
+        plugin_name: the answering plugin's name (status).
+    """
+    fit = Fit(inp.profiles, inp.hosts, inp.policy, inp.direct)
+    raw = {
+        w: workload_demand(w, fc, n, inp.profiles, inp.thresholds)
+        for w, (fc, n) in sorted(inp.forecasts.items())
+    }
+    workloads = admit(raw, fit)
+    admitted = {w: d for w, d in workloads.items() if d.admitted}
+    candidates = {
+        w: candidates_for(w, fit, inp.outcomes, inp.quality, inp.now, admitted) for w in workloads
+    }
+    by_id = {p.model_id: p for p in inp.profiles}
+    capped = frozenset(w for w, d in admitted.items() if d.canary_cap)
+
+    def demand_of(mapping: Mapping[str, str]) -> dict[str, ModelDemand]:
+        valid = {w: m for w, m in mapping.items() if w in admitted and m in by_id}
+        cap = frozenset(
+            w
+            for w in capped
+            if w in valid
+            and not inp.outcomes.validated(valid[w], w, by_id[valid[w]].artifact_sha256, inp.now)
+        )
+        return project(inp.direct, admitted, valid, by_id, inp.headroom, cap)
+
+    def evaluate(mapping: Mapping[str, str]) -> Plan:
+        return plan_of(
+            PlanInputs(
+                now=inp.now,
+                profiles=inp.profiles,
+                hosts=inp.hosts,
+                demand=demand_of(mapping),
+                policy=inp.policy,
+            )
+        )
+
+    snapshot = PortfolioSnapshot(
+        now=inp.now,
+        workloads=admitted,
+        profiles=inp.profiles,
+        hosts=inp.hosts,
+        direct=dict(inp.direct),
+        candidates={w: candidates[w] for w in admitted},
+        previous=dict(inp.previous.mapping) if inp.previous else {},
+        exploring=inp.previous.exploring if inp.previous else None,
+    )
+    decision = None
+    plugin = "builtin-projection"
+    ctx = Evaluator(evaluate, MAX_PORTFOLIOS)
+    if search is not None and admitted:
+        decision = search(snapshot, ctx)
+        if decision is not None:
+            plugin = plugin_name
+    if decision is None:
+        mapping = {}
+        for w in admitted:
+            best = exploitation_choice(candidates[w])
+            if best is not None:
+                mapping[w] = best
+        decision = PortfolioDecision(mapping=mapping, reason="best usable candidate per workload")
+    mapping = {w: m for w, m in decision.mapping.items() if w in admitted and m in by_id}
+    report = PortfolioReport(
+        plugin=plugin,
+        mapping=mapping,
+        models=sorted(set(mapping.values())),
+        deferred=sorted(w for w in decision.deferred if w in admitted),
+        exploring=decision.exploring,
+        evaluated=ctx.evaluated,
+        reason=decision.reason,
+        thresholds=inp.thresholds,
+        workloads=list(workloads.values()),
+        candidates=[c for w in sorted(candidates) for c in candidates[w]],
+    )
+    return TickPortfolio(
+        demand=demand_of(mapping), report=report, candidates=candidates, workloads=workloads
+    )
+
+
+def _row_for(
+    d: WorkloadDemand, state: AdmissionState, reason: str, **counts: int | float | str
+) -> AdmissionRow:
+    return msgspec.convert(
+        {
+            "workload": d.workload,
+            "state": state,
+            "reason": reason,
+            "offered_concurrency": round(d.offered_concurrency, 4),
+            "observations": d.observations,
+            **counts,
+        },
+        AdmissionRow,
+    )
+
+
+def _unplanned_state(m: str, c: Candidate | None, plan: Plan) -> tuple[AdmissionState, str]:
+    if c is not None and c.preemption_paths and not c.feasible_now:
+        return "blocked-by-residency", (
+            f"{m} waits for idle speculative residents on {c.preemption_paths[0]} to drain"
+        )
+    if c is not None and c.compatible_hosts:
+        unmet = next((u.message for u in plan.unmet if u.model_id == m), "no headroom now")
+        return "capacity-contended", f"{m}: {unmet}"
+    return "infeasible", f"no live host can hold {m}"
+
+
+def admission_rows(
+    tick: TickPortfolio, plan: Plan, hosts: Mapping[str, HostSnapshot], fit: Fit
+) -> list[AdmissionRow]:
+    """One row per active unbound workload, explaining the authoritative plan (no solver)."""
+    rep = tick.report
+    rows = []
+    for w, d in sorted(tick.workloads.items()):
+        if not d.admitted:
+            why = (
+                f"below the admission gate: {d.observations}/{rep.thresholds.observations} "
+                f"observations, {d.offered_concurrency:.2f}/{rep.thresholds.concurrency} "
+                "offered-concurrency units"
+            )
+            if d.admission == "weak_media":
+                why += f"; media canary refused: {spare_capacity_proof(fit, w)}"
+            rows.append(_row_for(d, "awaiting-plan", why))
+            continue
+        cands = tick.candidates.get(w, ())
+        if w not in rep.mapping:
+            if any(c.usable for c in cands):
+                rows.append(
+                    _row_for(d, "deferred", f"deferred under current capacity: {rep.reason}")
+                )
+            else:
+                rejection = cands[0].rejection if cands else None
+                rows.append(_row_for(d, "infeasible", rejection or "no configured model scores it"))
+            continue
+        m = rep.mapping[w]
+        c = next((c for c in cands if c.model_id == m), None)
+        desired = plan.desired.get(m, 0)
+        planned = len(plan.hosts_of(m))
+        ready = starting = 0
+        for h in hosts.values():
+            r = h.residency(m)
+            if r is not None and r.state == "ready":
+                ready += 1
+            elif r is not None and r.state in SERVING:
+                starting += 1
+        staged = any(e.beneficiary == m for e in plan.evictions)
+        state: AdmissionState
+        if ready and ready >= desired:
+            state, why = "ready", f"{ready} ready replica(s) of {m}"
+        elif ready:
+            state, why = "undersupplied", f"{ready} of {desired} replicas of {m} ready"
+        elif starting:
+            state, why = "starting", f"{m} is loading or warming"
+        elif planned or staged:
+            after = " after a staged preemption" if staged else ""
+            state, why = "planned", f"{m} planned on {planned} host(s){after}"
+        else:
+            state, why = _unplanned_state(m, c, plan)
+        rows.append(
+            _row_for(
+                d,
+                state,
+                why,
+                model_id=m,
+                desired=desired,
+                planned=planned,
+                ready=ready,
+                missing=max(0, desired - ready),
+                eligible_hosts=c.compatible_hosts if c else 0,
+                startup_s=c.startup_s if c else 0.0,
+            )
+        )
+    return rows
+
+
+class SearchSource(Protocol):
+    """Whatever answers ``grid_search_portfolio`` (the plugin facade does)."""
+
+    def search_portfolio(
+        self, snapshot: PortfolioSnapshot, ctx: PortfolioContext
+    ) -> PortfolioDecision | None:
+        """The first portfolio search's decision, or ``None``."""
+        ...
+
+
+class PortfolioPass:
+    """The controller's portfolio part: evidence, the gate and the last report.
+
+    Args:
+        source: the plugin facade (``None``: no search installed, built-in projection).
+        plugin_name: name of the answering plugin (status).
+        warn: receives a one-line warning when the search fails.
+
+    Attributes:
+        outcomes: measured outcome evidence (durable).
+        thresholds: the admission gate (durable).
+        last: the last tick's report with its admission rows.
+    """
+
+    def __init__(
+        self, source: SearchSource | None, plugin_name: str, warn: Callable[[str], None]
+    ) -> None:
+        self.source = source
+        self.plugin_name = plugin_name
+        self.warn = warn
+        self.outcomes = OutcomeBook()
+        self.thresholds = AdmissionThresholds()
+        self.last: PortfolioReport | None = None
+
+    def _search(self, snapshot: PortfolioSnapshot, ctx: Evaluator) -> PortfolioDecision | None:
+        if self.source is None:
+            return None
+        try:
+            return self.source.search_portfolio(snapshot, ctx)
+        except GridError as exc:  # a failing search never stops planning
+            self.warn(f"portfolio search failed: {exc}")
+            return None
+
+    def run(self, inp: TickInputs, plan_of: PlanOf) -> TickPortfolio:
+        """One pass (see :func:`run_portfolio`)."""
+        return run_portfolio(inp, self._search, plan_of, self.plugin_name)
+
+    def finish(
+        self, tick: TickPortfolio, plan: Plan, hosts: Mapping[str, HostSnapshot], fit: Fit
+    ) -> PortfolioReport:
+        """Attach the admission rows explaining the authoritative ``plan``; keep the report."""
+        self.last = msgspec.structs.replace(
+            tick.report, admissions=admission_rows(tick, plan, hosts, fit)
+        )
+        return self.last

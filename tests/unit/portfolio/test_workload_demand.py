@@ -1,0 +1,145 @@
+"""Unbound (``auto``) demand is workload demand: it fills spare capacity and never evicts.
+
+Specification, "Proactive observation and portfolio planning": projected (counterfactual)
+demand is weaker than direct evidence; direct, pinned and minimum-replica work stays absolute.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from grid_core.controller import Controller
+from grid_core.demand.features import RequestFeatures
+from grid_core.profile import ModelProfile
+from grid_core.snapshot import HostSnapshot, ResidencySnapshot
+from grid_core.system.state_file import FileStateStore
+from grid_core.testing import plugins_with
+
+NOW = 1_790_000_000.0
+BUILTINS = ("grid_forecast_ewma", "grid_scoring", "grid_victims", "grid_portfolio")
+
+
+def _controller(tmp: Path, *profiles: ModelProfile) -> Controller:
+    store = FileStateStore(tmp / "controller-state.json")
+    ctl = Controller(plugins=plugins_with(builtins=BUILTINS), store=store).restore()
+    for p in profiles:
+        ctl.put_profile(p, NOW)
+    return ctl
+
+
+def _host(*resident: str, capacity_mb: int = 6_000, slots: int = 0) -> HostSnapshot:
+    return HostSnapshot(
+        host_id="h1",
+        capacity_mb=capacity_mb,
+        runtimes=("llama.cpp",),
+        heartbeat_age_s=1.0,
+        max_models=slots,
+        residencies=tuple(
+            ResidencySnapshot(
+                model_id=m,
+                memory_mb=4_000,
+                state="ready",
+                active_requests=0,
+                loaded_at=NOW - 7_200,
+                last_used_at=NOW - 7_200,
+                routable=True,
+            )
+            for m in resident
+        ),
+    )
+
+
+def _auto(at: float, workload: str = "coding") -> RequestFeatures:
+    return RequestFeatures(
+        at=at, endpoint="chat", requested_model="auto", workload=workload, outcome="unavailable"
+    )
+
+
+def _named(at: float, model: str) -> RequestFeatures:
+    return RequestFeatures(
+        at=at, endpoint="chat", requested_model=model, served_model=model, service_time_s=1.0
+    )
+
+
+CODER = ModelProfile(
+    model_id="coder", memory_mb=4_000, priority=50, workload_scores={"coding": 1.0}
+)
+
+
+@pytest.mark.parametrize(
+    "incumbent",
+    [
+        ModelProfile(model_id="named", memory_mb=4_000),  # direct named demand below
+        ModelProfile(model_id="named", memory_mb=4_000, min_replicas=1),  # a baseline
+        ModelProfile(model_id="named", memory_mb=4_000, pins=("h1",)),  # a pin
+    ],
+    ids=["direct", "baseline", "pinned"],
+)
+def test_an_auto_burst_preempts_nothing(incumbent: ModelProfile, tmp_path: Path) -> None:
+    """200 ``auto`` coding requests for a higher-priority coder never evict the resident
+    model, whatever protects it (even nothing): the coder waits for spare capacity."""
+    ctl = _controller(tmp_path, incumbent, CODER)
+    host = _host("named")
+    request_named = incumbent.min_replicas == 0 and not incumbent.pins
+    for tick in range(6):
+        now = NOW + 60.0 * tick
+        for i in range(40):
+            ctl.observe_request(_auto(now + i * 0.5))
+        if request_named:
+            ctl.observe_request(_named(now, "named"))
+        ctl.set_mode("automatic", now)
+        result = ctl.tick(now + 30, [host])
+        assert result.plan.evictions == ()
+        assert result.plan.hosts_of("coder") == ()
+        assert not [a for a in ctl.book.active() if a.model_id == "named"]
+    coder = ctl.last.forecasts["coder"]
+    assert coder.inferred_rps > 0 and not coder.direct
+    assert ctl.last.portfolio is not None
+    row = next(r for r in ctl.last.portfolio.admissions if r.workload == "coding")
+    assert row.model_id == "coder" and row.state in ("capacity-contended", "blocked-by-residency")
+
+
+def test_direct_demand_for_the_same_model_keeps_its_authority_but_no_more(
+    tmp_path: Path,
+) -> None:
+    """Named traffic for the coder may preempt a lower-priority idle model; the workload's
+    extra replicas ride along as held replicas that never evict."""
+    low = ModelProfile(model_id="low", memory_mb=4_000, priority=0)
+    ctl = _controller(tmp_path, low, CODER)
+    host = _host("low")
+    ctl.set_mode("automatic", NOW)
+    for i in range(30):
+        ctl.observe_request(_named(NOW + i, "coder"))
+        ctl.observe_request(_auto(NOW + i))
+    result = ctl.tick(NOW + 31, [host])
+    coder = ctl.last.forecasts["coder"]
+    assert coder.direct and coder.inferred_rps > 0
+    assert coder.held_replicas >= 0
+    assert [e.model_id for e in result.plan.evictions] == ["low"]
+
+
+def test_auto_demand_fills_spare_capacity(tmp_path: Path) -> None:
+    """With room on the host, the workload's best model gets a replica (a canary)."""
+    ctl = _controller(tmp_path, ModelProfile(model_id="named", memory_mb=4_000), CODER)
+    host = _host("named", capacity_mb=16_000)
+    for i in range(5):
+        ctl.observe_request(_auto(NOW + i))
+    result = ctl.tick(NOW + 10, [host])
+    assert result.plan.hosts_of("coder") == ("h1",)
+    assert result.plan.evictions == ()
+    row = next(r for r in ctl.last.portfolio.admissions if r.workload == "coding")  # type: ignore[union-attr]
+    assert row.state == "planned" and row.planned == 1
+
+
+def test_below_the_admission_gate_nothing_is_planned(tmp_path: Path) -> None:
+    """Two short requests are below the gate (3 observations or 1.5 units): no canary."""
+    ctl = _controller(tmp_path, CODER)
+    host = _host(capacity_mb=16_000)
+    for i in range(2):
+        ctl.observe_request(_auto(NOW + i))
+    result = ctl.tick(NOW + 10, [host])
+    assert result.plan.hosts_of("coder") == ()
+    row = ctl.last.portfolio.admissions[0]  # type: ignore[union-attr]
+    assert row.state == "awaiting-plan" and "2/3 observations" in row.reason
