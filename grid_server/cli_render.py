@@ -86,6 +86,7 @@ def status_view(data: dict[str, Any]) -> RenderableType:
     if actions is not None:
         parts.append(actions)
     parts.append(_unmet(ctl))
+    parts.extend(_portfolio(ctl))
     parts.append(_nodes(server))
     breakers = server.get("open_breakers", [])
     if breakers:
@@ -205,6 +206,88 @@ def _unmet(ctl: dict[str, Any]) -> RenderableType:
             u["message"],
         )
     return t
+
+
+def _portfolio(ctl: dict[str, Any]) -> list[RenderableType]:
+    """Unbound workload demand: the joint choice, admission rows and candidate rows."""
+    rep = ctl.get("portfolio") or {}
+    rows = rep.get("admissions") or []
+    if not rep or not (rows or rep.get("workloads")):
+        return []
+    gate = rep.get("thresholds") or {}
+    head = Text(
+        f"portfolio: {rep.get('plugin')}  models: {_cell(rep.get('models'))}  "
+        f"exploring: {_cell(rep.get('exploring'))}  evaluated: {rep.get('evaluated', 0)}  "
+        f"gate: {gate.get('observations')} requests or {gate.get('concurrency')} units "
+        f"(media {gate.get('media_concurrency')})"
+    )
+    t = _table(
+        "Workload admission",
+        [
+            "workload",
+            "state",
+            "model",
+            "offered",
+            "seen",
+            "desired/planned/ready/missing",
+            "hosts",
+            "startup s",
+            "reason",
+        ],
+    )
+    for r in rows[:MAX_ROWS]:
+        t.add_row(
+            r["workload"],
+            r["state"],
+            _cell(r.get("model_id")),
+            f"{r.get('offered_concurrency', 0.0):.2f}",
+            str(r.get("observations", 0)),
+            f"{r.get('desired', 0)}/{r.get('planned', 0)}/{r.get('ready', 0)}/"
+            f"{r.get('missing', 0)}",
+            str(r.get("eligible_hosts", 0)),
+            _cell(r.get("startup_s")),
+            r.get("reason", ""),
+        )
+    c = _table(
+        "Portfolio candidates",
+        [
+            "workload",
+            "model",
+            "utility",
+            "suit.",
+            "fit now",
+            "resident",
+            "paths",
+            "best host",
+            "outcome (conf)",
+            "quality (conf)",
+            "bonus",
+            "penalty",
+            "rejected",
+        ],
+    )
+    for r in (rep.get("candidates") or [])[:MAX_ROWS]:
+        quality = (
+            "-"
+            if r.get("quality") is None
+            else (f"{r['quality']:.2f} ({r.get('quality_confidence', 0.0):.2f})")
+        )
+        c.add_row(
+            r["workload"],
+            r["model_id"],
+            _cell(r.get("utility")),
+            f"{r.get('suitability', 0.0):.2f}",
+            str(r.get("feasible_now", 0)),
+            str(r.get("resident", 0)),
+            str(len(r.get("preemption_paths") or [])),
+            _cell(r.get("best_host")),
+            f"{r.get('outcome', 1.0):.2f} ({r.get('outcome_confidence', 0.0):.2f})",
+            quality,
+            _cell(r.get("bonus")),
+            _cell(r.get("transition_penalty")),
+            _cell(r.get("rejection")),
+        )
+    return [head, t, c]
 
 
 def _nodes(server: dict[str, Any]) -> Table:

@@ -143,3 +143,23 @@ def test_below_the_admission_gate_nothing_is_planned(tmp_path: Path) -> None:
     assert result.plan.hosts_of("coder") == ()
     row = ctl.last.portfolio.admissions[0]  # type: ignore[union-attr]
     assert row.state == "awaiting-plan" and "2/3 observations" in row.reason
+
+
+def test_allocator_status_renders_the_admission_rows(tmp_path: Path) -> None:
+    """``grid allocator status`` shows one row per active workload, the gate and the
+    candidates; ``--json`` carries the same report."""
+    import msgspec
+
+    from grid_server.cli_allocator import render_status
+
+    ctl = _controller(tmp_path, ModelProfile(model_id="named", memory_mb=4_000), CODER)
+    for i in range(5):
+        ctl.observe_request(_auto(NOW + i))
+    ctl.observe_request(_auto(NOW, workload="research"))
+    ctl.tick(NOW + 10, [_host("named", capacity_mb=16_000)])
+    doc = msgspec.to_builtins(ctl.status(NOW + 10, detail=True))
+    assert [r["workload"] for r in doc["portfolio"]["admissions"]] == ["coding", "research"]
+    text = render_status({"mode": "recommend", "server": {}, "controller": doc})
+    assert "Workload admission" in text and "Portfolio candidates" in text
+    assert "coding" in text and "planned" in text and "awaiting-plan" in text
+    assert "gate: 3 requests or 1.5 units" in text
