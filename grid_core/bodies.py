@@ -29,6 +29,13 @@ WORKLOAD_PATTERN = r"^[a-z][a-z0-9_-]{0,31}$"
 MAX_LATENCY_MS = 24 * 3600 * 1000.0
 """A measured latency above a day is a broken clock, not evidence."""
 
+JOIN_TOKEN_TTL_S = 3600.0
+"""Default lifetime of a join token: an hour, time to copy one file and run one command."""
+MAX_JOIN_TOKEN_TTL_S = 7 * 24 * 3600.0
+"""Longest join token: a week (it is a bearer secret until it is used)."""
+JOIN_HEADER = "X-Grid-Join-Token"
+"""Header carrying a join token to ``POST /allocator/join``."""
+
 HostId = Annotated[str, msgspec.Meta(pattern=HOST_ID_PATTERN)]
 CredentialTtl = Annotated[float, msgspec.Meta(gt=0.0, le=MAX_NODE_CREDENTIAL_TTL_S)]
 
@@ -47,6 +54,52 @@ class TokenBody(OperatorBody, frozen=True):
 
     host_id: HostId | None = None
     ttl_s: CredentialTtl = NODE_CREDENTIAL_TTL_S
+
+
+class JoinTokenBody(OperatorBody, frozen=True):
+    """``POST /allocator/join-tokens``: which host the join token provisions, how long it lasts.
+
+    Attributes:
+        host_id: the host to provision; ``None`` lets the server generate a fresh id.
+        ttl_s: lifetime in seconds, in (0, :data:`MAX_JOIN_TOKEN_TTL_S`].
+    """
+
+    host_id: HostId | None = None
+    ttl_s: Annotated[float, msgspec.Meta(gt=0.0, le=MAX_JOIN_TOKEN_TTL_S)] = JOIN_TOKEN_TTL_S
+
+
+class JoinTokenIssued(msgspec.Struct, frozen=True):
+    """Answer of ``POST /allocator/join-tokens``.
+
+    Attributes:
+        host_id: the host the token provisions.
+        join_token: the one-time secret (never log it).
+        expires_at: Unix seconds after which it is refused.
+        ca_sha256: SHA-256 of the server's CA certificate (``grid up --tls-ca``), or ``None``.
+    """
+
+    host_id: str
+    join_token: str
+    expires_at: float
+    ca_sha256: str | None = None
+
+
+class JoinFile(msgspec.Struct, frozen=True, kw_only=True):
+    """What ``grid allocator join write`` stores (0600): all a new machine needs to join.
+
+    Attributes:
+        grid_url: the server's URL as the new machine reaches it.
+        ca_sha256: the CA fingerprint the machine pins (``None``: a loopback HTTP grid).
+        host_id: the host id it will be.
+        join_token: the one-time secret.
+        expires_at: Unix seconds after which the server refuses it.
+    """
+
+    grid_url: str
+    ca_sha256: str | None
+    host_id: str
+    join_token: str
+    expires_at: float
 
 
 class ModeBody(OperatorBody, frozen=True):
@@ -108,9 +161,15 @@ class Registered(msgspec.Struct, frozen=True):
 
 __all__ = [
     "HOST_ID_PATTERN",
+    "JOIN_HEADER",
+    "JOIN_TOKEN_TTL_S",
+    "MAX_JOIN_TOKEN_TTL_S",
     "MAX_NODE_CREDENTIAL_TTL_S",
     "NODE_CREDENTIAL_TTL_S",
     "EvaluationBody",
+    "JoinFile",
+    "JoinTokenBody",
+    "JoinTokenIssued",
     "ModeBody",
     "NodeCredential",
     "Registered",

@@ -29,7 +29,16 @@ from urllib.parse import quote, urlsplit
 import httpx
 import msgspec
 
-from grid_core.bodies import EvaluationBody, ModeBody, NodeCredential, Registered, TokenBody
+from grid_core.bodies import (
+    JOIN_HEADER,
+    EvaluationBody,
+    JoinTokenBody,
+    JoinTokenIssued,
+    ModeBody,
+    NodeCredential,
+    Registered,
+    TokenBody,
+)
 from grid_core.errors import EXIT_RUNTIME_FAILURE, EXIT_USAGE, GridError
 from grid_core.tls import TlsRefused, client_context, describe_tls_failure
 from grid_core.wire import (
@@ -55,7 +64,7 @@ environment or remote failures and exit 1 (see docs/operations.md, "Exit codes")
 MAX_ERROR_TEXT = 300
 """Characters of a non-JSON error body quoted in a refusal message (one readable line)."""
 
-Credential = Literal["operator", "node"]
+Credential = Literal["operator", "node", "join"]
 
 
 def exit_code_for(status: int) -> int:
@@ -147,6 +156,46 @@ def plain_http_refusal(scheme: str, peer_host: str | None) -> str | None:
 
 Verify = ssl.SSLContext | bool
 """What httpx verifies a server with: a context (a given CA) or the system default."""
+
+
+def fetch_pinned_ca(url: str, sha256: str, timeout: float = CONTROL_TIMEOUT_S) -> bytes:
+    """The CA certificate an ``https://`` Grid serves at ``/tls/ca.pem``, accepted only if its
+    SHA-256 equals the pinned fingerprint (the way a join token carries trust).
+
+    This is the one request made without verifying the server: nothing secret is sent, and
+    the answer is trusted only because its fingerprint matches the pin; every later request
+    verifies the server against the CA returned here.
+
+    Raises:
+        TlsRefused: the served CA does not match the pin (or none is served).
+        ServerUnreachable: no answer at ``url``.
+    """
+    from grid_core.tls import ca_fingerprint, normalize_fingerprint
+
+    want = normalize_fingerprint(sha256)
+    try:
+        with httpx.Client(timeout=timeout, trust_env=False, verify=False) as http:
+            resp = http.get(url.rstrip("/") + "/tls/ca.pem")
+    except httpx.HTTPError as exc:
+        msg = f"no Grid server answered at {url} ({type(exc).__name__})"
+        raise ServerUnreachable(msg) from None
+    if resp.status_code != 200:
+        msg = (
+            f"{url} serves no CA certificate (GET /tls/ca.pem → {resp.status_code}); "
+            "was it started with --tls-ca?"
+        )
+        raise TlsRefused(msg)
+    try:
+        got = ca_fingerprint(resp.content)
+    except GridError:
+        got = "none"
+    if got != want:
+        msg = (
+            f"the CA served by {url} (sha256:{got[:16]}…) is not the one the join token pins "
+            f"(sha256:{want[:16]}…): refusing to trust it (wrong server, or intercepted)"
+        )
+        raise TlsRefused(msg)
+    return resp.content
 
 
 def tls_verify(ca_file: Path | str | None) -> Verify:
@@ -247,6 +296,24 @@ class Calls:
         return Call("POST", "/allocator/tokens", NodeCredential, _json(body), "operator")
 
     @staticmethod
+    def issue_join_token(
+        host_id: str | None = None, ttl_s: float | None = None
+    ) -> Call[JoinTokenIssued]:
+        """``POST /allocator/join-tokens``: a one-time join token for one host (operator)."""
+        body = JoinTokenBody(host_id=host_id) if ttl_s is None else JoinTokenBody(host_id, ttl_s)
+        return Call("POST", "/allocator/join-tokens", JoinTokenIssued, _json(body), "operator")
+
+    @staticmethod
+    def redeem_join() -> Call[NodeCredential]:
+        """``POST /allocator/join``: spend a join token for a node credential (join token)."""
+        return Call("POST", "/allocator/join", NodeCredential, None, "join")
+
+    @staticmethod
+    def revoke_host(host_id: str) -> Call[dict[str, Any]]:
+        """``POST /allocator/hosts/{id}/revoke``: refuse the host's credentials (operator)."""
+        return Call("POST", f"/allocator/hosts/{_seg(host_id)}/revoke", dict, None, "operator")
+
+    @staticmethod
     def register(record_id: str, doc: NodeRegistration) -> Call[Registered]:
         """``PUT /nodes/{id}``: register a control or engine record (node credential)."""
         return Call("PUT", f"/nodes/{_seg(record_id)}", Registered, _json(doc), "node")
@@ -282,6 +349,7 @@ class _Base:
         self.url = url.rstrip("/")
         self.operator_token = operator_token
         self.node_token = node_token
+        self.join_token: str | None = None
 
     def _request(self, call: Call[Any]) -> tuple[str, dict[str, str]]:
         headers = {"accept": "application/json"}
@@ -299,6 +367,12 @@ class _Base:
                 raise PlainHttpRefused(msg)
             check_credential_transport(self.url, "node credential")
             headers[CONTROL_HEADER] = self.node_token
+        elif call.credential == "join":
+            if not self.join_token:
+                msg = f"{call.method} {call.path} needs a join token; none was given"
+                raise PlainHttpRefused(msg)
+            check_credential_transport(self.url, "join token")
+            headers[JOIN_HEADER] = self.join_token
         return self.url + call.path, headers
 
     @staticmethod

@@ -23,6 +23,7 @@ from grid_core.protection import Override, OverrideKind
 from grid_core.system import grid_home
 from grid_node.agent import read_override, write_override
 from grid_node.config import NodeConfig, load_config, parse_port_range
+from grid_node.join import join, read_join_file
 from grid_node.launch import agent_record, start_node, stop_node
 
 PREFLIGHT_TIMEOUT_S = 10.0
@@ -69,6 +70,13 @@ def start(
     grid_ca: Annotated[
         Path | None,
         typer.Option("--grid-ca", help="CA certificate the https:// Grid is verified with."),
+    ] = None,
+    join_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--join",
+            help="Join file from 'grid allocator join write': URL, CA pin and a one-time token.",
+        ),
     ] = None,
     token_file: Annotated[
         Path | None,
@@ -184,7 +192,22 @@ def start(
         "engine_tls_ca": engine_tls_ca,
     }
     fields.update({k: v for k, v in given.items() if v is not None})
-    if grid is not None or config is None:
+    if "state_dir" not in fields:
+        fields["state_dir"] = _state_dir(None)
+    if join_file is not None:
+        if grid is not None or token_file is not None or grid_ca is not None:
+            msg = (
+                "--join carries the Grid URL, its CA and the credential: drop --grid, "
+                "--token-file and --grid-ca"
+            )
+            raise ValidationError(msg)
+        doc = read_join_file(join_file)
+        fields.update(grid_url=doc.grid_url, host_id=doc.host_id)
+        checked = NodeConfig(**fields)  # type: ignore[arg-type]  # every flag checked before the token is spent
+        joined = join(join_file, checked.state_dir)
+        typer.echo(f"joined {joined.grid_url} as host {joined.host_id}")
+        fields.update(token_file=joined.token_file, grid_ca=joined.ca_file)
+    elif grid is not None or config is None:
         target = _grid_target(grid)
         fields["grid_url"] = target.url
         if grid_ca is None and target.ca_file is not None:
@@ -193,8 +216,6 @@ def start(
             fields["token_file"] = target.node_token_file
     if grid_ca is not None:
         fields["grid_ca"] = grid_ca
-    if "state_dir" not in fields:
-        fields["state_dir"] = _state_dir(None)
     node = NodeConfig(**fields)  # type: ignore[arg-type]  # each value is checked in __post_init__
     preflight(node)
     rec = start_node(node)

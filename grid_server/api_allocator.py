@@ -6,6 +6,7 @@ capability (``X-Grid-Allocator-Token`` or ``Authorization: Bearer``); status is 
 
 from __future__ import annotations
 
+import re
 import time
 from typing import Any
 
@@ -14,12 +15,21 @@ from litestar import Request, Response, delete, get, post, put
 from litestar.handlers import HTTPRouteHandler
 from litestar.params import FromPath, JSONBody
 
-from grid_core.bodies import EvaluationBody, ModeBody, TokenBody
+from grid_core.bodies import (
+    HOST_ID_PATTERN,
+    JOIN_HEADER,
+    NODE_CREDENTIAL_TTL_S,
+    EvaluationBody,
+    JoinTokenBody,
+    ModeBody,
+    TokenBody,
+)
 from grid_core.errors import NotFoundError, ValidationError
 from grid_core.profile import profile_from_json
+from grid_core.tls import ca_fingerprint
 from grid_server.auth import new_host_id
 from grid_server.context import ServerContext
-from grid_server.guards import operator_guard
+from grid_server.guards import check_transport, operator_guard
 from grid_server.http import MAX_CONTROL_BODY_BYTES, json_response
 
 
@@ -123,7 +133,67 @@ def allocator_routes(ctx: ServerContext) -> list[HTTPRouteHandler]:
         token = ctx.credentials.issue_node(host_id, now, data.ttl_s)
         return json_response({"host_id": host_id, "token": token, "expires_at": now + data.ttl_s})
 
-    return [status, get_model, put_model, delete_model, put_mode, tick, evaluations, tokens]
+    @post("/allocator/join-tokens", status_code=200, guards=operator, request_max_body_size=limit)
+    async def join_tokens(data: JSONBody[JoinTokenBody]) -> Response:
+        """Issue a one-time join token for one host, with the CA fingerprint (operator only)."""
+        host_id = data.host_id or new_host_id()
+        now = time.time()
+        token = ctx.credentials.issue_join(host_id, now, data.ttl_s)
+        sha = ca_fingerprint(ctx.ca_pem) if ctx.ca_pem is not None else None
+        return json_response(
+            {
+                "host_id": host_id,
+                "join_token": token,
+                "expires_at": now + data.ttl_s,
+                "ca_sha256": sha,
+            }
+        )
+
+    @post("/allocator/join", status_code=200, request_max_body_size=limit)
+    async def join(request: Request) -> Response:
+        """Spend a join token (``X-Grid-Join-Token``) for a host-scoped node credential."""
+        check_transport(request)
+        now = time.time()
+        claims = ctx.credentials.redeem_join(request.headers.get(JOIN_HEADER), now)
+        ttl = NODE_CREDENTIAL_TTL_S
+        token = ctx.credentials.issue_node(claims.host_id, now, ttl)
+        return json_response({"host_id": claims.host_id, "token": token, "expires_at": now + ttl})
+
+    @post(
+        "/allocator/hosts/{host_id:str}/revoke",
+        status_code=200,
+        guards=operator,
+        request_max_body_size=limit,
+    )
+    async def revoke(host_id: FromPath[str]) -> Response:
+        """Refuse every credential of one host issued so far (its next heartbeat fails)."""
+        if not re.match(HOST_ID_PATTERN, host_id):
+            msg = f"host id {host_id!r}: letters, digits, . _ - (at most 128), as in status"
+            raise ValidationError(msg)
+        rev = ctx.credentials.revoke(host_id, time.time())
+        return json_response({"host_id": rev.host_id, "revoked_at": rev.revoked_at})
+
+    @get("/tls/ca.pem")
+    async def ca_pem() -> Response:
+        """The CA certificate of this server (public), for join-token pinning."""
+        if ctx.ca_pem is None:
+            raise NotFoundError("this server was started without --tls-ca")
+        return Response(content=ctx.ca_pem, media_type="application/x-pem-file")
+
+    return [
+        status,
+        get_model,
+        put_model,
+        delete_model,
+        put_mode,
+        tick,
+        evaluations,
+        tokens,
+        join_tokens,
+        join,
+        revoke,
+        ca_pem,
+    ]
 
 
 async def status_document(ctx: ServerContext, detail: bool) -> dict[str, Any]:
@@ -148,5 +218,9 @@ async def status_document(ctx: ServerContext, detail: bool) -> dict[str, Any]:
             "open_breakers": ctx.router.public_breakers(time.monotonic()),
             "inflight_requests": sum(ctx.router.inflight.values()),
             "profiles": sorted(runner.profile_ids),
+            "revoked_hosts": [
+                {"host_id": h, "revoked_at": at}
+                for h, at in sorted(ctx.credentials.revoked.items())
+            ],
         },
     }

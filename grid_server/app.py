@@ -109,6 +109,7 @@ def build_app(
     on_ready: Callable[[ServerContext], None] | None = None,
     on_stopped: Callable[[], None] | None = None,
     policy: Any | None = None,
+    tls_ca: Path | None = None,
 ) -> GridApp:
     """Assemble the server.
 
@@ -121,6 +122,8 @@ def build_app(
         on_ready: called once the lifespan has started (the socket is already listening).
         on_stopped: called when the lifespan ends (graceful shutdown).
         policy: a ``ControllerPolicy`` for a controller built here (defaults when ``None``).
+        tls_ca: the CA certificate that signed the server's TLS certificate (served at
+            ``/tls/ca.pem`` for join-token pinning).
 
     Raises:
         StateError: a credential file is unreadable or too widely readable.
@@ -139,6 +142,7 @@ def build_app(
         runner=runner,
         plugins=plugins,
         warnings=warnings,
+        ca_pem=tls_ca.read_bytes() if tls_ca is not None else None,
     )
 
     history = DemandHistory.empty()

@@ -10,11 +10,13 @@ from typing import Any
 import msgspec
 import typer
 
-from grid_core.client import Calls, RequestRefused
+from grid_core.bodies import JoinFile
+from grid_core.client import Calls, RequestRefused, check_credential_transport
 from grid_core.errors import EXIT_USAGE, ValidationError
+from grid_core.grids import check_url
 from grid_core.profile import BUILTIN_RUNTIMES, ModelProfile, validate_declared_profile
 from grid_server.cli_render import console, explain_view, status_view
-from grid_server.client import CliError, send
+from grid_server.client import CliError, resolve_target, send
 from grid_server.home import write_secret_file
 
 GridOpt = typer.Option(None, "--grid", help="Server URL, or 'local' (default).")
@@ -296,6 +298,65 @@ def token_write(
     typer.echo(f"grid: wrote a node credential to {file} (mode 0600)")
 
 
+def join_write(
+    file: Path = typer.Argument(..., help="Where to write the join file (mode 0600)."),  # noqa: B008
+    host_id: str | None = typer.Option(None, "--host-id", help="Stable host id to provision."),
+    ttl_minutes: float = typer.Option(60.0, "--ttl-minutes", help="Lifetime in minutes."),
+    url: str | None = typer.Option(
+        None, "--url", help="The server URL as the new machine reaches it (default: --grid's)."
+    ),
+    force: bool = typer.Option(False, "--force", help="Overwrite an existing FILE."),
+    grid: str | None = GridOpt,
+    token_file: Path | None = TokenOpt,
+) -> None:
+    """Write a one-time join token to FILE (owner-only): the server URL, the CA fingerprint
+    and a secret that a new machine spends once with 'grid allocator node start --join FILE'.
+    """
+    if ttl_minutes <= 0:
+        raise CliError("--ttl-minutes must be positive", EXIT_USAGE)
+    if file.exists() and not force:
+        msg = f"{file} already exists; pass --force to replace it, or choose another path"
+        raise CliError(msg, EXIT_USAGE)
+    target = resolve_target(grid)
+    grid_url = check_url(url) if url else target.url
+    check_credential_transport(grid_url, "join token")
+    issued = send(
+        grid, Calls.issue_join_token(host_id or None, ttl_minutes * 60.0), token_file=token_file
+    )
+    doc = JoinFile(
+        grid_url=grid_url,
+        ca_sha256=issued.ca_sha256,
+        host_id=issued.host_id,
+        join_token=issued.join_token,
+        expires_at=issued.expires_at,
+    )
+    write_secret_file(file, msgspec.json.encode(doc).decode() + "\n")
+    if not host_id:
+        typer.echo(f"grid: generated host id {issued.host_id}")
+    pin = f"CA sha256:{issued.ca_sha256}" if issued.ca_sha256 else "no CA pin (system trust)"
+    typer.echo(
+        f"grid: wrote a one-time join token for {grid_url} ({pin}) to {file} (mode 0600, "
+        f"expires in {ttl_minutes:g} min); on the new machine: "
+        f"grid allocator node start --join {file.name}"
+    )
+    if grid_url.startswith("http://"):
+        typer.echo("grid: note: a plain-HTTP loopback URL only works on this machine", err=True)
+
+
+def node_revoke(
+    host_id: str = typer.Argument(..., help="The host id to revoke (see 'grid allocator status')."),
+    grid: str | None = GridOpt,
+    token_file: Path | None = TokenOpt,
+) -> None:
+    """Revoke a host: its credential is refused from its next heartbeat; no other host changes.
+
+    Its engines stop receiving requests when their lease lapses; re-admit the host later by
+    provisioning it again (a new join token or node credential).
+    """
+    data = send(grid, Calls.revoke_host(host_id), token_file=token_file)
+    typer.echo(f"grid: revoked host {data.get('host_id')}; its next heartbeat will be refused")
+
+
 def register(cli: Any) -> None:
     """Mount the allocator commands on ``grid allocator``."""
     group = cli.group("allocator")
@@ -309,3 +370,7 @@ def register(cli: Any) -> None:
     group.command("explain")(explain)
     token = cli.subgroup("allocator", "token", help="Node credentials.")
     token.command("write")(token_write)
+    join = cli.subgroup("allocator", "join", help="One-time join tokens for new machines.")
+    join.command("write")(join_write)
+    node = cli.subgroup("allocator", "node", help="This machine's managed node agent.")
+    node.command("revoke")(node_revoke)

@@ -35,6 +35,8 @@ class ServerContext:
         url: the bound base URL once serving.
         warnings: persistent-state or startup warnings shown in status.
         metrics: request, pass and action counters for ``/metrics``.
+        ca_pem: the CA certificate the server was started with (``grid up --tls-ca``),
+            served at ``/tls/ca.pem`` and pinned by join tokens; ``None`` without one.
     """
 
     home: Path
@@ -46,6 +48,7 @@ class ServerContext:
     client: Any = None
     url: str | None = None
     warnings: list[str] = field(default_factory=list)
+    ca_pem: bytes | None = None
     metrics: RequestMetrics = field(init=False)
 
     def __post_init__(self) -> None:

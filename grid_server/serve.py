@@ -223,6 +223,7 @@ def serve(
         on_stopped=stopped,
         tick_interval_s=tick_interval_s or TICK_INTERVAL_S,
         policy=policy,
+        tls_ca=tls.ca if tls is not None else None,
     )
     ssl_files: dict[str, str] = {}
     if tls is not None:
