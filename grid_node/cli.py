@@ -375,3 +375,6 @@ def register(cli: CliRegistry) -> None:
     node = cli.subgroup("allocator", "node", help="This machine's managed node agent.")
     for fn in (start, status, stop, drain, pause, quarantine, resume):
         node.command(name=fn.__name__)(fn)
+    from grid_node.cli_qualify import qualify
+
+    cli.group("allocator").command(name="qualify")(qualify)

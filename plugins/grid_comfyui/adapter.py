@@ -136,9 +136,10 @@ class ComfyUIAdapter(EngineChildAdapter):
             )
             raise NotFoundError(msg) from None
 
-    def inventory(self) -> str:
-        """What this host offers for ComfyUI (its URL)."""
-        return f"comfyui {self.url}"
+    async def inventory(self) -> str:
+        """What this host offers for ComfyUI (raises NotFoundError when it is not running)."""
+        info = await self.object_info()
+        return f"comfyui {self.url}: {len(info)} node classes"
 
     # --- load -------------------------------------------------------------------------------
     async def load(self, host: RuntimeHost, artifact: ArtifactSpec) -> LoadResult:

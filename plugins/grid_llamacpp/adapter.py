@@ -55,6 +55,8 @@ TERM_GRACE_S = 15.0
 under a second once idle."""
 DEFAULT_PARALLEL = 4
 """Server slots per child: concurrent requests one engine serves (its max_concurrency)."""
+QUALIFY_TIMEOUT_S = 120.0
+"""Seconds one qualification completion may take on a slow CPU."""
 LOG_TAIL_BYTES = 2000
 """Bytes of a failed child's log quoted in the error message."""
 
@@ -102,6 +104,33 @@ class LlamaCppAdapter:
     def executable(self) -> Path:
         """The resolved ``llama-server`` (raises NotFoundError with the install hint)."""
         return find_llama_server(self._configured)
+
+    def inventory(self) -> str:
+        """The ``llama-server`` this host runs (raises NotFoundError with the install hint)."""
+        return f"llama-server {self.executable()}"
+
+    async def infer(self, host: RuntimeHost, child: ChildRecord) -> str:
+        """One real chat completion through the child (qualification).
+
+        Raises:
+            UnavailableError: the engine did not answer with generated tokens.
+        """
+        async with httpx.AsyncClient(timeout=QUALIFY_TIMEOUT_S) as client:
+            r = await client.post(
+                f"{child.url}/v1/chat/completions",
+                headers={"Authorization": f"Bearer {host.api_key}"},
+                json={
+                    "model": child.alias,
+                    "max_tokens": 8,
+                    "messages": [{"role": "user", "content": "hi"}],
+                },
+            )
+        usage = r.json().get("usage", {}) if r.status_code == 200 else {}
+        tokens = usage.get("completion_tokens", 0)
+        if not tokens:
+            msg = f"chat completion on {child.alias}: HTTP {r.status_code}, no tokens"
+            raise UnavailableError(msg)
+        return f"HTTP 200, {tokens} tokens"
 
     # --- load ---------------------------------------------------------------------------
     async def load(self, host: RuntimeHost, artifact: ArtifactSpec) -> LoadResult:

@@ -1,7 +1,7 @@
 """Entry point of the grid_llamacpp plugin: the runtime adapter and its commands.
 
-Commands: ``grid engine install llama.cpp``, ``grid test make-model``,
-``grid allocator qualify llama.cpp MODEL.gguf``.
+Commands: ``grid engine install llama.cpp`` and ``grid test make-model``; the adapter's
+``inventory``/``infer`` serve ``grid allocator qualify llama.cpp MODEL.gguf``.
 """
 
 from __future__ import annotations
@@ -68,34 +68,9 @@ def make_model(
     typer.echo(f"{out}  {size} bytes  sha256 {sha256_file(out)}")
 
 
-def qualify(
-    runtime: Annotated[str, typer.Argument(help="Runtime to qualify: llama.cpp")],
-    model: Annotated[Path, typer.Argument(help="GGUF file to run.")],
-    artifact_sha256: Annotated[
-        str | None, typer.Option("--artifact-sha256", help="Expected SHA-256 of the GGUF.")
-    ] = None,
-    evidence: Annotated[
-        Path | None, typer.Option("--evidence", help="Evidence file (default under $GRID_HOME).")
-    ] = None,
-) -> None:
-    """Run the real llama.cpp lifecycle on this host and write durable evidence."""
-    import anyio
-
-    from grid_llamacpp.install import check_runtime_name
-    from grid_llamacpp.qualify import run_qualification
-
-    check_runtime_name(runtime)
-    result = anyio.run(run_qualification, model, artifact_sha256, evidence)
-    for step in result["steps"]:
-        typer.echo(f"{'ok  ' if step['ok'] else 'FAIL'} {step['name']:<12} {step['detail']}")
-    typer.echo(f"evidence: {result['evidence_path']}")
-    if not result["passed"]:
-        raise typer.Exit(1)
-
-
 @hookimpl
 def grid_cli_commands(cli: CliRegistry) -> None:
-    """Add ``engine install``, ``test make-model`` and ``allocator qualify``."""
+    """Add ``engine install`` and ``test make-model`` (``allocator qualify llama.cpp`` is the
+    node's generic qualification, through this plugin's adapter)."""
     cli.group("engine").command(name="install")(engine_install)
     cli.group("test").command(name="make-model")(make_model)
-    cli.group("allocator").command(name="qualify")(qualify)

@@ -123,9 +123,10 @@ class OllamaAdapter(EngineChildAdapter):
             raise NotFoundError(msg) from None
         return {str(row.get("name")): row for row in rows}
 
-    def inventory(self) -> str:
-        """What this host offers for Ollama (the service URL)."""
-        return f"ollama {self.url}"
+    async def inventory(self) -> str:
+        """What this host offers for Ollama (raises NotFoundError when it is not running)."""
+        tags = await self.tags()
+        return f"ollama {self.url}: {len(tags)} local model(s)"
 
     # --- load -------------------------------------------------------------------------------
     async def load(self, host: RuntimeHost, artifact: ArtifactSpec) -> LoadResult:

@@ -262,7 +262,7 @@ def test_qualify_runs_the_real_lifecycle_and_writes_evidence(models_dir, tmp_pat
         "warm",
         "ownership",
         "readiness",
-        "completion",
+        "inference",
         "activity",
         "drain",
         "stop",
