@@ -31,6 +31,27 @@ MAX_PRIORITY = 1000
 """Priorities are small integers, higher is more important."""
 HF_SOURCE = re.compile(r"^hf://[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+(@[A-Za-z0-9_.-]+)?/.+$")
 """An exact, credential-free Hugging Face file URI (``hf://owner/repo[@rev]/path``)."""
+HF_SNAPSHOT_SOURCE = re.compile(r"^hf://[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+@[0-9a-f]{40}$")
+"""A vLLM model snapshot: a whole repository at one commit (never a branch or tag name)."""
+OLLAMA_SOURCE = re.compile(r"^ollama://[A-Za-z0-9_.:/-]+$")
+"""An Ollama registry tag (``ollama://<tag>``), verified against its declared digest."""
+
+
+def _exact_source(source: str, runtimes: tuple[str, ...] | list[str], model_id: str) -> bool:
+    """Whether ``source`` is an exact fetch form one of the profile's runtimes understands
+    (specification, "Current limits": llama.cpp and vLLM fetch exact, size-bounded artifacts,
+    Ollama verifies the registry digest)."""
+    if HF_SOURCE.match(source) and "@" not in source.split("/")[2]:
+        return True
+    if HF_SNAPSHOT_SOURCE.match(source):
+        return "vllm" in runtimes
+    return (
+        "ollama" in runtimes
+        and source == f"ollama://{model_id}"
+        and bool(OLLAMA_SOURCE.match(source))
+    )
+
+
 SHA256 = re.compile(r"^[0-9a-f]{64}$")
 WORKLOAD_NAME = re.compile(r"^[a-z][a-z0-9_-]{0,31}$")
 WORKLOADS: tuple[str, ...] = (
@@ -180,11 +201,12 @@ def validate_profile(p: ModelProfile) -> ModelProfile:
     if sha is not None and not SHA256.match(sha):
         raise _fail("artifact_sha256", "is not 64 hex digits", "pass the file's SHA-256")
     if p.artifact_source is not None:
-        if not HF_SOURCE.match(p.artifact_source) or "@" in p.artifact_source.split("/")[2]:
+        if not _exact_source(p.artifact_source, p.runtimes, p.model_id):
             raise _fail(
                 "artifact_source",
-                f"{p.artifact_source!r} is not an exact hf:// URI",
-                "use hf://owner/repo/path/file.gguf without credentials",
+                f"{p.artifact_source!r} is not an exact source for runtimes {list(p.runtimes)}",
+                "use hf://owner/repo/path/file.gguf (llama.cpp), hf://owner/repo@<40-hex commit> "
+                "(vllm) or ollama://<model id> (ollama), without credentials",
             )
         if sha is None or p.artifact_size_mb is None:
             raise _fail(
