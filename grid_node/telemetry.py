@@ -53,13 +53,13 @@ IDLE_PROBE_TIMEOUT_S = 2.0
 """Seconds the platform idle-time probe may take; it answers in milliseconds normally."""
 
 
-def _user_idle_s() -> float | None:
-    """Seconds since the last user input where detectable (macOS HID idle time).
+GRAPHICAL_SESSION_TYPES = ("x11", "wayland", "mir")
+"""logind session types whose idle hint a desktop environment maintains; a tty or ssh session's
+IdleHint never changes, so it says nothing about whether the owner is at the machine."""
 
-    Other platforms report ``None`` (unknown) rather than guessing from terminals.
-    """
-    if sys.platform != "darwin":
-        return None
+
+def _macos_idle_s() -> float | None:
+    """Seconds since the last HID input on macOS (``ioreg``), ``None`` when unreadable."""
     try:
         out = subprocess.run(
             ["ioreg", "-c", "IOHIDSystem"],
@@ -76,6 +76,87 @@ def _user_idle_s() -> float | None:
                 return int(line.rsplit("=", 1)[1].strip()) / 1e9  # nanoseconds
             except ValueError:
                 return None
+    return None
+
+
+def logind_idle_s(show_session_output: str, now_s: float) -> float | None:
+    """Seconds the owner has been idle from ``loginctl show-session`` output, ``None`` if unknown.
+
+    Only active graphical user sessions count (see :data:`GRAPHICAL_SESSION_TYPES`). One
+    session with ``IdleHint=no`` means the owner is at the machine (0 s); when every such
+    session is idle, the shortest idle time since its ``IdleSinceHint`` (microseconds of
+    wall-clock time) is the answer.
+
+    Args:
+        show_session_output: ``-p Type -p Class -p Active -p IdleHint -p IdleSinceHint``
+            properties of one or more sessions (blank-line separated).
+        now_s: the current wall-clock time in seconds.
+    """
+    idle: list[float] = []
+    for block in show_session_output.strip().split("\n\n"):
+        props = dict(line.split("=", 1) for line in block.splitlines() if "=" in line)
+        if props.get("Type") not in GRAPHICAL_SESSION_TYPES or props.get("Class") != "user":
+            continue
+        if props.get("Active") != "yes":
+            continue
+        if props.get("IdleHint") == "no":
+            return 0.0
+        try:
+            since_us = int(props.get("IdleSinceHint", "0"))
+        except ValueError:
+            continue
+        if since_us > 0:
+            idle.append(max(0.0, now_s - since_us / 1e6))
+    return min(idle) if idle else None
+
+
+def _linux_idle_s() -> float | None:
+    """Owner idle time from logind (``loginctl``), ``None`` without a graphical session."""
+    try:
+        listing = subprocess.run(
+            ["loginctl", "list-sessions", "--no-legend"],
+            capture_output=True,
+            text=True,
+            timeout=IDLE_PROBE_TIMEOUT_S,
+            check=False,
+        ).stdout
+        sessions = [line.split()[0] for line in listing.splitlines() if line.strip()]
+        if not sessions:
+            return None
+        out = subprocess.run(
+            [
+                "loginctl",
+                "show-session",
+                *sessions,
+                "-p",
+                "Type",
+                "-p",
+                "Class",
+                "-p",
+                "Active",
+                "-p",
+                "IdleHint",
+                "-p",
+                "IdleSinceHint",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=IDLE_PROBE_TIMEOUT_S,
+            check=False,
+        ).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return logind_idle_s(out, time.time())
+
+
+def _user_idle_s() -> float | None:
+    """Seconds since the owner's last input where a source exists: macOS HID idle time, or
+    logind's idle hint of an active graphical session on Linux. Anything else is ``None``
+    (unknown), never a guess from terminals."""
+    if sys.platform == "darwin":
+        return _macos_idle_s()
+    if sys.platform.startswith("linux"):
+        return _linux_idle_s()
     return None
 
 
