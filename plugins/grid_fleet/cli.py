@@ -1,4 +1,4 @@
-"""``grid test start|status|watch|stop|demo|replay`` — the logical fleet's commands."""
+"""``grid test start|status|watch|restart|stop|demo|replay`` — the logical fleet's commands."""
 
 from __future__ import annotations
 
@@ -96,6 +96,7 @@ next:
   grid test watch                  # residency transitions as they happen (Ctrl-C stops watching)
   grid chat --grid {rec.url} -m {rec.models[0].model_id} 'Reply with OK'
   grid test demo                   # the self-checking workday
+  grid test restart                # bring back a killed server or host agent, as configured
   grid test stop                   # drain and stop everything the fleet started""")
 
 
@@ -208,6 +209,20 @@ def watch() -> None:
                 time.sleep(observe.POLL_S)
     except KeyboardInterrupt:
         typer.echo("\ngrid: stopped watching; the fleet is still running")
+
+
+def restart() -> None:
+    """Bring back whatever fleet daemon is down (server, host agents) with its full configuration.
+
+    The one restart command for the logical fleet: after the server or a node agent was
+    killed, it starts the server on the same URL with the fleet's policy, tick interval and
+    durable state (profiles, mode), and each stopped host agent with its own settings and
+    credential (it adopts its live engines). Running daemons are left alone.
+    """
+    root = layout.fleet_dir()
+    typer.echo(f"grid: restarting what is down in {root}")
+    rec = lifecycle.restart(typer.echo, root)
+    typer.echo(f"grid: the fleet runs at {rec.url}")
 
 
 def stop() -> None:

@@ -25,6 +25,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TypeVar
+from urllib.parse import urlsplit
 
 import msgspec
 
@@ -34,6 +35,7 @@ from grid_core.api import (
     ConflictError,
     GridClient,
     GridError,
+    ProcessIdentity,
     RequestRefused,
     SpawnedChild,
     UnavailableError,
@@ -244,7 +246,7 @@ def server_proof(rec: ProcessRecord | None) -> str:
     return rec.identity().prove().status
 
 
-def _start_server(root: Path, port: int) -> tuple[ProcessRecord, str]:
+def _start_server(root: Path, port: int, *, fresh_log: bool = True) -> tuple[ProcessRecord, str]:
     home = root / "server"
     home.mkdir(mode=0o700, parents=True, exist_ok=True)
     url_file = root / "server-url.json"
@@ -267,9 +269,10 @@ def _start_server(root: Path, port: int) -> tuple[ProcessRecord, str]:
         "2",
     ]
     env = dict(os.environ, GRID_HOME=str(home))
-    # A fresh log per run: an error quotes its tail, which must be this run's text only.
+    # A fresh log per run: an error quotes its tail, which must be this run's text only. A
+    # restart appends, so the killed server's last lines stay readable.
     log_path = root / "server.log"
-    pid = spawn_detached(argv, log_path=log_path, env=env, truncate_log=True)
+    pid = spawn_detached(argv, log_path=log_path, env=env, truncate_log=fresh_log)
     try:
         return _await_server(pid, url_file, log_path)
     except BaseException:
@@ -537,8 +540,8 @@ def _fresh(root: Path) -> None:
     stray = stray_processes(root)
     if stray:
         msg = (
-            f"processes of an earlier fleet still run ({stray}); run 'grid test stop' "
-            "or inspect them by hand"
+            f"processes of this fleet still run ({stray}) while its server is down; "
+            "'grid test restart' brings the server back, 'grid test stop' stops them all"
         )
         raise ConflictError(msg)
     for sub in (root / "server" / "state", root / "hosts", root / "tokens"):
@@ -691,7 +694,9 @@ def _stop(echo: Echo, root: Path) -> list[int]:
         for hid, line in pool.map(stop_host, rec.hosts):
             echo(f"  {hid}: {line}")
     _stop_server(rec.server, echo)
+    _stop_strays(root, echo)
     left = [pid for pid, birth in pids if not is_gone(pid) and same_birth(pid, birth)]
+    left += [pid for pid in stray_processes(root) if pid not in left]
     if not left:
         layout.record_path(root).unlink(missing_ok=True)
     return left
@@ -703,7 +708,9 @@ def _kill_switch(rec: FleetRecord, root: Path, echo: Echo) -> None:
     In automatic mode the controller would see the drained hosts' missing replicas and start
     new engines while the stop is under way; recommend mode stops all new commands first.
     """
-    if server_proof(rec.server) != "proven":
+    if server_proof(rec.server) != "proven" and not any(
+        _is_server(p) for p in fleet_processes(root)
+    ):
         return
     try:
         doc = _api(rec.url, root, Calls.set_mode("recommend"))
@@ -760,18 +767,118 @@ def status_document(root: Path | None = None) -> dict:
     return doc
 
 
-def stray_processes(root: Path) -> list[int]:
-    """PIDs whose command line mentions the fleet directory (verification only: never
-    signalled). After a clean stop this is empty: no server, agent or engine is left."""
+def fleet_processes(root: Path) -> list[ProcessIdentity]:
+    """Every live process that belongs to the fleet in ``root``, however it was started.
+
+    A process belongs to the fleet when its command line names a path under ``root`` (the
+    server's url file, an agent's config, an engine's model or key file) or when its
+    ``GRID_HOME`` is under ``root`` (a server restarted by hand with the fleet's home). This
+    process and its ancestors are never listed. Each entry is a full identity (pid, birth,
+    exact command line) so a later signal goes only to the process that was found.
+    """
     import psutil
 
     marker = str(root)
-    out = []
-    for proc in psutil.process_iter(["pid", "cmdline"]):
+    skip = {os.getpid(), *(p.pid for p in psutil.Process().parents())}
+    out: list[ProcessIdentity] = []
+    for proc in psutil.process_iter(["pid", "cmdline", "create_time"]):
+        if proc.pid in skip:
+            continue
         try:
             cmd = proc.info.get("cmdline") or []
-        except (psutil.Error, AttributeError):
+            mine = any(marker in part for part in cmd)
+            if not mine:
+                home = proc.environ().get("GRID_HOME", "")
+                mine = bool(home) and (home == marker or home.startswith(marker + os.sep))
+        except (psutil.Error, AttributeError, OSError):
             continue
-        if proc.pid != os.getpid() and any(marker in part for part in cmd):
-            out.append(proc.pid)
+        if mine:
+            out.append(ProcessIdentity(proc.pid, proc.info.get("create_time"), cmdline=tuple(cmd)))
     return out
+
+
+def stray_processes(root: Path) -> list[int]:
+    """PIDs of :func:`fleet_processes` (after a clean stop this is empty: no server, agent
+    or engine of the fleet is left, including one an operator started by hand)."""
+    return [p.pid for p in fleet_processes(root)]
+
+
+def _stop_strays(root: Path, echo: Echo) -> None:
+    """Stop fleet processes the record does not name (a server restarted by hand, an engine
+    whose agent lost its record): SIGTERM, then SIGKILL after the server's grace, each only
+    while pid, birth and exact command line still prove the process found."""
+    for ident in fleet_processes(root):
+        proof = ident.prove()
+        if proof.status != "proven":
+            continue
+        try:
+            outcome = stop_process_sync(ident, grace_s=SERVER_STOP_S)
+        except GridError as exc:
+            echo(f"  pid {ident.pid} ({_short(ident)}): {exc}")
+            continue
+        echo(f"  pid {ident.pid} ({_short(ident)}) was not in the fleet record: {outcome}")
+
+
+def _short(ident: ProcessIdentity) -> str:
+    cmd = ident.cmdline or ()
+    return " ".join(Path(part).name if os.sep in part else part for part in cmd[:4])[:80]
+
+
+# --- restart --------------------------------------------------------------------------------
+def restart(echo: Echo, root: Path | None = None) -> FleetRecord:
+    """Bring back every fleet daemon that is not running, with its full configuration.
+
+    The server is started exactly as ``grid test start`` started it (same port, the fleet's
+    policy and tick interval, the same ``GRID_HOME``, so its durable controller state brings
+    back profiles and mode); each host agent that is not running is started from its
+    recorded host settings and credential (it adopts its own live engines). Daemons that run
+    are left alone. Holds the fleet lock.
+
+    Raises:
+        ConflictError: no fleet was started here; or a server the record does not name runs
+            on the fleet's home (``grid test stop`` stops it); or the recorded pid is alive but
+            not provably the server.
+        UnavailableError: the server or a host did not come back.
+    """
+    root = root or layout.fleet_dir()
+    with exclusive(root), sigterm_as_interrupt():
+        rec = layout.load_record(root)
+        if rec is None:
+            msg = f"no fleet was started in {root}; run 'grid test start'"
+            raise ConflictError(msg)
+        proof = server_proof(rec.server)
+        if proof == "unproven":
+            msg = (
+                f"pid {rec.server.pid if rec.server else '?'} in {layout.record_path(root)} is "
+                "alive but not provably the fleet server; inspect it by hand"
+            )
+            raise ConflictError(msg)
+        if proof == "dead":
+            others = [p for p in fleet_processes(root) if _is_server(p)]
+            if others:
+                msg = (
+                    f"a fleet server the record does not name runs (pid {others[0].pid}); "
+                    "run 'grid test stop' first"
+                )
+                raise ConflictError(msg)
+            # The port the fleet actually got (a start with --port 0 picks a free one): the
+            # agents and every client know the fleet by this URL.
+            port = urlsplit(rec.url).port or rec.settings.port
+            server, url = _start_server(root, port, fresh_log=False)
+            rec.server = server
+            if url != rec.url:
+                echo(f"  note: the server now listens on {url} (was {rec.url})")
+                rec.url = url
+            layout.save_record(root, rec)
+            echo(f"  server pid {server.pid} restarted on {url} (policy and state restored)")
+        missing = tuple(h for h in rec.hosts if not node_running(root, h.host_id))
+        if missing:
+            _start_hosts(root, rec.url, missing, echo)
+        else:
+            echo("  every host agent is running")
+        return rec
+
+
+def _is_server(ident: ProcessIdentity) -> bool:
+    cmd = ident.cmdline or ()
+    return "grid_server.serve" in cmd or any(part.endswith("grid") for part in cmd[:2])

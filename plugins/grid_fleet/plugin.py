@@ -7,7 +7,7 @@ from grid_core.api import CliRegistry, hookimpl
 
 @hookimpl
 def grid_cli_commands(cli: CliRegistry) -> None:
-    """Add start, status, watch, stop, demo and replay to the shared ``grid test`` group."""
+    """Add start, status, watch, restart, stop, demo, replay to the ``grid test`` group."""
     from grid_fleet import cli as fleet_cli
 
     test = cli.group("test")
@@ -15,6 +15,7 @@ def grid_cli_commands(cli: CliRegistry) -> None:
         fleet_cli.start,
         fleet_cli.status,
         fleet_cli.watch,
+        fleet_cli.restart,
         fleet_cli.stop,
         fleet_cli.demo,
         fleet_cli.replay,
