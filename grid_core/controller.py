@@ -67,6 +67,7 @@ from grid_core.reconcile.delivery import destructive_problem, select
 from grid_core.reconcile.generation import Generations
 from grid_core.reconcile.governor import admit, service_key
 from grid_core.reconcile.holds import Holds
+from grid_core.reconcile.policy import DRAIN_DEADLINE_REASON
 from grid_core.reconcile.quality import QualityBook, QualityView, check_evaluation
 from grid_core.reconcile.reconciler import Deferred, ReconcileInputs, Withdrawal, reconcile
 from grid_core.reconcile.revisions import Revisions
@@ -643,6 +644,7 @@ class Controller:
             artifact_size_mb=a.artifact_size_mb,
             runtime=a.runtime,
             embeddings=a.kind == "warm" and self._serves_embeddings(a.model_id),
+            force=a.kind == "unload" and a.reason == DRAIN_DEADLINE_REASON,
         )
 
     def _serves_embeddings(self, model_id: str) -> bool:

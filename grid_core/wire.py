@@ -279,6 +279,10 @@ class Command(Struct, frozen=True, kw_only=True):
     runtime: Id | None = None
     embeddings: bool = False
     """warm only: start the engine with its embeddings endpoint enabled (an embedding profile)."""
+    force: bool = False
+    """unload only: stop the engine even with requests in flight or unknown activity. Set only
+    when the controller decided so because the drain deadline passed (reason
+    ``drain_deadline``); the node still signals only a proven process."""
 
 
 class AllocatorResponse(Struct, frozen=True, kw_only=True):

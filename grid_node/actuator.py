@@ -373,7 +373,8 @@ class Actuator:
         if cmd.kind == "drain":
             return await self.drain(cmd.model_id), False
         if cmd.kind == "unload":
-            return await self.unload(cmd.model_id), False
+            # force: the controller's explicit decision after the drain deadline passed.
+            return await self.unload(cmd.model_id, force=cmd.force), False
         return self._evict(cmd.model_id), False
 
     def _check_disk(self, cmd: Command) -> None:

@@ -59,6 +59,15 @@ class HostBook:
     present: set[str]
     eligible: bool
     blocked: bool = False
+    """No preemption, relocation or repair may touch this host again in this plan: memory it
+    releases belongs to a staged beneficiary and is proven free only by a later heartbeat."""
+    staged: set[str] = field(default_factory=set)
+    """Beneficiaries of preemptions staged here: each keeps its model slot, colocation rules
+    and future footprint on this host, and is never assigned here before memory is free."""
+    staged_mb: int = 0
+    """Future footprint (MB) of :attr:`staged`, reserved against the desired ledger."""
+    released_mb: int = 0
+    """Live MB the staged victims will release once unloaded (still live until then)."""
     models: dict[int, Placed] = field(default_factory=dict)
     version: int = 0
     """Bumped on every change, so per-plan fit results can be reused while it is unchanged."""
@@ -194,21 +203,29 @@ class Ledger:
 
         Reasons: ``ineligible``, ``blocked``, ``present``, ``memory``, ``slots``,
         ``colocation``, ``disk``. Static compatibility is checked by the caller.
+
+        A host with a staged preemption still takes an unrelated model that fits beside the
+        draining victims now (live ledger) and beside the beneficiary afterwards (its footprint,
+        slot and colocation rules are reserved), so a staged preemption never blocks work that
+        fits (issue 20; specification, "Global placement loop", staged preemption).
         """
         book = self.books[hi]
         if not book.eligible:
             return "ineligible"
-        if book.blocked:
-            return "blocked"
         mid = self.profiles[mi].model_id
+        if book.blocked and (not book.staged or mid in book.staged):
+            return "blocked"
         if mid in book.present:
             return "present"
         _, mem = self.memory(mi, hi)
         if book.inc_free < mem or book.raw_free < mem:
             return "memory"
-        if book.max_models and len(book.present) + 1 > book.max_models:
+        if book.staged and book.inc_free + book.released_mb - book.staged_mb < mem:
+            return "memory"  # would not fit beside the beneficiary once the victims are gone
+        peers = book.present | book.staged if book.staged else book.present
+        if book.max_models and len(peers) + 1 > book.max_models:
             return "slots"
-        if (self.ceiling or self.excludes.get(mid)) and self.colocation_conflict(mid, book.present):
+        if (self.ceiling or self.excludes.get(mid)) and self.colocation_conflict(mid, peers):
             return "colocation"
         disk = self.disk_cost(mi, hi)
         if disk and book.disk_free is not None and book.disk_free < disk:

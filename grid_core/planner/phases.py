@@ -369,13 +369,23 @@ def preempt_on(state: PlanState, mi: int, hosts: list[int], authorized: bool = F
         state.budget_hit.add(mi)
         return False
     p = state.profiles[mi]
+    book = state.ledger.books[hi]
     for v in chosen:
         vmi = state.ledger.index.get(v.model_id)
-        if vmi is not None and vmi in state.ledger.books[hi].models:
+        if vmi is not None and vmi in book.models:
             state.ledger.remove(vmi, hi)
         _evict(state, v.model_id, hi, p.model_id, p.priority, "preemption")
-    state.ledger.books[hi].blocked = True  # released memory is proven free only later
-    state.ledger.books[hi].version += 1
+        res = state.res_maps[hi].get(v.model_id)
+        book.released_mb += res.memory_mb if res is not None else 0
+    # Released memory is proven free only later: the beneficiary is not assigned here in this
+    # plan, but its footprint, slot and colocation rules are reserved so an unrelated model
+    # that fits beside both may still be placed (Ledger.fit_new).
+    book.blocked = True
+    book.staged.add(p.model_id)
+    staged_mb = state.ledger.memory(mi, hi)[1]
+    book.staged_mb += staged_mb
+    book.raw_free -= staged_mb
+    book.version += 1
     state.staged[mi] = state.staged.get(mi, 0) + 1
     return True
 

@@ -15,9 +15,9 @@ from grid_core.planner.types import Plan
 from grid_core.profile import ModelProfile
 from grid_core.reconcile.actions import Action
 from grid_core.reconcile.governor import rank_of
-from grid_core.reconcile.policy import GovernorPolicy
+from grid_core.reconcile.policy import DRAIN_DEADLINE_REASON, GovernorPolicy
 from grid_core.reconcile.reconciler import required_replicas
-from grid_core.reconcile.view import admitting, reachable, replacement_problem
+from grid_core.reconcile.view import admitting, reachable, releases_freely, replacement_problem
 from grid_core.snapshot import HostSnapshot
 
 
@@ -83,6 +83,8 @@ def destructive_problem(
         return "host_unreachable"
     r = host.residency(a.model_id)
     if a.kind == "unload":
+        if a.reason == DRAIN_DEADLINE_REASON:
+            return None  # the explicit decision to cut what still runs (drain deadline)
         if r is not None and r.state == "draining":
             if r.active_requests is None:
                 return "activity_unknown"
@@ -91,7 +93,7 @@ def destructive_problem(
         return None
     if a.kind != "drain" or a.eviction or a.model_id in retired:
         return None
-    if not admitting(host, policy):
+    if releases_freely(host, policy):
         return None  # a fenced host's replica serves nothing; releasing it loses no capacity
     if plan is None:
         return "no_plan"

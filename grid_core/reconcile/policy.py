@@ -33,6 +33,14 @@ ROUTE_LEASE_S = 60.0
 LEASE_MARGIN_S = 30.0
 """A replacement route must have strictly more than this left of its lease at the final
 destructive check: covers the revision wait, delivery and the node's durable start."""
+DRAIN_DEADLINE_S = 300.0
+"""Longest a drained replica may keep requests in flight (or report unknown activity) before
+the controller decides to force its unload: minutes of a long CPU generation, but bounded,
+so a staged preemption or a retirement cannot wait forever behind one endless request. The
+decision is explicit (reason ``drain_deadline``) and visible in status; before it the unload
+is deferred with ``in_flight``/``activity_unknown`` and this deadline as ``until``."""
+DRAIN_DEADLINE_REASON = "drain_deadline"
+"""Reason of an unload the controller forces because the drain deadline passed."""
 RESTART_GRACE_S = 60.0
 """After restoring state, destructive work waits one route lease so the fleet re-registers."""
 HICCUP_FRACTION = 0.5
@@ -57,6 +65,7 @@ class GovernorPolicy(msgspec.Struct, frozen=True, kw_only=True):
     route_lease_s: float = ROUTE_LEASE_S
     lease_margin_s: float = LEASE_MARGIN_S
     restart_grace_s: float = RESTART_GRACE_S
+    drain_deadline_s: float = DRAIN_DEADLINE_S
     hiccup_fraction: float = HICCUP_FRACTION
 
     def backoff_s(self, failures: int) -> float:

@@ -23,11 +23,12 @@ from grid_core.demand.desired import startup_path_s
 from grid_core.planner.types import Assignment, Eviction, Plan
 from grid_core.profile import ModelProfile
 from grid_core.reconcile.actions import Action, ActionBook, ServiceClass, failure_key
-from grid_core.reconcile.policy import GovernorPolicy
+from grid_core.reconcile.policy import DRAIN_DEADLINE_REASON, GovernorPolicy
 from grid_core.reconcile.view import (
     admitting,
     observed_at,
     reachable,
+    releases_freely,
     replacement_problem,
     reserved_by_actions,
     used_mb,
@@ -340,7 +341,22 @@ def _destructive(
             if r.state == "ready" and key in desired_pairs and eviction is None:
                 continue
             kind: ActionKind = "drain" if r.state == "ready" else "unload"
+            deadline = _drain_deadline(inp, host, r, gate.last) if kind == "unload" else None
+            overdue = deadline is not None and inp.now >= deadline
             reason = _destructive_block(inp, host, r, kind, eviction is not None, proof, gate.last)
+            if reason in ("in_flight", "activity_unknown") and overdue:
+                reason = None  # the drain deadline passed: the controller decides to force
+            elif reason in ("in_flight", "activity_unknown") and deadline is not None:
+                out.deferred.append(
+                    Deferred(
+                        kind=kind,
+                        host_id=host.host_id,
+                        model_id=r.model_id,
+                        reason=reason,
+                        until=deadline,
+                    )
+                )
+                continue
             if reason is None:
                 reason_gate = gate.check(kind, host, r.model_id)
                 if reason_gate is not None:
@@ -369,7 +385,9 @@ def _destructive(
                     kind=kind,
                     host_id=host.host_id,
                     model_id=r.model_id,
-                    reason="eviction"
+                    reason=DRAIN_DEADLINE_REASON
+                    if overdue and r.active_requests != 0
+                    else "eviction"
                     if eviction is not None
                     else ("retired" if r.model_id in inp.retired else "obsolete"),
                     priority=getattr(eviction, "priority", prio),
@@ -378,6 +396,26 @@ def _destructive(
                     beneficiary=getattr(eviction, "beneficiary", None),
                 )
             )
+
+
+def _drain_deadline(
+    inp: ReconcileInputs,
+    host: HostSnapshot,
+    r: ResidencySnapshot,
+    last: Mapping[tuple[str, str, str], Action],
+) -> float | None:
+    """When the drain of ``r`` runs out of time (wall seconds), or ``None`` without a known start.
+
+    The start is the node's receipt for the drain it ran (the route was fenced then); a
+    replica drained by its host's own protection loop has no such receipt and keeps the
+    ordinary rule (only an idle replica is unloaded).
+    """
+    if r.state != "draining":
+        return None
+    drain = last.get(("drain", host.host_id, r.model_id))
+    if drain is None or drain.status != "succeeded" or drain.receipt_at is None:
+        return None
+    return drain.receipt_at + inp.policy.drain_deadline_s
 
 
 def _prefetch_beneficiary(
@@ -468,16 +506,17 @@ def _destructive_block(
     profile = inp.profiles.get(r.model_id)
     # A replica on a fenced host (draining/paused) serves nothing; releasing it removes no
     # availability, so it need not wait for its replacement.
-    if admitting(host, inp.policy):
+    if not releases_freely(host, inp.policy):
         problem = proof.get(r.model_id)
         if problem is not None:
-            return problem
-        if (
-            profile is not None
-            and r.loaded_at is not None
-            and inp.now - r.loaded_at < profile.min_residency_s
-        ):
-            return "min_residency"
+            return problem  # make before break (a draining host is evacuated, too)
+    if (
+        admitting(host, inp.policy)
+        and profile is not None
+        and r.loaded_at is not None
+        and inp.now - r.loaded_at < profile.min_residency_s
+    ):
+        return "min_residency"
     last_warm = last.get(("warm", host.host_id, r.model_id))
     if (
         last_warm is not None
@@ -527,7 +566,7 @@ def _withdrawals(
         if key in desired_pairs and key not in evictions:
             unsafe_models.setdefault(a.model_id, "desired_again")
             continue
-        fenced = host is not None and not admitting(host, inp.policy)
+        fenced = host is not None and releases_freely(host, inp.policy)
         problem = proof.get(a.model_id)
         if problem is not None and not fenced:
             unsafe_models.setdefault(a.model_id, problem)

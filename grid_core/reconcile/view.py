@@ -37,6 +37,19 @@ def admitting(host: HostSnapshot, policy: GovernorPolicy) -> bool:
     return reachable(host, policy) and host.state in ADMITTING_STATES
 
 
+def releases_freely(host: HostSnapshot, policy: GovernorPolicy) -> bool:
+    """A replica here may be released without waiting for its replacement.
+
+    True on a host that admits no new work for good reason (paused, unhealthy, quarantined):
+    its replica serves nothing and the owner or an operator wants the memory back. A
+    *draining* host is being evacuated (its owner became active, existing work may finish):
+    its replicas leave make before break, each only once its replacement is ready elsewhere
+    (specification, "Single-machine scenario lab and logical fleet test", activity scenario;
+    "Safety invariants" 3 and 5).
+    """
+    return not admitting(host, policy) and host.state != "draining"
+
+
 def observed_at(host: HostSnapshot, now: float) -> float:
     """Server-clock time of the report this snapshot reflects (``-inf`` when never)."""
     if host.heartbeat_age_s is None:

@@ -82,6 +82,8 @@ class SimNode:
     outbox: list[Acknowledgement] = field(default_factory=list)
     last_report: HostSnapshot | None = None
     last_report_at: float | None = None
+    drained_at: dict[str, float] = field(default_factory=dict)
+    """When each model's last drain finished here (a forced unload must come a deadline later)."""
 
     def held_mb(self) -> int:
         return sum(r.memory_mb for r in self.residencies.values() if r.state != "cached")
@@ -135,6 +137,8 @@ class SimFleet:
         self.profiles: dict[str, ModelProfile] = {}
         self.retired: set[str] = set()
         self.terms_sent: list[int] = []
+        self.forced: list[tuple[str, str, int]] = []
+        """(host, model, requests cut) of every unload the controller forced."""
 
     @classmethod
     def uniform(cls, count: int, capacity_mb: int, **kw: object) -> SimFleet:
@@ -358,10 +362,19 @@ class SimFleet:
             if r is None or r.state not in ("draining", "failed"):
                 self.violations.append(f"duplicate unload of {c.model_id} on {node.host_id}")
                 return
-            if r.active > 0:
+            if r.active > 0 and not c.force:
                 self.violations.append(
                     f"unload of {c.model_id} on {node.host_id} with {r.active} in flight"
                 )
+            if c.force:
+                # Cutting requests is allowed only as the drain deadline's explicit decision.
+                drained = node.drained_at.get(c.model_id)
+                deadline = self.ctl.policy.governor.drain_deadline_s
+                if drained is None or self.now - drained < deadline:
+                    self.violations.append(
+                        f"forced unload of {c.model_id} on {node.host_id} before the drain deadline"
+                    )
+                self.forced.append((node.host_id, c.model_id, r.active))
             del node.residencies[c.model_id]
 
     def _check_last_replica(self, node: SimNode, c: Command) -> None:
@@ -398,6 +411,8 @@ class SimFleet:
             r.state = "failed" if fail else "ready"
         elif c.kind == "drain" and fail and r is not None and r.state == "draining":
             pass  # a failed drain leaves the process draining; the controller unloads later
+        if c.kind == "drain" and not fail:
+            node.drained_at[c.model_id] = self.now
         status = "failed" if fail and c.kind in ("load", "warm") else "succeeded"
         node.receipts[aid] = status
         node.outbox.append(Acknowledgement(action_id=aid, status=status))  # type: ignore
