@@ -1,0 +1,297 @@
+"""The specification's logical-fleet scenarios on real llama-server hosts (issue 20).
+
+One four-host fleet is started through the shipped CLI; its three models are sized so that
+any two replicas never fit one host (a one-model-per-host capacity budget). Profiles are
+changed through the operator API and host protection through the node's documented local
+override (``grid allocator node drain``), never by patching code:
+
+* **activity** — three replicas of the baseline and one spare host; a loaded host is marked
+  user-active: the replica moves make-before-break (the replacement on the spare is ready
+  before the old copy is unloaded) and every request meanwhile is answered;
+* **contention** — two models under the one-model-per-host budget: both reach their replica
+  counts, no host ever holds two, and both answer real requests;
+* **preemption with warm-back** — a low-priority service runs on every free host with traffic;
+  a high-priority model's baseline appears: an incumbent is really drained and unloaded
+  before the beneficiary is warmed there and serves; when the burst is retired the displaced
+  service warms back and completes a streamed request.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from fleet_cli import grid, owned
+from grid_fleet import layout
+
+from grid_core.system import is_gone, same_birth, wait_until_sync
+
+pytestmark = pytest.mark.e2e
+
+ENGINE_PORT_BASE = 23800
+"""Engine ports for this module's fleet: clear of the other e2e fleets' ranges."""
+GENERAL, CODER, WRITER = "tiny-general.gguf", "tiny-coder.gguf", "tiny-writer.gguf"
+WAIT_S = 300.0
+"""Upper bound for one convergence on a loaded 2-core machine (bounds the wait, never timed)."""
+
+
+# --- helpers -------------------------------------------------------------------------------
+class Fleet:
+    def __init__(self, root: Path, url: str, token: str) -> None:
+        self.root, self.url, self.token = root, url, token
+        self.http = httpx.Client(timeout=30.0, trust_env=False)
+
+    def status(self) -> dict:
+        try:
+            r = self.http.get(self.url + "/allocator/status?detail=1")
+            return r.json() if r.status_code == 200 else {}
+        except (httpx.HTTPError, ValueError):
+            return {}
+
+    def hosts(self) -> list[dict]:
+        return (self.status().get("controller") or {}).get("hosts") or []
+
+    def ready_on(self, model: str) -> set[str]:
+        return {
+            h["host_id"]
+            for h in self.hosts()
+            for r in h.get("residencies") or []
+            if r.get("model_id") == model and r.get("state") == "ready"
+        }
+
+    def resident(self) -> dict[str, set[str]]:
+        """host → models holding memory there (anything but cached)."""
+        return {
+            h["host_id"]: {
+                r["model_id"] for r in h.get("residencies") or [] if r.get("state") != "cached"
+            }
+            for h in self.hosts()
+        }
+
+    def set_profile(self, model: str, **fields: object) -> None:
+        prof = self.http.get(f"{self.url}/allocator/models/{model}").json()["profile"]
+        prof.update(fields)
+        r = self.http.put(
+            f"{self.url}/allocator/models/{model}",
+            json=prof,
+            headers={"x-grid-allocator-token": self.token},
+        )
+        assert r.status_code == 200, r.text
+
+    def history(self) -> list[dict]:
+        ctl = self.status().get("controller") or {}
+        return list(ctl.get("history") or [])
+
+    def chat(self, model: str, *, stream: bool = False) -> int:
+        body = {
+            "model": model,
+            "messages": [{"role": "user", "content": "hello grid"}],
+            "max_tokens": 8,
+            "stream": stream,
+        }
+        if not stream:
+            return self.http.post(self.url + "/v1/chat/completions", json=body).status_code
+        with self.http.stream("POST", self.url + "/v1/chat/completions", json=body) as r:
+            text = b"".join(r.iter_bytes())
+            assert r.status_code != 200 or b"[DONE]" in text
+            return r.status_code
+
+    def wait(self, what: str, check) -> None:
+        assert wait_until_sync(check, timeout_s=WAIT_S, interval_s=1.0), what
+
+
+class Traffic:
+    """Client threads sending one model's requests back to back; statuses counted."""
+
+    def __init__(self, fleet: Fleet, model: str, clients: int = 2) -> None:
+        self.fleet, self.model = fleet, model
+        self.codes: Counter[int] = Counter()
+        self.stop = threading.Event()
+        self.threads = [threading.Thread(target=self._run, daemon=True) for _ in range(clients)]
+
+    def _run(self) -> None:
+        with httpx.Client(timeout=120.0, trust_env=False) as http:
+            body = {
+                "model": self.model,
+                "messages": [{"role": "user", "content": "hello"}],
+                "max_tokens": 4,
+            }
+            while not self.stop.is_set():
+                try:
+                    code = http.post(self.fleet.url + "/v1/chat/completions", json=body).status_code
+                except httpx.TransportError:
+                    code = 0
+                self.codes[code] += 1
+
+    def __enter__(self) -> Traffic:
+        for t in self.threads:
+            t.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        for t in self.threads:
+            t.join(timeout=130)
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
+    home = tmp_path_factory.mktemp("scenario-home")
+    started = grid(
+        home,
+        "test",
+        "start",
+        "--machines",
+        "4",
+        "--text-capacities-gib",
+        "2,2,2,2",
+        "--port",
+        "0",
+        "--engine-port-base",
+        str(ENGINE_PORT_BASE),
+    )
+    root = home / "fleet"
+    try:
+        assert started.returncode == 0, started.stdout + started.stderr
+        rec = layout.load_record(root)
+        assert rec is not None
+        token = (root / "server" / "operator-token").read_text().strip()
+        f = Fleet(root, rec.url, token)
+        yield f
+        f.http.close()
+    finally:
+        before = [(p.pid, p.create_time()) for p in owned(home)]
+        stopped = grid(home, "test", "stop")
+        left = [pid for pid, born in before if same_birth(pid, born) and not is_gone(pid)]
+        assert stopped.returncode == 0, stopped.stdout + stopped.stderr
+        assert not left, f"processes left after 'grid test stop': {left}"
+
+
+def one_model_per_host(f: Fleet) -> bool:
+    return all(len(models) <= 1 for models in f.resident().values())
+
+
+# --- the scenarios ---------------------------------------------------------------------------
+def test_activity_user_active_host_forces_make_before_break_evacuation(fleet: Fleet) -> None:
+    f = fleet
+    f.set_profile(GENERAL, min_replicas=3, max_replicas=3)
+    f.wait("three baseline replicas", lambda: len(f.ready_on(GENERAL)) == 3)
+    loaded = sorted(f.ready_on(GENERAL))
+    spare = sorted({h["host_id"] for h in f.hosts()} - set(loaded))
+    assert len(spare) == 1
+    active = loaded[0]
+    with Traffic(f, GENERAL) as traffic:
+        done = grid(
+            f.root.parent,
+            "allocator",
+            "node",
+            "drain",
+            "--reason",
+            "user active",
+            "--state-dir",
+            str(f.root / "hosts" / active),
+        )
+        assert done.returncode == 0, done.stdout + done.stderr
+        try:
+            f.wait(
+                "replica evacuated to the spare",
+                lambda: (
+                    f.ready_on(GENERAL) == set(loaded[1:]) | set(spare)
+                    and GENERAL not in f.resident().get(active, set())
+                ),
+            )
+        finally:
+            resumed = grid(
+                f.root.parent,
+                "allocator",
+                "node",
+                "resume",
+                "--state-dir",
+                str(f.root / "hosts" / active),
+            )
+            assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    # Make before break: the spare's warm succeeded before the old copy's unload was issued.
+    hist = f.history()
+    warm = [
+        a
+        for a in hist
+        if a["kind"] == "warm" and a["host_id"] == spare[0] and a["status"] == "succeeded"
+    ]
+    unload = [
+        a
+        for a in hist
+        if a["kind"] == "unload" and a["host_id"] == active and a["model_id"] == GENERAL
+    ]
+    assert warm and unload, hist
+    assert max(a["completed_at"] for a in warm) <= min(a["created_at"] for a in unload)
+    print(f"activity: requests during the evacuation {dict(traffic.codes)}")
+    assert set(traffic.codes) == {200}, traffic.codes
+
+
+def test_contention_two_models_under_a_one_model_per_host_budget(fleet: Fleet) -> None:
+    f = fleet
+    f.set_profile(GENERAL, min_replicas=2, max_replicas=2)
+    f.set_profile(CODER, min_replicas=2, max_replicas=2)
+    seen_crowded: list[dict] = []
+
+    def converged() -> bool:
+        if not one_model_per_host(f):
+            seen_crowded.append(f.resident())
+        return len(f.ready_on(GENERAL)) == 2 and len(f.ready_on(CODER)) == 2
+
+    f.wait("two replicas of each model", converged)
+    assert not seen_crowded, seen_crowded
+    assert f.ready_on(GENERAL).isdisjoint(f.ready_on(CODER))
+    assert f.chat(GENERAL) == 200 and f.chat(CODER) == 200
+    f.set_profile(CODER, min_replicas=0, max_replicas=1)
+    f.wait("the coder back to at most one", lambda: len(f.ready_on(CODER)) <= 1)
+
+
+def test_preemption_drains_incumbents_and_the_displaced_service_warms_back(fleet: Fleet) -> None:
+    f = fleet
+    f.set_profile(GENERAL, min_replicas=1, max_replicas=1)
+    f.set_profile(CODER, min_replicas=3, max_replicas=3)
+    f.wait(
+        "baseline on one host, the batch service on every other",
+        lambda: len(f.ready_on(GENERAL)) == 1 and len(f.ready_on(CODER)) == 3,
+    )
+    coder_hosts = f.ready_on(CODER)
+    with Traffic(f, CODER) as traffic:
+        t_burst = time.time()
+        f.set_profile(WRITER, min_replicas=1, max_replicas=1)  # the critical burst
+        f.wait("the burst model is served", lambda: len(f.ready_on(WRITER)) == 1)
+        assert f.chat(WRITER) == 200
+        [burst_host] = f.ready_on(WRITER)
+        assert burst_host in coder_hosts  # it took an incumbent's place
+        hist = [a for a in f.history() if a["created_at"] >= t_burst]
+        drained = [
+            a
+            for a in hist
+            if a["kind"] in ("drain", "unload")
+            and a["host_id"] == burst_host
+            and a["model_id"] == CODER
+            and a["status"] == "succeeded"
+        ]
+        warmed = [
+            a
+            for a in hist
+            if a["kind"] == "warm" and a["host_id"] == burst_host and a["model_id"] == WRITER
+        ]
+        assert {a["kind"] for a in drained} == {"drain", "unload"}, hist
+        # Drain and unload of the incumbent both finished before the beneficiary's warm began.
+        assert max(a["completed_at"] for a in drained) <= min(a["created_at"] for a in warmed)
+        # Retire the burst: the displaced service warms back onto its host.
+        f.set_profile(WRITER, min_replicas=0, max_replicas=1)
+        f.wait(
+            "the displaced service is back on every host it had",
+            lambda: f.ready_on(CODER) == coder_hosts and not f.ready_on(WRITER),
+        )
+    assert f.chat(CODER, stream=True) == 200
+    print(f"preemption: batch-service requests meanwhile {dict(traffic.codes)}")
+    bad = {c: n for c, n in traffic.codes.items() if c not in (200, 503)}
+    assert not bad, traffic.codes
