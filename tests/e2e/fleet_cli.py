@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import psutil
@@ -39,3 +41,45 @@ def owned(home: Path) -> list[psutil.Process]:
         except (psutil.Error, TypeError):
             continue
     return out
+
+
+@contextmanager
+def started_fleet(
+    home: Path, *, machines: int, capacities_gib: str, engine_port_base: int
+) -> Iterator[tuple[Path, str, str]]:
+    """Start a logical fleet with ``grid test start`` under ``home``; yield (fleet root, URL,
+    operator token); stop it with ``grid test stop`` and prove from the process table that
+    no fleet process is left, including one started by hand (found by its GRID_HOME)."""
+    from grid_fleet import layout
+    from grid_fleet.lifecycle import fleet_processes
+
+    from grid_core.system import is_gone, same_birth
+
+    started = grid(
+        home,
+        "test",
+        "start",
+        "--machines",
+        str(machines),
+        "--text-capacities-gib",
+        capacities_gib,
+        "--port",
+        "0",
+        "--engine-port-base",
+        str(engine_port_base),
+    )
+    root = home / "fleet"
+    try:
+        assert started.returncode == 0, started.stdout + started.stderr
+        rec = layout.load_record(root)
+        assert rec is not None
+        token = (root / "server" / "operator-token").read_text().strip()
+        yield root, rec.url, token
+    finally:
+        before = [(p.pid, p.birth) for p in fleet_processes(root)]
+        before += [(p.pid, p.create_time()) for p in owned(home)]
+        stopped = grid(home, "test", "stop")
+        left = [pid for pid, born in before if same_birth(pid, born) and not is_gone(pid)]
+        assert stopped.returncode == 0, stopped.stdout + stopped.stderr
+        assert not left, f"processes left after 'grid test stop': {left}"
+        assert not owned(home) and not fleet_processes(root)

@@ -33,11 +33,11 @@ from urllib.parse import urlsplit
 
 import httpx
 import pytest
-from fleet_cli import grid, owned
+from fleet_cli import grid, started_fleet
 from grid_fleet import layout
 from grid_fleet.lifecycle import fleet_processes
 
-from grid_core.system import ProcessIdentity, is_gone, same_birth, signal_proven, wait_until_sync
+from grid_core.system import ProcessIdentity, signal_proven, wait_until_sync
 from grid_node.launch import agent_record
 from grid_node.state import StateFile
 
@@ -171,35 +171,10 @@ def kill9(pid: int, birth: float | None) -> None:
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, str, str]]:
     home = tmp_path_factory.mktemp("chaos-home")
-    started = grid(
-        home,
-        "test",
-        "start",
-        "--machines",
-        "3",
-        "--text-capacities-gib",
-        "2,2,2",
-        "--port",
-        "0",
-        "--engine-port-base",
-        str(ENGINE_PORT_BASE),
-    )
-    root = home / "fleet"
-    try:
-        assert started.returncode == 0, started.stdout + started.stderr
-        rec = layout.load_record(root)
-        assert rec is not None
-        token = (root / "server" / "operator-token").read_text().strip()
-        yield root, rec.url, token
-    finally:
-        # Every fleet process, also one started by hand (found by its GRID_HOME).
-        before = [(p.pid, p.birth) for p in fleet_processes(root)]
-        before += [(p.pid, p.create_time()) for p in owned(home)]
-        stopped = grid(home, "test", "stop")
-        left = [pid for pid, born in before if same_birth(pid, born) and not is_gone(pid)]
-        assert stopped.returncode == 0, stopped.stdout + stopped.stderr
-        assert not left, f"processes left after 'grid test stop': {left}"
-        assert not owned(home) and not fleet_processes(root)
+    with started_fleet(
+        home, machines=3, capacities_gib="2,2,2", engine_port_base=ENGINE_PORT_BASE
+    ) as fleet:
+        yield fleet
 
 
 def test_chaos_kill9_engine_agent_and_server_under_traffic(fleet):

@@ -26,10 +26,9 @@ from pathlib import Path
 
 import httpx
 import pytest
-from fleet_cli import grid, owned
-from grid_fleet import layout
+from fleet_cli import grid, started_fleet
 
-from grid_core.system import is_gone, same_birth, wait_until_sync
+from grid_core.system import wait_until_sync
 
 pytestmark = pytest.mark.e2e
 
@@ -101,6 +100,12 @@ class Fleet:
             assert r.status_code != 200 or b"[DONE]" in text
             return r.status_code
 
+    def node_override(self, host_id: str, *args: str) -> None:
+        """The node's documented local override (``grid allocator node drain|resume ...``)."""
+        sdir = str(self.root / "hosts" / host_id)
+        done = grid(self.root.parent, "allocator", "node", *args, "--state-dir", sdir)
+        assert done.returncode == 0, done.stdout + done.stderr
+
     def wait(self, what: str, check) -> None:
         assert wait_until_sync(check, timeout_s=WAIT_S, interval_s=1.0), what
 
@@ -142,34 +147,14 @@ class Traffic:
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
     home = tmp_path_factory.mktemp("scenario-home")
-    started = grid(
-        home,
-        "test",
-        "start",
-        "--machines",
-        "4",
-        "--text-capacities-gib",
-        "2,2,2,2",
-        "--port",
-        "0",
-        "--engine-port-base",
-        str(ENGINE_PORT_BASE),
-    )
-    root = home / "fleet"
-    try:
-        assert started.returncode == 0, started.stdout + started.stderr
-        rec = layout.load_record(root)
-        assert rec is not None
-        token = (root / "server" / "operator-token").read_text().strip()
-        f = Fleet(root, rec.url, token)
-        yield f
-        f.http.close()
-    finally:
-        before = [(p.pid, p.create_time()) for p in owned(home)]
-        stopped = grid(home, "test", "stop")
-        left = [pid for pid, born in before if same_birth(pid, born) and not is_gone(pid)]
-        assert stopped.returncode == 0, stopped.stdout + stopped.stderr
-        assert not left, f"processes left after 'grid test stop': {left}"
+    with started_fleet(
+        home, machines=4, capacities_gib="2,2,2,2", engine_port_base=ENGINE_PORT_BASE
+    ) as (root, url, token):
+        f = Fleet(root, url, token)
+        try:
+            yield f
+        finally:
+            f.http.close()
 
 
 def one_model_per_host(f: Fleet) -> bool:
@@ -186,17 +171,7 @@ def test_activity_user_active_host_forces_make_before_break_evacuation(fleet: Fl
     assert len(spare) == 1
     active = loaded[0]
     with Traffic(f, GENERAL) as traffic:
-        done = grid(
-            f.root.parent,
-            "allocator",
-            "node",
-            "drain",
-            "--reason",
-            "user active",
-            "--state-dir",
-            str(f.root / "hosts" / active),
-        )
-        assert done.returncode == 0, done.stdout + done.stderr
+        f.node_override(active, "drain", "--reason", "user active")
         try:
             f.wait(
                 "replica evacuated to the spare",
@@ -206,15 +181,7 @@ def test_activity_user_active_host_forces_make_before_break_evacuation(fleet: Fl
                 ),
             )
         finally:
-            resumed = grid(
-                f.root.parent,
-                "allocator",
-                "node",
-                "resume",
-                "--state-dir",
-                str(f.root / "hosts" / active),
-            )
-            assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+            f.node_override(active, "resume")
     # Make before break: the spare's warm succeeded before the old copy's unload was issued.
     hist = f.history()
     warm = [
