@@ -102,6 +102,28 @@ class JoinFile(msgspec.Struct, frozen=True, kw_only=True):
     expires_at: float
 
 
+class ClientKeyBody(OperatorBody, frozen=True):
+    """``POST /allocator/client-keys``: the name of a new client API key (who uses it)."""
+
+    name: Annotated[str, msgspec.Meta(min_length=1, max_length=64)]
+
+
+class ClientKeyIssued(msgspec.Struct, frozen=True):
+    """Answer of ``POST /allocator/client-keys``: the key, shown this once.
+
+    Attributes:
+        name: the key's name.
+        key: the secret (``gk-…``; never log it).
+        id: a short digest id that status and lists show instead of the key.
+        created_at: Unix seconds.
+    """
+
+    name: str
+    key: str
+    id: str
+    created_at: float
+
+
 class ModeBody(OperatorBody, frozen=True):
     """``PUT /allocator/mode``: observe, recommend or automatic."""
 
@@ -166,6 +188,8 @@ __all__ = [
     "MAX_JOIN_TOKEN_TTL_S",
     "MAX_NODE_CREDENTIAL_TTL_S",
     "NODE_CREDENTIAL_TTL_S",
+    "ClientKeyBody",
+    "ClientKeyIssued",
     "EvaluationBody",
     "JoinFile",
     "JoinTokenBody",

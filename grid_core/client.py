@@ -31,6 +31,8 @@ import msgspec
 
 from grid_core.bodies import (
     JOIN_HEADER,
+    ClientKeyBody,
+    ClientKeyIssued,
     EvaluationBody,
     JoinTokenBody,
     JoinTokenIssued,
@@ -314,6 +316,22 @@ class Calls:
         return Call("POST", f"/allocator/hosts/{_seg(host_id)}/revoke", dict, None, "operator")
 
     @staticmethod
+    def create_client_key(name: str) -> Call[ClientKeyIssued]:
+        """``POST /allocator/client-keys``: a new ``/v1`` client key, shown once (operator)."""
+        body = _json(ClientKeyBody(name=name))
+        return Call("POST", "/allocator/client-keys", ClientKeyIssued, body, "operator")
+
+    @staticmethod
+    def client_keys() -> Call[dict[str, Any]]:
+        """``GET /allocator/client-keys``: names, ids and creation times (operator)."""
+        return Call("GET", "/allocator/client-keys", dict, None, "operator")
+
+    @staticmethod
+    def revoke_client_key(name: str) -> Call[dict[str, Any]]:
+        """``DELETE /allocator/client-keys/{name}``: refuse that key from now on (operator)."""
+        return Call("DELETE", f"/allocator/client-keys/{_seg(name)}", dict, None, "operator")
+
+    @staticmethod
     def register(record_id: str, doc: NodeRegistration) -> Call[Registered]:
         """``PUT /nodes/{id}``: register a control or engine record (node credential)."""
         return Call("PUT", f"/nodes/{_seg(record_id)}", Registered, _json(doc), "node")
@@ -350,6 +368,8 @@ class _Base:
         self.operator_token = operator_token
         self.node_token = node_token
         self.join_token: str | None = None
+        self.client_key: str | None = None
+        """A ``/v1`` client API key, sent as ``Authorization: Bearer`` on ``/v1`` calls."""
 
     def _request(self, call: Call[Any]) -> tuple[str, dict[str, str]]:
         headers = {"accept": "application/json"}
@@ -367,7 +387,10 @@ class _Base:
                 raise PlainHttpRefused(msg)
             check_credential_transport(self.url, "node credential")
             headers[CONTROL_HEADER] = self.node_token
-        elif call.credential == "join":
+        elif self.client_key and call.path.startswith("/v1/"):
+            check_credential_transport(self.url, "client API key")
+            headers["authorization"] = f"Bearer {self.client_key}"
+        if call.credential == "join":
             if not self.join_token:
                 msg = f"{call.method} {call.path} needs a join token; none was given"
                 raise PlainHttpRefused(msg)

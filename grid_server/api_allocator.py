@@ -19,6 +19,7 @@ from grid_core.bodies import (
     HOST_ID_PATTERN,
     JOIN_HEADER,
     NODE_CREDENTIAL_TTL_S,
+    ClientKeyBody,
     EvaluationBody,
     JoinTokenBody,
     ModeBody,
@@ -28,6 +29,7 @@ from grid_core.errors import NotFoundError, ValidationError
 from grid_core.profile import profile_from_json
 from grid_core.tls import ca_fingerprint
 from grid_server.auth import new_host_id
+from grid_server.client_keys import ClientKeys
 from grid_server.context import ServerContext
 from grid_server.guards import check_transport, operator_guard
 from grid_server.http import MAX_CONTROL_BODY_BYTES, json_response
@@ -173,6 +175,32 @@ def allocator_routes(ctx: ServerContext) -> list[HTTPRouteHandler]:
         rev = ctx.credentials.revoke(host_id, time.time())
         return json_response({"host_id": rev.host_id, "revoked_at": rev.revoked_at})
 
+    @post("/allocator/client-keys", status_code=200, guards=operator, request_max_body_size=limit)
+    async def create_client_key(data: JSONBody[ClientKeyBody]) -> Response:
+        """Create a ``/v1`` client API key; the answer is the only place it appears."""
+        keys = _keys(ctx)
+        now = time.time()
+        key = keys.create(data.name, now)
+        entry = next(k for k in keys.public() if k["name"] == data.name)
+        return json_response({"name": data.name, "key": key, "id": entry["id"], "created_at": now})
+
+    @get("/allocator/client-keys", guards=operator)
+    async def list_client_keys() -> Response:
+        """Client keys by name and id (never a key) and whether ``/v1`` requires one."""
+        keys = _keys(ctx)
+        return json_response({"required": keys.required, "keys": keys.public()})
+
+    @delete(
+        "/allocator/client-keys/{name:str}",
+        status_code=200,
+        guards=operator,
+        request_max_body_size=limit,
+    )
+    async def revoke_client_key(name: FromPath[str]) -> Response:
+        """Revoke a client key: requests carrying it are refused from now on."""
+        _keys(ctx).revoke(name)
+        return json_response({"name": name, "revoked": True})
+
     @get("/tls/ca.pem")
     async def ca_pem() -> Response:
         """The CA certificate of this server (public), for join-token pinning."""
@@ -192,8 +220,18 @@ def allocator_routes(ctx: ServerContext) -> list[HTTPRouteHandler]:
         join_tokens,
         join,
         revoke,
+        create_client_key,
+        list_client_keys,
+        revoke_client_key,
         ca_pem,
     ]
+
+
+def _keys(ctx: ServerContext) -> ClientKeys:
+    """The server's client keys (a context built without them gets an open, empty set)."""
+    if ctx.client_keys is None:
+        ctx.client_keys = ClientKeys(ctx.home)
+    return ctx.client_keys
 
 
 async def status_document(ctx: ServerContext, detail: bool) -> dict[str, Any]:
@@ -218,6 +256,10 @@ async def status_document(ctx: ServerContext, detail: bool) -> dict[str, Any]:
             "open_breakers": ctx.router.public_breakers(time.monotonic()),
             "inflight_requests": sum(ctx.router.inflight.values()),
             "profiles": sorted(runner.profile_ids),
+            "client_keys": {
+                "required": bool(ctx.client_keys and ctx.client_keys.required),
+                "count": len(ctx.client_keys.public()) if ctx.client_keys else 0,
+            },
             "revoked_hosts": [
                 {"host_id": h, "revoked_at": at}
                 for h, at in sorted(ctx.credentials.revoked.items())

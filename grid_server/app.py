@@ -18,12 +18,13 @@ import anyio
 from litestar import Litestar, Response, Router, get
 from litestar.exceptions import HTTPException
 
-from grid_core.errors import GridError
+from grid_core.errors import AuthError, GridError
 from grid_core.plugins import Plugins
 from grid_server.api_allocator import allocator_routes
 from grid_server.api_nodes import node_routes
 from grid_server.api_observe import DemandHistory, observe_routes
 from grid_server.auth import Credentials
+from grid_server.client_keys import ClientKeys
 from grid_server.context import ServerContext
 from grid_server.home import STATE_DIR
 from grid_server.http import (
@@ -34,7 +35,7 @@ from grid_server.http import (
     on_http_exception,
 )
 from grid_server.openapi import add_openai_routes, openapi_config
-from grid_server.proxy import Proxy, Receive, Scope, Send
+from grid_server.proxy import Proxy, ProxyError, Receive, Scope, Send
 from grid_server.registry import Registry
 from grid_server.router import RouterState
 from grid_server.runner import TICK_INTERVAL_S, ControllerRunner
@@ -93,10 +94,28 @@ class GridApp:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope["path"].startswith("/v1/"):
+            keys = self.ctx.client_keys
+            if keys is not None and keys.required:
+                try:
+                    keys.check(_header(scope, b"authorization"))
+                except AuthError as exc:
+                    refusal = ProxyError(
+                        401, str(exc), "invalid_api_key", kind="authentication_error"
+                    )
+                    await refusal.answer(send)
+                    return
             await self.proxy(scope, receive, send)
         else:
             # The raw ASGI mappings uvicorn hands us; Litestar types each event as a TypedDict.
             await self.litestar(scope, receive, send)  # type: ignore[arg-type]  # raw ASGI
+
+
+def _header(scope: Scope, name: bytes) -> str | None:
+    """One request header (lowercase ``name``) from a raw ASGI scope, decoded as Latin-1."""
+    for key, value in scope.get("headers", ()):
+        if key == name:
+            return bytes(value).decode("latin-1")
+    return None
 
 
 def build_app(
@@ -110,6 +129,7 @@ def build_app(
     on_stopped: Callable[[], None] | None = None,
     policy: Any | None = None,
     tls_ca: Path | None = None,
+    client_keys_required: bool = False,
 ) -> GridApp:
     """Assemble the server.
 
@@ -124,6 +144,8 @@ def build_app(
         policy: a ``ControllerPolicy`` for a controller built here (defaults when ``None``).
         tls_ca: the CA certificate that signed the server's TLS certificate (served at
             ``/tls/ca.pem`` for join-token pinning).
+        client_keys_required: every ``/v1`` request must carry a client API key
+            (``grid up --client-keys``; the default off loopback).
 
     Raises:
         StateError: a credential file is unreadable or too widely readable.
@@ -143,6 +165,7 @@ def build_app(
         plugins=plugins,
         warnings=warnings,
         ca_pem=tls_ca.read_bytes() if tls_ca is not None else None,
+        client_keys=ClientKeys(home, required=client_keys_required),
     )
 
     history = DemandHistory.empty()

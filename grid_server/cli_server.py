@@ -13,7 +13,7 @@ import httpx
 import psutil
 import typer
 
-from grid_core.client import Calls, tls_verify
+from grid_core.client import Calls, check_credential_transport, tls_verify
 from grid_core.errors import GridError
 from grid_core.system import (
     ProcessIdentity,
@@ -26,6 +26,7 @@ from grid_core.system import (
 from grid_core.tls import describe_tls_failure
 from grid_server.client import (
     CliError,
+    client_key,
     exit_code_for,
     home_dir,
     local_server,
@@ -38,6 +39,7 @@ from grid_server.serve import (
     DEFAULT_PORT,
     SERVER_MARKER,
     check_port,
+    client_keys_required,
     exposure_warning,
     tls_from_flags,
 )
@@ -87,11 +89,17 @@ def up(
     tls_ca: Path | None = typer.Option(  # noqa: B008
         None, "--tls-ca", help="The CA that signed it (local clients and join tokens use it)."
     ),
+    client_keys: str | None = typer.Option(
+        None,
+        "--client-keys",
+        help="required|open: /v1 needs 'grid keys' API keys (default: required off loopback).",
+    ),
 ) -> None:
     """Start the Grid server (foreground unless --detach); HTTPS with --tls-cert/--tls-key."""
     try:
         check_port(port)
         tls = tls_from_flags(tls_cert, tls_key, tls_ca)
+        client_keys_required(host, client_keys)
     except GridError as exc:
         raise CliError(str(exc), exc.exit_code) from None
     warning = exposure_warning(host, tls is not None)
@@ -109,11 +117,13 @@ def up(
         # Paths only: the key stays in its 0600 file, never in argv or the environment.
         args += ["--tls-cert", str(tls.cert), "--tls-key", str(tls.key)]
         args += ["--tls-ca", str(tls.ca)] if tls.ca is not None else []
+    if client_keys is not None:
+        args += ["--client-keys", client_keys]
     if not detach:
         from grid_server.serve import serve
 
         try:
-            serve(host, port, home, state_dir, None, tls=tls)
+            serve(host, port, home, state_dir, None, tls=tls, client_keys=client_keys)
         except OSError as exc:
             raise CliError(f"cannot listen on {host}:{port}: {exc.strerror}") from None
         return
@@ -211,12 +221,19 @@ def chat(
     }
     if max_tokens:
         body["max_tokens"] = max_tokens
+    headers = {}
+    key = client_key(target)
+    if key:
+        check_credential_transport(base, "client API key")
+        headers["authorization"] = f"Bearer {key}"
     try:
         with (
             httpx.Client(
                 timeout=CHAT_TIMEOUT_S, trust_env=False, verify=tls_verify(target.ca_file)
             ) as client,
-            client.stream("POST", base + "/v1/chat/completions", json=body) as resp,
+            client.stream(
+                "POST", base + "/v1/chat/completions", json=body, headers=headers
+            ) as resp,
         ):
             if resp.status_code >= 400:
                 resp.read()

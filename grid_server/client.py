@@ -26,6 +26,8 @@ from grid_server.home import OPERATOR_TOKEN_FILE, SERVER_FILE
 T = TypeVar("T")
 
 TOKEN_ENV = "GRID_ALLOCATOR_CONTROL_TOKEN"
+CLIENT_KEY_ENV = "GRID_API_KEY"
+"""Environment variable that may carry a ``/v1`` client API key (else the grid's key file)."""
 CLI_TIMEOUT_S = 30.0
 """CLI requests: a tick on a large fleet takes well under this."""
 DEFAULT_URL = grids.DEFAULT_URL
@@ -139,4 +141,25 @@ def send(grid: str | None, call: Call[T], *, token_file: Path | None = None) -> 
     with GridClient(
         target.url, operator_token=token, timeout=CLI_TIMEOUT_S, ca_file=target.ca_file
     ) as client:
+        if call.path.startswith("/v1/"):
+            client.client_key = client_key(target)
         return client.send(call)
+
+
+def client_key(target: GridTarget) -> str | None:
+    """The ``/v1`` client API key: ``$GRID_API_KEY``, else the grid's ``client_key_file``.
+
+    Raises:
+        CliError: the key file is unreadable or readable by others (exit 2).
+    """
+    env = os.environ.get(CLIENT_KEY_ENV, "").strip()
+    if env:
+        return env
+    path = target.client_key_file
+    if path is None:
+        return None
+    try:
+        _check_owner_only(path)
+        return path.read_text().strip() or None
+    except OSError as exc:
+        raise CliError(f"client key file {path}: {exc.strerror}", EXIT_USAGE) from None

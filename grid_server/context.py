@@ -9,6 +9,7 @@ from typing import Any
 
 from grid_core.plugins import Plugins
 from grid_server.auth import Credentials
+from grid_server.client_keys import ClientKeys
 from grid_server.metrics import RequestMetrics
 from grid_server.registry import Registry
 from grid_server.router import RouterState
@@ -37,6 +38,7 @@ class ServerContext:
         metrics: request, pass and action counters for ``/metrics``.
         ca_pem: the CA certificate the server was started with (``grid up --tls-ca``),
             served at ``/tls/ca.pem`` and pinned by join tokens; ``None`` without one.
+        client_keys: the ``/v1`` client API keys and whether one is required.
     """
 
     home: Path
@@ -49,6 +51,7 @@ class ServerContext:
     url: str | None = None
     warnings: list[str] = field(default_factory=list)
     ca_pem: bytes | None = None
+    client_keys: ClientKeys | None = None
     metrics: RequestMetrics = field(init=False)
 
     def __post_init__(self) -> None:

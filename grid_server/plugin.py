@@ -10,7 +10,7 @@ from grid_core.cliregistry import CliRegistry
 @hookimpl
 def grid_cli_commands(cli: CliRegistry) -> None:
     """Contribute the server's commands."""
-    from grid_server import bench, cli_allocator, cli_server, cli_tls
+    from grid_server import bench, cli_allocator, cli_keys, cli_server, cli_tls
 
     cli.command(cli_server.up, name="up")
     cli.command(cli_server.down, name="down")
@@ -19,3 +19,4 @@ def grid_cli_commands(cli: CliRegistry) -> None:
     cli_allocator.register(cli)
     cli.group("bench").command("proxy")(bench.bench_proxy)
     cli_tls.register(cli)
+    cli_keys.register(cli)

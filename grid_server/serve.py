@@ -102,6 +102,25 @@ def tls_from_flags(cert: Path | None, key: Path | None, ca: Path | None) -> Serv
     return tls
 
 
+CLIENT_KEY_MODES = ("required", "open")
+
+
+def client_keys_required(host: str, mode: str | None) -> bool:
+    """Whether ``/v1`` requires client keys: as ``mode`` says, else only off loopback.
+
+    Raises:
+        ValidationError: ``mode`` is neither ``required`` nor ``open``.
+    """
+    from grid_core.errors import ValidationError
+    from grid_server.registry import is_loopback_host
+
+    if mode is None:
+        return not is_loopback_host(host)
+    if mode not in CLIENT_KEY_MODES:
+        raise ValidationError(f"--client-keys {mode!r}: use required or open")
+    return mode == "required"
+
+
 def exposure_warning(host: str, tls: bool = False) -> str | None:
     """A one-line warning when ``host`` is not loopback (others on the network can connect)."""
     from grid_server.registry import is_loopback_host
@@ -176,12 +195,14 @@ def serve(
     tick_interval_s: float | None = None,
     policy_file: Path | None = None,
     tls: ServerTls | None = None,
+    client_keys: str | None = None,
 ) -> None:
     """Bind, announce the URL, serve until SIGINT/SIGTERM, then clean up the server file.
 
     ``policy_file`` is a JSON ``ControllerPolicy`` (planner, governor and demand tunables);
     a logical test fleet uses it for short demand windows and cooldowns. With ``tls`` the
     listener speaks HTTPS only (uvicorn's SSL options) and the URL is ``https://``.
+    ``client_keys`` is ``required`` or ``open``; ``None`` means required off loopback.
 
     Raises:
         ValidationError: the policy file is unreadable or not a valid policy.
@@ -224,6 +245,7 @@ def serve(
         tick_interval_s=tick_interval_s or TICK_INTERVAL_S,
         policy=policy,
         tls_ca=tls.ca if tls is not None else None,
+        client_keys_required=client_keys_required(host, client_keys),
     )
     ssl_files: dict[str, str] = {}
     if tls is not None:
@@ -277,6 +299,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--tls-cert", type=Path, default=None, help="certificate chain (PEM)")
     p.add_argument("--tls-key", type=Path, default=None, help="its private key (0600)")
     p.add_argument("--tls-ca", type=Path, default=None, help="the CA that signed it")
+    p.add_argument("--client-keys", choices=CLIENT_KEY_MODES, default=None)
     args = p.parse_args(argv)
     try:
         check_port(args.port)
@@ -297,6 +320,7 @@ def main(argv: list[str] | None = None) -> None:
             args.tick_interval,
             args.policy,
             tls,
+            args.client_keys,
         )
     except OSError as exc:
         print(
