@@ -378,3 +378,6 @@ def register(cli: CliRegistry) -> None:
     from grid_node.cli_qualify import qualify
 
     cli.group("allocator").command(name="qualify")(qualify)
+    from grid_node.cli_join import join_command
+
+    cli.command(join_command, name="join")
