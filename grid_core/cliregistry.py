@@ -25,6 +25,13 @@ class CliRegistry:
     def __init__(self, root: typer.Typer) -> None:
         self.root = root
         self._groups: dict[str, typer.Typer] = {}
+        self.before_server_stop: list[Callable[[str], list[str]]] = []
+        """Called by ``grid down`` with the local server's URL before it stops the server;
+        each returns lines for the operator (the node plugin stops a managed node here)."""
+
+    def on_server_stop(self, fn: Callable[[str], list[str]]) -> None:
+        """Run ``fn(server_url)`` when ``grid down`` is about to stop the local server."""
+        self.before_server_stop.append(fn)
 
     def group(self, name: str, help: str | None = None) -> typer.Typer:
         """The shared sub-app for ``grid <name>``; created and mounted on first use."""

@@ -370,8 +370,44 @@ def resume(state_dir: StateDir = None) -> None:
     typer.echo("local override cleared" if previous else "no local override was set")
 
 
+def _same_server(a: str, b: str) -> bool:
+    """Whether two base URLs name the same local server (loopback names count as one)."""
+    from urllib.parse import urlsplit
+
+    from grid_core.client import is_loopback_host
+
+    pa, pb = urlsplit(a), urlsplit(b)
+    if pa.port != pb.port or pa.scheme != pb.scheme:
+        return False
+    ha, hb = pa.hostname or "", pb.hostname or ""
+    return ha == hb or (is_loopback_host(ha) and is_loopback_host(hb))
+
+
+def stop_local_node(server_url: str) -> list[str]:
+    """``grid down``'s first step: stop this machine's managed node if it serves
+    ``server_url`` (the default state dir, or ``$GRID_NODE_STATE_DIR``).
+
+    Raises:
+        ConflictError: the recorded daemon PID is alive but not provably the node.
+        UnavailableError: the node is still draining after the stop budget.
+    """
+    import os
+
+    sdir = _state_dir(
+        Path(os.environ["GRID_NODE_STATE_DIR"]) if os.environ.get("GRID_NODE_STATE_DIR") else None
+    )
+    rec = agent_record(sdir)
+    proof = rec.proof() if rec else None
+    if rec is None or proof is None or proof.status != "proven":
+        return []
+    if not rec.grid_url or not _same_server(rec.grid_url, server_url):
+        return []
+    return [f"grid: stopping the managed node {rec.host_id} first", *stop_node(sdir)]
+
+
 def register(cli: CliRegistry) -> None:
     """Mount the node commands on ``grid allocator node``."""
+    cli.on_server_stop(stop_local_node)
     node = cli.subgroup("allocator", "node", help="This machine's managed node agent.")
     for fn in (start, status, stop, drain, pause, quarantine, resume):
         node.command(name=fn.__name__)(fn)

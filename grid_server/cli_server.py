@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -165,14 +165,26 @@ def _last_log_line(path: Path, offset: int) -> str | None:
     return lines[-1].removeprefix("grid: error: ") if lines else None
 
 
-def down() -> None:
-    """Stop the server ``grid up`` started (identity-proven PID only)."""
+def down(before: Sequence[Callable[[str], list[str]]] = ()) -> None:
+    """Stop the server ``grid up`` started (identity-proven PID only).
+
+    ``before`` runs first with the server's URL: the node plugin stops a managed node on this
+    machine that serves this server, so its engines unregister and exit cleanly while the
+    server still answers (specification, "Remote Grid deployment").
+    """
     path = home_dir() / SERVER_FILE
     rec = local_server()
     if rec is None:
         typer.echo("grid: no local server is running")
         return
     ident = _proven(rec)
+    if ident is not None:
+        for hook in before:
+            try:
+                for line in hook(str(rec.get("url") or "")):
+                    typer.echo(line)
+            except GridError as exc:
+                raise CliError(f"the managed node was not stopped, nor the server: {exc}") from None
     if ident is None:
         try:
             psutil.Process(int(rec.get("pid", -1)))

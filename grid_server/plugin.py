@@ -10,13 +10,20 @@ from grid_core.cliregistry import CliRegistry
 @hookimpl
 def grid_cli_commands(cli: CliRegistry) -> None:
     """Contribute the server's commands."""
-    from grid_server import bench, cli_allocator, cli_keys, cli_server, cli_tls
+    from grid_server import bench, cli_allocator, cli_grids, cli_keys, cli_server, cli_tls
 
     cli.command(cli_server.up, name="up")
-    cli.command(cli_server.down, name="down")
+
+    def down() -> None:
+        """Stop the server 'grid up' started, after a managed node on this machine that
+        serves it (identity-proven PIDs only)."""
+        cli_server.down(before=cli.before_server_stop)
+
+    cli.command(down, name="down")
     cli.command(cli_server.models, name="models")
     cli.command(cli_server.chat, name="chat")
     cli_allocator.register(cli)
     cli.group("bench").command("proxy")(bench.bench_proxy)
     cli_tls.register(cli)
     cli_keys.register(cli)
+    cli_grids.register(cli)
