@@ -198,7 +198,10 @@ def load_engine_tls(
             msg = f"--engine-tls-ca {ca}: not a PEM certificate bundle"
             raise ValidationError(msg) from None
         chain = x509.load_pem_x509_certificates(cert.read_bytes())
-        if not any(_issued_by_one_of(c, cas) for c in chain):
+        # The leaf must be issued by a CA of the bundle, or by an intermediate of its own
+        # chain that one of them issued (a chain file may also carry the CA itself).
+        issuers = [*cas, *(c for c in chain[1:] if _issued_by_one_of(c, cas))]
+        if not _issued_by_one_of(leaf, issuers):
             msg = (
                 f"--engine-tls-cert {cert}: not issued by a certificate in --engine-tls-ca {ca}; "
                 "the server would refuse the engine"

@@ -179,8 +179,17 @@ def bench_proxy(
         help="Concurrency levels (repeatable).",
     ),
     as_json: bool = typer.Option(False, "--json", help="One JSON object on stdout."),
+    tls: bool = typer.Option(
+        False,
+        "--tls",
+        help="Instead: an engine behind TLS on a namespace link vs one on loopback (root).",
+    ),
 ) -> None:
-    """Measure the proxy's added latency against a FAKE engine called directly."""
+    """Measure the proxy's added latency against a FAKE engine called directly (or, with
+    --tls, what an engine on another host behind TLS adds over one on loopback)."""
+    if tls:
+        _bench_tls(requests, concurrency, as_json)
+        return
     results = run_bench(requests, concurrency)
     if as_json:
         typer.echo(json.dumps({"results": msgspec.to_builtins(results)}, indent=2))
@@ -221,4 +230,56 @@ def bench_proxy(
                 for r in results
             ],
         )
+    )
+
+
+def _bench_tls(requests: int, concurrency: list[int], as_json: bool) -> None:
+    from grid_core.errors import GridError
+    from grid_server.bench_tls import run_tls_bench
+    from grid_server.client import CliError
+
+    try:
+        results = run_tls_bench(requests, concurrency)
+    except GridError as exc:
+        raise CliError(str(exc), exc.exit_code) from None
+    if as_json:
+        typer.echo(json.dumps({"tls_results": msgspec.to_builtins(results)}, indent=2))
+        return
+    typer.echo(
+        render_table(
+            [
+                "concurrency",
+                "requests",
+                "p50 added ms",
+                "p99 added ms",
+                "loopback p50 ms",
+                "tls p50 ms",
+                "loopback p99 ms",
+                "tls p99 ms",
+                "loopback rps",
+                "tls rps",
+                "load 1m",
+            ],
+            [
+                [
+                    r.concurrency,
+                    r.requests,
+                    r.p50_added_ms,
+                    r.p99_added_ms,
+                    r.loopback_p50_ms,
+                    r.tls_p50_ms,
+                    r.loopback_p99_ms,
+                    r.tls_p99_ms,
+                    r.loopback_rps,
+                    r.tls_rps,
+                    r.load_avg_1m,
+                ]
+                for r in results
+            ],
+        )
+    )
+    typer.echo(
+        "added = proxied through Grid to an engine behind its node's TLS front on a namespace "
+        "link, minus proxied to an engine on the server's loopback (same server, alternating "
+        "blocks)"
     )

@@ -94,6 +94,12 @@ def up(
         "--client-keys",
         help="required|open: /v1 needs 'grid keys' API keys (default: required off loopback).",
     ),
+    policy: Path | None = typer.Option(  # noqa: B008
+        None, "--policy", help="JSON controller policy (planner, governor, forecast tunables)."
+    ),
+    tick_interval: float | None = typer.Option(
+        None, "--tick-interval", min=0.1, help="Seconds between periodic controller passes."
+    ),
 ) -> None:
     """Start the Grid server (foreground unless --detach); HTTPS with --tls-cert/--tls-key."""
     try:
@@ -119,11 +125,26 @@ def up(
         args += ["--tls-ca", str(tls.ca)] if tls.ca is not None else []
     if client_keys is not None:
         args += ["--client-keys", client_keys]
+    if policy is not None:
+        policy = policy.expanduser().resolve()
+        args += ["--policy", str(policy)]
+    if tick_interval is not None:
+        args += ["--tick-interval", str(tick_interval)]
     if not detach:
         from grid_server.serve import serve
 
         try:
-            serve(host, port, home, state_dir, None, tls=tls, client_keys=client_keys)
+            serve(
+                host,
+                port,
+                home,
+                state_dir,
+                None,
+                tick_interval,
+                policy,
+                tls=tls,
+                client_keys=client_keys,
+            )
         except OSError as exc:
             raise CliError(f"cannot listen on {host}:{port}: {exc.strerror}") from None
         return

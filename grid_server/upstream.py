@@ -31,10 +31,12 @@ Connection rules kept here (source: issue 16, items 1 and 11):
 
 from __future__ import annotations
 
+import socket
 from contextlib import AbstractAsyncContextManager
 from ssl import SSLContext
 
 import aiohttp
+from aiohttp import AddrInfoType
 
 CONNECT_TIMEOUT_S = 5.0
 """Connecting to a loopback or LAN engine takes milliseconds; five seconds means it is gone."""
@@ -48,6 +50,17 @@ KEEPALIVE_S = 2.0
 """Idle connection lifetime. llama-server (cpp-httplib) closes a connection idle for 5 s; a
 pooled connection older than that would fail the next POST with a protocol error."""
 
+UNACKED_TIMEOUT_S = 15.0
+"""Seconds sent bytes may stay unacknowledged before the kernel aborts the connection
+(``TCP_USER_TIMEOUT``): a LAN peer acknowledges in milliseconds even while its engine computes,
+so only a cut link or a dead host reaches this; fifteen seconds rides out a brief Wi-Fi roam."""
+KEEPALIVE_IDLE_S = 10
+"""Idle seconds before the first keepalive probe on an upstream connection."""
+KEEPALIVE_INTERVAL_S = 5
+"""Seconds between keepalive probes."""
+KEEPALIVE_PROBES = 3
+"""Unanswered probes before the connection is declared dead (idle + 3 x 5 s = 25 s)."""
+
 UpstreamError = (aiohttp.ClientError, TimeoutError)
 """What a failed upstream exchange raises (transport, protocol, payload or timeout)."""
 NOTHING_SENT = (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError)
@@ -56,6 +69,25 @@ reset or timed out, or no pooled connection was granted in time. aiohttp raises 
 the connector only, before it writes the request line, so the engine never saw the request.
 (A reused pooled connection that the engine closed fails later, as ServerDisconnectedError,
 and stays ambiguous.)"""
+
+
+def upstream_socket(addr_info: AddrInfoType) -> socket.socket:
+    """A socket for one upstream connection that notices a dead peer in seconds (see
+    :data:`UNACKED_TIMEOUT_S` and the keepalive bounds); options a platform lacks are skipped."""
+    family, kind, proto, _, _ = addr_info
+    sock = socket.socket(family=family, type=kind, proto=proto)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+    tcp_options = (
+        ("TCP_USER_TIMEOUT", int(UNACKED_TIMEOUT_S * 1000)),
+        ("TCP_KEEPIDLE", KEEPALIVE_IDLE_S),
+        ("TCP_KEEPINTVL", KEEPALIVE_INTERVAL_S),
+        ("TCP_KEEPCNT", KEEPALIVE_PROBES),
+    )
+    for name, value in tcp_options:
+        option = getattr(socket, name, None)
+        if option is not None:
+            sock.setsockopt(socket.IPPROTO_TCP, option, value)
+    return sock
 
 
 class UpstreamPool:
@@ -71,6 +103,7 @@ class UpstreamPool:
             limit_per_host=0,
             keepalive_timeout=KEEPALIVE_S,
             enable_cleanup_closed=False,
+            socket_factory=upstream_socket,
         )
         self.session = aiohttp.ClientSession(
             connector=connector,

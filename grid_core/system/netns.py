@@ -104,8 +104,9 @@ class LabHost:
     link: str
 
     def argv(self, argv: Sequence[str]) -> list[str]:
-        """``argv`` run inside this host's namespace (``ip netns exec``)."""
-        return ["ip", "netns", "exec", self.netns, *argv]
+        """``argv`` run inside this host's namespace (``ip netns exec``, the tool by absolute
+        path so that ``posix_spawn`` needs no PATH search)."""
+        return [shutil.which("ip") or "/usr/sbin/ip", "netns", "exec", self.netns, *argv]
 
     def namespace_inode(self) -> int | None:
         """Inode of this host's namespace (``None`` once deleted)."""

@@ -53,3 +53,48 @@ def test_bench_proxy_json_shape() -> None:
         assert x["requests"] == 200
         assert x["direct_rps"] > 0 and x["proxy_rps"] > 0
     print(json.dumps(results, indent=2))
+
+
+TLS_KEYS = {
+    "concurrency",
+    "requests",
+    "p50_added_ms",
+    "p99_added_ms",
+    "loopback_p50_ms",
+    "tls_p50_ms",
+    "loopback_rps",
+    "tls_rps",
+}
+
+
+def test_bench_proxy_tls_case_json_shape() -> None:
+    """The TLS case: an engine behind a TLS front in a network namespace vs one on loopback."""
+    from grid_core.system.netns import unavailable_reason
+
+    reason = unavailable_reason()
+    if reason is not None:
+        pytest.skip(f"network namespaces are unavailable here: {reason}")
+    r = subprocess.run(
+        [
+            str(GRID_BIN),
+            "bench",
+            "proxy",
+            "--tls",
+            "--requests",
+            "200",
+            "--concurrency",
+            "8",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert r.returncode == 0, r.stderr
+    results = json.loads(r.stdout)["tls_results"]
+    assert [x["concurrency"] for x in results] == [8]
+    for x in results:
+        assert set(x) >= TLS_KEYS
+        assert x["requests"] == 200 and x["tls_rps"] > 0 and x["loopback_rps"] > 0
+    print(json.dumps(results, indent=2))

@@ -16,6 +16,7 @@ import pytest
 from grid_llamacpp.adapter import LlamaCppAdapter
 from grid_llamacpp.install import find_llama_server
 from grid_llamacpp.tinymodel import TinyModelSpec, make_model
+from netns import netlab as netlab  # the namespace lab fixture (tests/support/netns.py)
 
 from grid_core.system import ProcessIdentity, stop_process
 from grid_core.wire import Command
