@@ -92,6 +92,7 @@ class Fleet:
     url: str = ""
     ca: Path = Path()
     bed: Testbed | None = None
+    client_key: str = ""
     node_dirs: dict[str, Path] = field(default_factory=dict)
     secret_files: dict[str, Path] = field(default_factory=dict)
 
@@ -120,6 +121,7 @@ class Fleet:
                 "max_tokens": 4,
                 "messages": [{"role": "user", "content": "Reply with OK"}],
             },
+            headers={"Authorization": f"Bearer {self.client_key}"},
             timeout=120.0,
         )
 
@@ -203,6 +205,11 @@ def start_server(f: Fleet) -> None:
         f.url, home, http=httpx.Client(verify=tls_verify(f.ca), timeout=60.0, trust_env=False)
     )
     f.secret_files["operator token"] = home / OPERATOR_TOKEN_FILE
+    # A server bound off loopback requires client API keys on /v1: this test is a client.
+    key_file = home / "client-key"
+    ok(grid_cli(f.server, home, "keys", "create", "e2e-client", "--file", str(key_file)))
+    f.client_key = key_file.read_text().strip()
+    f.secret_files["client API key"] = key_file
 
 
 def start_node(f: Fleet, name: str, models: Path, llama_server: Path) -> None:
