@@ -13,6 +13,7 @@ from pathlib import Path
 
 import httpx
 import msgspec
+import psutil
 import pytest
 
 from grid_core.bodies import JoinFile
@@ -168,6 +169,7 @@ def test_node_start_with_a_join_file_registers_over_https(
 ) -> None:
     path = tmp_path / "join"
     assert tls_grid.join_write(path, "--host-id", "host-joined").returncode == 0
+    join_token = msgspec.json.decode(path.read_bytes(), type=JoinFile).join_token
     state = tmp_path / "node"
     node_home = tmp_path / "node-home"
     r = grid_cli(
@@ -181,6 +183,19 @@ def test_node_start_with_a_join_file_registers_over_https(
         assert any(n.get("host_id") == "host-joined" for n in nodes)
         config = json.loads((state / "node-config.json").read_text())
         assert config["grid_url"].startswith("https://") and config["grid_ca"]
+        # No secret in the daemon's argv or environment, the config, its log or the server's.
+        credential = json.loads((state / "node-token").read_text())["token"]
+        daemon = psutil.Process(json.loads((state / "agent.json").read_text())["pid"])
+        exposed = [
+            " ".join(daemon.cmdline()),
+            json.dumps(daemon.environ()),
+            (state / "node-config.json").read_text(),
+            tls_grid.child.log.read_text(),
+            (state / "agent.log").read_text() if (state / "agent.log").exists() else "",
+            r.stdout + r.stderr,
+        ]
+        for text in exposed:
+            assert credential not in text and join_token not in text
     finally:
         stop = grid_cli("allocator", "node", "stop", "--state-dir", str(state), home=node_home)
         assert stop.returncode == 0, stop.stderr
