@@ -27,7 +27,6 @@ import hmac
 import ipaddress
 import socket
 import ssl
-import stat
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,6 +38,7 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.x509.oid import ExtensionOID
 
 from grid_core.errors import UnavailableError, ValidationError
+from grid_core.tls import check_private_key_file
 
 MAX_CA_BYTES = 64 * 1024
 """Largest CA bundle a node sends with an engine registration: a private intranet chain is a
@@ -156,19 +156,13 @@ def load_engine_tls(
         now: the instant validity is checked at (default: now, UTC).
 
     Raises:
-        ValidationError: one line naming the flag and the problem: unreadable, not PEM, the key
-            readable by others, expired or not yet valid, the SAN does not cover
-            ``advertise_host``, not issued by the CA, or the key does not match.
+        TlsError: the key file is missing or readable by others (``chmod 600`` is named).
+        ValidationError: one line naming the flag and the problem: unreadable, not PEM,
+            expired or not yet valid, the SAN does not cover ``advertise_host``, not issued by
+            the CA, or the key does not match.
     """
     now = now or datetime.datetime.now(datetime.UTC)
-    try:
-        mode = key.stat().st_mode
-    except OSError as exc:
-        msg = f"--engine-tls-key {key}: cannot read ({exc.strerror})"
-        raise ValidationError(msg) from None
-    if mode & (stat.S_IRWXG | stat.S_IRWXO):
-        msg = f"--engine-tls-key {key}: readable by others (mode {oct(mode & 0o777)}); chmod 600 it"
-        raise ValidationError(msg)
+    check_private_key_file(key, "--engine-tls-key")
     leaf = _first_cert(cert, "--engine-tls-cert")
     if leaf.not_valid_after_utc <= now:
         msg = f"--engine-tls-cert {cert}: expired on {leaf.not_valid_after_utc:%Y-%m-%d %H:%M} UTC"

@@ -3,6 +3,7 @@
 A private lab (``tests/support/netns.py``): three namespaces on one bridge with 198.18.x.y
 addresses. ``grid up`` serves HTTPS in ``server`` with a private CA made by ``grid tls init``;
 ``node-a`` and ``node-b`` run real node agents (``ip netns exec … grid allocator node start``)
+provisioned with one join file each (``grid allocator join write`` → ``node start --join``),
 whose llama-server children stay on their own loopback behind the agents' TLS fronts, each
 front with a certificate issued for its host's address. The test process is the client: it
 reaches the server over the lab bridge.
@@ -35,7 +36,7 @@ from grid_llamacpp.tinymodel import TinyModelSpec, make_model
 from netns import pem_secret_lines, secrets_exposed, secrets_in_texts
 
 from grid_core.client import tls_verify
-from grid_core.system import wait_until_sync, write_atomic
+from grid_core.system import wait_until_sync
 from grid_core.system.netns import LabHost, NetLab
 from grid_server.harness import Testbed
 from grid_server.home import OPERATOR_TOKEN_FILE
@@ -93,6 +94,7 @@ class Fleet:
     ca: Path = Path()
     bed: Testbed | None = None
     client_key: str = ""
+    join_tokens: dict[str, str] = field(default_factory=dict)
     node_dirs: dict[str, Path] = field(default_factory=dict)
     secret_files: dict[str, Path] = field(default_factory=dict)
 
@@ -217,10 +219,23 @@ def start_node(f: Fleet, name: str, models: Path, llama_server: Path) -> None:
     home = f.home(name)
     home.mkdir(parents=True)
     host_id = f"host-{name}"
-    assert f.bed is not None
-    token_file = home / "node-token"
-    write_atomic(token_file, json.dumps({"host_id": host_id, "token": f.bed.node_token(host_id)}))
-    f.secret_files[f"{name} credential"] = token_file
+    # One file provisions the machine: the server URL, the CA pin and a one-time token.
+    join_file = home / "join.json"
+    ok(
+        grid_cli(
+            f.server,
+            f.home("server"),
+            "allocator",
+            "join",
+            "write",
+            str(join_file),
+            "--host-id",
+            host_id,
+            "--url",
+            f.url,
+        )
+    )
+    f.join_tokens[name] = json.loads(join_file.read_text())["join_token"]
     certs = home / "engine-tls"
     certs.mkdir(mode=0o700)
     cert, key = certs / "engine.pem", certs / "engine-key.pem"
@@ -248,12 +263,8 @@ def start_node(f: Fleet, name: str, models: Path, llama_server: Path) -> None:
             "allocator",
             "node",
             "start",
-            "--grid",
-            f.url,
-            "--grid-ca",
-            str(f.ca),
-            "--token-file",
-            str(token_file),
+            "--join",
+            str(join_file),
             "--state-dir",
             str(state),
             "--models-dir",
@@ -277,6 +288,8 @@ def start_node(f: Fleet, name: str, models: Path, llama_server: Path) -> None:
         )
     )
     f.secret_files[f"{name} engine key"] = state / "engine-api-key"
+    f.secret_files[f"{name} credential"] = state / "node-token"
+    assert not join_file.exists()  # spent
 
 
 def put_profile(f: Fleet, model: str, **fields: object) -> None:
@@ -291,7 +304,7 @@ def engine_hosts(f: Fleet, model: str) -> set[str]:
 
 
 def secret_values(f: Fleet) -> dict[str, str]:
-    out: dict[str, str] = {}
+    out: dict[str, str] = {f"{name} join token": t for name, t in f.join_tokens.items()}
     for name, path in f.secret_files.items():
         text = path.read_text().strip()
         if "PRIVATE KEY" in text:

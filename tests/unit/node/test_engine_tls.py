@@ -12,6 +12,7 @@ import pytest
 from tlsfiles import make_ca
 
 from grid_core.errors import ValidationError
+from grid_core.tls import TlsError
 from grid_node.config import NodeConfig
 from grid_node.engine_tls import engine_url, listen_address, load_engine_tls
 
@@ -64,7 +65,7 @@ def test_san_mismatch_is_refused(tmp_path: Path) -> None:
 def test_key_readable_by_others_is_refused(tmp_path: Path) -> None:
     ca = make_ca(tmp_path)
     cert, key = ca.issue(tmp_path, "node-a", ["198.18.3.2"], key_mode=0o644)
-    with pytest.raises(ValidationError, match=r"--engine-tls-key .*readable by others.*chmod 600"):
+    with pytest.raises(TlsError, match=r"--engine-tls-key .*readable by others.*chmod 600"):
         load_engine_tls("198.18.3.2", cert, key, ca.cert_path)
 
 
