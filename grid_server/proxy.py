@@ -35,7 +35,8 @@ import msgspec
 
 from grid_core import routing
 from grid_core.demand.features import EndpointFamily, Outcome
-from grid_core.wire import WireError, check_json_depth
+from grid_core.errors import AuthError
+from grid_core.wire import OPERATOR_HEADER, WireError, check_json_depth
 from grid_server import telemetry
 from grid_server.relay import NothingSent, relay
 
@@ -52,6 +53,10 @@ Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 MAX_BODY_BYTES = 32 * 1024 * 1024
 """Largest request body: a long context plus a few inline images; more is refused with 413."""
 AUTO_MODEL = "auto"
+EVALUATION_HEADER = b"x-grid-evaluation"
+"""Marks a request as an operator evaluation: engine performance learns from it, demand
+does not (specification: only the operator capability may mark it)."""
+OPERATOR_HEADER_RAW = OPERATOR_HEADER.lower().encode()
 """Model name for unbound work: Grid chooses the model from the workload."""
 ADMISSION_WAIT_S = 15.0
 """Longest a request waits in Grid's queue for a slot when every ready engine of its model is
@@ -166,6 +171,8 @@ class Exchange:
         shape: bounded request features (sizes, stream flag, output hint).
         workload: classified workload of an ``auto`` request.
         affinity_hash: digest of the caller's affinity key.
+        evaluation: the operator marked this request as an evaluation (``X-Grid-Evaluation``
+            with the operator capability): it is never demand.
         route: the chosen engine once resolved; began: the router counted it in flight.
         status: the status the caller received; breaker: outcome for the engine's breaker.
         outcome: outcome for demand tracking; tokens: completion tokens from usage.
@@ -181,6 +188,7 @@ class Exchange:
         "breaker",
         "completed",
         "endpoint",
+        "evaluation",
         "gone",
         "outcome",
         "path",
@@ -215,6 +223,7 @@ class Exchange:
         self.shape = telemetry.Shape()
         self.workload: str | None = None
         self.affinity_hash: str | None = None
+        self.evaluation = False
         self.route: Route | None = None
         self.began = False
         self.status = 0
@@ -424,10 +433,16 @@ class Proxy:
             raise ProxyError(400, "request needs a string 'model' field", "missing_model")
         ex.body = body
         ex.requested = model
+        operator: str | None = None
         for name, value in ex.scope["headers"]:
             if name == b"x-grid-affinity-key":
                 ex.affinity_hash = routing.hash_affinity_key(value.decode("utf-8", "replace"))
-                break
+            elif name == EVALUATION_HEADER:
+                ex.evaluation = True
+            elif name == OPERATOR_HEADER_RAW:
+                operator = value.decode("utf-8", "replace")
+        if ex.evaluation:
+            self._check_evaluation_mark(operator)
         ex.shape = telemetry.shape_of(ex.endpoint, doc)
         ex.served = model
         if model == AUTO_MODEL:
@@ -436,6 +451,23 @@ class Proxy:
             if ex.served is not None:
                 doc["model"] = ex.served
                 ex.body = msgspec.json.encode(doc)
+
+    def _check_evaluation_mark(self, operator: str | None) -> None:
+        """Only the operator may mark inference as an evaluation (it then counts as no
+        demand), so an ordinary caller can never suppress its own demand signal.
+
+        Raises:
+            ProxyError: 403 without the exact operator capability in X-Grid-Allocator-Token.
+        """
+        try:
+            self.ctx.credentials.check_operator(operator)
+        except AuthError:
+            msg = (
+                "X-Grid-Evaluation marks a request as an evaluation (never demand) and needs "
+                f"the operator capability in {OPERATOR_HEADER}; drop the header to send an "
+                "ordinary request"
+            )
+            raise ProxyError(403, msg, "evaluation_not_authorized") from None
 
     async def resolve(self, ex: Exchange, exclude: set[str] | frozenset[str] = frozenset()) -> None:
         """Step 2: one ready engine below its admission limit.
@@ -590,6 +622,7 @@ class Proxy:
                     outcome=ex.outcome,
                     affinity_hash=ex.affinity_hash,
                     retry=retry,
+                    evaluation=ex.evaluation,
                 )
             )
         except Exception:  # observation is best effort

@@ -159,6 +159,7 @@ def features(
     outcome: Outcome,
     affinity_hash: str | None,
     retry: bool = False,
+    evaluation: bool = False,
 ) -> RequestFeatures:
     """Assemble the bounded features of one finished (or refused) request."""
     return RequestFeatures(
@@ -178,6 +179,7 @@ def features(
         # back to routing decisions.
         affinity_hash=_rehash(affinity_hash) if affinity_hash else None,
         retry=retry,
+        evaluation=evaluation,
     )
 
 

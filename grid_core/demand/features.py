@@ -42,6 +42,8 @@ class RequestFeatures(msgspec.Struct, frozen=True, kw_only=True):
         affinity_hash: double hash of ``X-Grid-Affinity-Key`` (never the raw key).
         retry: the same request was already counted as demand within the retry window (a
             client retrying after 503): it adds service evidence but no new request.
+        evaluation: the operator marked it as an evaluation (``X-Grid-Evaluation`` with the
+            operator capability): engine performance still learns from it, demand never does.
     """
 
     at: float
@@ -58,6 +60,7 @@ class RequestFeatures(msgspec.Struct, frozen=True, kw_only=True):
     outcome: Outcome = "ok"
     affinity_hash: str | None = None
     retry: bool = False
+    evaluation: bool = False
 
 
 @runtime_checkable

@@ -43,6 +43,14 @@ COUNTED_OUTCOMES = frozenset({"ok", "error", "rejected", "unavailable"})
 ERROR_OUTCOMES = frozenset({"error", "rejected"})
 UNBOUND = "auto"
 """The model name clients use for unbound work."""
+RECENT_ARRIVALS = 8
+"""Arrival times remembered per workload for the admission gate (bounded state; the gate
+needs three)."""
+ADMISSION_MEMORY_S = 3600.0
+"""How long a workload's arrivals count toward the admission gate: one hour. The forecast
+window (ten minutes) is too short for a sparse but recurring need — an image job every
+seven minutes never shows three requests in ten minutes, yet it is an ongoing need that
+deserves a canary on spare capacity (it still never evicts anything)."""
 
 
 class _State(msgspec.Struct, kw_only=True):
@@ -51,6 +59,7 @@ class _State(msgspec.Struct, kw_only=True):
     series: list[DemandSeries]
     watermarks: dict[str, Watermark]
     workloads: list[DemandSeries] = []
+    recent: dict[str, list[float]] = {}
 
 
 def _live(series: DemandSeries | None, now: float) -> bool:
@@ -93,6 +102,7 @@ class DemandTracker:
         self._series: dict[str, DemandSeries] = {}
         self._watermarks: dict[str, Watermark] = {}
         self._workloads: dict[str, DemandSeries] = {}
+        self._recent: dict[str, list[float]] = {}
 
     # --- observation ----------------------------------------------------------------------
     def set_configured(self, model_ids: Iterable[str]) -> None:
@@ -109,13 +119,18 @@ class DemandTracker:
         its workload's series instead (workload demand, kept apart). Returns whether the
         request was counted.
         """
-        if features.outcome not in COUNTED_OUTCOMES:
-            return False
+        if features.outcome not in COUNTED_OUTCOMES or features.evaluation:
+            return False  # evaluation traffic (operator-marked) is never demand
         model = features.requested_model
         if model == UNBOUND:
             if features.workload not in WORKLOADS:
                 return False
             store, key = self._workloads, str(features.workload)
+            if not features.retry:
+                times = self._recent.setdefault(key, [])
+                times.append(features.at)
+                times.sort()
+                del times[:-RECENT_ARRIVALS]
         elif model in self._configured:
             store, key = self._series, model
         else:
@@ -163,20 +178,29 @@ class DemandTracker:
             plugins: the plugin facade (its ``forecast``: the ``grid_forecast`` hook).
 
         Returns:
-            workload → (forecast, distinct requests observed within the window). Empty
-            series are dropped.
+            workload → (forecast, distinct requests observed within
+            :data:`ADMISSION_MEMORY_S`, at most :data:`RECENT_ARRIVALS`). A workload without
+            requests in that hour is dropped.
         """
         out: dict[str, tuple[Forecast, int]] = {}
-        for name in sorted(self._workloads):
-            series = self._workloads[name]
-            series.prune(now, self.policy.window_buckets)
-            if not series.buckets:
-                del self._workloads[name]
+        for name in sorted(set(self._workloads) | set(self._recent)):
+            times = [t for t in self._recent.get(name, []) if now - t < ADMISSION_MEMORY_S]
+            if times:
+                self._recent[name] = times
+            else:
+                self._recent.pop(name, None)
+            series = self._workloads.get(name)
+            if series is not None:
+                series.prune(now, self.policy.window_buckets)
+                if not series.buckets:
+                    del self._workloads[name]
+                    series = None
+            if series is None and not times:
                 continue
-            fc = plugins.forecast(series, now, self.policy)
+            fc = plugins.forecast(series, now, self.policy) if series is not None else None
             if not isinstance(fc, Forecast):
                 fc = fallback_forecast(series, now, self.policy)
-            out[name] = (fc, sum(b.requests for b in series.buckets))
+            out[name] = (fc, len(times))
         return out
 
     # --- forecasting ----------------------------------------------------------------------
@@ -244,6 +268,7 @@ class DemandTracker:
             series=[self._series[k] for k in sorted(self._series)],
             watermarks=dict(sorted(self._watermarks.items())),
             workloads=[self._workloads[k] for k in sorted(self._workloads)],
+            recent={k: list(v) for k, v in sorted(self._recent.items())},
         )
         document: dict[str, object] = msgspec.to_builtins(state)  # a Struct encodes to a dict
         return document
@@ -269,3 +294,6 @@ class DemandTracker:
         self._series = {s.model_id: s for s in state.series if s.model_id in self._configured}
         self._watermarks = {k: v for k, v in state.watermarks.items() if k in self._configured}
         self._workloads = {s.model_id: s for s in state.workloads if s.model_id in WORKLOADS}
+        self._recent = {
+            k: sorted(v)[-RECENT_ARRIVALS:] for k, v in state.recent.items() if k in WORKLOADS
+        }

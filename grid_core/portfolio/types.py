@@ -55,7 +55,7 @@ class WorkloadDemand(msgspec.Struct, frozen=True, kw_only=True):
         queue_depth: queued work (mean waiting requests) attributed to the workload.
         offered_concurrency: rate × service time + queued work (Little's law); the service
             time is the measured one, else the fastest candidate's expectation.
-        observations: distinct requests in the demand window.
+        observations: distinct requests within the admission memory (the last hour).
         failure_rate: recent measured request failure (errors, 429s and Grid's own 503s).
         p95_ms: approximate request-level p95 (ms) of served requests, ``None`` unmeasured.
         modality: ``text``, ``image`` or ``video`` (media gets the weak-evidence rule).
@@ -206,7 +206,7 @@ class AdmissionRow(msgspec.Struct, frozen=True, kw_only=True):
         state: see :data:`AdmissionState`.
         model_id: the chosen model (``None`` when deferred or nothing is usable).
         offered_concurrency: the workload's offered concurrency.
-        observations: distinct requests in the window.
+        observations: distinct requests within the admission memory (the last hour).
         desired / planned / ready / missing: replica counts of the chosen model.
         eligible_hosts: hosts that could hold the chosen model (compatible, eligible).
         startup_s: startup estimate of the chosen model's next replica (s).
