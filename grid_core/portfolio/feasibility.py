@@ -68,10 +68,13 @@ class Fit:
         self.direct = direct
         self._rows: dict[str, Row] = {}
 
-    def _protected(self, model_id: str) -> bool:
+    def protected(self, model_id: str) -> bool:
+        """Directly observed service (named requests anywhere in the demand window, or
+        queued work), a pin or a baseline: never a victim for speculative demand."""
         p = self.by_id.get(model_id)
         d = self.direct.get(model_id)
-        return p is None or bool(p.pins) or p.min_replicas > 0 or (d is not None and d.direct)
+        named = d is not None and (d.direct or d.request_rate_rps > 0 or d.queue_depth > 0)
+        return p is None or bool(p.pins) or p.min_replicas > 0 or named
 
     def row(self, model_id: str) -> Row:
         """The model's :class:`Row` (memoised).
@@ -141,7 +144,7 @@ class Fit:
         freed = 0
         left = set(book.present)
         for r in host.residencies:
-            if r.state not in SERVING or not r.actuatable or self._protected(r.model_id):
+            if r.state not in SERVING or not r.actuatable or self.protected(r.model_id):
                 continue
             if r.active_requests is None or r.active_requests > 0:
                 continue

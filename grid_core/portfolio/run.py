@@ -26,6 +26,7 @@ from grid_core.portfolio.evidence import OutcomeBook
 from grid_core.portfolio.feasibility import SERVING, Fit
 from grid_core.portfolio.gate import admit, spare_capacity_proof, workload_demand
 from grid_core.portfolio.project import project
+from grid_core.portfolio.replace import find_replacement, release
 from grid_core.portfolio.types import (
     MAX_PORTFOLIOS,
     AdmissionRow,
@@ -199,21 +200,47 @@ def run_portfolio(
                 mapping[w] = best
         decision = PortfolioDecision(mapping=mapping, reason="best usable candidate per workload")
     mapping = {w: m for w, m in decision.mapping.items() if w in admitted and m in by_id}
+    demand = demand_of(mapping)
+    replacing = find_replacement(
+        mapping,
+        admitted,
+        candidates,
+        inp.hosts,
+        frozenset(m for m in by_id if fit.protected(m)),
+    )
+    if replacing is not None:
+        kept = {w: m for w, m in mapping.items() if m not in replacing.victims}
+        released = release(demand_of(kept), replacing, by_id, inp.hosts)
+        proof = plan_of(
+            PlanInputs(
+                now=inp.now,
+                profiles=inp.profiles,
+                hosts=inp.hosts,
+                demand=released,
+                policy=inp.policy,
+            )
+        )
+        if any(
+            a.host_id == replacing.host_id and a.model_id in replacing.victims
+            for a in proof.assignments
+        ):
+            replacing = None  # the planner keeps the victim there: no proven path
+        else:
+            mapping, demand = kept, released
     report = PortfolioReport(
         plugin=plugin,
         mapping=mapping,
         models=sorted(set(mapping.values())),
-        deferred=sorted(w for w in decision.deferred if w in admitted),
+        deferred=sorted(w for w in admitted if w not in mapping),
         exploring=decision.exploring,
         evaluated=ctx.evaluated,
         reason=decision.reason,
         thresholds=inp.thresholds,
         workloads=list(workloads.values()),
         candidates=[c for w in sorted(candidates) for c in candidates[w]],
+        replacing=replacing,
     )
-    return TickPortfolio(
-        demand=demand_of(mapping), report=report, candidates=candidates, workloads=workloads
-    )
+    return TickPortfolio(demand=demand, report=report, candidates=candidates, workloads=workloads)
 
 
 def _row_for(
@@ -262,7 +289,17 @@ def admission_rows(
             continue
         cands = tick.candidates.get(w, ())
         if w not in rep.mapping:
-            if any(c.usable for c in cands):
+            gives_way = rep.replacing is not None and any(
+                c.model_id in rep.replacing.victims and c.resident for c in cands
+            )
+            if gives_way and rep.replacing is not None:
+                r = rep.replacing
+                why = (
+                    f"deferred: its model gives way on {r.host_id} to {r.beneficiary} for "
+                    f"{r.workload} (pressure {r.pressure:.2f} >= 1.5 x {r.victim_pressure:.2f})"
+                )
+                rows.append(_row_for(d, "deferred", why))
+            elif any(c.usable for c in cands):
                 rows.append(
                     _row_for(d, "deferred", f"deferred under current capacity: {rep.reason}")
                 )
@@ -292,6 +329,12 @@ def admission_rows(
         elif planned or staged:
             after = " after a staged preemption" if staged else ""
             state, why = "planned", f"{m} planned on {planned} host(s){after}"
+        elif rep.replacing is not None and rep.replacing.beneficiary == m:
+            state = "blocked-by-residency"
+            why = (
+                f"{m} replaces idle speculative {','.join(rep.replacing.victims)} on "
+                f"{rep.replacing.host_id}: drain first, then load"
+            )
         else:
             state, why = _unplanned_state(m, c, plan)
         rows.append(

@@ -242,6 +242,23 @@ class AdmissionThresholds(msgspec.Struct, frozen=True, kw_only=True):
     media_concurrency: float = 1.0
 
 
+class Replacement(msgspec.Struct, frozen=True, kw_only=True):
+    """One replacement of speculative residents by a workload's chosen model (status).
+
+    Attributes:
+        beneficiary: the model that takes the host; workload: the workload it serves.
+        host_id: the host of the path; victims: models whose replica there gives way.
+        pressure / victim_pressure: offered concurrency behind each side.
+    """
+
+    beneficiary: str
+    workload: str
+    host_id: str
+    victims: tuple[str, ...]
+    pressure: float
+    victim_pressure: float
+
+
 class PortfolioReport(msgspec.Struct, frozen=True, kw_only=True):
     """The portfolio part of status: the decision, its inputs and the admission rows.
 
@@ -257,6 +274,7 @@ class PortfolioReport(msgspec.Struct, frozen=True, kw_only=True):
         workloads: the workload forecasts.
         candidates: candidate rows (feasibility and evidence) per workload.
         admissions: one row per active unbound workload.
+        replacing: the one speculative replacement this tick uses, if any.
     """
 
     plugin: str = "builtin-projection"
@@ -270,3 +288,4 @@ class PortfolioReport(msgspec.Struct, frozen=True, kw_only=True):
     workloads: list[WorkloadDemand] = []
     candidates: list[Candidate] = []
     admissions: list[AdmissionRow] = []
+    replacing: Replacement | None = None

@@ -148,3 +148,66 @@ def test_thresholds_are_persisted_and_sparse_arrivals_count_for_an_hour(tmp_path
     again.tick(NOW + 901, [_host()])
     assert again.last.portfolio is not None
     assert again.last.portfolio.admissions[0].observations == 3
+
+
+def _resident(model: str) -> HostSnapshot:
+    from grid_core.snapshot import ResidencySnapshot
+
+    return HostSnapshot(
+        host_id="h1",
+        capacity_mb=64_000,
+        runtimes=("llama.cpp",),
+        heartbeat_age_s=1.0,
+        max_models=1,
+        residencies=(
+            ResidencySnapshot(
+                model_id=model,
+                memory_mb=1_000,
+                state="ready",
+                active_requests=0,
+                loaded_at=NOW - 7_200,
+                last_used_at=NOW - 7_200,
+                routable=True,
+            ),
+        ),
+    )
+
+
+def _replacement_case(tmp_path: Path, video_jobs: int) -> Controller:
+    image = ModelProfile(model_id="image", memory_mb=1_000, workload_scores={"image": 1.0})
+    video = ModelProfile(
+        model_id="video",
+        memory_mb=1_000,
+        expected_service_time_s=90.0,
+        workload_scores={"video": 1.0},
+    )
+    ctl = _controller(tmp_path, image, video)
+    for i in range(3):
+        ctl.observe_request(_auto(NOW + 100 * i, "image", served="image"))
+    for i in range(video_jobs):
+        ctl.observe_request(_auto(NOW + 250 + 10 * i, "video"))
+    ctl.tick(NOW + 300, [_resident("image")])
+    return ctl
+
+
+def test_a_mature_workload_with_1_5x_pressure_replaces_an_idle_speculative_canary(
+    tmp_path: Path,
+) -> None:
+    """One model slot, held by an idle image canary: a video workload with far more
+    device-time pressure takes it through one planner-proved path (drain first)."""
+    ctl = _replacement_case(tmp_path, video_jobs=5)
+    report = ctl.last.portfolio
+    assert report is not None and report.replacing is not None
+    assert (report.replacing.beneficiary, report.replacing.victims) == ("video", ("image",))
+    assert ctl.last.plan is not None and ctl.last.plan.hosts_of("image") == ()
+    rows = {r.workload: r for r in report.admissions}
+    assert rows["video"].state == "blocked-by-residency"
+    assert rows["image"].state == "deferred" and "gives way" in rows["image"].reason
+
+
+def test_an_incumbent_canary_stays_without_1_5x_pressure(tmp_path: Path) -> None:
+    """Below the ratio (or with a weak-evidence beneficiary) nothing is replaced."""
+    ctl = _replacement_case(tmp_path, video_jobs=0)
+    report = ctl.last.portfolio
+    assert report is not None and report.replacing is None
+    assert ctl.last.plan is not None and ctl.last.plan.hosts_of("image") == ("h1",)
