@@ -293,10 +293,11 @@ def admission_rows(
                 c.model_id in rep.replacing.victims and c.resident for c in cands
             )
             if gives_way and rep.replacing is not None:
-                r = rep.replacing
+                swap = rep.replacing
                 why = (
-                    f"deferred: its model gives way on {r.host_id} to {r.beneficiary} for "
-                    f"{r.workload} (pressure {r.pressure:.2f} >= 1.5 x {r.victim_pressure:.2f})"
+                    f"deferred: its model gives way on {swap.host_id} to {swap.beneficiary} "
+                    f"for {swap.workload} (pressure {swap.pressure:.2f} >= 1.5 x "
+                    f"{swap.victim_pressure:.2f})"
                 )
                 rows.append(_row_for(d, "deferred", why))
             elif any(c.usable for c in cands):

@@ -137,7 +137,9 @@ def run_scenario(cfg: ScenarioConfig, env: LabEnv) -> dict[str, object]:
             s.arrival.requested_model for s in results if s.arrival.requested_model != "auto"
         }
         control.observe(features)
-        mapping = projection_map(WORKLOADS, profiles, fleet.snapshots())
+        # Admission is judged against the model the control chose for each workload (the
+        # controller's portfolio), else the best feasible model.
+        mapping = {**projection_map(WORKLOADS, profiles, fleet.snapshots()), **control.chosen()}
         metrics.record(tick, changes, step, results, pools, fleet, mapping)
     report: dict[str, object] = {
         "schema_version": SCHEMA_VERSION,

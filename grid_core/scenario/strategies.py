@@ -1,10 +1,11 @@
 """The four controls a scenario can run on the identical fleet, users and arrivals.
 
 * ``smart`` — the production :class:`~grid_core.controller.Controller` in automatic mode with
-  every installed plugin (forecaster, scoring, victims, and whatever workload intelligence is
-  installed later).
-* ``reactive`` — the same controller with the predictive plugins switched off (no trend, so
-  no lookahead projection; later: no sequence learning or predictive caching).
+  every installed plugin (forecaster, scoring, victims, the ``grid_portfolio`` search, and
+  whatever sequence learning or caching is installed).
+* ``reactive`` — the same controller with the predictive plugins switched off by entry-point
+  name (no trend, so no lookahead projection; no joint portfolio search or exploration: each
+  admitted workload gets its best usable model).
 * ``greedy`` — every minute, the workload seen in the previous minute is mapped to its
   highest-suitability feasible model and handed to the ordinary planner; the plan is applied
   at once (no make-before-break, no cooldown: the node's own fences still apply).
@@ -132,9 +133,14 @@ class ControllerControl:
             )
 
     def observe(self, features: list[RequestFeatures]) -> None:
-        """Feed finished requests; the controller projects unbound ones itself."""
+        """Feed finished requests; the controller keeps unbound ones as workload demand."""
         for f in features:
             self.ctl.observe_request(f)
+
+    def chosen(self) -> dict[str, str]:
+        """Workload → model the controller's last portfolio chose."""
+        report = self.ctl.last.portfolio
+        return dict(report.mapping) if report is not None else {}
 
 
 def _demand(rates: dict[str, float], profiles: dict[str, ModelProfile]) -> dict[str, ModelDemand]:
@@ -243,6 +249,10 @@ class GreedyControl:
         """Remember this minute's requests (greedy forgets them after the next plan)."""
         self._seen.extend(features)
 
+    def chosen(self) -> dict[str, str]:
+        """Greedy maps by the best feasible model (no portfolio of its own)."""
+        return {}
+
 
 class StaticControl:
     """``static``: the declared population's average mix, planned once and kept."""
@@ -296,3 +306,7 @@ class StaticControl:
     def observe(self, features: list[RequestFeatures]) -> None:
         """Static control ignores what happens."""
         del features
+
+    def chosen(self) -> dict[str, str]:
+        """Static maps by the best feasible model (no portfolio of its own)."""
+        return {}
