@@ -254,6 +254,12 @@ UNKNOWN_STARTUP_RETRY_AFTER_S = 2
 a couple of seconds away and may place it on a free host."""
 
 
+RECLAIM_ALLOWANCE_S = 3.0
+"""Seconds a staged eviction adds before the beneficiary can start warming: the drain of an
+idle replica, its unload, and the next heartbeat proving the memory free (1 s heartbeats on
+the logical fleet; a few seconds of slack on a loaded machine)."""
+
+
 def cold_retry_after_s(startup_remaining_s: Iterable[float]) -> int:
     """``Retry-After`` for a configured model with no ready engine (whole seconds).
 

@@ -24,6 +24,7 @@ import msgspec
 from grid_core import routing
 from grid_core.demand.features import RequestFeatures
 from grid_core.hosts import build_host_snapshots
+from grid_core.planner.reclaim import surplus_release_s
 from grid_core.profile import ModelProfile
 from grid_core.snapshot import HostSnapshot
 from grid_core.wire import Acknowledgement, Command, Mode
@@ -155,7 +156,8 @@ class ControllerRunner:
 
         The estimate is the learned load+warm time of the host that will serve the model
         first: a replica already loading or warming counts with the time it has already
-        spent; otherwise the hosts the last plan assigned it to; otherwise the fastest
+        spent; otherwise the hosts the last plan assigned it to or staged an eviction for
+        (plus :data:`grid_core.routing.RECLAIM_ALLOWANCE_S` for the drain); otherwise the fastest
         eligible startup path the last forecast projected. Bounds:
         :func:`grid_core.routing.cold_retry_after_s`. Reads the controller's last results
         without the lock (a torn read only falls back to the default).
@@ -177,6 +179,12 @@ class ControllerRunner:
         out: list[float] = []
         starting = False
         planned = set(plan.hosts_of(model_id)) if plan is not None else set()
+        reclaiming = (
+            {e.host_id for e in plan.evictions if e.beneficiary == model_id}
+            if plan is not None
+            else set()
+        )
+        planned |= reclaiming
         for host in self.hosts(now):
             res = host.residency(model_id)
             cached = model_id in host.cached
@@ -192,11 +200,27 @@ class ControllerRunner:
                 load = phase if phase is not None else load
             total = warm if cached else warm + load
             spent = now - res.loaded_at if res is not None and res.loaded_at else 0.0
+            if host.host_id in reclaiming:
+                total += routing.RECLAIM_ALLOWANCE_S  # the victim drains and unloads first
             out.append(total - max(0.0, spent))
         if not out and not starting:
             fc = self.ctl.last.forecasts.get(model_id)
-            if fc is not None and fc.desired_replicas > 0:
-                out.append(fc.projection_horizon_s)
+            horizon = (
+                fc.projection_horizon_s
+                if fc is not None
+                else profile.load_estimate_s + profile.warm_estimate_s
+            )
+            # No host planned yet. When no host is free, the wait until some host's work may
+            # be taken for it (a burst's surplus leaving the live window, minimum residency),
+            # then the pass that stages the reclaim, the drain, and the fastest startup path.
+            # This request is itself direct demand, even before a forecast has seen it.
+            release = surplus_release_s(
+                profile, self.profiles, self.ctl.last.forecasts, self.hosts(now), now
+            )
+            if release is not None and release > 0:
+                out.append(release + self.interval_s + routing.RECLAIM_ALLOWANCE_S + horizon)
+            elif fc is not None and fc.desired_replicas > 0:
+                out.append(horizon)
         return out
 
     def poke(self) -> None:

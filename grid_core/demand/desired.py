@@ -5,6 +5,12 @@ work), demand headroom, queue/latency/error pressure (+1 beyond the ready set), 
 rising-demand projection across the fastest eligible load+warm path (confidence-weighted,
 capped at 5 minutes / 2x), negative trends never speeding scale-down, and the scale-down
 cooldown (recent ready replicas plus a persisted demand watermark).
+
+Replicas the count keeps only for hysteresis (the cooldown, or the decaying tail of traffic
+that is no longer live) are reported as ``held_replicas``: the planner keeps them while they
+exist, never rebuilds them, and lets direct demand of another model reclaim them once they are
+idle and past their minimum residency (issue 16: a burst's surplus must not starve a cold
+model for the whole demand window).
 """
 
 from __future__ import annotations
@@ -217,7 +223,16 @@ def desired_for(
     for pressure in _pressures(profile, fc, queue, policy):
         want = max(want, ready + 1)
         reasons.append(pressure)
+    direct = engine_queue >= QUEUE_PRESSURE or (
+        live and (fc.rate_rps > 0 or queue >= QUEUE_PRESSURE)
+    )
     asked = max(profile.min_replicas, min(want, profile.max_replicas))
+    if not direct and want:
+        # Without live evidence the decaying tail of old traffic (the window's EWMA level and
+        # its window-averaged queue) is not a current need: what it still asks for beyond the
+        # baseline is kept like the scale-down cooldown keeps replicas, as hysteresis.
+        asked = profile.min_replicas
+        reasons.append("not_live")
     want, new_mark = _cooldown(profile, want, recent_ready, watermark, now, reasons)
     if want < profile.min_replicas:
         want = profile.min_replicas
@@ -225,6 +240,9 @@ def desired_for(
     if want > profile.max_replicas:
         want = profile.max_replicas
         reasons.append("clamped_max")
+    held = max(0, want - asked)
+    if held:
+        reasons.append("held")
     demand = ModelDemand(
         model_id=mid,
         desired_replicas=want,
@@ -234,14 +252,13 @@ def desired_for(
         p95_ms=fc.p95_ms,
         error_rate=fc.error_rate,
         trend_rps=fc.trend_rps,
-        direct=engine_queue >= QUEUE_PRESSURE
-        or (live and (fc.rate_rps > 0 or queue >= QUEUE_PRESSURE)),
+        direct=direct,
         reasons=tuple(dict.fromkeys(reasons)),
         ready_replicas=ready,
         service_time_s=service,
         projected_concurrency=projected,
         projection_horizon_s=horizon,
         confidence=fc.confidence,
-        held_replicas=max(0, want - asked),
+        held_replicas=held,
     )
     return demand, new_mark

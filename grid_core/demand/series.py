@@ -60,6 +60,8 @@ class Bucket(msgspec.Struct, kw_only=True, array_like=True):
         served: requests that carried a service time.
         queue_s: summed time requests waited before routing (seconds).
         latency: sparse logarithmic histogram, bin index → count (end-to-end latency).
+        retried: client retries of requests already counted (not demand: they only show the
+            caller is still there, which keeps the model's evidence live).
     """
 
     index: int
@@ -70,6 +72,7 @@ class Bucket(msgspec.Struct, kw_only=True, array_like=True):
     served: int = 0
     queue_s: float = 0.0
     latency: dict[int, int] = {}
+    retried: int = 0
 
 
 class DemandSeries(msgspec.Struct, kw_only=True):

@@ -62,12 +62,37 @@ class _State(msgspec.Struct, kw_only=True):
     recent: dict[str, list[float]] = {}
 
 
-def _live(series: DemandSeries | None, now: float) -> bool:
-    """Whether a named request landed in the filling bucket or the last few completed ones."""
+REFUSED_EVIDENCE_S = 30.0
+"""Extra seconds a refused request (Grid answered "no ready engine") or a client's retry stays
+live evidence: the caller was told to come back within the longest Retry-After Grid advises
+(``grid_core.routing.MAX_COLD_RETRY_AFTER_S``), so its demand is still present while it waits;
+otherwise a cold model would lose its preemption authority while its caller waits."""
+
+
+def live_until(series: DemandSeries | None) -> float | None:
+    """When the latest named request leaves the live window (Unix seconds), or ``None``.
+
+    The bucket holding it stays live while it fills and for :data:`LIVE_EVIDENCE_BUCKETS`
+    completed buckets after it; a bucket with refused requests or retries
+    :data:`REFUSED_EVIDENCE_S` longer.
+    """
     if series is None:
-        return False
-    oldest = math.floor(now / series.bucket_s) - LIVE_EVIDENCE_BUCKETS
-    return any(b.requests > 0 and b.index >= oldest for b in series.buckets)
+        return None
+    out: float | None = None
+    for b in series.buckets:
+        if b.requests <= 0 and b.retried <= 0:
+            continue
+        until = (b.index + LIVE_EVIDENCE_BUCKETS + 1) * series.bucket_s
+        if b.unavailable or b.retried:
+            until += REFUSED_EVIDENCE_S
+        out = until if out is None else max(out, until)
+    return out
+
+
+def _live(series: DemandSeries | None, now: float) -> bool:
+    """Whether a named request is still live evidence at ``now`` (see :func:`live_until`)."""
+    until = live_until(series)
+    return until is not None and now < until
 
 
 def fallback_forecast(series: DemandSeries | None, now: float, policy: ForecastPolicy) -> Forecast:
@@ -140,7 +165,9 @@ class DemandTracker:
             series = DemandSeries(model_id=key, bucket_s=self.policy.bucket_s, buckets=[])
             store[key] = series
         bucket = series.bucket_at(features.at, self.policy.window_buckets)
-        if not features.retry:
+        if features.retry:
+            bucket.retried += 1  # liveness only: never counted as demand again
+        else:
             # Demand counts distinct requests: a client's retry of a request already
             # counted (issue 16, item 5) only adds its service evidence below.
             bucket.requests += 1
@@ -252,6 +279,9 @@ class DemandTracker:
                 eligible,
                 live=_live(series, now),
             )
+            until = live_until(series)
+            if until is not None:
+                demand = msgspec.structs.replace(demand, live_until=until)
             if watermark is None:
                 self._watermarks.pop(profile.model_id, None)
             else:

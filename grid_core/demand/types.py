@@ -24,18 +24,25 @@ class ModelDemand(msgspec.Struct, frozen=True, kw_only=True):
             window, or queued work), not only a baseline or the decaying tail of old traffic.
         reasons: machine-stable reasons that set ``desired_replicas`` (``baseline``, ``demand``,
             ``queue_pressure``, ``latency_pressure``, ``error_pressure``, ``cooldown``,
-            ``recent_ready``, ``clamped_max``, ``projection``).
+            ``recent_ready``, ``clamped_max``, ``projection``, ``held`` when part of the count
+            is hysteresis only, see ``held_replicas``).
         ready_replicas: ready replicas on eligible hosts when forecast.
         service_time_s: service time used (measured, else the profile's expectation).
         projected_concurrency: offered concurrency projected across the startup horizon.
         projection_horizon_s: fastest eligible load+warm time used for the projection (s).
         confidence: forecaster confidence in the trend (0..1).
-        held_replicas: replicas of ``desired_replicas`` that only the scale-down cooldown keeps
-            (watermark or recently used ready replicas) beyond what live demand, pressure and
-            the baseline ask for. They are kept while they exist but never rebuilt by evicting
-            other work.
+        held_replicas: replicas of ``desired_replicas`` kept only for hysteresis: by the
+            scale-down cooldown (watermark or recently used ready replicas), or by the
+            decaying forecast of traffic that is no longer live (no named request within the
+            live window), beyond what live demand, pressure and the baseline ask for. The
+            planner keeps them while they exist, never places or rebuilds them, and lets
+            another model's direct demand reclaim them once idle and past their minimum
+            residency (status: ``Plan.surplus``).
         inferred_rps: demand inferred from correlated models (always 0 until correlation
             learning exists; a separate field so inferred demand never counts as direct).
+        live_until: Unix seconds at which the model's live evidence (its latest named
+            request) leaves the live window if no new request arrives; ``None`` without any.
+            From then on what its count still asks beyond the baseline is hysteresis.
     """
 
     model_id: str
@@ -55,6 +62,7 @@ class ModelDemand(msgspec.Struct, frozen=True, kw_only=True):
     confidence: float = 0.0
     held_replicas: int = 0
     inferred_rps: float = 0.0
+    live_until: float | None = None
 
     def harm(self, latency_slo_ms: float | None) -> tuple[float, float, float, float, float]:
         """Attributable service harm, compared lexicographically (larger = more harmed).

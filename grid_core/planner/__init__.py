@@ -27,7 +27,7 @@ from grid_core.planner.preemption import VictimSelector
 from grid_core.planner.relocation import relocate_for
 from grid_core.planner.repair import homogeneous_empty, repair_class
 from grid_core.planner.replan import MAX_REPLANS, improves, learned_prices
-from grid_core.planner.report import unmet
+from grid_core.planner.report import surplus_report, unmet
 from grid_core.planner.scoring import ScoreTerm
 from grid_core.planner.types import (
     Assignment,
@@ -179,4 +179,5 @@ def _solve(state: PlanState, digest: str) -> Plan:
         evictions=tuple(state.evictions),
         unmet=tuple(unmet(state)),
         digest=digest,
+        surplus=tuple(surplus_report(state)),
     )

@@ -69,7 +69,7 @@ def chain_rounds(state: PlanState, models: list[int]) -> None:
     """Give each short model of ``models`` one more replica per round via an ejection
     chain, until no short model finds one or the per-plan budget is spent."""
     short = sorted(
-        (mi for mi in models if state.cands[mi] and state.ledger.count[mi] < state.desired[mi]),
+        (mi for mi in models if state.cands[mi] and state.ledger.count[mi] < state.needed(mi)),
         key=lambda mi: round_key(state, mi),
     )
     while short:
@@ -79,7 +79,7 @@ def chain_rounds(state: PlanState, models: list[int]) -> None:
         for mi in short:
             if state.chain_steps >= CHAIN_PLAN_BUDGET:
                 return
-            if place_by_chain(state, mi) and state.ledger.count[mi] < state.desired[mi]:
+            if place_by_chain(state, mi) and state.ledger.count[mi] < state.needed(mi):
                 still.append(mi)
         short = still
 

@@ -123,6 +123,11 @@ class PlanState:
         :func:`grid_core.planner.phases.place_pins`); :attr:`reported` keeps the full count."""
         self.reported = list(self.desired)
         """Desired replicas as the plan reports them (demand, bounds and pins)."""
+        self.held = [d.held_replicas if d is not None else 0 for d in self.demand]
+        """Per model, replicas of the desired count kept only for hysteresis (see
+        :attr:`~grid_core.demand.types.ModelDemand.held_replicas`): kept, never placed."""
+        self.reclaimed: list[tuple[int, int, str]] = []
+        """Surplus replicas staged for reclaim: (model index, host index, beneficiary id)."""
         by_id = {h.host_id: hi for hi, h in enumerate(self.hosts)}
         self.pin_hosts = [{by_id[h] for h in p.pins if h in by_id} for p in self.profiles]
         """Per model, the host indexes of its pins (registered hosts only)."""
@@ -336,6 +341,14 @@ class PlanState:
             dyn = float(sum(t.score(p, rep, ctx) for t in self.dynamic_terms))
             self._dynamic[dkey] = dyn
         return static + dyn
+
+    def needed(self, mi: int) -> int:
+        """Replicas of ``mi`` that current demand needs: the desired count without the replicas
+        only hysteresis holds, never below the baseline or the pins (new placement, rebuilds and
+        destructive authority stop here; incumbents are kept up to :attr:`desired`)."""
+        p = self.profiles[mi]
+        floor = max(p.min_replicas, len(self.pin_hosts[mi]))
+        return min(self.desired[mi], max(self.desired[mi] - self.held[mi], floor))
 
     def required_domains(self, mi: int) -> int:
         """Distinct failure domains the model's replicas must span (feasible target)."""

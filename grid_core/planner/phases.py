@@ -9,6 +9,7 @@ from grid_core.planner.preemption import (
     MAX_PREEMPTION_HOSTS,
     MAX_VICTIM_CANDIDATES,
     OBSOLETE_PRIORITY,
+    SURPLUS_PRIORITY,
     VictimCandidate,
     VictimContext,
     VictimNeed,
@@ -16,6 +17,7 @@ from grid_core.planner.preemption import (
     set_cost,
 )
 from grid_core.planner.types import Eviction
+from grid_core.snapshot import ResidencySnapshot
 
 
 def class_order(state: PlanState, models: list[int]) -> list[int]:
@@ -228,7 +230,7 @@ def place_class(state: PlanState, models: list[int]) -> None:
         def target(mi: int, phase: str = phase) -> int:
             if phase == "baseline" or (phase == "direct" and _inferred_only(state, mi)):
                 return min(state.profiles[mi].min_replicas, state.desired[mi])
-            return state.desired[mi]
+            return state.needed(mi)  # replicas only hysteresis holds are never placed anew
 
         while True:
             active = [
@@ -297,13 +299,13 @@ def preempt_rounds(state: PlanState, models: list[int]) -> None:
     """Stage preemptions for a class's missing replicas, one replica per model per round,
     so the eviction budget is shared fairly instead of spent on the first model."""
     active = [
-        mi for mi in models if state.ledger.count[mi] + state.staged.get(mi, 0) < state.desired[mi]
+        mi for mi in models if state.ledger.count[mi] + state.staged.get(mi, 0) < state.needed(mi)
     ]
     while active:
         still = []
         for mi in active:
             if preempt_for(state, mi) and (
-                state.ledger.count[mi] + state.staged.get(mi, 0) < state.desired[mi]
+                state.ledger.count[mi] + state.staged.get(mi, 0) < state.needed(mi)
             ):
                 still.append(mi)
         active = still
@@ -321,7 +323,7 @@ def may_preempt(state: PlanState, mi: int) -> bool:
     have = state.ledger.count[mi] + state.staged.get(mi, 0)
     if have < p.min_replicas:
         return True
-    return d is not None and d.direct and have < state.desired[mi] - d.held_replicas
+    return d is not None and d.direct and have < state.needed(mi)
 
 
 def preempt_for(state: PlanState, mi: int) -> bool:
@@ -374,9 +376,16 @@ def preempt_on(state: PlanState, mi: int, hosts: list[int], authorized: bool = F
         vmi = state.ledger.index.get(v.model_id)
         if vmi is not None and vmi in book.models:
             state.ledger.remove(vmi, hi)
-        _evict(state, v.model_id, hi, p.model_id, p.priority, "preemption")
+            if v.surplus:
+                state.reclaimed.append((vmi, hi, p.model_id))
+        why = "surplus" if v.surplus else "preemption"
+        _evict(state, v.model_id, hi, p.model_id, p.priority, why)
         res = state.res_maps[hi].get(v.model_id)
         book.released_mb += res.memory_mb if res is not None else 0
+    if any(v.surplus for v in chosen):
+        # The model now holds one replica less: other hosts' pools may no longer offer its
+        # replicas as surplus (never below what it needs, never its last ready replica).
+        state.victim_cache.clear()
     # Released memory is proven free only later: the beneficiary is not assigned here in this
     # plan, but its footprint, slot and colocation rules are reserved so an unrelated model
     # that fits beside both may still be placed (Ledger.fit_new).
@@ -388,6 +397,45 @@ def preempt_on(state: PlanState, mi: int, hosts: list[int], authorized: bool = F
     book.version += 1
     state.staged[mi] = state.staged.get(mi, 0) + 1
     return True
+
+
+def surplus_hold(state: PlanState, vmi: int, hi: int, r: ResidencySnapshot) -> str | None:
+    """Why the kept replica ``r`` of model ``vmi`` on host ``hi`` may not be reclaimed as
+    surplus, or ``None`` when it may.
+
+    A surplus replica is one beyond what its model's current demand needs
+    (:meth:`PlanState.needed`, never below one): a burst that is over, or the scale-down
+    cooldown, keeps it only for hysteresis. It is an idle, reclaimable victim for another
+    model's direct demand once idle and past its minimum residency; never a pinned replica and
+    never the model's last ready one (specification, "Global placement loop": failed, draining
+    and idle victims first; "Safety invariants" 5 and 7).
+    """
+    ledger = state.ledger
+    if ledger.count[vmi] <= max(1, state.needed(vmi)):
+        return "needed"
+    if _pinned_here(state, r.model_id, state.hosts[hi].host_id):
+        return "pinned"
+    if state.protected(vmi, r.loaded_at, r.state):
+        return "min_residency"
+    if r.active_requests is None:
+        return "activity_unknown"
+    if r.active_requests > 0:
+        return "in_flight"
+    if r.state == "ready" and _kept_ready(state, vmi) <= 1:
+        return "last_ready_replica"
+    return None
+
+
+def _kept_ready(state: PlanState, vmi: int) -> int:
+    """Ready incumbents of ``vmi`` the plan keeps."""
+    mid = state.profiles[vmi].model_id
+    n = 0
+    for hj, book in enumerate(state.ledger.books):
+        placed = book.models.get(vmi)
+        res = state.res_maps[hj].get(mid)
+        if placed is not None and placed.incumbent and res is not None and res.state == "ready":
+            n += 1
+    return n
 
 
 def _cached_pool(state: PlanState, mi: int, hi: int) -> RankedPool | None:
@@ -452,6 +500,9 @@ def _victim_pool(
         if _pinned_here(state, r.model_id, host.host_id):
             continue  # pinned work is never preempted on its pinned host
         prio = state.profiles[kept].priority if kept is not None else OBSOLETE_PRIORITY
+        surplus = kept is not None and surplus_hold(state, kept, hi, r) is None
+        if surplus:
+            prio = SURPLUS_PRIORITY
         if prio >= p.priority or state.protected(vmi, r.loaded_at, r.state):
             continue
         warm = 0.0
@@ -469,6 +520,7 @@ def _victim_pool(
                 state=r.state,
                 idle=r.active_requests == 0,
                 warm_back_s=warm,
+                surplus=surplus,
             )
         )
     if not cands:

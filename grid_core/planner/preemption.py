@@ -4,7 +4,9 @@ Source: specification, "Global placement loop" (lowest-priority sufficient victi
 failed, already-draining and idle victims first, then the lowest warm-back cost; never
 external, manual, pinned or minimum-residency-protected work; the beneficiary stays
 unsatisfied until a later snapshot proves the memory free; at most 64 evictions per plan) and
-"Safety invariants" 3 (the deliberate drain-first exception).
+"Safety invariants" 3 (the deliberate drain-first exception). Idle surplus replicas, which
+their model keeps only for hysteresis beyond what current demand needs, count as idle,
+reclaimable work for direct demand (issue 16; :data:`SURPLUS_PRIORITY`).
 """
 
 from __future__ import annotations
@@ -17,6 +19,10 @@ import msgspec
 OBSOLETE_PRIORITY = -1_000_000
 """Priority given to live work no plan wants (unconfigured or beyond its desired count):
 it yields to anything, so a demanded model never waits behind an obsolete process."""
+SURPLUS_PRIORITY = OBSOLETE_PRIORITY + 1
+"""Priority given to an idle surplus replica: one its model keeps only for hysteresis (a
+burst that is over, the scale-down cooldown) beyond what current demand needs. It yields to
+any direct demand like obsolete work, but obsolete work is still taken first."""
 MAX_PREEMPTION_HOSTS = 16
 """Hosts evaluated per preemption: a ranked shortlist instead of treating the first host as
 the whole fleet, without asking the victim selector about every host of a large fleet."""
@@ -36,6 +42,8 @@ class VictimCandidate(msgspec.Struct, frozen=True, kw_only=True):
         state: residency state (``failed``/``draining`` are cheapest to take).
         idle: no request in flight (unknown activity is never idle).
         warm_back_s: seconds to restore it elsewhere (load+warm; 0 for obsolete work).
+        surplus: a kept replica its model holds only for hysteresis, offered as an idle
+            reclaimable victim (``priority`` is then :data:`SURPLUS_PRIORITY`).
     """
 
     model_id: str
@@ -46,6 +54,7 @@ class VictimCandidate(msgspec.Struct, frozen=True, kw_only=True):
     state: str
     idle: bool
     warm_back_s: float
+    surplus: bool = False
 
     @property
     def disruption(self) -> int:

@@ -98,7 +98,7 @@ def _one_move_repairs(state: PlanState, models: list[int], homogeneous: bool) ->
     for mi in models:
         if not state.cands[mi]:
             continue
-        while state.ledger.count[mi] < state.desired[mi]:
+        while state.ledger.count[mi] < state.needed(mi):
             if state.repair_steps >= state.policy.repair_budget:
                 return
             if homogeneous and not lower_bound_allows(state, mi, everyone):

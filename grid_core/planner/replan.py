@@ -51,7 +51,7 @@ def learned_prices(state: PlanState) -> list[tuple[float, float]] | None:
     """Host → [sum of missing x MB, sum of missing, smallest MB] over short models."""
     any_short = False
     for mi, hosts in enumerate(state.cands):
-        missing = state.desired[mi] - count[mi]
+        missing = state.needed(mi) - count[mi]
         if missing <= 0 or not hosts:
             continue
         any_short = True

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from grid_core.planner.core import PlanState
 from grid_core.planner.eligibility import incompatibility
-from grid_core.planner.types import Unmet, UnmetCode, UnmetResource
+from grid_core.planner.phases import surplus_hold
+from grid_core.planner.types import SurplusReplica, Unmet, UnmetCode, UnmetResource
 
 STATIC_RESOURCE: dict[str, UnmetResource] = {
     "runtime": "runtime",
@@ -34,7 +35,11 @@ FIT_ORDER: tuple[UnmetResource, ...] = ("memory", "slots", "disk", "colocation")
 
 
 def unmet(state: PlanState) -> list[Unmet]:
-    """Every shortfall; the ``missing`` of replica codes sums to desired minus placed.
+    """Every shortfall; the ``missing`` of replica codes sums to needed minus placed.
+
+    Needed is the desired count without the replicas only hysteresis holds
+    (:meth:`PlanState.needed`): a held replica that no longer exists is not rebuilt, so its
+    absence is no shortfall.
 
     Each entry names the binding resource (``resource``): for a replica shortfall the one
     whose relaxation alone would open the most compatible hosts (model slots, memory, disk,
@@ -44,7 +49,7 @@ def unmet(state: PlanState) -> list[Unmet]:
     """
     out: list[Unmet] = []
     for mi, p in enumerate(state.profiles):
-        missing = state.desired[mi] - state.ledger.count[mi]
+        missing = state.needed(mi) - state.ledger.count[mi]
         if missing > 0:
             out.extend(_replica_unmet(state, mi, missing))
         if p.pins:
@@ -257,4 +262,48 @@ def _pin_unmet(state: PlanState, mi: int) -> list[Unmet]:
                 + ("" if count else " (its demand is placed on other hosts)"),
             )
         )
+    return out
+
+
+def surplus_report(state: PlanState) -> list[SurplusReplica]:
+    """Replicas of every model that holds more than current demand needs: the ones staged for
+    reclaim (with their beneficiary) and the kept ones with the reason each was not taken.
+
+    Ordered by model id, then host id.
+    """
+    out: list[SurplusReplica] = []
+    reclaimed = {(vmi, hi): who for vmi, hi, who in state.reclaimed}
+    for mi, p in enumerate(state.profiles):
+        needed = state.needed(mi)
+        held_here = state.ledger.count[mi] + sum(1 for vmi, _ in reclaimed if vmi == mi)
+        if held_here <= max(1, needed):
+            continue
+        for hi, host in enumerate(state.hosts):
+            who = reclaimed.get((mi, hi))
+            if who is not None:
+                out.append(
+                    SurplusReplica(
+                        model_id=p.model_id,
+                        host_id=host.host_id,
+                        decision="reclaimed",
+                        reason="direct_demand",
+                        beneficiary=who,
+                        needed=needed,
+                    )
+                )
+                continue
+            placed = state.ledger.books[hi].models.get(mi)
+            res = state.res_maps[hi].get(p.model_id)
+            if placed is None or not placed.incumbent or res is None:
+                continue
+            why = surplus_hold(state, mi, hi, res)
+            out.append(
+                SurplusReplica(
+                    model_id=p.model_id,
+                    host_id=host.host_id,
+                    decision="kept",
+                    reason="no_claimant" if why is None else why,
+                    needed=needed,
+                )
+            )
     return out

@@ -86,6 +86,31 @@ class Eviction(msgspec.Struct, frozen=True, kw_only=True):
     reason: str
 
 
+class SurplusReplica(msgspec.Struct, frozen=True, kw_only=True):
+    """A replica of a model that holds more replicas than its current demand needs, and what
+    the plan did with it (status shows why a surplus replica was reclaimed or kept).
+
+    Attributes:
+        model_id / host_id: the replica.
+        decision: ``reclaimed`` (staged for drain so another model's direct demand gets the
+            host) or ``kept``.
+        reason: for ``reclaimed`` the beneficiary's need (``direct_demand``); for ``kept`` why
+            it was not taken: ``no_claimant`` (no model with preemption authority needs its
+            host), ``min_residency``, ``in_flight``, ``activity_unknown``, ``pinned``,
+            ``last_ready_replica``, or ``needed`` (after the reclaims of this plan the model
+            needs every replica it has left).
+        beneficiary: the model that gets the host (``reclaimed`` only).
+        needed: replicas the model's current demand needs (the rest is hysteresis).
+    """
+
+    model_id: str
+    host_id: str
+    decision: Literal["kept", "reclaimed"]
+    reason: str
+    beneficiary: str | None = None
+    needed: int = 0
+
+
 class Unmet(msgspec.Struct, frozen=True, kw_only=True):
     """A shortfall the plan could not satisfy; never hidden, never overcommitted.
 
@@ -115,6 +140,8 @@ class Plan(msgspec.Struct, frozen=True, kw_only=True):
         evictions: staged preemptions (at most the per-plan eviction budget).
         unmet: constraint shortfalls with a code and a message.
         digest: SHA-256 of the canonical encoding of the complete inputs.
+        surplus: replicas of models holding more than current demand needs (kept only for
+            hysteresis), each reclaimed or kept with the reason.
     """
 
     assignments: tuple[Assignment, ...]
@@ -122,6 +149,7 @@ class Plan(msgspec.Struct, frozen=True, kw_only=True):
     evictions: tuple[Eviction, ...] = ()
     unmet: tuple[Unmet, ...] = ()
     digest: str = ""
+    surplus: tuple[SurplusReplica, ...] = ()
 
     def hosts_of(self, model_id: str) -> tuple[str, ...]:
         """Hosts assigned to ``model_id``, in plan order."""

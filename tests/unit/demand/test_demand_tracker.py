@@ -8,8 +8,10 @@ import pytest
 
 from grid_core.demand import DemandTracker, ForecastPolicy, RequestFeatures
 from grid_core.demand.series import LATENCY_BINS, latency_bin, percentile_ms
+from grid_core.demand.tracker import REFUSED_EVIDENCE_S
 from grid_core.errors import StateError
 from grid_core.profile import ModelProfile, validate_profile
+from grid_core.routing import MAX_COLD_RETRY_AFTER_S
 from grid_core.snapshot import HostSnapshot, ModelPerformance, ResidencySnapshot
 from grid_core.testing import plugins_with
 
@@ -291,3 +293,46 @@ def test_implausible_learned_startup_times_fall_back_to_the_profile(bad):
         EWMA,
     )["m"]
     assert d.projection_horizon_s == 40.0
+
+
+# --- surplus after a burst (issue 16) -----------------------------------------------------
+
+
+def test_a_burst_that_is_no_longer_live_is_held_not_needed():
+    """While named requests keep arriving the burst's replicas are needed; once its requests
+    leave the live window what the decaying forecast and the scale-down cooldown still keep is
+    hysteresis (``held_replicas``): kept while it exists, never rebuilt, reclaimable."""
+    p = prof(scale_down_cooldown_s=60.0, min_replicas=1)
+    t = tracker_for()
+    steady(t, 20, 3, service=2.0)  # a 30 s burst ending now
+    live = t.forecast(NOW, [p], [host()], EWMA)["m"]
+    assert live.direct and live.desired_replicas > 1 and live.held_replicas == 0
+    # The last request fell in the bucket just before NOW: live while two more complete.
+    assert live.live_until == NOW + 2 * POLICY.bucket_s
+    quiet = t.forecast(NOW + 31.0, [p], [host()], EWMA)["m"]
+    assert not quiet.direct and "not_live" in quiet.reasons
+    assert quiet.desired_replicas == live.desired_replicas  # still kept while they exist...
+    assert quiet.held_replicas == quiet.desired_replicas - 1  # ...as hysteresis only
+    assert "held" in quiet.reasons
+    later = t.forecast(NOW + 95.0, [p], [host()], EWMA)["m"]  # cooldown over, tail decaying
+    assert 1 <= later.desired_replicas < live.desired_replicas
+    assert later.held_replicas == later.desired_replicas - 1
+
+
+def test_a_refused_request_stays_live_while_its_caller_waits_out_retry_after():
+    """A cold model's refused request keeps its direct evidence for the longest Retry-After
+    Grid advises, so its preemption authority does not lapse while the caller waits; a
+    retry refreshes that evidence without counting as a second request."""
+    assert REFUSED_EVIDENCE_S >= MAX_COLD_RETRY_AFTER_S
+    p = prof()
+    t = tracker_for()
+    t.observe(req(NOW, service=None, outcome="unavailable"))
+    window_end = NOW + 3 * POLICY.bucket_s
+    d = t.forecast(window_end + REFUSED_EVIDENCE_S - 1.0, [p], [host()], EWMA)["m"]
+    assert d.direct
+    late = window_end + REFUSED_EVIDENCE_S + 1.0
+    assert not t.forecast(late, [p], [host()], EWMA)["m"].direct
+    t.observe(req(late, service=None, outcome="unavailable", retry=True))
+    again = t.forecast(late, [p], [host()], EWMA)["m"]
+    assert again.direct
+    assert sum(b.requests for b in t.series("m").buckets) == 1
