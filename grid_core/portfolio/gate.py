@@ -16,6 +16,7 @@ from collections.abc import Mapping
 import msgspec
 
 from grid_core.demand.series import Forecast
+from grid_core.demand.tracker import ADMISSION_MEMORY_S
 from grid_core.portfolio.feasibility import SERVING, Fit
 from grid_core.portfolio.types import AdmissionThresholds, WorkloadDemand
 from grid_core.profile import ModelProfile
@@ -36,13 +37,17 @@ def workload_demand(
     """The forecast of one workload, before the spare-capacity proof.
 
     The service time is the measured one (whatever served it), else the fastest candidate's
-    expected service time, so an unserved workload is not treated as free.
+    expected service time, so an unserved workload is not treated as free. The rate is the
+    forecast's, but never below the remembered arrivals spread over the admission memory: a
+    sparse workload's ten-second-bucket forecast decays to nothing between requests, which
+    would make its pressure (and every comparison built on it) noise.
     """
     expected = [
         p.expected_service_time_s for p in profiles if p.workload_scores.get(workload, 0.0) > 0
     ]
     service = fc.service_time_s or (min(expected) if expected else 0.0)
-    offered = fc.rate_rps * service + fc.queued
+    rate = max(fc.rate_rps, observations / ADMISSION_MEMORY_S)
+    offered = rate * service + fc.queued
     admission = "below_gate"
     if observations >= gate.observations:
         admission = "observations"
@@ -52,7 +57,7 @@ def workload_demand(
         admission = "weak_media"  # still needs the spare-capacity proof
     return WorkloadDemand(
         workload=workload,
-        request_rate_rps=fc.rate_rps,
+        request_rate_rps=rate,
         service_time_s=fc.service_time_s,
         queue_depth=fc.queued,
         offered_concurrency=offered,

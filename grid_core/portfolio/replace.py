@@ -84,7 +84,7 @@ def find_replacement(
                 )
             )
             held = sum(pressure.get(v, 0.0) for v in victims)
-            if victims and need >= REPLACEMENT_RATIO * held and need > 0:
+            if victims and need > 0 and need >= REPLACEMENT_RATIO * held:
                 return Replacement(
                     beneficiary=model,
                     workload=w,

@@ -211,3 +211,16 @@ def test_an_incumbent_canary_stays_without_1_5x_pressure(tmp_path: Path) -> None
     report = ctl.last.portfolio
     assert report is not None and report.replacing is None
     assert ctl.last.plan is not None and ctl.last.plan.hosts_of("image") == ("h1",)
+
+
+def test_a_sparse_workload_keeps_its_pressure_between_requests() -> None:
+    """Between two video jobs the bucketed forecast decays to zero; the remembered arrivals
+    (six in the hour) keep the workload's pressure at 6/3600 x 90 s = 0.15 units."""
+    video = ModelProfile(
+        model_id="video",
+        memory_mb=1_000,
+        expected_service_time_s=90.0,
+        workload_scores={"video": 1.0},
+    )
+    d = workload_demand("video", Forecast(rate_rps=0.0), 6, (video,), AdmissionThresholds())
+    assert abs(d.offered_concurrency - 0.15) < 1e-9 and d.admitted
