@@ -185,7 +185,7 @@ class NodeAgent:
                 self.config.advertise_host,
                 self.config.engine_tls_cert,
                 self.config.engine_tls_key,
-                self.config.engine_tls_ca,
+                self.config.engine_ca,
             )
             actuator = self.actuator
             self.fronts = EngineFronts(

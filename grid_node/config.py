@@ -121,7 +121,8 @@ class NodeConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
         engine_tls_cert / engine_tls_key: PEM chain and owner-only key of the engine TLS
             fronts; required when ``advertise_host`` is not loopback.
         engine_tls_ca: CA bundle the server verifies the engines with (a private intranet
-            CA); ``None`` = the server's system trust store.
+            CA); ``None`` = the Grid's CA (``grid_ca``) if set, else the server's system trust
+            store.
         unknown_sensors: ``ignore`` or ``throttle`` (how protection treats missing sensors).
         throttle_fraction: share of capacity offered while throttled (None: protection default).
     """
@@ -220,6 +221,12 @@ class NodeConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
                 "--engine-tls-cert/--engine-tls-key"
             )
             raise ValidationError(msg)
+
+    @property
+    def engine_ca(self) -> Path | None:
+        """The CA the server verifies this node's engines with: ``engine_tls_ca``, else the
+        Grid's own CA (``grid_ca``, or the one a join pinned): a private CA usually signs both."""
+        return self.engine_tls_ca or self.grid_ca
 
     @property
     def engine_tls_enabled(self) -> bool:

@@ -156,7 +156,7 @@ def start_node(
             config.advertise_host,
             config.engine_tls_cert,
             config.engine_tls_key,
-            config.engine_tls_ca,
+            config.engine_ca,
         )
     path = config.save()
     instance = uuid.uuid4().hex

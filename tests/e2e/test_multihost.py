@@ -283,8 +283,8 @@ def start_node(f: Fleet, name: str, models: Path, llama_server: Path) -> None:
             str(cert),
             "--engine-tls-key",
             str(key),
-            "--engine-tls-ca",
-            str(f.ca),
+            # No --engine-tls-ca: the engines' certificates come from the Grid's own CA, which
+            # the join pinned, and the server verifies them with it.
         )
     )
     f.secret_files[f"{name} engine key"] = state / "engine-api-key"

@@ -40,6 +40,20 @@ def test_tls_files_need_each_other_and_an_advertised_host(tmp_path: Path) -> Non
         _config(tmp_path, engine_tls_cert=tmp_path / "c.pem", engine_tls_key=tmp_path / "k.pem")
 
 
+def test_engine_ca_defaults_to_the_grid_ca(tmp_path: Path) -> None:
+    tls = {
+        "advertise_host": "198.18.3.2",
+        "engine_tls_cert": tmp_path / "c.pem",
+        "engine_tls_key": tmp_path / "k.pem",
+    }
+    cfg = _config(tmp_path, grid_ca=tmp_path / "grid-ca.pem", **tls)
+    assert cfg.engine_ca == tmp_path / "grid-ca.pem"
+    cfg = _config(
+        tmp_path, grid_ca=tmp_path / "grid-ca.pem", engine_tls_ca=tmp_path / "e.pem", **tls
+    )
+    assert cfg.engine_ca == tmp_path / "e.pem"
+
+
 def test_loopback_node_keeps_its_plain_loopback_engines(tmp_path: Path) -> None:
     cfg = _config(tmp_path)
     assert not cfg.engine_tls_enabled and cfg.advertise_host is None
