@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
@@ -79,9 +80,18 @@ class ArtifactStore:
     Args:
         root: artifact directory (created owner-only).
         model_dirs: directories searched for a GGUF named after the model id.
+        progress: optional callback ``(bytes staged, total bytes or None)`` during a fetch
+            (``grid pull`` draws its progress bar from it).
     """
 
-    def __init__(self, root: Path, model_dirs: tuple[Path, ...] = ()) -> None:
+    def __init__(
+        self,
+        root: Path,
+        model_dirs: tuple[Path, ...] = (),
+        progress: Callable[[int, int | None], None] | None = None,
+    ) -> None:
+        self.progress = progress
+        """Called with (bytes staged, total bytes or None) as a transfer advances."""
         self.root = Path(root)
         self.model_dirs = tuple(Path(d) for d in model_dirs)
         self.published = self.root / "sha256"
@@ -250,6 +260,8 @@ class ArtifactStore:
                         )
                         raise ValidationError(msg)
                     f.write(block)
+                    if self.progress is not None:
+                        self.progress(written, total)
                 f.flush()
                 os.fsync(f.fileno())
             return total is None or written >= total

@@ -68,9 +68,31 @@ def make_model(
     typer.echo(f"{out}  {size} bytes  sha256 {sha256_file(out)}")
 
 
+def pull_command(
+    source: Annotated[
+        str, typer.Argument(help="hf://owner/repo/path.gguf, owner/repo:file.gguf or a file.")
+    ],
+    sha256: Annotated[str, typer.Option("--sha256", help="The GGUF's SHA-256 (required).")],
+    size_mb: Annotated[
+        int | None, typer.Option("--size-mb", help="Transfer ceiling in MB.")
+    ] = None,
+    state_dir: Annotated[
+        Path | None,
+        typer.Option("--state-dir", envvar="GRID_NODE_STATE_DIR", help="Node state directory."),
+    ] = None,
+) -> None:
+    """Put one exact GGUF into this node's artifact cache (progress shown; verified)."""
+    from grid_llamacpp.pull import pull
+
+    path = pull(source, sha256, size_mb, state_dir)
+    typer.echo(f"{path}  sha256 {sha256}")
+    typer.echo(f"profile: --artifact-sha256 {sha256} (served from the cache, no transfer)")
+
+
 @hookimpl
 def grid_cli_commands(cli: CliRegistry) -> None:
     """Add ``engine install`` and ``test make-model`` (``allocator qualify llama.cpp`` is the
     node's generic qualification, through this plugin's adapter)."""
     cli.group("engine").command(name="install")(engine_install)
     cli.group("test").command(name="make-model")(make_model)
+    cli.command(pull_command, name="pull")
