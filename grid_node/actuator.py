@@ -272,7 +272,7 @@ class Actuator:
                         memory_mb=0,
                         state="cached",
                         artifact_sha256=art.sha256,
-                        runtime="llama.cpp",
+                        runtime=self.state.artifact_runtimes.get(model_id, "llama.cpp"),
                     )
                 )
         return rows
@@ -365,6 +365,7 @@ class Actuator:
             self._check_disk(cmd)
             loaded = await adapter.load(self.host, spec)
             self.state.artifacts[cmd.model_id] = loaded
+            self.state.artifact_runtimes[cmd.model_id] = adapter.name
             self.save()
             verb = "fetched" if loaded.fetched else "verified"
             return f"{verb} {loaded.path}", loaded.fetched
@@ -412,6 +413,7 @@ class Actuator:
             verify_only = ArtifactSpec(model_id=spec.model_id, sha256=spec.sha256)
             loaded = await adapter.load(self.host, verify_only)
             self.state.artifacts[cmd.model_id] = loaded
+            self.state.artifact_runtimes[cmd.model_id] = adapter.name
         available_mb = psutil.virtual_memory().available // MB
         if cmd.memory_mb and available_mb < cmd.memory_mb:
             msg = (
@@ -474,6 +476,7 @@ class Actuator:
             msg = f"{model_id} is running; unload it before evicting its artifact"
             raise UnavailableError(msg)
         art = self.state.artifacts.pop(model_id, None)
+        self.state.artifact_runtimes.pop(model_id, None)
         if art is None:
             return "not cached"
         path = Path(art.path)

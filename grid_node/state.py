@@ -59,6 +59,8 @@ class NodeState(msgspec.Struct, kw_only=True):
     override: Override | None = None
     children: dict[str, ChildRecord] = {}
     artifacts: dict[str, LoadResult] = {}
+    artifact_runtimes: dict[str, str] = {}
+    """The runtime whose adapter verified each artifact (older state files: llama.cpp)."""
     latest_generation: str | None = None
     highest_term: int = 0
     term_controller_id: str = ""

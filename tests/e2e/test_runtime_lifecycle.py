@@ -342,6 +342,8 @@ async def test_lifecycle_through_the_router_with_drain_in_flight(rig: Rig) -> No
     assert finished["request"] <= finished["unload"]  # the unload waited for the request
     assert kit.model_id not in rig.act.state.children
     assert is_gone(child.pid)
+    [row] = [r for r in rig.act.residencies() if r.model_id == kit.model_id]
+    assert row.state == "cached" and row.runtime == kit.runtime
 
 
 async def test_kill_9_is_detected(rig: Rig) -> None:
