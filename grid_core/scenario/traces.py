@@ -95,12 +95,15 @@ class TraceCurve:
     def __init__(self, series: Series) -> None:
         t0, t1 = series[0][0], series[-1][0]
         self._xs = [(t - t0) / (t1 - t0) for t, _ in series]
-        self._rates = [r for _, r in series]
+        # Rates are scaled by the peak first, so a trace of tiny (even subnormal) rates keeps
+        # its shape instead of underflowing to a zero mean.
+        peak = max(r for _, r in series[:-1])
+        self._rates = [r / peak for _, r in series]
         # Time-weighted mean of the step function, so uneven sampling does not bias it.
         total = sum(
             self._rates[i] * (self._xs[i + 1] - self._xs[i]) for i in range(len(self._xs) - 1)
         )
-        self._mean = total if total > 0 else max(self._rates)
+        self._mean = total if total > 0 else 1.0
 
     def shape(self, x: float) -> float:
         """Relative rate at fraction ``x`` of the run (step interpolation, mean 1.0)."""
