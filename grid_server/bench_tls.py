@@ -123,11 +123,12 @@ def run_tls_bench(requests: int, concurrencies: list[int]) -> list[TlsBenchResul
         ca_cert, ca_key = make_ca(work / "ca", "grid bench CA")
         cert, key = work / "engine.pem", work / "engine-key.pem"
         issue_cert(ca_cert, ca_key, [host.address], cert, key)
-        local, local_key = start_fake_engine(work, LOOPBACK_MODEL)
-        remote, remote_key = start_fake_engine(work, TLS_MODEL, prefix=in_ns)
-        front = server = None
+        local = remote = front = server = None
         stop = threading.Event()
         try:
+            # Everything started is inside this try: a failed start stops what came before.
+            local, local_key = start_fake_engine(work, LOOPBACK_MODEL)
+            remote, remote_key = start_fake_engine(work, TLS_MODEL, prefix=in_ns)
             front = start_engine_front(
                 work,
                 remote.url,
@@ -170,7 +171,6 @@ def run_tls_bench(requests: int, concurrencies: list[int]) -> list[TlsBenchResul
             stop.set()
             if server is not None:
                 server.stop()
-            if front is not None:
-                front.stop()
-            remote.stop()
-            local.stop()
+            for child in (front, remote, local):
+                if child is not None:
+                    child.stop()
