@@ -16,14 +16,15 @@ from typing import Annotated
 
 import msgspec
 
-from grid_core.wire import MAX_LIST, Id, Mode, Text
+from grid_core.wire import IDENT_PATTERN, MAX_LIST, Id, Mode, Text
 
 NODE_CREDENTIAL_TTL_S = 30 * 24 * 3600.0
 """Default lifetime of a node credential: a month, so provisioning is rare but leaks expire."""
 MAX_NODE_CREDENTIAL_TTL_S = 366 * 24 * 3600.0
 """Longest lifetime an operator may request: a year."""
-HOST_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$"
-"""Host ids: simple, log-safe names (they appear in record ids, status and file names)."""
+HOST_ID_PATTERN = IDENT_PATTERN
+"""Host ids follow the one identifier grammar (:data:`grid_core.wire.IDENT_PATTERN`): they
+appear in record ids, status lines and file names."""
 WORKLOAD_PATTERN = r"^[a-z][a-z0-9_-]{0,31}$"
 """Workload names: short lowercase identifiers (the profile's vocabulary uses the same rule)."""
 MAX_LATENCY_MS = 24 * 3600 * 1000.0

@@ -94,10 +94,19 @@ class RequestRefused(GridError):
         exit_code: 2 for operator input (:data:`OPERATOR_INPUT_STATUSES`), else 1.
     """
 
-    def __init__(self, method: str, path: str, status: int, message: str) -> None:
+    def __init__(
+        self,
+        method: str,
+        path: str,
+        status: int,
+        message: str,
+        details: dict[str, Any] | None = None,
+    ) -> None:
         super().__init__(f"{method} {path} → {status}: {message}")
         self.status = status
         self.message = message
+        self.details = details
+        """The error body's ``details`` (e.g. both versions of a 409), if any."""
         self.http_status = status
         self.exit_code = exit_code_for(status)
 
@@ -220,6 +229,7 @@ class Call(Generic[T]):
         body: the encoded JSON body, if any.
         credential: which credential the route needs (``None``: public).
         params: query parameters.
+        headers: extra request headers (e.g. ``If-Match`` on a conditional profile write).
     """
 
     method: str
@@ -228,6 +238,7 @@ class Call(Generic[T]):
     body: bytes | None = None
     credential: Credential | None = None
     params: Mapping[str, str] = field(default_factory=dict)
+    headers: Mapping[str, str] = field(default_factory=dict)
 
 
 def _seg(value: str) -> str:
@@ -264,10 +275,25 @@ class Calls:
         return Call("GET", f"/allocator/models/{_seg(model_id)}", dict)
 
     @staticmethod
-    def put_model(model_id: str, profile: Mapping[str, object]) -> Call[dict[str, Any]]:
-        """``PUT /allocator/models/{id}``: create or replace a profile (operator)."""
+    def put_model(
+        model_id: str, profile: Mapping[str, object], *, if_version: str | None = None
+    ) -> Call[dict[str, Any]]:
+        """``PUT /allocator/models/{id}``: create or replace a profile (operator).
+
+        Args:
+            model_id: the model.
+            profile: the complete profile.
+            if_version: the version the caller read (``"version"`` of a GET): the write is
+                refused with 409 if the profile changed meanwhile; ``""`` means the caller
+                read no profile (create only); ``None`` writes unconditionally.
+        """
         path = f"/allocator/models/{_seg(model_id)}"
-        return Call("PUT", path, dict, _json(dict(profile)), "operator")
+        headers: dict[str, str] = {}
+        if if_version == "":
+            headers["If-None-Match"] = "*"
+        elif if_version is not None:
+            headers["If-Match"] = f'"{if_version}"'
+        return Call("PUT", path, dict, _json(dict(profile)), "operator", headers=headers)
 
     @staticmethod
     def delete_model(model_id: str) -> Call[dict[str, Any]]:
@@ -372,7 +398,7 @@ class _Base:
         """A ``/v1`` client API key, sent as ``Authorization: Bearer`` on ``/v1`` calls."""
 
     def _request(self, call: Call[Any]) -> tuple[str, dict[str, str]]:
-        headers = {"accept": "application/json"}
+        headers = {"accept": "application/json", **call.headers}
         if call.body is not None:
             headers["content-type"] = "application/json"
         if call.credential == "operator":
@@ -409,7 +435,9 @@ class _Base:
     @staticmethod
     def _answer(call: Call[T], resp: httpx.Response) -> T:
         if resp.status_code >= 400:
-            raise RequestRefused(call.method, call.path, resp.status_code, _error_text(resp))
+            raise RequestRefused(
+                call.method, call.path, resp.status_code, _error_text(resp), _error_details(resp)
+            )
         if call.result is HeartbeatResponse:
             try:
                 return decode(resp.content, HeartbeatResponse).document  # type: ignore[return-value]  # result is HeartbeatResponse here
@@ -432,6 +460,17 @@ def _error_text(resp: httpx.Response) -> str:
     if isinstance(err, dict) and isinstance(err.get("message"), str):
         return str(err["message"])
     return resp.text[:MAX_ERROR_TEXT]
+
+
+def _error_details(resp: httpx.Response) -> dict[str, Any] | None:
+    """The ``details`` object of Grid's JSON error body, if it has one."""
+    try:
+        doc = resp.json()
+    except ValueError:
+        return None
+    err = doc.get("error") if isinstance(doc, dict) else None
+    details = err.get("details") if isinstance(err, dict) else None
+    return details if isinstance(details, dict) else None
 
 
 def _http_client(timeout: float, ca_file: Path | str | None) -> httpx.Client:

@@ -51,7 +51,7 @@ from grid_core.portfolio.evidence import OutcomeBook
 from grid_core.portfolio.feasibility import Fit
 from grid_core.portfolio.run import PortfolioPass, TickInputs
 from grid_core.portfolio.types import AdmissionThresholds
-from grid_core.profile import ModelProfile, validate_profile
+from grid_core.profile import ModelProfile, check_profile_version, validate_profile
 from grid_core.reconcile.actions import AckOutcome, Action, ActionBook
 from grid_core.reconcile.authority import Authority, check_mode
 from grid_core.reconcile.control import (
@@ -73,6 +73,7 @@ from grid_core.reconcile.reconciler import Deferred, ReconcileInputs, Withdrawal
 from grid_core.reconcile.revisions import Revisions
 from grid_core.reconcile.state import ControllerState, DurableState
 from grid_core.reconcile.status import (
+    MAX_DELIVERY_REFUSALS,
     ControllerRecords,
     ControllerStatus,
     LastTick,
@@ -307,11 +308,21 @@ class Controller:
         if self.demand.observe(features):
             self.revisions.note(safety=False)
 
-    def put_profile(self, profile: ModelProfile, now: float) -> ModelProfile:
+    def put_profile(
+        self, profile: ModelProfile, now: float, *, expected_version: str | None = None
+    ) -> ModelProfile:
         """Create or replace a model profile; clears its retirement tombstone.
+
+        Args:
+            profile: the new profile.
+            now: wall-clock seconds.
+            expected_version: the version the writer read (:func:`profile_version`), ``""``
+                when it read no profile (create only), ``None`` for an unconditional write.
 
         Raises:
             ValidationError: the profile is invalid (nothing changes).
+            VersionConflictError: ``expected_version`` is not the stored version (nothing
+                changes; the error carries both versions).
             StateConflictError: this controller is superseded (another controller wrote the
                 durable state); the change is not saved.
             StateError: :meth:`restore` has not run yet.
@@ -319,6 +330,8 @@ class Controller:
         self._require_restored()
         self._refuse_if_superseded()
         profile = validate_profile(profile)
+        if expected_version is not None:
+            check_profile_version(self.profiles.get(profile.model_id), expected_version, profile)
         self.profiles[profile.model_id] = profile
         self.tombstones.pop(profile.model_id, None)
         self.quality.prune(now, self.profiles)  # a new artifact revision starts uncertain
@@ -346,7 +359,9 @@ class Controller:
         self.demand.set_configured(self.profiles)  # also forgets the retired model's history
         self.quality.prune(now, self.profiles)
         for a in self.book.active():
-            if a.model_id == model_id and not a.destructive:
+            # A delivered warm may be running on its node: it keeps its slot until the
+            # receipt, and the replica it makes is drained as retired afterwards.
+            if a.model_id == model_id and not a.destructive and not a.delivered:
                 self.book.close(a, "cancelled", now, "retired")
         self.revisions.note(safety=True)
         self._save_operator_change()
@@ -551,20 +566,29 @@ class Controller:
 
     # --- delivery -----------------------------------------------------------------------
     def deliver(
-        self, host_id: str, now: float, hosts: Iterable[HostSnapshot], poll_revision: int
+        self,
+        host_id: str,
+        now: float,
+        hosts: Iterable[HostSnapshot],
+        poll_revision: int,
+        fresh_hosts: Callable[[], tuple[float, Iterable[HostSnapshot]]] | None = None,
     ) -> Delivery:
         """Commands for one command-bearing heartbeat of ``host_id``.
 
         Selects the host's active actions the last successful tick allows, durably marks
-        them delivered, then revalidates destructive ones against ``hosts`` (the fresh
-        registry snapshot) and unmarks and suppresses a model's whole destructive batch if
-        any member became unsafe. If marking cannot be made durable, nothing is returned.
+        them delivered, then revalidates destructive ones against a registry snapshot read
+        *after* the marker is durable (``fresh_hosts``; ``hosts`` when not given) and
+        unmarks and suppresses a model's whole destructive batch if any member became
+        unsafe. If marking cannot be made durable, nothing is returned.
 
         Args:
             host_id: the polling host.
             now: wall-clock seconds (server clock).
-            hosts: fresh host snapshots.
+            hosts: host snapshots the selection uses.
             poll_revision: dirty revision observed when the heartbeat arrived.
+            fresh_hosts: re-reads the raw registry and returns ``(now, snapshots)`` at that
+                moment; called once, after the delivery marker is durable (specification,
+                "Local wire contract": the final destructive check).
 
         Returns:
             The commands (only in automatic mode with authority) and the remaining authority
@@ -597,13 +621,23 @@ class Controller:
                 a.delivered_at = None
             return Delivery(mode=self.mode, commands=(), lease_ttl_s=auth.ttl(now))
         retired = frozenset(self.tombstones)
-        unsafe = {
-            a.model_id
+        if fresh_hosts is not None and any(a.destructive for a in chosen):
+            # The registry may have changed while the tick ran and the marker was written:
+            # the final proof uses what is registered now, not the snapshot the tick saw.
+            _, latest = fresh_hosts()
+            host_map = {h.host_id: h for h in latest}
+        problems = {
+            a.action_id: destructive_problem(
+                a, self.last.plan, host_map, self.profiles, retired, gp
+            )
             for a in chosen
             if a.destructive
-            and destructive_problem(a, self.last.plan, host_map, self.profiles, retired, gp)
-            is not None
         }
+        unsafe = {a.model_id for a in chosen if problems.get(a.action_id) is not None}
+        for aid, problem in problems.items():
+            if problem is not None:
+                self.last.delivery_refusals.append(f"{aid}: {problem}")
+                del self.last.delivery_refusals[:-MAX_DELIVERY_REFUSALS]
         if unsafe:
             undo = [a for a in fresh_marks if a.destructive and a.model_id in unsafe]
             for a in undo:

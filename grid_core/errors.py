@@ -45,6 +45,19 @@ class ConflictError(GridError):
     http_status = 409
 
 
+class VersionConflictError(ConflictError):
+    """A write named the version it read, and the stored object has changed since.
+
+    Attributes:
+        details: both sides of the conflict as plain data (the version the writer read and
+            the current version with its content), so the operator can merge and retry.
+    """
+
+    def __init__(self, message: str, details: dict[str, object]) -> None:
+        super().__init__(message)
+        self.details = details
+
+
 class AuthError(GridError):
     """A credential is missing, wrong, expired or scoped to another host."""
 

@@ -65,7 +65,9 @@ MeasurementKey = tuple[str, str]
 """(host_id, model_id) of a server-owned measurement."""
 
 
-def _residency(raw: Residency, received_at: float, routable_models: set[str]) -> ResidencySnapshot:
+def _residency(
+    raw: Residency, received_at: float, routable_models: Mapping[str, float], now: float
+) -> ResidencySnapshot:
     # Ages are relative to the sender's clock; rebuilding from the server's receipt time
     # means node clock skew cannot stretch minimum residency or cooldowns.
     loaded_at = (
@@ -78,6 +80,7 @@ def _residency(raw: Residency, received_at: float, routable_models: set[str]) ->
         if raw.last_used_age_s is not None
         else _clamp(raw.last_used_at, received_at)
     )
+    routable = raw.state == "ready" and raw.model_id in routable_models
     return ResidencySnapshot(
         model_id=raw.model_id,
         memory_mb=raw.memory_mb,
@@ -90,7 +93,8 @@ def _residency(raw: Residency, received_at: float, routable_models: set[str]) ->
         last_used_at=last_used,
         artifact_sha256=raw.artifact_sha256,
         runtime=raw.runtime,
-        routable=raw.state == "ready" and raw.model_id in routable_models,
+        routable=routable,
+        route_age_s=now - routable_models[raw.model_id] if routable else None,
         predictive=raw.predictive,
     )
 
@@ -154,7 +158,11 @@ def build_host_snapshots(
         recs = by_host[host_id]
         control = next((r for r in recs if r.role == "allocator"), None)
         engines = [r for r in recs if r.role == "engine"]
-        routable = {m for e in engines for m in e.models}
+        # Model → receipt time of the freshest live engine route listing it.
+        routable: dict[str, float] = {}
+        for e in engines:
+            for m in e.models:
+                routable[m] = max(routable.get(m, e.received_at), e.received_at)
         out.append(_snapshot(host_id, control, routable, measurements, now))
     return tuple(out)
 
@@ -162,7 +170,7 @@ def build_host_snapshots(
 def _snapshot(
     host_id: str,
     control: RegistryRecord | None,
-    routable: set[str],
+    routable: Mapping[str, float],
     measurements: Mapping[MeasurementKey, Measurement],
     now: float,
 ) -> HostSnapshot:
@@ -183,14 +191,16 @@ def _snapshot(
     res = control.resources
     env = control.allocator
     healthy = res is not None and env is not None and not control.rejected_rows
-    rows = [_residency(r, control.received_at, routable) for r in (env.residencies if env else [])]
+    rows = [
+        _residency(r, control.received_at, routable, now) for r in (env.residencies if env else [])
+    ]
     listed = {r.model_id for r in rows}
     # Engines the control record does not list are someone else's (external) routes.
     rows += [
         ResidencySnapshot(
             model_id=m, memory_mb=0, state="ready", ownership="external", routable=True
         )
-        for m in sorted(routable - listed)
+        for m in sorted(set(routable) - listed)
     ]
     cached: dict[str, str | None] = {}
     if env is not None:

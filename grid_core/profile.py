@@ -7,13 +7,15 @@ fix; a profile is either wholly valid or rejected (no half-applied profile).
 
 from __future__ import annotations
 
+import hashlib
 import math
 import re
 from typing import Annotated
 
 import msgspec
 
-from grid_core.errors import ValidationError
+from grid_core.errors import ValidationError, VersionConflictError
+from grid_core.wire import IDENT, MAX_ID_LEN, MAX_LIST, MAX_MB
 
 DEFAULT_RUNTIME = "llama.cpp"
 BUILTIN_RUNTIMES: tuple[str, ...] = ("llama.cpp", "vllm", "ollama", "comfyui")
@@ -31,6 +33,22 @@ MAX_PRIORITY = 1000
 """Priorities are small integers, higher is more important."""
 HF_SOURCE = re.compile(r"^hf://[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+(@[A-Za-z0-9_.-]+)?/.+$")
 """An exact, credential-free Hugging Face file URI (``hf://owner/repo[@rev]/path``)."""
+HF_SEGMENT = re.compile(r"^[A-Za-z0-9_.+-]+(@[A-Za-z0-9_.-]+)?$")
+"""One path segment of an ``hf://`` source: no ``%``, ``?``, ``#``, ``\\``, spaces or control
+characters (nothing a URL or a file system would reinterpret)."""
+MAX_SOURCE_LEN = 1000
+"""Longest artifact source URI: far above any repository path, short enough for status."""
+MAX_REPLICA_CONCURRENCY = 4096
+"""Most request slots one replica may declare: above the widest batch an engine runs at once
+(vLLM's default is 256 sequences); a larger number is a typo that would make one replica
+look able to absorb any demand."""
+MAX_GPU_COUNT = 1024
+"""Most GPUs a profile may require on one host: above any single machine."""
+MAX_COLOCATED_MODELS = MAX_LIST
+"""Highest per-host model ceiling a profile may declare: a host reports at most this many
+residencies."""
+MAX_FAILURE_DOMAINS = 256
+"""Most failure domains a profile may require: one per replica at the replica ceiling."""
 HF_SNAPSHOT_SOURCE = re.compile(r"^hf://[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+@[0-9a-f]{40}$")
 """A vLLM model snapshot: a whole repository at one commit (never a branch or tag name)."""
 OLLAMA_SOURCE = re.compile(r"^ollama://[A-Za-z0-9_.:/-]+$")
@@ -140,6 +158,94 @@ class ModelProfile(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True
         return max(matching) if matching else self.memory_mb
 
 
+def profile_version(p: ModelProfile) -> str:
+    """A profile's version: a digest of its canonical content (the HTTP ETag).
+
+    A write that names the version it read (``If-Match``) is refused with 409 when the stored
+    profile changed meanwhile, so two operators editing different fields cannot silently
+    undo one another. Content-derived, so it needs no counter in durable state and survives a
+    server restart; two writes of identical content share a version, which loses nothing.
+    """
+    data = msgspec.json.encode(p, order="sorted")
+    return hashlib.sha256(data).hexdigest()[:20]
+
+
+def check_profile_version(
+    current: ModelProfile | None, expected: str, proposed: ModelProfile
+) -> None:
+    """Refuse a write whose writer read another version than the stored one.
+
+    Args:
+        current: the stored profile (``None`` when there is none).
+        expected: the version the writer read; ``""`` means it read no profile (create
+            only); ``"*"`` means any existing profile (update only).
+        proposed: the profile the writer wants to store (shown in the conflict).
+
+    Raises:
+        VersionConflictError: 409 with both versions and the current content.
+    """
+    have = profile_version(current) if current is not None else ""
+    if expected == have or (expected == "*" and current is not None):
+        return
+    what = f"version {have}" if current is not None else "no profile"
+    read = f"version {expected}" if expected else "no profile"
+    msg = (
+        f"model '{proposed.model_id}': the profile changed since it was read (you read {read}, "
+        f"the server has {what}); re-read it, merge your change and retry"
+    )
+    raise VersionConflictError(
+        msg,
+        {
+            "model_id": proposed.model_id,
+            "expected_version": expected or None,
+            "current_version": have or None,
+            "current": msgspec.to_builtins(current) if current is not None else None,
+            "proposed": msgspec.to_builtins(proposed),
+        },
+    )
+
+
+def revision_matches(profile: ModelProfile, artifact_sha256: str | None) -> bool:
+    """Whether a residency or cached file of ``artifact_sha256`` is the profile's revision.
+
+    A profile without a digest accepts any weights of that model; one with a digest accepts
+    only those exact weights: a missing (unknown) digest is not a match (specification,
+    "Managed host actuator": a same-named residency with a missing or different digest does
+    not satisfy placement).
+    """
+    return profile.artifact_sha256 is None or artifact_sha256 == profile.artifact_sha256
+
+
+def _unsafe_source(source: str) -> str | None:
+    """Why a non-file ``source`` (a vLLM snapshot, an Ollama tag) is unsafe, or ``None``."""
+    if len(source) > MAX_SOURCE_LEN:
+        return f"is longer than {MAX_SOURCE_LEN} characters"
+    if ".." in source or any(not c.isprintable() or c.isspace() or c in "%?#\\" for c in source):
+        return "holds '..', '%', '?', '#', a backslash, a space or a control character"
+    return None
+
+
+def check_hf_source(source: str) -> str | None:
+    """Why ``source`` is not an exact, credential-free ``hf://owner/repo[@rev]/path`` URI.
+
+    Returns:
+        ``None`` when acceptable, else the problem (``..`` or ``.`` segments, empty
+        segments, characters a URL or file system would reinterpret, a revision on the
+        owner, or a URI over :data:`MAX_SOURCE_LEN`).
+    """
+    if len(source) > MAX_SOURCE_LEN:
+        return f"is longer than {MAX_SOURCE_LEN} characters"
+    if not HF_SOURCE.match(source):
+        return "is not an exact hf:// URI"
+    segments = source[len("hf://") :].split("/")
+    if "@" in segments[0]:
+        return "puts a revision on the owner"
+    for seg in segments:
+        if seg in ("", ".", "..") or not HF_SEGMENT.fullmatch(seg):
+            return f"has the path segment {seg!r}"
+    return None
+
+
 def _fail(field: str, problem: str, fix: str) -> ValidationError:
     return ValidationError(f"profile field '{field}': {problem}; {fix}")
 
@@ -201,12 +307,16 @@ def validate_profile(p: ModelProfile) -> ModelProfile:
     if sha is not None and not SHA256.match(sha):
         raise _fail("artifact_sha256", "is not 64 hex digits", "pass the file's SHA-256")
     if p.artifact_source is not None:
-        if not _exact_source(p.artifact_source, p.runtimes, p.model_id):
+        src = p.artifact_source
+        problem = check_hf_source(src) if HF_SOURCE.match(src) else _unsafe_source(src)
+        if problem is None and not _exact_source(src, p.runtimes, p.model_id):
+            problem = f"is not an exact source for runtimes {list(p.runtimes)}"
+        if problem is not None:
             raise _fail(
                 "artifact_source",
-                f"{p.artifact_source!r} is not an exact source for runtimes {list(p.runtimes)}",
+                f"{src[:120]!r} {problem}",
                 "use hf://owner/repo/path/file.gguf (llama.cpp), hf://owner/repo@<40-hex commit> "
-                "(vllm) or ollama://<model id> (ollama), without credentials",
+                "(vllm) or ollama://<model id> (ollama), without credentials, '..', '%' or spaces",
             )
         if sha is None or p.artifact_size_mb is None:
             raise _fail(
@@ -243,6 +353,47 @@ def validate_profile(p: ModelProfile) -> ModelProfile:
     )
 
 
+def _check_identifiers(p: ModelProfile) -> None:
+    """Every identifier of an operator's profile follows the one grammar (``wire.IDENT``)."""
+    named: list[tuple[str, tuple[str, ...]]] = [
+        ("model_id", (p.model_id,)),
+        ("pins", p.pins),
+        ("colocation_excludes", p.colocation_excludes),
+        ("required_tags", p.required_tags),
+        ("forbidden_tags", p.forbidden_tags),
+        ("backends", p.backends),
+        ("data_tier", (p.data_tier,) if p.data_tier is not None else ()),
+    ]
+    for field, values in named:
+        if len(values) > MAX_LIST:
+            raise _fail(field, f"lists {len(values)} entries", f"give at most {MAX_LIST}")
+        for v in values:
+            if not IDENT.fullmatch(v):
+                raise _fail(
+                    field,
+                    f"{v[:80]!r} is not a valid identifier",
+                    f"use 1-{MAX_ID_LEN} letters, digits and . _ : @ + - starting with a "
+                    "letter or digit, without '..', spaces, slashes or control characters",
+                )
+
+
+def _check_bounds(p: ModelProfile) -> None:
+    """The documented upper bound of every numeric profile field not checked elsewhere."""
+    bounded: list[tuple[str, int | None, int, int]] = [
+        ("replica_concurrency", p.replica_concurrency, 1, MAX_REPLICA_CONCURRENCY),
+        ("min_failure_domains", p.min_failure_domains, 1, MAX_FAILURE_DOMAINS),
+        ("max_colocated_models", p.max_colocated_models, 0, MAX_COLOCATED_MODELS),
+        ("min_gpu_count", p.min_gpu_count, 0, MAX_GPU_COUNT),
+        ("min_gpu_memory_mb", p.min_gpu_memory_mb, 0, MAX_MB),
+        ("artifact_size_mb", p.artifact_size_mb, 1, MAX_MB),
+    ]
+    for field, value, lo, hi in bounded:
+        if value is not None and not lo <= value <= hi:
+            raise _fail(field, f"{value} is out of range", f"use a whole number in [{lo}, {hi}]")
+    if len(p.runtime_memory_mb) > MAX_LIST:
+        raise _fail("runtime_memory_mb", "has too many entries", f"give at most {MAX_LIST}")
+
+
 def validate_declared_profile(p: ModelProfile) -> ModelProfile:
     """``validate_profile`` plus the checks only new operator input gets.
 
@@ -257,6 +408,8 @@ def validate_declared_profile(p: ModelProfile) -> ModelProfile:
     Raises:
         ValidationError: the message names the field, the value and the accepted values.
     """
+    _check_identifiers(p)
+    _check_bounds(p)
     for rt in (*p.runtimes, *p.runtime_memory_mb):
         if not RUNTIME_NAME.fullmatch(rt):
             field = "runtimes" if rt in p.runtimes else "runtime_memory_mb"

@@ -29,6 +29,10 @@ class ResidencySnapshot(msgspec.Struct, frozen=True, kw_only=True):
     runtime: str | None = None
     routable: bool = False
     """Corroborated by a live, admitted engine record (READY claims alone are not proof)."""
+    route_age_s: float | None = None
+    """Seconds since the corroborating engine route last refreshed its own lease (server
+    clock); ``None`` when not routable. The final destructive check needs the route itself,
+    not only its host's control record, to have lease left."""
     predictive: bool = False
 
     @property

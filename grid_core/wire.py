@@ -45,7 +45,15 @@ MAX_JSON_DEPTH = 64
 five levels and OpenAI chat bodies with tool schemas a few dozen; without a bound a body of
 10,000 brackets exhausts the decoder's recursion (a 500 instead of a refusal)."""
 
-Id = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_ID_LEN)]
+IDENT_PATTERN = r"^(?!.*\.\.)[A-Za-z0-9][A-Za-z0-9._:@+-]{0,199}$"
+"""The one identifier grammar (model ids, host ids, pins, tags, runtimes, record and action
+ids): a letter or digit, then letters, digits and ``. _ : @ + -``, at most
+:data:`MAX_ID_LEN` characters, never ``..``. Identifiers end up in URL paths, registry ids,
+status lines, log lines and file names, so NUL, newline, space, ``/`` and ``..`` are refused
+everywhere instead of being escaped in each of those places."""
+IDENT = re.compile(IDENT_PATTERN)
+
+Id = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_ID_LEN, pattern=IDENT_PATTERN)]
 Text = Annotated[str, msgspec.Meta(max_length=MAX_TEXT_LEN)]
 MB = Annotated[int, msgspec.Meta(ge=0, le=MAX_MB)]
 Count = Annotated[int, msgspec.Meta(ge=0, le=MAX_COUNT)]
@@ -92,6 +100,29 @@ def engine_record_id(host_id: str, model_id: str) -> str:
 
 class WireError(ValidationError):
     """A wire document is malformed; the message names the field path."""
+
+
+def check_ident(field: str, value: str) -> str:
+    """Validate one identifier against :data:`IDENT_PATTERN`.
+
+    Args:
+        field: the field name for the message (``model_id``, ``pins``, ``host_id``).
+        value: the identifier.
+
+    Returns:
+        ``value`` unchanged.
+
+    Raises:
+        ValidationError: the message names the field, shows the value (escaped) and the fix.
+    """
+    if not IDENT.fullmatch(value):
+        msg = (
+            f"field '{field}': {value[:80]!r} is not a valid identifier; use 1-{MAX_ID_LEN} "
+            "letters, digits and . _ : @ + - starting with a letter or digit, without '..', "
+            "spaces, slashes or control characters"
+        )
+        raise ValidationError(msg)
+    return value
 
 
 class Struct(msgspec.Struct, frozen=True, kw_only=True):

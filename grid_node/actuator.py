@@ -258,6 +258,10 @@ class Actuator:
                     active_requests=active,
                     max_concurrency=getattr(probe, "max_concurrency", None),
                     loaded_age_s=max(0.0, now - child.started_at) if child.started_at else None,
+                    # The server's own watermark of work it routed here, reported back as the
+                    # absolute server-clock time it sent (persisted, monotonic): scale-down
+                    # cooldown then sees server-routed use, also after either side restarts.
+                    last_used_at=self.state.model_last_used_at.get(model_id),
                     artifact_sha256=child.artifact_sha256,
                     runtime=child.runtime,
                     port=child.port,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import Mapping
 from typing import Any
 
 import msgspec
@@ -26,7 +27,7 @@ from grid_core.bodies import (
     TokenBody,
 )
 from grid_core.errors import NotFoundError, ValidationError
-from grid_core.profile import profile_from_json
+from grid_core.profile import profile_from_json, profile_version
 from grid_core.tls import ca_fingerprint
 from grid_server.auth import new_host_id
 from grid_server.client_keys import ClientKeys
@@ -58,16 +59,29 @@ def allocator_routes(ctx: ServerContext) -> list[HTTPRouteHandler]:
         guards=operator,
         request_max_body_size=limit,
     )
-    async def put_model(model_id: FromPath[str], data: JSONBody[dict[str, Any]]) -> Response:
-        """Create or replace a model profile (validated whole, or rejected whole)."""
+    async def put_model(
+        request: Request, model_id: FromPath[str], data: JSONBody[dict[str, Any]]
+    ) -> Response:
+        """Create or replace a model profile (validated whole, or rejected whole).
+
+        ``If-Match: "<version>"`` (the ETag a GET returned) makes the write conditional on
+        the stored profile being that version; ``If-None-Match: *`` makes it create-only.
+        A stale precondition is refused with 409 showing both versions, and nothing changes.
+        """
         if data.setdefault("model_id", model_id) != model_id:
             msg = f"model profile: model_id '{data['model_id']}' does not match the path"
             raise ValidationError(msg)
         # The profile's own validator refuses unknown fields by name with the known ones
         # listed; persisted state stays additive, so the Struct itself cannot forbid them.
         profile = profile_from_json(data)
-        await ctx.runner.put_profile(profile)
-        return json_response({"model_id": model_id, "profile": profile})
+        expected = version_precondition(request.headers)
+        await ctx.runner.put_profile(profile, expected)
+        stored = ctx.runner.profiles.get(model_id, profile)
+        version = profile_version(stored)
+        return json_response(
+            {"model_id": model_id, "profile": stored, "version": version},
+            headers={"ETag": f'"{version}"'},
+        )
 
     @get("/allocator/models/{model_id:str}")
     async def get_model(model_id: FromPath[str]) -> Response:
@@ -76,7 +90,11 @@ def allocator_routes(ctx: ServerContext) -> list[HTTPRouteHandler]:
         if profile is None:
             msg = f"model '{model_id}' has no profile; see 'grid allocator status'"
             raise NotFoundError(msg)
-        return json_response({"model_id": model_id, "profile": profile})
+        version = profile_version(profile)
+        return json_response(
+            {"model_id": model_id, "profile": profile, "version": version},
+            headers={"ETag": f'"{version}"'},
+        )
 
     @delete(
         "/allocator/models/{model_id:str}",
@@ -232,6 +250,38 @@ def _keys(ctx: ServerContext) -> ClientKeys:
     if ctx.client_keys is None:
         ctx.client_keys = ClientKeys(ctx.home)
     return ctx.client_keys
+
+
+def version_precondition(headers: Mapping[str, str]) -> str | None:
+    """The profile version a PUT requires, from its conditional headers.
+
+    Returns:
+        The quoted ETag of ``If-Match`` without quotes (``*``: any existing profile),
+        ``""`` for ``If-None-Match: *`` (create only), or ``None`` (unconditional).
+
+    Raises:
+        ValidationError: both headers, a list of tags, or a weak tag (a profile version is
+            exact).
+    """
+    if_match = headers.get("if-match")
+    if_none = headers.get("if-none-match")
+    if if_match is not None and if_none is not None:
+        msg = "send either If-Match (update the version you read) or If-None-Match: * (create)"
+        raise ValidationError(msg)
+    if if_none is not None:
+        if if_none.strip() != "*":
+            msg = "If-None-Match: only '*' (create only) is supported for profiles"
+            raise ValidationError(msg)
+        return ""
+    if if_match is None:
+        return None
+    tag = if_match.strip()
+    if tag == "*":
+        return "*"
+    if tag.startswith("W/") or "," in tag or len(tag) < 3 or tag[0] != '"' or tag[-1] != '"':
+        msg = f"If-Match {tag[:80]!r}: give the one quoted ETag a GET of the profile returned"
+        raise ValidationError(msg)
+    return tag[1:-1]
 
 
 async def status_document(ctx: ServerContext, detail: bool) -> dict[str, Any]:

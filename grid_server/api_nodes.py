@@ -27,6 +27,7 @@ from grid_core.wire import (
 from grid_server.context import ServerContext
 from grid_server.guards import node_claims, node_guard
 from grid_server.http import MAX_NODE_BODY_BYTES, json_response
+from grid_server.registry import safety_facts
 
 T = TypeVar("T")
 
@@ -60,8 +61,9 @@ def node_routes(ctx: ServerContext) -> list[HTTPRouteHandler]:
         claims = node_claims(request)
         doc = await decoded(request, claims.host_id, node_id, NodeRegistration)
         now = time.time()
+        before = safety_facts(ctx.registry.records.get(node_id))
         rec = ctx.registry.register(claims.host_id, node_id, doc, now)
-        ctx.runner.input_changed(now)
+        ctx.runner.input_changed(now, safety_changed=safety_facts(rec) != before)
         return json_response(
             {
                 "node_id": rec.record_id,
@@ -80,10 +82,11 @@ def node_routes(ctx: ServerContext) -> list[HTTPRouteHandler]:
         claims = node_claims(request)
         doc = await decoded(request, claims.host_id, node_id, Heartbeat)
         now = time.time()
+        before = safety_facts(ctx.registry.records.get(node_id))
         rec = ctx.registry.heartbeat(claims.host_id, node_id, doc, now)
         hb = doc.document
         ctx.runner.acknowledge(claims.host_id, hb.acknowledgements)
-        ctx.runner.input_changed(now)
+        ctx.runner.input_changed(now, safety_changed=safety_facts(rec) != before)
         if hb.request_commands and rec.role == "allocator":
             d = await ctx.runner.deliver(claims.host_id)
             allocator = AllocatorResponse(
@@ -106,7 +109,7 @@ def node_routes(ctx: ServerContext) -> list[HTTPRouteHandler]:
         claims = node_claims(request)
         ctx.registry.remove(claims.host_id, node_id)
         now = time.time()
-        ctx.runner.input_changed(now)
+        ctx.runner.input_changed(now, safety_changed=True)  # membership changed
         return json_response({"removed": node_id})
 
     @get("/nodes")

@@ -85,13 +85,26 @@ def model_set(
         "--replace",
         help="Replace the whole profile: fields not given return to their defaults.",
     ),
+    clear_pins: bool = typer.Option(False, "--clear-pins", help="Remove every pin."),
+    clear_required_tags: bool = typer.Option(False, "--clear-required-tags"),
+    clear_forbidden_tags: bool = typer.Option(False, "--clear-forbidden-tags"),
+    clear_backends: bool = typer.Option(False, "--clear-backends", help="Any backend again."),
+    clear_colocation_excludes: bool = typer.Option(False, "--clear-colocation-excludes"),
+    clear_runtime_memory_mb: bool = typer.Option(False, "--clear-runtime-memory-mb"),
+    clear_workload_scores: bool = typer.Option(False, "--clear-workload-scores"),
+    clear_runtimes: bool = typer.Option(
+        False, "--clear-runtimes", help="Back to the default runtime (llama.cpp)."
+    ),
     grid: str | None = GridOpt,
     token_file: Path | None = TokenOpt,
 ) -> None:
     """Create a model's placement profile, or change only the given fields of an existing one.
 
     An existing profile keeps every field not given on the command line; ``--replace``
-    starts from the defaults instead. The changed fields are printed as old → new.
+    starts from the defaults instead; ``--clear-<field>`` empties one list field. The write
+    names the version it read, so an edit made meanwhile by someone else is never undone: the
+    server refuses with 409 and this command prints both versions (re-run it to merge). The
+    changed fields are printed as old → new.
     """
     given: dict[str, Any] = {
         "memory_mb": memory_mb,
@@ -125,31 +138,93 @@ def model_set(
     }
     # A scalar flag not given is None, a repeatable one is empty: neither changes the field.
     given = {k: v for k, v in given.items() if v is not None and v != () and v != {}}
-    current = _current_profile(grid, model_id)
+    clears = {
+        "pins": clear_pins,
+        "required_tags": clear_required_tags,
+        "forbidden_tags": clear_forbidden_tags,
+        "backends": clear_backends,
+        "colocation_excludes": clear_colocation_excludes,
+        "runtime_memory_mb": clear_runtime_memory_mb,
+        "workload_scores": clear_workload_scores,
+        "runtimes": clear_runtimes,
+    }
+    given.update(_cleared(clears, given))
+    current, version = _current_profile(grid, model_id)
     profile = _merged_profile(model_id, current, given, replace)
     if profile == current:
         typer.echo(f"grid: profile for '{model_id}' unchanged")
         return
-    send(grid, Calls.put_model(model_id, msgspec.to_builtins(profile)), token_file=token_file)
+    call = Calls.put_model(model_id, msgspec.to_builtins(profile), if_version=version)
+    try:
+        send(grid, call, token_file=token_file)
+    except RequestRefused as exc:
+        if exc.status == HTTPStatus.CONFLICT:
+            raise CliError(_conflict_text(model_id, exc, profile), EXIT_USAGE) from None
+        raise
     verb = "created" if current is None else "replaced" if replace else "updated"
     typer.echo(f"grid: profile for '{model_id}' {verb}")
     for line in profile_changes(current, profile):
         typer.echo(f"  {line}")
 
 
-def _current_profile(grid: str | None, model_id: str) -> ModelProfile | None:
-    """The server's profile for ``model_id``, or None when it has none (404)."""
+def _cleared(clears: dict[str, bool], given: dict[str, Any]) -> dict[str, Any]:
+    """The empty values of the ``--clear-<field>`` flags that were given.
+
+    Raises:
+        CliError: a field is both cleared and given (exit 2).
+    """
+    empty = {
+        f.name: f.default if f.default is not msgspec.NODEFAULT else f.default_factory()
+        for f in msgspec.structs.fields(ModelProfile)
+        if f.name in clears
+    }
+    out: dict[str, Any] = {}
+    for name, on in clears.items():
+        if not on:
+            continue
+        if name in given:
+            flag = name.replace("_", "-")
+            msg = f"--clear-{flag} and a value for {name} were both given; use one of them"
+            raise CliError(msg, EXIT_USAGE)
+        out[name] = empty[name]
+    return out
+
+
+def _conflict_text(model_id: str, exc: RequestRefused, proposed: ModelProfile) -> str:
+    """A 409 version conflict as lines: both versions, and what differs between them."""
+    d = exc.details or {}
+    lines = [f"profile for '{model_id}' changed while this command ran; nothing was written"]
+    lines.append(
+        f"  version you read: {d.get('expected_version') or 'none'}; "
+        f"server has: {d.get('current_version') or 'none'}"
+    )
+    try:
+        current = msgspec.convert(d.get("current"), ModelProfile | None)
+    except msgspec.ValidationError:
+        current = None
+    if current is not None:
+        lines.append("  server's profile → your profile:")
+        lines.extend(f"    {c}" for c in profile_changes(current, proposed))
+    lines.append("  re-run the command to apply your change on top of the server's version")
+    return "\n".join(lines)
+
+
+def _current_profile(grid: str | None, model_id: str) -> tuple[ModelProfile | None, str]:
+    """The server's profile for ``model_id`` and its version (``None, ""`` when none: 404)."""
     try:
         data = send(grid, Calls.get_model(model_id))
     except RequestRefused as exc:
         if exc.status == HTTPStatus.NOT_FOUND:
-            return None
+            return None, ""
         raise
     try:
-        return msgspec.convert(data["profile"], ModelProfile)
+        profile = msgspec.convert(data["profile"], ModelProfile)
     except (msgspec.ValidationError, KeyError, TypeError) as exc:
         msg = f"the server's profile for '{model_id}' is unreadable ({exc}); use --replace"
         raise CliError(msg) from None
+    version = data.get("version")
+    # An older server sends no version: fall back to "any existing profile".
+    return profile, version if isinstance(version, str) and version else "*"
 
 
 def _merged_profile(
@@ -179,7 +254,7 @@ def _show(value: object) -> str:
     plain = msgspec.to_builtins(value)
     if plain is None:
         return "-"
-    if isinstance(plain, list):
+    if isinstance(plain, list | tuple):
         return ",".join(str(v) for v in plain) or "-"
     if isinstance(plain, dict):
         return ",".join(f"{k}={v}" for k, v in sorted(plain.items())) or "-"

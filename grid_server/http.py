@@ -15,21 +15,38 @@ MAX_NODE_BODY_BYTES = 1024 * 1024
 """A registration or heartbeat with 256 residencies is ~100 KiB; 1 MiB leaves headroom."""
 
 
-def json_response(data: object, status: int = 200) -> Response:
-    """A JSON response from plain data or msgspec structs."""
+def json_response(
+    data: object, status: int = 200, headers: dict[str, str] | None = None
+) -> Response:
+    """A JSON response from plain data or msgspec structs (``headers``: e.g. an ETag)."""
     return Response(
-        content=msgspec.json.encode(data), status_code=status, media_type="application/json"
+        content=msgspec.json.encode(data),
+        status_code=status,
+        media_type="application/json",
+        headers=headers,
     )
 
 
-def _error(message: str, kind: str, status: int) -> Response:
+def _error(
+    message: str, kind: str, status: int, details: dict[str, object] | None = None
+) -> Response:
     """One JSON error body (OpenAI-like shape) for every refusal the control routes make."""
-    return json_response({"error": {"message": message, "type": kind, "code": status}}, status)
+    err: dict[str, object] = {"message": message, "type": kind, "code": status}
+    if details:
+        err["details"] = details
+    return json_response({"error": err}, status)
 
 
 def error_response(exc: GridError) -> Response:
-    """The error body for a handled Grid failure."""
-    return _error(str(exc), type(exc).__name__, exc.http_status)
+    """The error body for a handled Grid failure (``details`` when the error carries some,
+    e.g. both versions of a 409 version conflict)."""
+    details = getattr(exc, "details", None)
+    return _error(
+        str(exc),
+        type(exc).__name__,
+        exc.http_status,
+        details if isinstance(details, dict) else None,
+    )
 
 
 def on_grid_error(_request: Request, exc: Exception) -> Response:

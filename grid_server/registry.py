@@ -68,6 +68,38 @@ def engine_ssl_context(ca_pem: str) -> ssl.SSLContext:
     return context
 
 
+def safety_facts(rec: RegistryRecord | None) -> object:
+    """What of a record matters to destructive safety (compare two to see a change).
+
+    Membership (the record exists), role, routed models, the host lifecycle and whether the
+    report was rejected, and per residency its state, ownership, revision and whether work
+    is in flight (unknown / none / some). Lease refreshes, load, relative ages and exact
+    request counts are left out: they keep planning dirty without advancing the safety
+    revision, so a steady heartbeat cannot starve destructive delivery (specification,
+    "Local wire contract").
+    """
+    if rec is None:
+        return None
+    env = rec.allocator
+    rows: tuple[object, ...] = ()
+    state = None
+    if env is not None:
+        state = env.state
+        rows = tuple(
+            sorted(
+                (
+                    r.model_id,
+                    r.state,
+                    r.effective_ownership,
+                    r.artifact_sha256,
+                    None if r.active_requests is None else r.active_requests > 0,
+                )
+                for r in env.residencies
+            )
+        )
+    return (rec.role, rec.models, rec.url, state, bool(rec.rejected_rows), rows)
+
+
 def expected_record_id(host_id: str, reg: NodeRegistration) -> str:
     """The only record id a host may use for this registration."""
     if reg.role == "allocator":

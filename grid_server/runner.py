@@ -237,10 +237,19 @@ class ControllerRunner:
         self.poke()
 
     # --- operator actions -------------------------------------------------------------------
-    async def put_profile(self, profile: ModelProfile) -> None:
-        """Create or replace a profile (validated by the caller)."""
+    async def put_profile(self, profile: ModelProfile, expected_version: str | None = None) -> None:
+        """Create or replace a profile (validated by the caller).
+
+        ``expected_version`` is checked under the controller lock, atomically with the write
+        (see :meth:`grid_core.controller.Controller.put_profile`).
+        """
         now = self.clock()
-        await self.call(lambda: self.ctl.put_profile(profile, now))
+        if expected_version is None:
+            await self.call(lambda: self.ctl.put_profile(profile, now))
+        else:
+            await self.call(
+                lambda: self.ctl.put_profile(profile, now, expected_version=expected_version)
+            )
         self._refresh_profiles()
         self.poke()
 
@@ -302,13 +311,22 @@ class ControllerRunner:
         now = self.clock()
         hosts = self.hosts(now)
 
+        def reread() -> tuple[float, tuple[HostSnapshot, ...]]:
+            # Called from the worker thread after the delivery marker is durable: the
+            # registry lives on the event loop, so the fresh snapshot is taken there.
+            def on_loop() -> tuple[float, tuple[HostSnapshot, ...]]:
+                t = self.clock()
+                return t, self.hosts(t)
+
+            return anyio.from_thread.run_sync(on_loop)
+
         def work() -> Delivery:
             ctl = self.ctl
             poll_revision = ctl.revisions.dirty
             if ctl.revisions.processed < poll_revision:
                 ctl.tick(now, hosts)
                 self.ticks += 1
-            d = ctl.deliver(host_id, now, hosts, poll_revision)
+            d = ctl.deliver(host_id, now, hosts, poll_revision, fresh_hosts=reread)
             delivered: Mode | None = getattr(d, "mode", None)
             current: Mode = getattr(ctl, "mode", "recommend")
             mode = delivered or current
@@ -334,7 +352,9 @@ class ControllerRunner:
                 await self._wake.wait()
             self._wake = anyio.Event()
             try:
-                self.registry.expire(self.clock())
+                if self.registry.expire(self.clock()):
+                    # Expired records are a membership change: destructive safety moved.
+                    self.input_changed(self.clock(), safety_changed=True)
                 await self.tick()
             except Exception as exc:  # a failed pass is visible in status, never fatal
                 log.warning("controller pass failed: %s", type(exc).__name__)

@@ -25,7 +25,7 @@ from grid_core.eligibility import (
     host_ineligible_reason,
     incompatibility,
 )
-from grid_core.profile import ModelProfile
+from grid_core.profile import ModelProfile, revision_matches
 from grid_core.snapshot import HostSnapshot, ModelPerformance
 
 EPSILON = 1e-9
@@ -92,9 +92,8 @@ def startup_horizon_s(
         res = host.residency(profile.model_id)
         if res is not None and res.state in ("loading", "warming", "ready"):
             continue
-        cached = profile.model_id in host.cached and (
-            profile.artifact_sha256 is None
-            or host.cached[profile.model_id] == profile.artifact_sha256
+        cached = profile.model_id in host.cached and revision_matches(
+            profile, host.cached[profile.model_id]
         )
         total = startup_path_s(profile, host.performance.get(profile.model_id), cached)
         best = total if best is None else min(best, total)
@@ -103,21 +102,26 @@ def startup_horizon_s(
 
 def _live_replicas(
     profile: ModelProfile, hosts: list[HostSnapshot], eligible: list[bool], now: float
-) -> tuple[int, int, int]:
-    """(ready replicas on eligible hosts, those used within the cooldown, engine queue)."""
-    ready = recent = queue = 0
+) -> tuple[int, int, int, int]:
+    """(ready replicas on eligible hosts, those used within the cooldown, engine queue,
+    requests in flight on the model's serving and draining replicas)."""
+    ready = recent = queue = in_flight = 0
     mid = profile.model_id
     for host, ok in zip(hosts, eligible, strict=True):
         for res in host.residencies:
             if res.model_id != mid:
                 continue
             queue += res.queue_depth
-            if res.state == "ready" and ok:
+            if res.state in ("ready", "draining") and res.active_requests:
+                in_flight += res.active_requests
+            # A replica of another artifact revision is being replaced: it neither counts as
+            # ready capacity nor holds a cooldown slot for itself.
+            if res.state == "ready" and ok and revision_matches(profile, res.artifact_sha256):
                 ready += 1
                 last = res.last_used_at if res.last_used_at is not None else res.loaded_at
                 if last is not None and now - last < profile.scale_down_cooldown_s:
                     recent += 1
-    return ready, recent, queue
+    return ready, recent, queue, in_flight
 
 
 def _pressures(
@@ -197,10 +201,12 @@ def desired_for(
     mid = profile.model_id
     if eligible is None:
         eligible = eligible_hosts(hosts, planner_policy)
-    ready, recent_ready, engine_queue = _live_replicas(profile, hosts, eligible, now)
+    ready, recent_ready, engine_queue, in_flight = _live_replicas(profile, hosts, eligible, now)
     service = fc.service_time_s if fc.service_time_s else profile.expected_service_time_s
     queue = engine_queue + fc.queued
-    offered = fc.rate_rps * service + queue
+    # Requests running now are demand even before any of them completes (long generations
+    # finish minutes later; the forecast only learns from finished requests).
+    offered = max(fc.rate_rps * service, float(in_flight)) + queue
     reasons: list[str] = []
 
     horizon = min(startup_horizon_s(profile, hosts, eligible), policy.projection_cap_s)
@@ -211,11 +217,13 @@ def desired_for(
             fc.rate_rps + rising * horizon * max(0.0, min(1.0, fc.confidence)),
             fc.rate_rps * policy.projection_cap_ratio,
         )
-    projected = projected_rate * service + queue
+    projected = max(projected_rate * service, float(in_flight)) + queue
     if projected > offered + EPSILON:
         reasons.append("projection")
 
     per_replica = profile.replica_concurrency * profile.target_utilization
+    if in_flight > 0:
+        reasons.append("in_flight")
     want = 0
     if projected > EPSILON:
         want = max(1, math.ceil(projected * (1.0 + policy.headroom) / per_replica - EPSILON))
@@ -223,8 +231,10 @@ def desired_for(
     for pressure in _pressures(profile, fc, queue, policy):
         want = max(want, ready + 1)
         reasons.append(pressure)
-    direct = engine_queue >= QUEUE_PRESSURE or (
-        live and (fc.rate_rps > 0 or queue >= QUEUE_PRESSURE)
+    direct = (
+        engine_queue >= QUEUE_PRESSURE
+        or in_flight > 0
+        or (live and (fc.rate_rps > 0 or queue >= QUEUE_PRESSURE))
     )
     asked = max(profile.min_replicas, min(want, profile.max_replicas))
     if not direct and want:

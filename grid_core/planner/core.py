@@ -37,7 +37,7 @@ from grid_core.planner.scoring import (
     split_terms,
 )
 from grid_core.planner.types import Assignment, Eviction, PlanInputs
-from grid_core.profile import ModelProfile
+from grid_core.profile import ModelProfile, revision_matches
 from grid_core.snapshot import HostSnapshot, ResidencySnapshot
 
 SCARCITY_PENALTY = 80.0
@@ -462,16 +462,23 @@ def serving_incumbents(state: PlanState, mi: int) -> list[tuple[int, ResidencySn
     """Healthy live residencies of ``mi`` on eligible, compatible hosts, best first.
 
     Preference: unmanaged work (it stays anyway), ready before warming before loading,
-    replicas inside their minimum residency, then host id.
+    replicas inside their minimum residency, then host id. A residency of another artifact
+    revision than the profile's digest (or of an unknown one) is not an incumbent: it does
+    not satisfy placement, so the new revision is placed (on another host while the old
+    one still holds this host's slot) and the old replica drains only once it is replaced
+    (specification, "Managed host actuator").
     """
-    mid = state.profiles[mi].model_id
+    profile = state.profiles[mi]
+    mid = profile.model_id
     out = []
     for hi in state.cands[mi]:
         res = next(
             (
                 r
                 for r in state.hosts[hi].residencies
-                if r.model_id == mid and r.state in SERVING_STATES
+                if r.model_id == mid
+                and r.state in SERVING_STATES
+                and revision_matches(profile, r.artifact_sha256)
             ),
             None,
         )

@@ -24,7 +24,7 @@ from grid_core.planner.eligibility import (
     runtime_for,
 )
 from grid_core.planner.types import PlannerPolicy
-from grid_core.profile import ModelProfile
+from grid_core.profile import ModelProfile, revision_matches
 from grid_core.snapshot import HostSnapshot, ResidencySnapshot
 
 
@@ -166,12 +166,16 @@ class Ledger:
         return got
 
     def cached(self, mi: int, hi: int) -> bool:
-        """Exact weights of ``mi`` are on ``hi``'s disk (unknown digests match by id)."""
+        """Exact weights of ``mi`` are on ``hi``'s disk.
+
+        When the profile declares a digest, only a file cached under that digest matches: an
+        unknown (unreported) digest is not a match, so an old revision never looks cached.
+        """
         p = self.profiles[mi]
         cached = self.hosts[hi].cached
         if p.model_id not in cached:
             return False
-        return p.artifact_sha256 is None or cached[p.model_id] in (None, p.artifact_sha256)
+        return revision_matches(p, cached[p.model_id])
 
     def disk_cost(self, mi: int, hi: int) -> int:
         """MB of free disk a new replica reserves (0 when cached or no ceiling declared)."""

@@ -361,7 +361,11 @@ def preempt_on(state: PlanState, mi: int, hosts: list[int], authorized: bool = F
         chosen = _cached_choice(state, mi, hi, select_victims)
         if chosen is None:
             continue
-        key = (set_cost(chosen), hi)
+        cost = set_cost(chosen)
+        # Among equally disruptive sets (same priority, live disruption, warm-back, count and
+        # memory), release the host where the beneficiary serves soonest: exact cached
+        # weights and learned load/warm times (specification, "Safety invariants" 8).
+        key = (cost[:-1], _beneficiary_start_s(state, mi, hi), cost[-1], hi)
         if best is None or key < best[0]:
             best = (key, hi, chosen)
     if best is None:
@@ -436,6 +440,13 @@ def _kept_ready(state: PlanState, vmi: int) -> int:
         if placed is not None and placed.incumbent and res is not None and res.state == "ready":
             n += 1
     return n
+
+
+def _beneficiary_start_s(state: PlanState, mi: int, hi: int) -> float:
+    """Seconds until ``mi`` could serve on ``hi`` once released (load + warm, or warm only
+    when the exact weights are cached), from the learned per-host timings or the priors."""
+    p, host = state.profiles[mi], state.hosts[hi]
+    return startup_path_s(p, host.performance.get(p.model_id), state.ledger.cached(mi, hi))
 
 
 def _cached_pool(state: PlanState, mi: int, hi: int) -> RankedPool | None:

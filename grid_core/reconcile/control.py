@@ -224,6 +224,7 @@ def with_in_flight(hosts: Iterable[HostSnapshot], book: ActionBook) -> list[Host
                     state="warming",
                     loaded_at=a.created_at,
                     runtime=a.runtime or None,
+                    artifact_sha256=a.artifact_sha256,  # the revision the warm will prove
                 )
             )
         rows.sort(key=lambda r: r.model_id)

@@ -101,4 +101,13 @@ def destructive_problem(
     if any(x.host_id == a.host_id for x in assigned):
         return "desired_again"
     need = required_replicas(a.model_id, plan, profiles, retired)
-    return replacement_problem(a.model_id, assigned, need, hosts, policy, lease_margin=True)
+    profile = profiles.get(a.model_id)
+    return replacement_problem(
+        a.model_id,
+        assigned,
+        need,
+        hosts,
+        policy,
+        lease_margin=True,
+        artifact_sha256=profile.artifact_sha256 if profile is not None else None,
+    )

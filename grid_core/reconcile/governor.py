@@ -22,14 +22,16 @@ CLASS_RANK = {"baseline": 0, "direct": 1, "predictive": 2, "cleanup": 3}
 """Lower ranks are served first within one priority."""
 
 
-def service_key(p: Proposal) -> tuple[int, int, int, int, int, float, str, str]:
+def service_key(p: Proposal) -> tuple[int, int, int, int, int, int, float, str, str]:
     """Sort key giving the service order of proposals.
 
     Routine cleanup sorts after every availability action whatever its priority; otherwise
-    higher priority first, then class, replica round, cold-start path, and ids last so the
-    order is deterministic. Among equal destructive work, releasing already-drained capacity
-    (unload, evict) comes before starting a new drain, so a preemption wave frees memory that
-    is ready to go before it disturbs live work.
+    higher priority first, then class, replica round (a preemption carries its
+    beneficiary's), then the preemption group with the fewest transitions left (a release
+    that completes sooner lets its beneficiary serve sooner), cold-start path, and ids last
+    so the order is deterministic. Among equal destructive work, releasing already-drained
+    capacity (unload, evict) comes before starting a new drain, so a preemption wave frees
+    memory that is ready to go before it disturbs live work.
     """
     cleanup = 1 if p.service_class == "cleanup" else 0
     release_first = 1 if p.kind == "drain" else 0
@@ -38,6 +40,7 @@ def service_key(p: Proposal) -> tuple[int, int, int, int, int, float, str, str]:
         -p.priority,
         CLASS_RANK[p.service_class],
         p.round,
+        p.group_left,
         release_first,
         p.cold_path_s,
         p.model_id,
@@ -114,10 +117,24 @@ def admit(
         for a in actions
         if a.kind == "load" and (a.active or a.maybe_running)
     )
-    # Undelivered constructive holders are the only ones a higher class may displace.
+    # Undelivered constructive holders are the only ones a higher class may displace, and
+    # only when no member of their lifecycle was delivered (a delivered load may be running:
+    # it is never cancelled, and it would keep the slot anyway). Among equal ranks the leaf
+    # that discards no prerequisite work (a warm of cached weights) goes first.
+    delivered_pairs = {
+        (a.host_id, a.model_id) for a in actions if a.active and a.delivered and not a.destructive
+    }
+    with_load = {(a.host_id, a.model_id) for a in actions if a.active and a.kind == "load"}
     displaceable = sorted(
-        (a for a in holders if a.active and not a.delivered and not a.destructive),
-        key=rank_of,
+        (
+            a
+            for a in holders
+            if a.active
+            and not a.delivered
+            and not a.destructive
+            and (a.host_id, a.model_id) not in delivered_pairs
+        ),
+        key=lambda a: (rank_of(a), (a.host_id, a.model_id) not in with_load),
         reverse=True,
     )
     free = dict(free_mb)
@@ -148,6 +165,7 @@ def admit(
                 a.action_id
                 for a in actions
                 if a.active
+                and not a.delivered
                 and (a.host_id, a.model_id) == (victim.host_id, victim.model_id)
                 and not a.destructive
             )

@@ -21,7 +21,7 @@ import msgspec
 
 from grid_core.demand.desired import startup_path_s
 from grid_core.planner.types import Assignment, Eviction, Plan
-from grid_core.profile import ModelProfile
+from grid_core.profile import ModelProfile, revision_matches
 from grid_core.reconcile.actions import Action, ActionBook, ServiceClass, failure_key
 from grid_core.reconcile.policy import DRAIN_DEADLINE_REASON, GovernorPolicy
 from grid_core.reconcile.view import (
@@ -52,7 +52,11 @@ class Proposal(msgspec.Struct, frozen=True, kw_only=True):
     priority: int = 0
     service_class: ServiceClass = "direct"
     round: int = 0
-    """Replica round of the model (0 = its first missing replica)."""
+    """Replica round of the model (0 = its first missing replica); a preemption drain or
+    unload carries its beneficiary's round."""
+    group_left: int = 0
+    """For a preemption: lifecycle transitions its release group (every victim of the same
+    beneficiary on the same host) still needs, 2 per ready victim and 1 per draining one."""
     cold_path_s: float = 0.0
     """Estimated seconds until it can serve (load + warm, or warm only when cached)."""
     load_first: bool = False
@@ -147,6 +151,12 @@ def required_replicas(
     return max(plan.desired.get(model_id, 0), floor)
 
 
+def _sha(profiles: Mapping[str, ModelProfile], model_id: str) -> str | None:
+    """The artifact revision a replacement of ``model_id`` must prove (``None``: any)."""
+    p = profiles.get(model_id)
+    return p.artifact_sha256 if p is not None else None
+
+
 def _cached_exact(host: HostSnapshot, profile: ModelProfile, r: ResidencySnapshot | None) -> bool:
     """The host holds exactly the profile's weights on disk (a digest mismatch is not cached)."""
     want = profile.artifact_sha256
@@ -234,6 +244,7 @@ def reconcile(inp: ReconcileInputs) -> ReconcileResult:
             inp.hosts,
             inp.policy,
             lease_margin=False,
+            artifact_sha256=_sha(inp.profiles, m),
         )
         for m in {r.model_id for h in inp.hosts.values() for r in h.residencies}
     }
@@ -266,6 +277,23 @@ def _constructive(
             r = host.residency(model_id)
             if r is not None and not r.actuatable:
                 continue  # external/manual/pinned engines satisfy demand but are never actuated
+            if (
+                r is not None
+                and r.state in ("ready", "loading", "warming")
+                and not revision_matches(profile, r.artifact_sha256)
+            ):
+                # The old revision holds this host's slot; replacing it in place would take
+                # the replica away before the new one serves. It drains once a replica of
+                # the new revision is ready elsewhere; until then status says why.
+                out.deferred.append(
+                    Deferred(
+                        kind="warm",
+                        host_id=a.host_id,
+                        model_id=model_id,
+                        reason="old_revision_here",
+                    )
+                )
+                continue
             if r is not None and r.state in ("ready", "loading", "warming"):
                 continue
             if r is not None and r.state == "draining":
@@ -332,6 +360,8 @@ def _destructive(
     out: ReconcileResult,
 ) -> None:
     """Drains of obsolete replicas and unloads of idle drained ones."""
+    rounds = _beneficiary_rounds(inp.plan)
+    left = _group_transitions(inp)
     for host in inp.hosts.values():
         for r in host.residencies:
             if not r.actuatable or r.state in ("cached", "loading", "warming"):
@@ -392,6 +422,8 @@ def _destructive(
                     else ("retired" if r.model_id in inp.retired else "obsolete"),
                     priority=getattr(eviction, "priority", prio),
                     service_class="direct" if eviction is not None else "cleanup",
+                    round=rounds.get(key, 0),
+                    group_left=left.get(key, 0),
                     eviction=eviction is not None,
                     beneficiary=getattr(eviction, "beneficiary", None),
                 )
@@ -416,6 +448,47 @@ def _drain_deadline(
     if drain is None or drain.status != "succeeded" or drain.receipt_at is None:
         return None
     return drain.receipt_at + inp.policy.drain_deadline_s
+
+
+def _beneficiary_rounds(plan: Plan) -> dict[tuple[str, str], int]:
+    """(victim model, host) → the replica round of the beneficiary its preemption serves.
+
+    A beneficiary already holding ``n`` placed replicas is in round ``n``; its evictions on
+    several hosts are its rounds ``n``, ``n + 1``, … in host order. A capacity-release drain
+    then queues beside the beneficiary's own warms instead of ahead of every peer's first
+    replica (specification, "Safety invariants" 8: preemptions retain the beneficiary round).
+    """
+    placed: dict[str, int] = defaultdict(int)
+    for a in plan.assignments:
+        placed[a.model_id] += 1
+    out: dict[tuple[str, str], int] = {}
+    hosts_of: dict[str, list[str]] = defaultdict(list)
+    for e in plan.evictions:
+        if e.beneficiary is not None and e.host_id not in hosts_of[e.beneficiary]:
+            hosts_of[e.beneficiary].append(e.host_id)
+    for e in plan.evictions:
+        if e.beneficiary is not None:
+            order = sorted(hosts_of[e.beneficiary]).index(e.host_id)
+            out[(e.model_id, e.host_id)] = placed[e.beneficiary] + order
+    return out
+
+
+def _group_transitions(inp: ReconcileInputs) -> dict[tuple[str, str], int]:
+    """(victim model, host) → transitions its preemption group still needs before the
+    beneficiary can start there (drain + unload per ready victim, unload per draining one).
+
+    Under a tight mutation budget the governor finishes the group with the fewest left, so a
+    slot is not spent on a partial release that cannot serve traffic yet (specification,
+    "Safety invariants" 8).
+    """
+    groups: dict[tuple[str | None, str], int] = defaultdict(int)
+    for e in inp.plan.evictions:
+        host = inp.hosts.get(e.host_id)
+        r = host.residency(e.model_id) if host is not None else None
+        if r is None:
+            continue
+        groups[(e.beneficiary, e.host_id)] += 2 if r.state == "ready" else 1
+    return {(e.model_id, e.host_id): groups[(e.beneficiary, e.host_id)] for e in inp.plan.evictions}
 
 
 def _prefetch_beneficiary(
@@ -551,6 +624,18 @@ def _withdrawals(
                 reason = "no_longer_desired"
             elif host is not None and not admitting(host, inp.policy) and not a.delivered:
                 reason = "host_not_admitting"
+            if reason is not None and a.delivered:
+                # Delivered: the node may be running it. It keeps its slot until the node's
+                # receipt; a surplus replica it creates is drained later as obsolete.
+                out.deferred.append(
+                    Deferred(
+                        kind="cancel",
+                        host_id=a.host_id,
+                        model_id=a.model_id,
+                        reason=f"delivered_not_cancelled:{reason}",
+                    )
+                )
+                continue
             if reason is not None:
                 out.withdrawals.append(
                     Withdrawal(

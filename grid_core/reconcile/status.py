@@ -159,6 +159,13 @@ class ControllerStatus(msgspec.Struct, kw_only=True):
     portfolio: PortfolioReport | None = None
     """Unbound workload demand: the joint mapping, the exploration slot, the admission gate,
     candidate rows (feasibility and evidence) and one admission row per active workload."""
+    delivery_refusals: list[str] = []
+    """The latest destructive commands the final delivery check held back
+    (``action_id: reason``), newest last; bounded by :data:`MAX_DELIVERY_REFUSALS`."""
+
+
+MAX_DELIVERY_REFUSALS = 16
+"""Delivery-check refusals kept for status: enough to see a pattern, bounded in memory."""
 
 
 class LastTick:
@@ -172,9 +179,12 @@ class LastTick:
         at: wall-clock seconds the tick ran.
         duration_ms: how long the caller measured it to take (milliseconds).
         portfolio: the portfolio pass's report with its admission rows.
+        delivery_refusals: destructive commands the final delivery check held back, as
+            ``action_id: reason`` (the latest :data:`MAX_DELIVERY_REFUSALS`).
     """
 
     def __init__(self) -> None:
+        self.delivery_refusals: list[str] = []
         self.plan: Plan | None = None
         self.report: ReconcileReport | None = None
         self.forecasts: dict[str, ModelDemand] = {}
@@ -306,4 +316,5 @@ def controller_status(
         quality=records.quality.views(records.profiles, now),
         timings=[TimingView.of(e, now) for e in records.timings.entries()] if detail else [],
         portfolio=last.portfolio,
+        delivery_refusals=list(last.delivery_refusals),
     )

@@ -89,14 +89,17 @@ def replacement_problem(
     policy: GovernorPolicy,
     *,
     lease_margin: bool,
+    artifact_sha256: str | None = None,
 ) -> str | None:
     """Why the desired replicas of ``model_id`` do not yet prove availability, or ``None``.
 
     Every desired replica must report READY, corroborated as routable, on a routing-eligible
     host, and there must be as
     many as the plan desires. An unmanaged residency on an unauthenticated host is not proof.
-    With ``lease_margin`` (the final delivery check) each replacement's route must also have
-    strictly more than the lease margin left.
+    When the profile declares ``artifact_sha256``, a replacement must have proved exactly
+    that revision (an old or unknown digest proves nothing). With ``lease_margin`` (the
+    final delivery check) each replacement's route must also have strictly more than the
+    lease margin left, on the host's control record and on the engine route itself.
 
     Returns:
         ``None`` when proven, else a machine-stable reason.
@@ -109,6 +112,8 @@ def replacement_problem(
         r = host.residency(model_id)
         if r is None or r.state != "ready":
             return "replacement_not_ready"
+        if artifact_sha256 is not None and r.artifact_sha256 != artifact_sha256:
+            return "replacement_old_revision"
         if not admitting(host, policy):
             return "replacement_host_fenced"
         if not r.routable:
@@ -119,6 +124,8 @@ def replacement_problem(
             return "replacement_unauthenticated"
         if lease_margin:
             left = policy.route_lease_s - max(0.0, host.heartbeat_age_s or 0.0)
+            if r.route_age_s is not None:
+                left = min(left, policy.route_lease_s - max(0.0, r.route_age_s))
             if left <= policy.lease_margin_s:
                 return "replacement_lease_short"
         count += 1

@@ -63,6 +63,8 @@ class SimResidency:
     state: str
     active: int = 0
     loaded_at: float = 0.0
+    sha: str | None = None
+    """Artifact revision the warm proved (the command's digest)."""
 
 
 @dataclass
@@ -74,6 +76,8 @@ class SimNode:
     up: bool = True
     residencies: dict[str, SimResidency] = field(default_factory=dict)
     cached: set[str] = field(default_factory=set)
+    cached_sha: dict[str, str | None] = field(default_factory=dict)
+    """Digest of each cached model's weights (absent: unknown)."""
     highest_term: int = 0
     term_owner: str = ""
     receipts: dict[str, str] = field(default_factory=dict)
@@ -97,6 +101,7 @@ class SimNode:
                 active_requests=r.active,
                 loaded_at=r.loaded_at,
                 routable=r.state == "ready",
+                artifact_sha256=r.sha,
             )
             for r in sorted(self.residencies.values(), key=lambda r: r.model_id)
         )
@@ -110,7 +115,7 @@ class SimNode:
             backends=("metal",),
             failure_domain=f"fd-{self.host_id[-1]}",
             residencies=res,
-            cached={m: None for m in sorted(self.cached)},
+            cached={m: self.cached_sha.get(m) for m in sorted(self.cached)},
             actuator_capabilities=("load", "warm", "drain", "unload"),
         )
 
@@ -350,7 +355,7 @@ class SimFleet:
             if node.held_mb() + extra > node.capacity_mb - node.reserved_mb:
                 self.violations.append(f"overcommit by warm of {c.model_id} on {node.host_id}")
             node.residencies[c.model_id] = SimResidency(
-                c.model_id, c.memory_mb, "warming", loaded_at=self.now
+                c.model_id, c.memory_mb, "warming", loaded_at=self.now, sha=c.artifact_sha256
             )
         elif c.kind == "drain":
             if r is None or r.state != "ready":
@@ -407,6 +412,7 @@ class SimFleet:
         if c.kind == "load":
             if not fail:
                 node.cached.add(c.model_id)
+                node.cached_sha[c.model_id] = c.artifact_sha256
         elif c.kind == "warm" and r is not None and r.state == "warming":
             r.state = "failed" if fail else "ready"
         elif c.kind == "drain" and fail and r is not None and r.state == "draining":

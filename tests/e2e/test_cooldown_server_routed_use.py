@@ -1,0 +1,151 @@
+"""Cooldown sees server-routed use, also across a node restart.
+
+The server tells each node when it last routed work to each of its models; the node persists
+that watermark (monotonic) and reports it back on every residency row. A real server, a real
+detached node agent and a real llama-server child: after a request routed by the server and a
+``kill -9`` + restart of the agent, the controller's view of the replica still carries the
+server-routed use, so scale-down cooldown is measured from it and not from the load time.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+from grid_llamacpp.tinymodel import TinyModelSpec, make_model
+
+from grid_core.client import Calls
+from grid_core.system import wait_until_sync
+from grid_server.harness import Testbed, start_server
+
+pytestmark = pytest.mark.e2e
+
+PORTS = "22750-22759"
+"""Managed ports for this test's agent (apart from other e2e tests)."""
+WAIT_S = 120.0
+"""Upper bound for convergence steps on a busy 2-core machine (never asserted as a time)."""
+HOST = "host-e2e-cooldown"
+MODEL = "tiny-cool.gguf"
+
+
+def cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", "from grid_core.cli import main; main()", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+
+
+def wait_for(predicate, what: str):  # type: ignore[no-untyped-def]
+    value = wait_until_sync(predicate, timeout_s=WAIT_S, interval_s=0.2)
+    if not value:
+        raise AssertionError(f"timed out waiting for {what}")
+    return value
+
+
+def _residency(client: Testbed) -> dict[str, object] | None:
+    status = client.client.status(detail=True)["controller"]
+    for h in status.get("hosts", []):
+        if h["host_id"] == HOST:
+            for r in h.get("residencies", []):
+                if r["model_id"] == MODEL:
+                    return r
+    return None
+
+
+def test_cooldown_honours_server_routed_use_across_a_node_restart(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    server = start_server(home, tick_interval_s=0.5)
+    client = Testbed(server.url, home)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GRID_")}
+    env["GRID_HOME"] = str(home)
+    state_dir = tmp_path / "node"
+    try:
+        models = tmp_path / "models"
+        make_model(models / MODEL, TinyModelSpec(name="tiny-cool", seed=5))
+        token_file = tmp_path / "node-token"
+        fd = os.open(token_file, os.O_WRONLY | os.O_CREAT, 0o600)
+        token = client.node_token(HOST)
+        os.write(fd, json.dumps({"host_id": HOST, "token": token}).encode())
+        os.close(fd)
+        start_args = (
+            *("allocator", "node", "start", "--grid", server.url, "--token-file", str(token_file)),
+            *("--state-dir", str(state_dir), "--port-range", PORTS, "--models-dir", str(models)),
+            *("--heartbeat-interval", "0.5"),
+        )
+        started = cli(env, *start_args)
+        assert started.returncode == 0, started.stderr + started.stdout
+        ops = client.operator()
+        profile = {
+            "memory_mb": 64,
+            "min_replicas": 1,
+            "min_residency_s": 0.0,
+            "scale_down_cooldown_s": 3600.0,
+        }
+        r = client.http.put(f"{server.url}/allocator/models/{MODEL}", headers=ops, json=profile)
+        assert r.status_code == 200, r.text
+        r = client.http.put(f"{server.url}/allocator/mode", headers=ops, json={"mode": "automatic"})
+        assert r.status_code == 200, r.text
+        client.wait_ready(MODEL, timeout_s=WAIT_S)
+        loaded = _residency(client)
+        assert loaded is not None and loaded.get("last_used_at") is None  # never used yet
+
+        routed_at = time.time()
+        chat = client.http.post(
+            f"{server.url}/v1/chat/completions",
+            json={"model": MODEL, "max_tokens": 4, "messages": [{"role": "user", "content": "hi"}]},
+        )
+        assert chat.status_code == 200, chat.text
+
+        def node_watermark() -> float | None:
+            state = json.loads((state_dir / "node.json").read_text())
+            at = state.get("model_last_used_at", {}).get(MODEL)
+            return at if at is not None and at >= routed_at - 1.0 else None
+
+        watermark = wait_for(node_watermark, "the node to persist the server's watermark")
+
+        # kill -9 the agent; a new agent adopts the child and reports the same watermark.
+        agent = json.loads((state_dir / "agent.json").read_text())
+        daemon = psutil.Process(agent["pid"])
+        os.kill(daemon.pid, signal.SIGKILL)
+        wait_for(
+            lambda: not daemon.is_running() or daemon.status() == psutil.STATUS_ZOMBIE,
+            "the killed agent to exit",
+        )
+        again = cli(env, *start_args)
+        assert again.returncode == 0, again.stderr + again.stdout
+        assert json.loads((state_dir / "agent.json").read_text())["pid"] != daemon.pid
+
+        def reported() -> dict[str, object] | None:
+            res = _residency(client)
+            used = res.get("last_used_at") if res is not None else None
+            return res if isinstance(used, float | int) and used >= watermark - 0.01 else None
+
+        res = wait_for(reported, "the restarted node to report the server-routed use")
+        assert float(res["last_used_at"]) <= time.time()  # type: ignore[arg-type]  # a number
+        assert float(res["last_used_at"]) > float(res["loaded_at"])  # type: ignore[arg-type]  # numbers
+        # With the baseline lifted, cooldown (measured from that use) keeps the replica.
+        r = client.http.put(
+            f"{server.url}/allocator/models/{MODEL}",
+            headers=ops,
+            json={**profile, "min_replicas": 0},
+        )
+        assert r.status_code == 200, r.text
+        client.client.send(Calls.tick())
+        fc = client.client.status(detail=True)["controller"]["forecasts"][MODEL]
+        assert fc["desired_replicas"] == 1, fc
+        assert MODEL in client.client.models()
+    finally:
+        cli(env, "allocator", "node", "stop", "--state-dir", str(state_dir))
+        client.close()
+        server.stop()
