@@ -27,7 +27,7 @@ from grid_core.wire import (
 from grid_server.context import ServerContext
 from grid_server.guards import node_claims, node_guard
 from grid_server.http import MAX_NODE_BODY_BYTES, json_response
-from grid_server.registry import safety_facts
+from grid_server.registry import refuse_route_to_server, safety_facts
 
 T = TypeVar("T")
 
@@ -60,6 +60,8 @@ def node_routes(ctx: ServerContext) -> list[HTTPRouteHandler]:
         """Register or refresh a record (control or engine) of the authenticated host."""
         claims = node_claims(request)
         doc = await decoded(request, claims.host_id, node_id, NodeRegistration)
+        if doc.document.role == "engine" and doc.document.url:
+            refuse_route_to_server(doc.document.url, ctx.url)
         now = time.time()
         before = safety_facts(ctx.registry.records.get(node_id))
         rec = ctx.registry.register(claims.host_id, node_id, doc, now)

@@ -536,6 +536,15 @@ class Proxy:
             return None, False
         now = time.time()
         cands = router.candidates(routes, now, time.monotonic())
+        profile = self.ctx.runner.profiles.get(model)
+        sha = profile.artifact_sha256 if profile is not None else None
+        if sha is not None:
+            # During a revision rollout both digests may be routable: an eligible engine of
+            # the configured revision wins; the old one serves only while none is ready.
+            current = {r.engine.record_id for r in routes if r.artifact == sha}
+            preferred = [c for c in cands if c.engine_id in current]
+            if any(routing.eligible(c) for c in preferred):
+                cands = preferred
         chosen = routing.choose_route(
             cands, now, max_tokens=ex.shape.max_tokens, affinity_hash=ex.affinity_hash
         )

@@ -49,6 +49,41 @@ def check_engine_url(url: str | None) -> str:
     return url.rstrip("/")
 
 
+def refuse_route_to_server(url: str, server_url: str | None) -> None:
+    """Refuse an engine route that points at this Grid server itself.
+
+    A request for such a route would be proxied back into the server, hold an upstream
+    connection for every hop and stall every other model's traffic. Same port and the same
+    host (or both loopback / the wildcard address) is the server.
+
+    Raises:
+        ValidationError: the route is the server's own address (message names the field).
+    """
+    if not server_url:
+        return
+    route, server = urlsplit(url), urlsplit(server_url)
+    try:
+        route_port = route.port or (443 if route.scheme == "https" else 80)
+        server_port = server.port or (443 if server.scheme == "https" else 80)
+    except ValueError:
+        return  # a malformed port was refused by check_engine_url already
+    if route_port != server_port:
+        return
+    rh, sh = (route.hostname or "").lower(), (server.hostname or "").lower()
+    wildcard = {"0.0.0.0", "::"}
+    same = (
+        rh == sh
+        or rh in wildcard
+        or (is_loopback_host(rh) and (is_loopback_host(sh) or sh in wildcard))
+    )
+    if same:
+        msg = (
+            f"engine registration: 'url' {url!r} is this Grid server's own address; "
+            "register the engine's own host:port (the node's advertised address)"
+        )
+        raise ValidationError(msg)
+
+
 @functools.lru_cache(maxsize=MAX_ENGINE_CA_CONTEXTS)
 def engine_ssl_context(ca_pem: str) -> ssl.SSLContext:
     """A client TLS context trusting only ``ca_pem``, with hostname checking.

@@ -289,6 +289,8 @@ class SimFleet:
             if trusted:
                 self.terms_sent.append(c.controller_term)
                 self._check_target(node, c)
+                if c.kind == "drain":
+                    self._check_priority_order(node, c)
             if c.node_id != node.host_id or not c.executable or ttl_s <= 0:
                 continue
             if c.controller_term < node.highest_term:
@@ -381,6 +383,49 @@ class SimFleet:
                     )
                 self.forced.append((node.host_id, c.model_id, r.active))
             del node.residencies[c.model_id]
+
+    def _check_priority_order(self, node: SimNode, c: Command) -> None:
+        """A drain never takes served work away for lower-priority work (specification,
+        "Safety invariants" 8: scarce slots go to higher-priority service)."""
+        victim = self.profiles.get(c.model_id)
+        action = self.ctl.book.get(c.action_id)
+        if victim is None or action is None:
+            return
+        if action.eviction:
+            b = self.profiles.get(action.beneficiary or "")
+            if b is not None and b.priority <= victim.priority:
+                self.violations.append(
+                    f"priority inversion: {c.model_id} (priority {victim.priority}) evicted on "
+                    f"{node.host_id} for {b.model_id} (priority {b.priority})"
+                )
+            return
+        plan = self.ctl.last.plan
+        if plan is None or node.host_id in plan.hosts_of(c.model_id):
+            return
+        wanted = plan.desired.get(c.model_id, 0)
+        placed = len(plan.hosts_of(c.model_id))
+        if placed >= wanted:
+            return  # surplus: nothing served is lost for anyone
+        for a in plan.assignments:
+            lower = self.profiles.get(a.model_id)
+            if (
+                a.host_id == node.host_id
+                and not a.incumbent
+                and lower is not None
+                and lower.priority < victim.priority
+            ):
+                self.violations.append(
+                    f"priority inversion: {c.model_id} (priority {victim.priority}, still "
+                    f"short) drained on {node.host_id} while {a.model_id} (priority "
+                    f"{lower.priority}) is placed there"
+                )
+
+    def engine_dies(self, host_id: str, model_id: str) -> None:
+        """A serving engine dies (``kill -9``): the node reports its residency gone."""
+        node = self.nodes[host_id]
+        r = node.residencies.get(model_id)
+        if r is not None and r.state in ("ready", "warming"):
+            del node.residencies[model_id]
 
     def _check_last_replica(self, node: SimNode, c: Command) -> None:
         profile = self.profiles.get(c.model_id)

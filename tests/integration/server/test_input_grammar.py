@@ -9,6 +9,7 @@ from __future__ import annotations
 import pytest
 from server_testbed import Grid
 
+from grid_core.client import RequestRefused
 from grid_core.profile import MAX_REPLICA_CONCURRENCY
 from grid_core.wire import CONTROL_HEADER, control_record_id
 
@@ -115,3 +116,15 @@ def test_host_ids_follow_the_same_grammar(grid: Grid) -> None:
         headers={CONTROL_HEADER: token},
     )
     assert r.status_code == 400 and "models" in r.json()["error"]["message"], r.text
+
+
+def test_an_engine_route_can_never_point_at_the_grid_server(grid: Grid) -> None:
+    token = grid.node_token("host-loop")
+    port = grid.url.rsplit(":", 1)[1]
+    for url in (grid.url, f"http://localhost:{port}", f"http://[::1]:{port}"):
+        with pytest.raises(RequestRefused) as refused:
+            grid.register_engine(token, "host-loop", "m", url, None)
+        assert refused.value.status == 400 and "Grid server's own address" in refused.value.message
+    assert grid.http.get(f"{grid.url}/nodes").json()["nodes"] == []
+    # The node's own engine port is fine.
+    grid.register_engine(token, "host-loop", "m", "http://127.0.0.1:9", None)

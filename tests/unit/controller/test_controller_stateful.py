@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 import hypothesis.strategies as st
+import msgspec
 from fleet_strategies import SimFleetSpec, sim_fleets
 from hypothesis import HealthCheck, settings
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
@@ -128,6 +129,27 @@ class FleetMachine(RuleBasedStateMachine):
     @counted
     def requests(self, host: str, model: str, delta: int) -> None:
         self.fleet.run_requests(self._host(host), self._model(model), delta)
+
+    @rule(host=host_ids, model=model_ids)
+    @counted
+    def engine_dies(self, host: str, model: str) -> None:
+        # kill -9 of one engine: the repair path must keep priority order.
+        self.fleet.engine_dies(self._host(host), self._model(model))
+
+    @rule(model=model_ids, second=st.booleans())
+    @counted
+    def revision_change(self, model: str, second: bool) -> None:
+        # The operator rolls a model to another artifact revision (or back).
+        model = self._model(model)
+        current = self.fleet.profiles.get(model)
+        if current is None:
+            return
+        sha = ("1" if second else "2") * 64
+        try:
+            self.fleet.put_profile(msgspec.structs.replace(current, artifact_sha256=sha))
+        except StateConflictError:
+            assert self.fleet.ctl.authority.superseded
+            assert self.fleet.restart_if_superseded()
 
     @rule(host=host_ids, up=st.booleans())
     @counted
