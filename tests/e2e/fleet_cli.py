@@ -83,3 +83,43 @@ def started_fleet(
         assert stopped.returncode == 0, stopped.stdout + stopped.stderr
         assert not left, f"processes left after 'grid test stop': {left}"
         assert not owned(home) and not fleet_processes(root)
+
+
+def cli(
+    env: dict[str, str], *args: str, timeout: float = 300.0
+) -> subprocess.CompletedProcess[str]:
+    """Run ``grid *args`` with exactly ``env`` (a node agent's own GRID_HOME, no credentials
+    inherited); output captured, exit code not checked."""
+    return subprocess.run(
+        [sys.executable, "-c", "from grid_core.cli import main; main()", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def wait_for(predicate, what: str, timeout_s: float = 240.0):  # type: ignore[no-untyped-def]
+    """The first truthy value of ``predicate`` within ``timeout_s`` (polled every 0.5 s; the
+    default bounds one convergence step on a busy 2-core machine, never asserted as a time).
+
+    Raises:
+        AssertionError: naming ``what`` when the deadline passes.
+    """
+    from grid_core.system import wait_until_sync
+
+    value = wait_until_sync(predicate, timeout_s=timeout_s, interval_s=0.5)
+    if not value:
+        raise AssertionError(f"timed out waiting for {what}")
+    return value
+
+
+def write_node_token(path: Path, host_id: str, token: str) -> Path:
+    """Write a node credential file as ``grid allocator token write`` does (0600)."""
+    import json
+
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as f:
+        json.dump({"host_id": host_id, "token": token}, f)
+    return path

@@ -12,45 +12,23 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import psutil
 import pytest
+from fleet_cli import cli, wait_for, write_node_token
 from grid_llamacpp.tinymodel import TinyModelSpec, make_model
 
 from grid_core.client import Calls
-from grid_core.system import wait_until_sync
 from grid_server.harness import Testbed, start_server
 
 pytestmark = pytest.mark.e2e
 
 PORTS = "22750-22759"
 """Managed ports for this test's agent (apart from other e2e tests)."""
-WAIT_S = 120.0
-"""Upper bound for convergence steps on a busy 2-core machine (never asserted as a time)."""
 HOST = "host-e2e-cooldown"
 MODEL = "tiny-cool.gguf"
-
-
-def cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-c", "from grid_core.cli import main; main()", *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-
-
-def wait_for(predicate, what: str):  # type: ignore[no-untyped-def]
-    value = wait_until_sync(predicate, timeout_s=WAIT_S, interval_s=0.2)
-    if not value:
-        raise AssertionError(f"timed out waiting for {what}")
-    return value
 
 
 def _residency(client: Testbed) -> dict[str, object] | None:
@@ -73,11 +51,7 @@ def test_cooldown_honours_server_routed_use_across_a_node_restart(tmp_path: Path
     try:
         models = tmp_path / "models"
         make_model(models / MODEL, TinyModelSpec(name="tiny-cool", seed=5))
-        token_file = tmp_path / "node-token"
-        fd = os.open(token_file, os.O_WRONLY | os.O_CREAT, 0o600)
-        token = client.node_token(HOST)
-        os.write(fd, json.dumps({"host_id": HOST, "token": token}).encode())
-        os.close(fd)
+        token_file = write_node_token(tmp_path / "node-token", HOST, client.node_token(HOST))
         start_args = (
             *("allocator", "node", "start", "--grid", server.url, "--token-file", str(token_file)),
             *("--state-dir", str(state_dir), "--port-range", PORTS, "--models-dir", str(models)),
@@ -96,7 +70,7 @@ def test_cooldown_honours_server_routed_use_across_a_node_restart(tmp_path: Path
         assert r.status_code == 200, r.text
         r = client.http.put(f"{server.url}/allocator/mode", headers=ops, json={"mode": "automatic"})
         assert r.status_code == 200, r.text
-        client.wait_ready(MODEL, timeout_s=WAIT_S)
+        client.wait_ready(MODEL, timeout_s=240.0)
         loaded = _residency(client)
         assert loaded is not None and loaded.get("last_used_at") is None  # never used yet
 

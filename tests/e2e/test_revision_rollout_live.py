@@ -9,49 +9,26 @@ drains, no request fails, and the fleet ends with only the new digest.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
-import subprocess
-import sys
 import threading
 from collections import Counter
 from pathlib import Path
 
 import httpx
 import pytest
+from fleet_cli import cli, wait_for, write_node_token
 from grid_llamacpp.artifacts import sha256_file
 from grid_llamacpp.tinymodel import TinyModelSpec, make_model
 
-from grid_core.system import wait_until_sync
 from grid_server.harness import Testbed, start_server
 
 pytestmark = pytest.mark.e2e
 
 PORT_RANGES = ("22760-22769", "22770-22779")
 """Managed ports of the two agents (apart from other e2e tests)."""
-WAIT_S = 240.0
-"""Upper bound for each convergence step on a busy 2-core machine (never asserted as a time)."""
 MODEL = "tiny-roll.gguf"
 HOSTS = ("host-roll-a", "host-roll-b")
-
-
-def cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-c", "from grid_core.cli import main; main()", *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-
-
-def wait_for(predicate, what: str):  # type: ignore[no-untyped-def]
-    value = wait_until_sync(predicate, timeout_s=WAIT_S, interval_s=0.5)
-    if not value:
-        raise AssertionError(f"timed out waiting for {what}")
-    return value
 
 
 def _residencies(client: Testbed) -> list[dict[str, object]]:
@@ -112,11 +89,8 @@ def test_revision_rollout_keeps_serving_and_ends_with_only_the_new_digest(tmp_pa
             models = tmp_path / f"models-{i}"
             models.mkdir()
             shutil.copyfile(old_file, models / MODEL)
-            token_file = tmp_path / f"token-{i}"
-            fd = os.open(token_file, os.O_WRONLY | os.O_CREAT, 0o600)
             token = client.node_token(host_id)
-            os.write(fd, json.dumps({"host_id": host_id, "token": token}).encode())
-            os.close(fd)
+            token_file = write_node_token(tmp_path / f"token-{i}", host_id, token)
             started = cli(
                 env,
                 *("allocator", "node", "start", "--grid", server.url),
@@ -137,7 +111,7 @@ def test_revision_rollout_keeps_serving_and_ends_with_only_the_new_digest(tmp_pa
         assert client.http.put(url, headers=ops, json=profile).status_code == 200
         r = client.http.put(f"{server.url}/allocator/mode", headers=ops, json={"mode": "automatic"})
         assert r.status_code == 200, r.text
-        client.wait_ready(MODEL, timeout_s=WAIT_S)
+        client.wait_ready(MODEL, timeout_s=240.0)
         wait_for(
             lambda: [x.get("artifact_sha256") for x in _residencies(client)] == [old_sha],
             "one ready replica of the old revision",
