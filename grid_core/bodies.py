@@ -16,7 +16,7 @@ from typing import Annotated
 
 import msgspec
 
-from grid_core.wire import IDENT_PATTERN, MAX_LIST, Id, Mode, Text
+from grid_core.wire import IDENT_PATTERN, MAX_LIST, Id, Mode, ModelId, Text
 
 NODE_CREDENTIAL_TTL_S = 30 * 24 * 3600.0
 """Default lifetime of a node credential: a month, so provisioning is rare but leaks expire."""
@@ -143,7 +143,7 @@ class EvaluationBody(OperatorBody, frozen=True, kw_only=True):
         latency_ms: observed latency of the evaluation run (milliseconds), if measured.
     """
 
-    model_id: Id
+    model_id: ModelId
     workload: Annotated[str, msgspec.Meta(pattern=WORKLOAD_PATTERN)]
     score: Annotated[float, msgspec.Meta(ge=0.0, le=1.0)]
     artifact_sha256: Annotated[str, msgspec.Meta(pattern="^[0-9a-fA-F]{64}$")] | None = None

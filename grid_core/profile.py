@@ -15,7 +15,7 @@ from typing import Annotated
 import msgspec
 
 from grid_core.errors import ValidationError, VersionConflictError
-from grid_core.wire import IDENT, MAX_ID_LEN, MAX_LIST, MAX_MB
+from grid_core.wire import IDENT, MAX_ID_LEN, MAX_LIST, MAX_MB, MODEL_ID
 
 DEFAULT_RUNTIME = "llama.cpp"
 BUILTIN_RUNTIMES: tuple[str, ...] = ("llama.cpp", "vllm", "ollama", "comfyui")
@@ -367,13 +367,16 @@ def _check_identifiers(p: ModelProfile) -> None:
     for field, values in named:
         if len(values) > MAX_LIST:
             raise _fail(field, f"lists {len(values)} entries", f"give at most {MAX_LIST}")
+        models = field in ("model_id", "colocation_excludes")
+        grammar = MODEL_ID if models else IDENT
         for v in values:
-            if not IDENT.fullmatch(v):
+            if not grammar.fullmatch(v):
+                extra = " ('/' only between segments of a model id)" if models else ""
                 raise _fail(
                     field,
                     f"{v[:80]!r} is not a valid identifier",
                     f"use 1-{MAX_ID_LEN} letters, digits and . _ : @ + - starting with a "
-                    "letter or digit, without '..', spaces, slashes or control characters",
+                    f"letter or digit{extra}, without '..', spaces or control characters",
                 )
 
 

@@ -52,8 +52,16 @@ ids): a letter or digit, then letters, digits and ``. _ : @ + -``, at most
 status lines, log lines and file names, so NUL, newline, space, ``/`` and ``..`` are refused
 everywhere instead of being escaped in each of those places."""
 IDENT = re.compile(IDENT_PATTERN)
+MODEL_ID_PATTERN = r"^(?!.*\.\.)(?!.*//)(?!.*/$)[A-Za-z0-9][A-Za-z0-9._:@+/-]{0,199}$"
+"""Model ids follow the same grammar, plus ``/`` between segments: OpenAI-style names such
+as ``org/model`` are what vLLM and other engines serve. Never a leading, trailing or double
+``/`` and never ``..``, so a model id can never climb out of a directory or a URL path."""
+MODEL_ID = re.compile(MODEL_ID_PATTERN)
 
 Id = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_ID_LEN, pattern=IDENT_PATTERN)]
+ModelId = Annotated[
+    str, msgspec.Meta(min_length=1, max_length=MAX_ID_LEN, pattern=MODEL_ID_PATTERN)
+]
 Text = Annotated[str, msgspec.Meta(max_length=MAX_TEXT_LEN)]
 MB = Annotated[int, msgspec.Meta(ge=0, le=MAX_MB)]
 Count = Annotated[int, msgspec.Meta(ge=0, le=MAX_COUNT)]
@@ -172,7 +180,7 @@ class Residency(Struct, frozen=True, kw_only=True):
     bypass minimum residency or scale-down cooldown.
     """
 
-    model_id: Id
+    model_id: ModelId
     memory_mb: MB
     state: ResidencyState
     managed: bool = True
@@ -202,7 +210,7 @@ class Residency(Struct, frozen=True, kw_only=True):
 class CachedArtifact(Struct, frozen=True, kw_only=True):
     """Weights present on a host's disk (no memory, no model slot)."""
 
-    model_id: Id
+    model_id: ModelId
     artifact_sha256: Sha256 | None = None
     size_mb: MB = 0
     predictive: bool = False
@@ -214,7 +222,7 @@ class AllocatorEnvelope(Struct, frozen=True, kw_only=True):
     schema_version: Literal[1] = 1
     state: HostState = "accepting"
     state_reason: Text = ""
-    cached_models: Annotated[list[Id], msgspec.Meta(max_length=MAX_LIST)] = []
+    cached_models: Annotated[list[ModelId], msgspec.Meta(max_length=MAX_LIST)] = []
     cached_artifacts: Annotated[list[CachedArtifact], msgspec.Meta(max_length=MAX_LIST)] = []
     residencies: Annotated[list[Residency], msgspec.Meta(max_length=MAX_LIST)] = []
     actuator_capabilities: Annotated[list[Capability], msgspec.Meta(max_length=16)] = []
@@ -240,7 +248,7 @@ class NodeRegistration(Struct, frozen=True, kw_only=True):
     """
 
     role: Literal["allocator", "engine"] = "allocator"
-    models: Annotated[list[Id], msgspec.Meta(max_length=MAX_LIST)] = []
+    models: Annotated[list[ModelId], msgspec.Meta(max_length=MAX_LIST)] = []
     host_id: Id
     resources: Resources | None = None
     allocator: AllocatorEnvelope | None = None
@@ -293,7 +301,7 @@ class Command(Struct, frozen=True, kw_only=True):
     action_id: Id
     kind: ActionKind
     node_id: Id
-    model_id: Id
+    model_id: ModelId
     memory_mb: MB = 0
     plan_generation: Text
     controller_term: Count = 0
@@ -329,7 +337,7 @@ class HeartbeatResponse(Struct, frozen=True, kw_only=True):
     """What an authenticated heartbeat gets back."""
 
     ttl_seconds: Seconds = 60.0
-    model_last_used_at: dict[Id, Timestamp] = {}
+    model_last_used_at: dict[ModelId, Timestamp] = {}
     allocator: AllocatorResponse | None = None
     engine_key_required: bool = False
 

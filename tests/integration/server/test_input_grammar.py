@@ -33,7 +33,8 @@ def test_identifier_grammar_on_profiles(grid: Grid) -> None:
     for field, value in [
         ("pins", ["host\nx"]),
         ("pins", [".."]),
-        ("colocation_excludes", ["a/b"]),
+        ("colocation_excludes", ["a//b"]),
+        ("colocation_excludes", ["a/"]),
         ("required_tags", ["gpu\x00"]),
         ("data_tier", "tier 1"),
     ]:
