@@ -46,8 +46,12 @@ browser:
 	    chromium chromium-driver >/dev/null; \
 	else echo "grid: the browser test needs 'apt-get install chromium chromium-driver' (as root)"; fi
 
+# The suite runs on every core (pytest-xdist): unit and integration tests spread over the
+# workers, e2e and benchmark tests run one after another in one group (tests/conftest.py).
+# PYTEST_WORKERS=0 runs it in one process (for a debugger or -x).
+PYTEST_WORKERS ?= auto
 test: engine browser
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadgroup
 
 check: venv
 	$(BIN)/python -m pytest -q tests/unit

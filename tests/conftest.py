@@ -25,3 +25,17 @@ def anyio_backend() -> str:
     be installed (selenium, used by the browser test, depends on it).
     """
     return "asyncio"
+
+
+SERIAL_GROUP = "serial"
+"""pytest-xdist group of the tests that load the machine themselves: e2e tests start real
+llama-server children and whole fleets, benchmarks print timings. ``make test`` runs with
+``--dist loadgroup``, so these run one after another on one worker while the other workers
+take the unit and integration tiers (on two cores two fleets at once only make both slow)."""
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Put every e2e and benchmark test in :data:`SERIAL_GROUP` (see docs/testing.md)."""
+    for item in items:
+        if item.get_closest_marker("e2e") or item.get_closest_marker("benchmark"):
+            item.add_marker(pytest.mark.xdist_group(SERIAL_GROUP))

@@ -17,6 +17,7 @@ from grid_llamacpp.adapter import LlamaCppAdapter
 from grid_llamacpp.install import find_llama_server
 from grid_llamacpp.tinymodel import TinyModelSpec, make_model
 from netns import netlab as netlab  # the namespace lab fixture (tests/support/netns.py)
+from ports import port_range
 
 from grid_core.system import ProcessIdentity, stop_process
 from grid_core.wire import Command
@@ -24,7 +25,7 @@ from grid_node.actuator import Actuator
 from grid_node.config import NodeConfig
 from grid_node.state import StateFile
 
-E2E_PORTS = (22400, 22499)
+E2E_PORTS = port_range(22400, 22499)
 """Ports for e2e children: apart from the default managed range used by a developer's node."""
 
 

@@ -18,6 +18,7 @@ import httpx
 import pytest
 from browser_driver import chromium
 from fleet_cli import grid, owned
+from ports import port
 from prometheus_client.parser import text_string_to_metric_families
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
@@ -25,7 +26,7 @@ from selenium.webdriver.support.ui import WebDriverWait
 
 pytestmark = pytest.mark.e2e
 
-ENGINE_PORT_BASE = 23300
+ENGINE_PORT_BASE = port(23300)
 """Engine ports for this module's fleet: clear of the other e2e modules' ranges."""
 PAGE_TIMEOUT_S = 120.0
 """The page must show the fleet within this (it polls every 1.5 s)."""

@@ -36,6 +36,7 @@ import pytest
 from fleet_cli import grid, started_fleet
 from grid_fleet import layout
 from grid_fleet.lifecycle import fleet_processes
+from ports import port
 
 from grid_core.system import ProcessIdentity, signal_proven, wait_until_sync
 from grid_node.launch import agent_record
@@ -43,7 +44,7 @@ from grid_node.state import StateFile
 
 pytestmark = pytest.mark.e2e
 
-ENGINE_PORT_BASE = 23600
+ENGINE_PORT_BASE = port(23600)
 """Engine ports for this module's fleet: clear of the other e2e fleets' ranges."""
 BASELINE = "tiny-general.gguf"
 REPLICAS = 2

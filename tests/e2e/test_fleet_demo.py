@@ -23,12 +23,13 @@ import httpx
 import openai
 import pytest
 from fleet_cli import grid, owned
+from ports import port
 
 from grid_core.system import is_gone, same_birth, wait_until_sync
 
 pytestmark = pytest.mark.e2e
 
-ENGINE_PORT_BASE = 23100
+ENGINE_PORT_BASE = port(23100)
 """Engine ports for this module's fleet: clear of the default range and the other e2e tests."""
 
 

@@ -27,12 +27,13 @@ from pathlib import Path
 import httpx
 import pytest
 from fleet_cli import grid, started_fleet
+from ports import port
 
 from grid_core.system import wait_until_sync
 
 pytestmark = pytest.mark.e2e
 
-ENGINE_PORT_BASE = 23800
+ENGINE_PORT_BASE = port(23800)
 """Engine ports for this module's fleet: clear of the other e2e fleets' ranges."""
 GENERAL, CODER, WRITER = "tiny-general.gguf", "tiny-coder.gguf", "tiny-writer.gguf"
 WAIT_S = 300.0

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 from fake_engines import FAKES
 from grid_llamacpp.tinymodel import TinyModelSpec, make_model
+from ports import port_range
 
 from grid_core.system import wait_until_sync
 from grid_server.harness import Testbed, start_server
@@ -25,7 +26,10 @@ pytestmark = pytest.mark.e2e
 
 WAIT_S = 120.0
 """Upper bound for convergence on a busy 2-core machine (never asserted as a time)."""
-PORT_RANGES = {"gpu": "22820-22829", "cpu": "22830-22839"}
+PORT_RANGES = {
+    "gpu": "{}-{}".format(*port_range(22820, 22829)),
+    "cpu": "{}-{}".format(*port_range(22830, 22839)),
+}
 
 
 def cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:

@@ -19,13 +19,14 @@ from pathlib import Path
 import psutil
 import pytest
 from grid_llamacpp.tinymodel import TinyModelSpec, make_model
+from ports import port_range
 
 from grid_core.system import is_gone, wait_until, wait_until_sync
 from grid_server.harness import Testbed, start_server
 
 pytestmark = pytest.mark.e2e
 
-PORTS = "22600-22649"
+PORTS = "{}-{}".format(*port_range(22600, 22649))
 """Managed ports for this test's agent (apart from other e2e tests)."""
 WAIT_S = 90.0
 """Upper bound for convergence steps on a busy 2-core machine (never asserted as a time)."""
@@ -255,7 +256,7 @@ async def test_lease_and_fence_heartbeats_never_consume_commands(tmp_path):
             grid_url=server.url,
             token_file=token_file,
             model_dirs=(models,),
-            port_range=(22650, 22659),
+            port_range=port_range(22650, 22659),
         ),
         plugins_with(builtins=("grid_llamacpp",)),
     )

@@ -18,10 +18,11 @@ import httpx
 import openai
 import pytest
 from fleet_cli import grid
+from ports import port
 
 pytestmark = pytest.mark.e2e
 
-ENGINE_PORT_BASE = 23500
+ENGINE_PORT_BASE = port(23500)
 """Engine ports for this module's fleet: clear of the other e2e modules' ranges."""
 ANSWERED_AFTER_READY_S = 2.0
 """Promise under test: a Retry-After-honouring client is answered within 2 s of readiness."""

@@ -21,10 +21,11 @@ import httpx
 import openai
 import pytest
 from fleet_cli import grid
+from ports import port
 
 pytestmark = pytest.mark.e2e
 
-ENGINE_PORT_BASE = 23600
+ENGINE_PORT_BASE = port(23700)
 """Engine ports for this module's fleet: clear of the other e2e modules' ranges."""
 BASELINE, COLD = "tiny-general.gguf", "tiny-coder.gguf"
 BURST_CLIENTS = 24

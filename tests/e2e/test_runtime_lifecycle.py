@@ -37,6 +37,7 @@ from grid_llamacpp.adapter import LlamaCppAdapter
 from grid_llamacpp.tinymodel import TinyModelSpec, make_model
 from grid_ollama.adapter import OllamaAdapter
 from grid_vllm.adapter import VllmAdapter
+from ports import port_range
 
 from grid_core.protection import ProtectionDecision
 from grid_core.runtime import ChildRecord, RuntimeAdapter
@@ -51,7 +52,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.anyio]
 
 WAIT_S = 90.0
 """Upper bound for an engine to reach a state on a busy 2-core machine (never asserted)."""
-PORTS = (22700, 22799)
+PORTS = port_range(22700, 22799)
 """Managed ports of this suite's children (apart from the other e2e suites)."""
 ACCEPTING = ProtectionDecision(
     state="accepting", reason="", sensor_state="accepting", sensor_reason="", raw_state="accepting"

@@ -18,6 +18,7 @@ from pathlib import Path
 import anyio
 import pytest
 from grid_llamacpp.adapter import LlamaCppAdapter
+from ports import port_range
 
 from grid_core import hookimpl
 from grid_core.runtime import LoadResult
@@ -30,7 +31,7 @@ from grid_server.harness import start_server
 
 pytestmark = [pytest.mark.integration, pytest.mark.anyio]
 
-PORTS = (22660, 22669)
+PORTS = port_range(22660, 22669)
 """Managed ports for the fake engine (apart from other tests' ranges)."""
 HEARTBEAT_S = 0.2
 """A short heartbeat interval so that many beats fall inside the stop's grace period."""
