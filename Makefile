@@ -46,10 +46,11 @@ browser:
 	    chromium chromium-driver >/dev/null; \
 	else echo "grid: the browser test needs 'apt-get install chromium chromium-driver' (as root)"; fi
 
-# The suite runs on every core (pytest-xdist): unit and integration tests spread over the
-# workers, e2e and benchmark tests run one after another in one group (tests/conftest.py).
-# PYTEST_WORKERS=0 runs it in one process (for a debugger or -x).
-PYTEST_WORKERS ?= auto
+# The suite runs in one process by default. PYTEST_WORKERS=auto spreads unit and integration
+# tests over every core (pytest-xdist; e2e and benchmark tests stay in one group, see
+# tests/conftest.py): faster, but on a two-core machine five e2e tests failed beside a busy
+# integration worker that pass alone, so CI keeps the serial run until they are hardened.
+PYTEST_WORKERS ?= 0
 test: engine browser
 	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadgroup
 

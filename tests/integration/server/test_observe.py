@@ -16,6 +16,7 @@ from openapi_spec_validator import validate
 from prometheus_client.parser import text_string_to_metric_families
 from server_testbed import Engine, Grid, serve_model
 
+from grid_core.system import wait_until_sync
 from grid_core.testing import plugins_with
 from grid_core.wire import CONTROL_HEADER, control_record_id
 from grid_server.app import build_app
@@ -33,6 +34,8 @@ def grid(grid_process: Grid) -> Grid:
 GRID_BIN = Path(sys.executable).parent / "grid"
 AFFINITY_KEYS = 1200
 """More distinct affinity keys than the 1,000 the cardinality bound is stated for."""
+HISTORY_WAIT_S = 15.0
+"""Seconds to wait for a history point after the traffic (points are at least 2 s apart)."""
 
 
 def cli(grid: Grid, *args: str) -> subprocess.CompletedProcess[str]:
@@ -92,9 +95,18 @@ def test_metrics_report_controller_router_and_nodes_with_bounded_labels(
         # Unknown names chosen by callers never become labels.
         for i in range(20):
             http.post("/v1/completions", json={"model": f"made-up-{i}", "prompt": "x"})
-        http.post(f"{grid.url}/allocator/tick", headers=grid.operator()).raise_for_status()
         text = http.get("/metrics").text
-        history = http.get("/dashboard/history").json()["points"]
+
+        # The history keeps at most one point per 2 s, so a pass right after the previous one
+        # adds none: tick until a point carries the traffic above.
+        def sampled() -> list[dict]:
+            http.post(f"{grid.url}/allocator/tick", headers=grid.operator()).raise_for_status()
+            points = http.get("/dashboard/history").json()["points"]
+            models = points[-1]["models"] if points else {}
+            return points if models.get("tiny.gguf", [0])[0] > 0 else []
+
+        history = wait_until_sync(sampled, timeout_s=HISTORY_WAIT_S, interval_s=0.5)
+        assert history, f"no history point with traffic within {HISTORY_WAIT_S} s"
     # The dashboard's charts: one point per pass (at most every 2 s), every configured model.
     last = history[-1]["models"]
     assert "tiny.gguf" in last
