@@ -61,9 +61,12 @@ def birth_of(pid: int) -> float | None:
 def exe_of(pid: int) -> str | None:
     """The resolved executable path of ``pid``, or ``None`` when unreadable."""
     try:
-        return os.path.realpath(psutil.Process(pid).exe())
+        exe = psutil.Process(pid).exe()
     except (psutil.Error, OSError, ValueError):
         return None
+    # An exiting process (killed, not yet a zombie) has no executable link any more: psutil
+    # answers "", which realpath would turn into the current directory.
+    return os.path.realpath(exe) if exe else None
 
 
 def same_birth(pid: int, birth: float | None) -> bool:
@@ -127,6 +130,10 @@ class ProcessIdentity:
             )
         if self.executable is not None:
             exe = exe_of(pid)
+            if exe is None and not cmdline:
+                # Same birth, so the same process, and its memory is already released: it is
+                # exiting (after SIGKILL, before it becomes a zombie).
+                return Proof("dead", f"pid {pid} is exiting")
             if exe != os.path.realpath(self.executable):
                 return Proof("unproven", f"pid {pid} runs {exe!r}, not {self.executable!r}")
         if self.cmdline is not None and tuple(cmdline) != self.cmdline:

@@ -125,7 +125,11 @@ def kit_for(runtime: str, root: Path) -> Iterator[Kit]:
         )
 
         def llama_body(model: str, long: bool) -> Body:
-            return {**chat_body(model, long), "max_tokens": 400 if long else 6}
+            # ignore_eos: a tiny model may end a reply early, and a quiet machine finishes 400
+            # tokens before the drain looks; the long request must still be running then.
+            if not long:
+                return {**chat_body(model, long), "max_tokens": 6}
+            return {**chat_body(model, long), "max_tokens": 1500, "ignore_eos": True}
 
         yield Kit(
             runtime,
