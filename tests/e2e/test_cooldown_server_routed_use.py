@@ -71,7 +71,8 @@ def test_cooldown_honours_server_routed_use_across_a_node_restart(tmp_path: Path
         r = client.http.put(f"{server.url}/allocator/mode", headers=ops, json={"mode": "automatic"})
         assert r.status_code == 200, r.text
         client.wait_ready(MODEL, timeout_s=240.0)
-        loaded = _residency(client)
+        # The router sees the engine before the controller's next pass shows the residency.
+        loaded = wait_for(lambda: _residency(client), "the residency in controller status")
         assert loaded is not None and loaded.get("last_used_at") is None  # never used yet
 
         routed_at = time.time()
