@@ -126,19 +126,19 @@ def test_start_is_idempotent_and_refuses_conflicting_settings(fleet):
 
 def test_official_openai_client_lists_models_and_streams_a_completion(fleet):
     _home, doc = fleet
-    client = openai.OpenAI(base_url=doc["url"] + "/v1", api_key="unused", max_retries=0)
-    ids = [m.id for m in client.models.list()]
-    baseline = next(m["model_id"] for m in doc["models"] if m["min_replicas"] == 1)
-    assert baseline in ids
-    chunks = list(
-        client.chat.completions.create(
-            model=baseline,
-            stream=True,
-            max_tokens=8,
-            messages=[{"role": "user", "content": "Reply with OK"}],
-            extra_body={"ignore_eos": True},
+    with openai.OpenAI(base_url=doc["url"] + "/v1", api_key="unused", max_retries=0) as client:
+        ids = [m.id for m in client.models.list()]
+        baseline = next(m["model_id"] for m in doc["models"] if m["min_replicas"] == 1)
+        assert baseline in ids
+        chunks = list(
+            client.chat.completions.create(
+                model=baseline,
+                stream=True,
+                max_tokens=8,
+                messages=[{"role": "user", "content": "Reply with OK"}],
+                extra_body={"ignore_eos": True},
+            )
         )
-    )
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
     assert text.strip()
     assert len({c.id for c in chunks}) == 1

@@ -59,11 +59,12 @@ def _cold_models(doc: dict[str, object]) -> list[str]:
 
 def test_default_openai_client_first_request_for_a_cold_model_succeeds(fleet):
     cold = _cold_models(fleet)[0]
-    client = openai.OpenAI(base_url=f"{fleet['url']}/v1", api_key="unused")  # default retries
-    t0 = time.monotonic()
-    done = client.chat.completions.create(
-        model=cold, max_tokens=4, messages=[{"role": "user", "content": "Reply with OK"}]
-    )
+    # Default retries; closed afterwards so no pooled socket outlives the test.
+    with openai.OpenAI(base_url=f"{fleet['url']}/v1", api_key="unused") as client:
+        t0 = time.monotonic()
+        done = client.chat.completions.create(
+            model=cold, max_tokens=4, messages=[{"role": "user", "content": "Reply with OK"}]
+        )
     took = time.monotonic() - t0
     print(f"default OpenAI client: first request for cold {cold} answered in {took:.1f} s")
     assert done.choices[0].message.content is not None

@@ -142,6 +142,7 @@ def test_default_openai_client_gets_a_cold_model_after_a_burst_filled_every_host
     except openai.APIStatusError as exc:
         raise AssertionError(f"the default client gave up: answers {answers}") from exc
     finally:
+        client.close()  # closes its HTTP client too: no pooled socket outlives the test
         stop.set()
         watcher.join()
     took = time.monotonic() - t0
