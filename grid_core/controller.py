@@ -11,8 +11,10 @@ The controller is made of parts it owns, each with a small interface of its own:
 :class:`~grid_core.reconcile.holds.Holds` (restart grace, membership hiccup),
 :class:`~grid_core.reconcile.revisions.Revisions` (causal counters),
 :class:`~grid_core.reconcile.generation.Generations` (plan names) and
-:class:`~grid_core.reconcile.state.DurableState` (the durable document). Building one does no
-I/O; :meth:`Controller.restore` reads the durable document once, before any other call.
+:class:`~grid_core.reconcile.state.DurableState` (the durable document). What a tick may do in
+each mode, the report status shows and the wire command of a delivery are built in
+:mod:`grid_core.reconcile.issuing`. Building a controller does no I/O;
+:meth:`Controller.restore` reads the durable document once, before any other call.
 
 Lifecycle in the server::
 
@@ -36,7 +38,7 @@ from __future__ import annotations
 
 import hashlib
 import secrets
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 
 import msgspec
 
@@ -52,24 +54,22 @@ from grid_core.portfolio.feasibility import Fit
 from grid_core.portfolio.run import PortfolioPass, TickInputs
 from grid_core.portfolio.types import AdmissionThresholds
 from grid_core.profile import ModelProfile, check_profile_version, validate_profile
-from grid_core.reconcile.actions import AckOutcome, Action, ActionBook
+from grid_core.reconcile.actions import AckOutcome, ActionBook
 from grid_core.reconcile.authority import Authority, check_mode
 from grid_core.reconcile.control import (
     ControllerPolicy,
     Delivery,
     TickResult,
-    build_actions,
     clear_proven_blocks,
     penalise_failures,
     with_in_flight,
 )
 from grid_core.reconcile.delivery import destructive_problem, select
 from grid_core.reconcile.generation import Generations
-from grid_core.reconcile.governor import admit, service_key
 from grid_core.reconcile.holds import Holds
-from grid_core.reconcile.policy import DRAIN_DEADLINE_REASON
+from grid_core.reconcile.issuing import command_for, issue
 from grid_core.reconcile.quality import QualityBook, QualityView, check_evaluation
-from grid_core.reconcile.reconciler import Deferred, ReconcileInputs, Withdrawal, reconcile
+from grid_core.reconcile.reconciler import ReconcileInputs, reconcile
 from grid_core.reconcile.revisions import Revisions
 from grid_core.reconcile.state import ControllerState, DurableState
 from grid_core.reconcile.status import (
@@ -77,13 +77,12 @@ from grid_core.reconcile.status import (
     ControllerRecords,
     ControllerStatus,
     LastTick,
-    ReconcileReport,
     controller_status,
 )
 from grid_core.reconcile.timings import TimingBook
 from grid_core.snapshot import HostSnapshot
 from grid_core.store import StateConflictError, StateStore
-from grid_core.wire import Acknowledgement, Command, Mode
+from grid_core.wire import Acknowledgement, Mode
 
 __all__ = ["Controller", "ControllerPolicy", "Delivery", "TickResult"]
 
@@ -410,27 +409,11 @@ class Controller:
             if a.host_id not in present and not a.delivered:
                 self.book.close(a, "cancelled", now, "host absent after restart")
 
-    def tick(self, now: float, hosts: Iterable[HostSnapshot]) -> TickResult:
-        """One reconciliation pass: forecast, plan, reconcile, and (automatic) issue actions.
+    def _plan(self, now: float, host_map: dict[str, HostSnapshot]) -> Plan:
+        """The tick's planning step: forecast, run the portfolio pass, plan.
 
-        Args:
-            now: wall-clock seconds.
-            hosts: current host snapshots.
-
-        Returns:
-            The generation, plan, reconciliation report and ids of actions issued.
+        Records the forecasts and the portfolio decision in ``self.last`` for status.
         """
-        self._require_restored()
-        started = self.revisions.begin_tick()
-        # Learned warm/load/fetch durations replace the profile priors per host (issue: the
-        # fastest eligible load+warm path must use what the nodes actually measured).
-        host_map = {h.host_id: h for h in self.timings.apply(hosts, self.profiles, now)}
-        self.last.hosts = host_map
-        holds = self.holds.for_tick(now, host_map)
-        if holds.grace_ended:
-            self._end_grace(now, host_map)
-        destructive_hold, mutation_hold = holds.destructive, holds.mutation
-        authority = self.authority.renew(now)
         profiles = tuple(self.profiles[k] for k in sorted(self.profiles))
         direct = self.demand.forecast(
             now, profiles, host_map.values(), self.plugins, self.policy.planner
@@ -478,6 +461,30 @@ class Controller:
         self.last.portfolio = self.portfolio.finish(
             portfolio, plan, host_map, Fit(profiles, planned_hosts, self.policy.planner, direct)
         )
+        return plan
+
+    def tick(self, now: float, hosts: Iterable[HostSnapshot]) -> TickResult:
+        """One reconciliation pass: forecast, plan, reconcile, and (automatic) issue actions.
+
+        Args:
+            now: wall-clock seconds.
+            hosts: current host snapshots.
+
+        Returns:
+            The generation, plan, reconciliation report and ids of actions issued.
+        """
+        self._require_restored()
+        started = self.revisions.begin_tick()
+        # Learned warm/load/fetch durations replace the profile priors per host (issue: the
+        # fastest eligible load+warm path must use what the nodes actually measured).
+        host_map = {h.host_id: h for h in self.timings.apply(hosts, self.profiles, now)}
+        self.last.hosts = host_map
+        holds = self.holds.for_tick(now, host_map)
+        if holds.grace_ended:
+            self._end_grace(now, host_map)
+        destructive_hold, mutation_hold = holds.destructive, holds.mutation
+        authority = self.authority.renew(now)
+        plan = self._plan(now, host_map)
         digest = plan.digest or hashlib.sha256(msgspec.json.encode(plan)).hexdigest()
         generation = self.generations.next(digest)
         self.last.plan = plan
@@ -496,69 +503,31 @@ class Controller:
                 mutation_hold=mutation_hold,
             )
         )
-        issued: list[str] = []
-        withdrawals = result.withdrawals
-        if mutation_hold is not None:
-            # During a hiccup only safety withdrawals apply; a stale view must not cancel work.
-            withdrawals = [w for w in withdrawals if w.status == "withdrawn"]
-        proposals = sorted(result.proposals, key=service_key)
-        deferred = list(result.deferred)
-        mode = self.authority.mode
-        if mode == "observe":
-            deferred += [
-                Deferred(kind=p.kind, host_id=p.host_id, model_id=p.model_id, reason="observe_mode")
-                for p in proposals
-            ]
-            proposals, withdrawals = [], []
-        elif mode == "automatic" and authority:
-            self._apply_withdrawals(withdrawals, now)
-            adm = admit(proposals, self.book, result.free_mb, self.policy.governor)
-            for aid in adm.preempted:
-                a = self.book.get(aid)
-                if a is not None:
-                    self.book.close(a, "cancelled", now, "withdrawn_for_higher_class")
-            deferred += adm.deferred
-            for action in build_actions(adm.admitted, generation, now, self.book.next_order):
-                if self.book.add(action):
-                    issued.append(action.action_id)
-        else:
-            withdrawals = []
-        self.last.report = ReconcileReport(
+        self.last.report = issue(
+            result,
+            mode=self.authority.mode,
+            authority=authority,
             generation=generation,
-            mode=mode,
-            proposals=proposals,
-            deferred=deferred,
-            withdrawals=withdrawals,
-            issued=issued,
-            hold=mutation_hold or destructive_hold,
-            ready=result.ready,
+            book=self.book,
+            blocks=self.blocks,
+            policy=self.policy.governor,
+            now=now,
+            destructive_hold=destructive_hold,
+            mutation_hold=mutation_hold,
         )
         self.revisions.finish_tick(started)
         self.last.at = now
-        if mode == "automatic" or self.generations.sequence % self.policy.persist_every_ticks == 0:
+        if (
+            self.last.report.mode == "automatic"
+            or self.generations.sequence % self.policy.persist_every_ticks == 0
+        ):
             self._save()
         return TickResult(
             generation=generation,
             plan=plan,
             reconciliation=self.last.report,
-            issued=tuple(issued),
+            issued=tuple(self.last.report.issued),
         )
-
-    def _apply_withdrawals(self, withdrawals: Sequence[Withdrawal], now: float) -> None:
-        for w in withdrawals:
-            a = self.book.get(w.action_id)
-            if a is None or not a.active:
-                continue
-            if w.status == "withdrawn":
-                if a.delivered:
-                    # It may already be running: block this model's destructive work until
-                    # a receipt or a heartbeat proves what happened.
-                    ids = self.blocks.setdefault(a.model_id, [])
-                    if a.action_id not in ids:
-                        ids.append(a.action_id)
-                self.book.close(a, "withdrawn", now, w.reason)
-            else:
-                self.book.close(a, "cancelled", now, w.reason)
 
     def note_tick_duration(self, seconds: float) -> None:
         """Record how long the caller measured the last tick to take (status shows it)."""
@@ -653,33 +622,16 @@ class Controller:
         if auth.superseded:
             # Another controller wrote the state meanwhile: this instance commands nothing.
             return Delivery(mode=auth.mode, commands=(), lease_ttl_s=0.0)
-        commands = tuple(self._command(a) for a in chosen)
-        return Delivery(mode=auth.mode, commands=commands, lease_ttl_s=auth.ttl(now))
-
-    def _command(self, a: Action) -> Command:
-        # Authority is stamped at delivery, so a restored action carries the current term.
-        return Command(
-            action_id=a.action_id,
-            kind=a.kind,
-            node_id=a.host_id,
-            model_id=a.model_id,
-            memory_mb=a.memory_mb,
-            plan_generation=self.generations.current,
-            controller_term=self.authority.term,
-            controller_id=self.authority.controller_id,
-            controller_lease_expires_at=self.authority.lease_expires_at,
-            dependencies=list(a.dependencies),
-            executable=True,
-            reason=a.reason,
-            created_at=a.created_at,
-            not_before=a.not_before,
-            artifact_sha256=a.artifact_sha256,
-            artifact_source=a.artifact_source,
-            artifact_size_mb=a.artifact_size_mb,
-            runtime=a.runtime,
-            embeddings=a.kind == "warm" and self._serves_embeddings(a.model_id),
-            force=a.kind == "unload" and a.reason == DRAIN_DEADLINE_REASON,
+        commands = tuple(
+            command_for(
+                a,
+                generation=self.generations.current,
+                authority=auth,
+                embeddings=self._serves_embeddings(a.model_id),
+            )
+            for a in chosen
         )
+        return Delivery(mode=auth.mode, commands=commands, lease_ttl_s=auth.ttl(now))
 
     def _serves_embeddings(self, model_id: str) -> bool:
         profile = self.profiles.get(model_id)
