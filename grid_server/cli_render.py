@@ -123,8 +123,17 @@ def _summary(data: dict[str, Any], server: dict[str, Any], ctl: dict[str, Any]) 
 def _hosts(ctl: dict[str, Any]) -> Table:
     t = _table(
         "Hosts",
-        ["host", "state", "heartbeat s", "used / allocatable MB", "free now MB", "residencies"],
+        [
+            "host",
+            "state",
+            "runtimes / backends",
+            "heartbeat s",
+            "used / allocatable MB",
+            "free now MB",
+            "residencies",
+        ],
     )
+    t.columns[2].no_wrap = True  # one line per host: residencies fold instead
     for h in ctl["hosts"][:MAX_ROWS]:
         res = Text()
         for i, r in enumerate(h.get("residencies", [])):
@@ -132,15 +141,27 @@ def _hosts(ctl: dict[str, Any]) -> Table:
                 res.append(" ")
             res.append(f"{r['model_id']}:")
             res.append(r["state"], style=RESIDENCY_STYLE.get(r["state"], ""))
+            if r.get("ownership", "managed") != "managed":
+                # Grid never commands it: say so where the operator looks for it.
+                res.append(f"({r['ownership']})", style="dim")
         t.add_row(
             h["host_id"],
             _styled(h.get("state"), HOST_STYLE),
+            _offered(h),
             _cell(h.get("heartbeat_age_s")),
             f"{h.get('used_mb', 0)} / {h.get('allocatable_mb', 0)}",
             str(h.get("free_mb", "-")),
             res if res.plain else Text("-"),
         )
     return t
+
+
+def _offered(h: dict[str, Any]) -> str:
+    """``llama.cpp,vllm / cpu,cuda (2 GPU, 24576 MB)``: what a host can run and on what."""
+    text = f"{_cell(h.get('runtimes'))} / {_cell(h.get('backends'))}"
+    if h.get("gpu_count"):
+        text += f" ({h['gpu_count']} GPU, {h.get('gpu_memory_mb', 0)} MB)"
+    return text
 
 
 def _models(ctl: dict[str, Any]) -> Table:

@@ -82,7 +82,14 @@ class ActionView(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class HostView(msgspec.Struct, frozen=True, kw_only=True):
-    """One host's lifecycle and memory as the controller last saw it (MB, seconds)."""
+    """One host's lifecycle and memory as the controller last saw it (MB, seconds).
+
+    ``runtimes`` are the engine families the host offers (its installed runtime plugins, or
+    the ``--kind`` of a joined engine), ``backends`` the compute backends it reported
+    (``cpu``, ``metal``, ``cuda``…), ``gpu_count``/``gpu_memory_mb`` its GPU facts (the
+    smallest device's memory). Whether Grid owns an engine is per residency
+    (``ownership``: only ``managed`` ones are ever commanded).
+    """
 
     host_id: str
     state: str
@@ -96,6 +103,10 @@ class HostView(msgspec.Struct, frozen=True, kw_only=True):
     used_mb: int
     free_mb: int
     failure_domain: str | None = None
+    runtimes: list[str] = []
+    backends: list[str] = []
+    gpu_count: int = 0
+    gpu_memory_mb: int = 0
     residencies: list[ResidencySnapshot] = []
 
 
@@ -242,6 +253,10 @@ def host_views(
                 used_mb=used,
                 free_mb=h.allocatable_mb - used - reserved_by_actions(h, actions, now),
                 failure_domain=h.failure_domain,
+                runtimes=sorted(h.runtimes),
+                backends=sorted(h.backends),
+                gpu_count=h.gpu_count,
+                gpu_memory_mb=h.gpu_memory_mb,
                 residencies=list(h.residencies) if detail else [],
             )
         )
