@@ -18,7 +18,7 @@ from grid_core.api import (
     ValidationError,
     render_table,
 )
-from grid_fleet import layout, lifecycle, observe
+from grid_fleet import daemons, layout, lifecycle, models, observe
 
 Json = Annotated[bool, typer.Option("--json", help="One JSON document.")]
 DEMO_COLUMNS = (
@@ -36,7 +36,7 @@ DEMO_COLUMNS = (
 
 def _running_record() -> layout.FleetRecord:
     rec = layout.load_record(layout.fleet_dir())
-    if rec is None or lifecycle.server_proof(rec.server) != "proven":
+    if rec is None or daemons.server_proof(rec.server) != "proven":
         msg = "no logical fleet is running here; start one with 'grid test start --machines 4'"
         raise UnavailableError(msg)
     return rec
@@ -70,7 +70,7 @@ def start(
 ) -> None:
     """Start one Grid server plus N logical hosts with real llama-server children."""
     for path in model or ():
-        lifecycle.check_gguf(path.expanduser())
+        models.check_gguf(path.expanduser())
     caps = layout.plan_capacities(machines, text_capacities_gib)
     root = layout.fleet_dir()
     existing = layout.load_record(root)
@@ -89,7 +89,7 @@ def start(
     names = ", ".join(m.model_id for m in rec.models)
     typer.echo(f"""
 grid: the fleet API is {rec.url}
-grid: operator token (owner-only): {lifecycle.token_path(root)}
+grid: operator token (owner-only): {daemons.token_path(root)}
 grid: models: {names}
 next:
   grid test status                 # hosts, shares, residencies
@@ -235,7 +235,7 @@ def stop() -> None:
     if left:
         msg = f"processes still running after stop: {left}; run 'grid test stop' again"
         raise UnavailableError(msg)
-    stray = lifecycle.stray_processes(root)
+    stray = daemons.stray_processes(root)
     if stray:
         msg = f"processes referring to {root} still run: {stray}; inspect them by hand"
         raise UnavailableError(msg)

@@ -1,9 +1,12 @@
-"""Start and stop the logical fleet: one real server, N real node agents, real engines.
+"""Start, stop and restart the logical fleet: one real server, N real node agents, engines.
 
-Source: the specification's "Single-machine scenario lab and logical fleet test" and "CLI
-workflow" (token write, node start/stop). The fleet drives the shipped pieces as an operator
-would: ``python -m grid_server.serve`` for the API, ``POST /allocator/tokens`` + an owner-only
-file for each host credential, the node API behind ``grid allocator node start/stop``
+The daemons themselves (server, host agents, the fleet's processes) are started and found by
+:mod:`grid_fleet.daemons`, the models prepared by :mod:`grid_fleet.models`; this module
+composes them under the fleet lock, with the baseline wait and the status document. Source:
+the specification's "Single-machine scenario lab and logical fleet test" and "CLI workflow"
+(token write, node start/stop). The fleet drives the shipped pieces as an operator would:
+``python -m grid_server.serve`` for the API, ``POST /allocator/tokens`` + an owner-only file
+for each host credential, the node API behind ``grid allocator node start/stop``
 (:mod:`grid_node.launch`: one configuration document per logical host, then the daemon) and
 ``PUT /allocator/models/…`` / ``PUT /allocator/mode`` through the typed client.
 
@@ -13,368 +16,55 @@ marker); node agents and their engine children are stopped by the node's own gra
 
 from __future__ import annotations
 
-import json
-import os
 import signal
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TypeVar
 from urllib.parse import urlsplit
 
 import msgspec
 
 from grid_core.api import (
-    Call,
     Calls,
     ConflictError,
     GridClient,
     GridError,
-    ProcessIdentity,
-    RequestRefused,
-    SpawnedChild,
     UnavailableError,
-    ValidationError,
-    exit_status,
     is_gone,
     same_birth,
-    spawn_detached,
-    stop_process_sync,
     wait_until_sync,
-    write_atomic,
 )
 from grid_fleet import layout
-from grid_fleet.layout import FleetRecord, FleetSettings, HostSpec, ModelSpec, ProcessRecord
-from grid_node.config import NodeConfig
-from grid_node.launch import (
-    AgentRecord,
-    agent_record,
-    agent_running,
-    engine_processes,
-    start_node,
-    stop_node,
+from grid_fleet.daemons import (
+    HTTP_TIMEOUT_S,
+    POLL_S,
+    api,
+    fleet_processes,
+    is_server,
+    node_record,
+    node_running,
+    owned_pids,
+    server_proof,
+    start_hosts,
+    start_server,
+    stop_server,
+    stop_strays,
+    stray_processes,
+    token_path,
 )
+from grid_fleet.layout import FleetRecord, FleetSettings, HostSpec, ModelSpec
+from grid_fleet.models import check_gguf, prepare_models
+from grid_node.launch import stop_node
 
-SERVER_START_S = 30.0
-"""The server binds and answers /healthz within a second or two; 30 s covers a busy machine."""
-SERVER_STOP_S = 20.0
-"""Graceful server shutdown budget before SIGKILL (the server has no children of its own)."""
-HTTP_TIMEOUT_S = 30.0
-TOKEN_TTL_S = 7 * 86400.0
-"""Fleet node credentials last a week: a persistent fixture survives a working week."""
-POLL_S = 0.2
 BASELINE_READY_S = 120.0
 """Start waits this long for the baseline replica: a tiny model warms in seconds."""
-GGUF_MAGIC = b"GGUF"
-"""First four bytes of every GGUF file (the format's magic number)."""
-TOKEN_HINT = "$GRID_HOME/operator-token"
-"""How Grid's own messages name the operator token; inside the fleet that is fleet/server/."""
 LOCK_FILE = "fleet.lock"
 """Exclusive lock held by ``grid test start``/``stop`` (one fleet operation at a time)."""
-LOG_TAIL_LINES = 5
-"""Server log lines quoted when the fleet server fails to start."""
-MAKE_MODEL_TIMEOUT_S = 120.0
-"""A tiny demo GGUF is written in about a second; two minutes covers a loaded CI machine."""
-ENGINE_THREADS_ENV = "LLAMA_ARG_THREADS"
-ENGINE_THREADS = 1
-"""Threads per engine child: logical hosts share the physical cores, and a tiny model gains
-nothing from a second thread that only contends with the sibling engines."""
 
 Echo = Callable[[str], None]
-T = TypeVar("T")
-
-
-def grid_exe() -> list[str]:
-    """How to run the ``grid`` CLI of this very installation."""
-    return [sys.executable, "-c", "from grid_core.cli import main; main()"]
-
-
-def token_path(root: Path) -> Path:
-    """The fleet server's operator token (its GRID_HOME is ``fleet/server``)."""
-    return root / "server" / "operator-token"
-
-
-def operator_token(root: Path) -> str:
-    return token_path(root).read_text().strip()
-
-
-def _api(url: str, root: Path, call: Call[T]) -> T:
-    """Send one operator call to the fleet's server with the fleet's operator token.
-
-    Raises:
-        UnavailableError: the server refused the call or did not answer (one line).
-    """
-    try:
-        with GridClient(url, operator_token=operator_token(root), timeout=HTTP_TIMEOUT_S) as c:
-            return c.send(call)
-    except RequestRefused as exc:
-        if exc.status in (401, 403):
-            # The server's own hint names $GRID_HOME/operator-token; the fleet server's home
-            # is fleet/server, so name the file that was actually sent.
-            msg = (
-                f"{call.method} {call.path} → {exc.status}: the server refused the fleet's "
-                f"operator token {token_path(root)}"
-            )
-            raise UnavailableError(msg) from None
-        raise UnavailableError(str(exc)) from None
-    except GridError as exc:
-        raise UnavailableError(str(exc)) from None
-
-
-# --- models -----------------------------------------------------------------------------
-def check_gguf(path: Path) -> None:
-    """Refuse an operator ``--model`` that is not a readable GGUF file, before starting anything.
-
-    Raises:
-        ValidationError: the file is missing, unreadable or lacks the GGUF magic bytes.
-    """
-    try:
-        with path.open("rb") as f:
-            head = f.read(len(GGUF_MAGIC))
-    except IsADirectoryError:
-        msg = f"--model {path}: is a directory, not a GGUF file"
-        raise ValidationError(msg) from None
-    except FileNotFoundError:
-        msg = f"--model {path}: no such file"
-        raise ValidationError(msg) from None
-    except OSError as exc:
-        msg = f"--model {path}: cannot read it ({exc.strerror or exc})"
-        raise ValidationError(msg) from None
-    if head != GGUF_MAGIC:
-        msg = f"--model {path}: not a GGUF file (it does not start with the GGUF magic bytes)"
-        raise ValidationError(msg)
-
-
-def prepare_models(root: Path, settings: FleetSettings, echo: Echo) -> tuple[ModelSpec, ...]:
-    """Generate the three default tiny models (or describe the operator's GGUFs).
-
-    Raises:
-        ValidationError: an operator ``--model`` path is missing or not a ``.gguf``.
-    """
-    small = min(settings.capacities_mb)
-    models_dir = root / "models"
-    models_dir.mkdir(parents=True, exist_ok=True)
-    out: list[ModelSpec] = []
-    if settings.models:
-        for i, raw in enumerate(settings.models):
-            path = Path(raw)
-            check_gguf(path)
-            link = models_dir / path.name
-            if link.is_symlink() and link.resolve() != path.resolve():
-                link.unlink()  # an earlier fleet's file of the same name
-            if not link.exists():
-                link.symlink_to(path)
-            out.append(
-                ModelSpec(
-                    model_id=path.name,
-                    path=str(path),
-                    sha256=layout.sha256_of(path),
-                    memory_mb=int(small * layout.OPERATOR_MODEL_SHARE),
-                    priority=50 - 10 * i,
-                    min_replicas=1 if i == 0 else 0,
-                    max_replicas=min(3, settings.machines) if i == 0 else 1,
-                )
-            )
-        return tuple(out)
-    for i, m in enumerate(layout.DEFAULT_MODELS):
-        path = models_dir / f"{m['name']}.gguf"
-        if not path.exists():
-            size = make_tiny_model(path, m["name"], m["layers"], m["embedding"], seed=i)
-            echo(f"  made {path.name} ({size / 1e6:.1f} MB file)")
-        out.append(
-            ModelSpec(
-                model_id=path.name,
-                path=str(path),
-                sha256=layout.sha256_of(path),
-                memory_mb=int(small * m["share"]),
-                priority=m["priority"],
-                min_replicas=m["min_replicas"],
-                max_replicas=min(m["max_replicas"], settings.machines),
-            )
-        )
-    return tuple(out)
-
-
-def make_tiny_model(path: Path, name: str, layers: int, embedding: int, *, seed: int) -> int:
-    """Write one demo GGUF through ``grid test make-model`` (the llama.cpp plugin's command).
-
-    The fleet drives the llama.cpp plugin through its public command, as an operator would,
-    rather than importing another plugin's internals.
-
-    Returns:
-        The file size in bytes.
-
-    Raises:
-        GridError: the command failed (its last output line is the message).
-    """
-    argv = [
-        *grid_exe(),
-        "test",
-        "make-model",
-        str(path),
-        "--name",
-        name,
-        "--layers",
-        str(layers),
-        "--embedding",
-        str(embedding),
-        "--context",
-        str(layout.MODEL_CONTEXT),
-        "--seed",
-        str(seed),
-    ]
-    done = subprocess.run(
-        argv, capture_output=True, text=True, check=False, timeout=MAKE_MODEL_TIMEOUT_S
-    )
-    if done.returncode != 0 or not path.is_file():
-        lines = (done.stderr or done.stdout).strip().splitlines() or ["no output"]
-        msg = f"making the demo model {path.name} failed: {lines[-1]}"
-        raise GridError(msg)
-    return path.stat().st_size
-
-
-# --- server -----------------------------------------------------------------------------
-def server_proof(rec: ProcessRecord | None) -> str:
-    """``proven``, ``dead`` or ``unproven`` for the recorded server process."""
-    if rec is None:
-        return "dead"
-    return rec.identity().prove().status
-
-
-def _start_server(root: Path, port: int, *, fresh_log: bool = True) -> tuple[ProcessRecord, str]:
-    home = root / "server"
-    home.mkdir(mode=0o700, parents=True, exist_ok=True)
-    url_file = root / "server-url.json"
-    url_file.unlink(missing_ok=True)
-    policy = root / "policy.json"
-    write_atomic(policy, json.dumps(layout.policy_document(), indent=2) + "\n")
-    argv = [
-        sys.executable,
-        "-m",
-        "grid_server.serve",
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port),
-        "--url-file",
-        str(url_file),
-        "--policy",
-        str(policy),
-        "--tick-interval",
-        "2",
-    ]
-    env = dict(os.environ, GRID_HOME=str(home))
-    # A fresh log per run: an error quotes its tail, which must be this run's text only. A
-    # restart appends, so the killed server's last lines stay readable.
-    log_path = root / "server.log"
-    pid = spawn_detached(argv, log_path=log_path, env=env, truncate_log=fresh_log)
-    try:
-        return _await_server(pid, url_file, log_path)
-    except BaseException:
-        # Not yet in fleet.json: nobody else could stop it, so stop it here.
-        stop_process_sync(SpawnedChild(pid), grace_s=SERVER_STOP_S)
-        raise
-
-
-def _await_server(pid: int, url_file: Path, log_path: Path) -> tuple[ProcessRecord, str]:
-    def announced() -> tuple[ProcessRecord, str] | None:
-        code = exit_status(pid)
-        if code is not None:
-            tail = log_path.read_text(errors="replace").splitlines()[-LOG_TAIL_LINES:]
-            msg = f"the fleet server exited ({code}); {log_path} ends with:\n" + (
-                "\n".join(tail) or "(empty)"
-            )
-            raise UnavailableError(msg)
-        try:
-            doc = json.loads(url_file.read_text())
-            if doc.get("pid") == pid:
-                rec = ProcessRecord(
-                    pid=pid, birth=float(doc["create_time"]), marker=("--url-file", str(url_file))
-                )
-                return rec, str(doc["url"])
-        except (OSError, ValueError, KeyError):
-            pass
-        return None
-
-    found = wait_until_sync(announced, timeout_s=SERVER_START_S, interval_s=POLL_S)
-    if found is None:
-        msg = f"the fleet server did not start within {SERVER_START_S:.0f} s; see {log_path}"
-        raise UnavailableError(msg)
-    return found
-
-
-def _stop_server(rec: ProcessRecord | None, echo: Echo) -> None:
-    if rec is None:
-        return
-    proof = rec.identity().prove()
-    if proof.status == "dead":
-        return
-    if proof.status != "proven":
-        echo(f"  not signalling pid {rec.pid}: {proof.reason} (inspect it by hand)")
-        return
-    try:
-        stop_process_sync(rec.identity(), grace_s=SERVER_STOP_S)
-    except GridError as exc:
-        echo(f"  server pid {rec.pid}: {exc}")
-        return
-    echo(f"  server pid {rec.pid} stopped")
-
-
-# --- hosts --------------------------------------------------------------------------------
-def _credential(root: Path, url: str, host: HostSpec) -> Path:
-    """The host's node credential file (0600), issued once through the operator API."""
-    tokens = root / "tokens"
-    tokens.mkdir(mode=0o700, exist_ok=True)
-    token_file = tokens / f"{host.host_id}.token"
-    if not token_file.exists():
-        issued = _api(url, root, Calls.issue_node_credential(host.host_id, TOKEN_TTL_S))
-        write_atomic(token_file, msgspec.json.encode(issued) + b"\n")
-    return token_file
-
-
-def _start_host(root: Path, url: str, host: HostSpec) -> tuple[str, int, str]:
-    """Write the host's node configuration document and start its daemon (grid_node API).
-
-    Returns:
-        ``(host_id, 0, "")`` on success, else ``(host_id, exit code, one-line reason)``.
-    """
-    # Every logical host's engines share this machine's few cores: one thread per engine
-    # keeps N engines from spinning against each other (llama-server reads this variable).
-    env = dict(os.environ, GRID_HOME=str(root / "server"))
-    env.setdefault(ENGINE_THREADS_ENV, str(ENGINE_THREADS))
-    try:
-        config = NodeConfig(
-            state_dir=root / "hosts" / host.host_id,
-            grid_url=url,
-            token_file=_credential(root, url, host),
-            host_id=host.host_id,
-            failure_domain=host.failure_domain,
-            port_range=(host.port_low, host.port_high),
-            capacity_share=host.capacity_share,
-            model_dirs=(root / "models",),
-            dedicated=True,
-            heartbeat_interval_s=layout.HEARTBEAT_INTERVAL_S,
-            throttle_fraction=layout.THROTTLED_FRACTION,
-        )
-        start_node(config, env=env)
-    except GridError as exc:
-        return host.host_id, exc.exit_code or 1, str(exc)
-    return host.host_id, 0, ""
-
-
-def node_record(root: Path, host_id: str) -> AgentRecord | None:
-    """The node agent's own record (pid, birth, instance) from its state directory."""
-    return agent_record(root / "hosts" / host_id)
-
-
-def node_running(root: Path, host_id: str) -> bool:
-    """True when the host's node agent is alive and provably itself."""
-    return agent_running(root / "hosts" / host_id)
 
 
 # --- exclusivity and termination -----------------------------------------------------------
@@ -482,7 +172,7 @@ def _start(settings: FleetSettings, echo: Echo, root: Path) -> FleetRecord:
             echo(f"grid: the fleet is already running at {existing.url} (same settings)")
             return existing
         echo(f"grid: restarting {len(missing)} stopped host agent(s)")
-        _start_hosts(root, existing.url, tuple(missing), echo)
+        start_hosts(root, existing.url, tuple(missing), echo)
         return existing
     if existing is not None and server_proof(existing.server) == "unproven":
         msg = (
@@ -495,7 +185,7 @@ def _start(settings: FleetSettings, echo: Echo, root: Path) -> FleetRecord:
     _fresh(root)
     echo(f"grid: starting a logical fleet of {settings.machines} host(s) in {root}")
     models = prepare_models(root, settings, echo)
-    server, url = _start_server(root, settings.port)
+    server, url = start_server(root, settings.port)
     rec = FleetRecord(
         settings=settings,
         url=url,
@@ -508,13 +198,13 @@ def _start(settings: FleetSettings, echo: Echo, root: Path) -> FleetRecord:
     echo(f"  server pid {server.pid} on {url}")
     try:
         for m in models:
-            _api(url, root, Calls.put_model(m.model_id, layout.profile_document(m)))
+            api(url, root, Calls.put_model(m.model_id, layout.profile_document(m)))
             echo(
                 f"  profile {m.model_id}: {m.memory_mb} MB, priority {m.priority}, "
                 f"replicas {m.min_replicas}..{m.max_replicas}"
             )
-        _start_hosts(root, url, hosts, echo)
-        mode = _api(url, root, Calls.set_mode("automatic"))
+        start_hosts(root, url, hosts, echo)
+        mode = api(url, root, Calls.set_mode("automatic"))
         if mode.get("mode") != "automatic":
             msg = f"the server refused automatic mode: {mode}"
             raise UnavailableError(msg)
@@ -637,28 +327,6 @@ def _log_hint(root: Path) -> str:
     return f"logs of this run: {root / 'server.log'}" + (f", {named}" if named else "")
 
 
-def _start_hosts(root: Path, url: str, hosts: tuple[HostSpec, ...], echo: Echo) -> None:
-    with ThreadPoolExecutor(max_workers=min(8, len(hosts))) as pool:
-        results = list(pool.map(lambda h: _start_host(root, url, h), hosts))
-    failed = [(hid, out) for hid, code, out in results if code]
-    for h in hosts:
-        if not any(hid == h.host_id for hid, _ in failed):
-            echo(
-                f"  {h.host_id}: {h.capacity_mb} MB ({h.capacity_share:.3f} of RAM), "
-                f"domain {h.failure_domain}, ports {h.port_low}-{h.port_high}"
-            )
-    if failed:
-        # The token-write/node-start hints say $GRID_HOME/operator-token, relative to the
-        # fleet server's home, not the operator's GRID_HOME: name the real file instead.
-        real = str(token_path(root))
-        lines = "\n".join(
-            f"  {hid}: {(out.splitlines()[-1] if out else '?').replace(TOKEN_HINT, real)}"
-            for hid, out in failed
-        )
-        msg = f"{len(failed)} logical host(s) did not start:\n{lines}"
-        raise UnavailableError(msg)
-
-
 def stop(echo: Echo, root: Path | None = None) -> list[int]:
     """Drain and stop every host agent (and its engines), then the server.
 
@@ -675,7 +343,7 @@ def _stop(echo: Echo, root: Path) -> list[int]:
     if rec is None:
         echo("grid: no fleet here; nothing to stop")
         return []
-    pids = _owned_pids(root, rec)
+    pids = owned_pids(root, rec)
     _kill_switch(rec, root, echo)
 
     def stop_host(h: HostSpec) -> tuple[str, str]:
@@ -693,8 +361,8 @@ def _stop(echo: Echo, root: Path) -> list[int]:
     with ThreadPoolExecutor(max_workers=min(8, max(1, len(rec.hosts)))) as pool:
         for hid, line in pool.map(stop_host, rec.hosts):
             echo(f"  {hid}: {line}")
-    _stop_server(rec.server, echo)
-    _stop_strays(root, echo)
+    stop_server(rec.server, echo)
+    stop_strays(root, echo)
     left = [pid for pid, birth in pids if not is_gone(pid) and same_birth(pid, birth)]
     left += [pid for pid in stray_processes(root) if pid not in left]
     if not left:
@@ -709,33 +377,15 @@ def _kill_switch(rec: FleetRecord, root: Path, echo: Echo) -> None:
     new engines while the stop is under way; recommend mode stops all new commands first.
     """
     if server_proof(rec.server) != "proven" and not any(
-        _is_server(p) for p in fleet_processes(root)
+        is_server(p) for p in fleet_processes(root)
     ):
         return
     try:
-        doc = _api(rec.url, root, Calls.set_mode("recommend"))
+        doc = api(rec.url, root, Calls.set_mode("recommend"))
     except (GridError, OSError) as exc:
         echo(f"  could not switch the allocator to recommend mode ({exc}); stopping anyway")
         return
     echo(f"  allocator mode: {doc.get('mode', 'recommend')} (no new engines during the stop)")
-
-
-def _owned_pids(root: Path, rec: FleetRecord) -> list[tuple[int, float | None]]:
-    """Every (pid, birth) the fleet started: server, agents, engine children."""
-    out: list[tuple[int, float | None]] = []
-    if rec.server is not None:
-        out.append((rec.server.pid, rec.server.birth))
-    for h in rec.hosts:
-        agent = node_record(root, h.host_id)
-        if agent is not None and agent.pid:
-            out.append((agent.pid, agent.birth))
-        out.extend(engine_pids(root, h.host_id))
-    return out
-
-
-def engine_pids(root: Path, host_id: str) -> list[tuple[int, float | None]]:
-    """Engine children recorded in a host's durable node state."""
-    return engine_processes(root / "hosts" / host_id)
 
 
 def status_document(root: Path | None = None) -> dict:
@@ -765,63 +415,6 @@ def status_document(root: Path | None = None) -> dict:
         except GridError as exc:
             doc["allocator_error"] = f"{type(exc).__name__}: {exc}"
     return doc
-
-
-def fleet_processes(root: Path) -> list[ProcessIdentity]:
-    """Every live process that belongs to the fleet in ``root``, however it was started.
-
-    A process belongs to the fleet when its command line names a path under ``root`` (the
-    server's url file, an agent's config, an engine's model or key file) or when its
-    ``GRID_HOME`` is under ``root`` (a server restarted by hand with the fleet's home). This
-    process and its ancestors are never listed. Each entry is a full identity (pid, birth,
-    exact command line) so a later signal goes only to the process that was found.
-    """
-    import psutil
-
-    marker = str(root)
-    skip = {os.getpid(), *(p.pid for p in psutil.Process().parents())}
-    out: list[ProcessIdentity] = []
-    for proc in psutil.process_iter(["pid", "cmdline", "create_time"]):
-        if proc.pid in skip:
-            continue
-        try:
-            cmd = proc.info.get("cmdline") or []
-            mine = any(marker in part for part in cmd)
-            if not mine:
-                home = proc.environ().get("GRID_HOME", "")
-                mine = bool(home) and (home == marker or home.startswith(marker + os.sep))
-        except (psutil.Error, AttributeError, OSError):
-            continue
-        if mine:
-            out.append(ProcessIdentity(proc.pid, proc.info.get("create_time"), cmdline=tuple(cmd)))
-    return out
-
-
-def stray_processes(root: Path) -> list[int]:
-    """PIDs of :func:`fleet_processes` (after a clean stop this is empty: no server, agent
-    or engine of the fleet is left, including one an operator started by hand)."""
-    return [p.pid for p in fleet_processes(root)]
-
-
-def _stop_strays(root: Path, echo: Echo) -> None:
-    """Stop fleet processes the record does not name (a server restarted by hand, an engine
-    whose agent lost its record): SIGTERM, then SIGKILL after the server's grace, each only
-    while pid, birth and exact command line still prove the process found."""
-    for ident in fleet_processes(root):
-        proof = ident.prove()
-        if proof.status != "proven":
-            continue
-        try:
-            outcome = stop_process_sync(ident, grace_s=SERVER_STOP_S)
-        except GridError as exc:
-            echo(f"  pid {ident.pid} ({_short(ident)}): {exc}")
-            continue
-        echo(f"  pid {ident.pid} ({_short(ident)}) was not in the fleet record: {outcome}")
-
-
-def _short(ident: ProcessIdentity) -> str:
-    cmd = ident.cmdline or ()
-    return " ".join(Path(part).name if os.sep in part else part for part in cmd[:4])[:80]
 
 
 # --- restart --------------------------------------------------------------------------------
@@ -854,7 +447,7 @@ def restart(echo: Echo, root: Path | None = None) -> FleetRecord:
             )
             raise ConflictError(msg)
         if proof == "dead":
-            others = [p for p in fleet_processes(root) if _is_server(p)]
+            others = [p for p in fleet_processes(root) if is_server(p)]
             if others:
                 msg = (
                     f"a fleet server the record does not name runs (pid {others[0].pid}); "
@@ -864,7 +457,7 @@ def restart(echo: Echo, root: Path | None = None) -> FleetRecord:
             # The port the fleet actually got (a start with --port 0 picks a free one): the
             # agents and every client know the fleet by this URL.
             port = urlsplit(rec.url).port or rec.settings.port
-            server, url = _start_server(root, port, fresh_log=False)
+            server, url = start_server(root, port, fresh_log=False)
             rec.server = server
             if url != rec.url:
                 echo(f"  note: the server now listens on {url} (was {rec.url})")
@@ -873,12 +466,7 @@ def restart(echo: Echo, root: Path | None = None) -> FleetRecord:
             echo(f"  server pid {server.pid} restarted on {url} (policy and state restored)")
         missing = tuple(h for h in rec.hosts if not node_running(root, h.host_id))
         if missing:
-            _start_hosts(root, rec.url, missing, echo)
+            start_hosts(root, rec.url, missing, echo)
         else:
             echo("  every host agent is running")
         return rec
-
-
-def _is_server(ident: ProcessIdentity) -> bool:
-    cmd = ident.cmdline or ()
-    return "grid_server.serve" in cmd or any(part.endswith("grid") for part in cmd[:2])

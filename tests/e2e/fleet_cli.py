@@ -51,7 +51,7 @@ def started_fleet(
     operator token); stop it with ``grid test stop`` and prove from the process table that
     no fleet process is left, including one started by hand (found by its GRID_HOME)."""
     from grid_fleet import layout
-    from grid_fleet.lifecycle import fleet_processes
+    from grid_fleet.daemons import fleet_processes
 
     from grid_core.system import is_gone, same_birth
 

@@ -35,7 +35,7 @@ import httpx
 import pytest
 from fleet_cli import grid, started_fleet
 from grid_fleet import layout
-from grid_fleet.lifecycle import fleet_processes
+from grid_fleet.daemons import fleet_processes
 from ports import port
 
 from grid_core.system import ProcessIdentity, signal_proven, wait_until_sync

@@ -222,19 +222,19 @@ def _gguf_bytes() -> bytes:
 
 
 def test_model_must_be_a_readable_gguf(tmp_path):
-    from grid_fleet import lifecycle
+    from grid_fleet import models
 
     good = tmp_path / "ok.gguf"
     good.write_bytes(_gguf_bytes())
-    lifecycle.check_gguf(good)
+    models.check_gguf(good)
     fake = tmp_path / "fake.gguf"
     fake.write_text("not a model\n")
     with pytest.raises(ValidationError, match=r"fake\.gguf: not a GGUF file"):
-        lifecycle.check_gguf(fake)
+        models.check_gguf(fake)
     with pytest.raises(ValidationError, match="no such file"):
-        lifecycle.check_gguf(tmp_path / "missing.gguf")
+        models.check_gguf(tmp_path / "missing.gguf")
     with pytest.raises(ValidationError, match="is a directory"):
-        lifecycle.check_gguf(tmp_path)
+        models.check_gguf(tmp_path)
 
 
 def test_start_with_a_fake_model_is_one_line_exit_2_and_starts_nothing(
@@ -283,13 +283,13 @@ def test_a_failed_baseline_warm_is_read_from_the_allocator_status():
 
 
 def test_server_start_failure_quotes_only_this_runs_log(tmp_path):
-    from grid_fleet import lifecycle
+    from grid_fleet import daemons
 
     root = tmp_path / "fleet"
     root.mkdir()
     (root / "server.log").write_text("STALE line from an earlier run\n" * 10)
-    with pytest.raises(lifecycle.UnavailableError) as exc:
-        lifecycle._start_server(root, 70000)  # out of range: the real server exits at once
+    with pytest.raises(daemons.UnavailableError) as exc:
+        daemons.start_server(root, 70000)  # out of range: the real server exits at once
     log = (root / "server.log").read_text()
     assert "STALE" not in log and "STALE" not in str(exc.value)
     assert log.strip() and str(exc.value).endswith(log.strip().splitlines()[-1])
@@ -342,7 +342,7 @@ def test_refused_operator_token_names_the_fleet_token_file(tmp_path):
     import threading
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-    from grid_fleet import lifecycle
+    from grid_fleet import daemons
 
     from grid_core.client import Calls
 
@@ -359,14 +359,14 @@ def test_refused_operator_token_names_the_fleet_token_file(tmp_path):
 
     root = tmp_path / "fleet"
     (root / "server").mkdir(parents=True)
-    lifecycle.token_path(root).write_text("wrong\n")
+    daemons.token_path(root).write_text("wrong\n")
     srv = ThreadingHTTPServer(("127.0.0.1", 0), Refuse)
     t = threading.Thread(target=srv.serve_forever, daemon=True)
     t.start()
     try:
         url = f"http://127.0.0.1:{srv.server_address[1]}"
-        with pytest.raises(lifecycle.UnavailableError) as exc:
-            lifecycle._api(url, root, Calls.set_mode("recommend"))
+        with pytest.raises(daemons.UnavailableError) as exc:
+            daemons.api(url, root, Calls.set_mode("recommend"))
     finally:
         srv.shutdown()
         srv.server_close()
