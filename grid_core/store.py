@@ -12,6 +12,8 @@ from __future__ import annotations
 import hashlib
 from typing import Protocol
 
+import msgspec
+
 from grid_core.errors import ConflictError, StateError
 
 
@@ -52,6 +54,22 @@ def check_expected(current: bytes | None, expected: str | None, where: str) -> N
             "Grid server so a single controller restores the newest state"
         )
         raise StateConflictError(msg)
+
+
+class LeaseHolder(msgspec.Struct, frozen=True, kw_only=True):
+    """Who holds the single-writer lease, as a follower reports it.
+
+    Attributes:
+        holder: the controller id holding mutation authority.
+        term: its term.
+        url: the Grid server URL it advertised (empty when unknown).
+        expires_in_s: seconds until the lease lapses unless renewed (store's clock).
+    """
+
+    holder: str
+    term: int
+    url: str = ""
+    expires_in_s: float = 0.0
 
 
 class StateStore(Protocol):

@@ -29,7 +29,7 @@ import msgspec
 from filelock import FileLock, Timeout
 
 from grid_core.errors import ConflictError, StateError
-from grid_core.store import check_expected
+from grid_core.store import LeaseHolder, check_expected
 from grid_core.system import birth_of, replace_durably, same_birth, write_atomic
 
 LOCK_TIMEOUT_S = 5.0
@@ -204,6 +204,35 @@ class FileStateStore:
                 rec.birth = birth_of(pid) or 0.0
                 self._write_atomic(self.lease_path, msgspec.json.encode(rec))
                 return rec.term, rec.expires_at
+        except Timeout:
+            msg = f"cannot lock {self.lease_path}: another process holds it; retry shortly"
+            raise StateError(msg) from None
+
+    def leader(self) -> LeaseHolder | None:
+        """Who holds an unexpired lease now, or ``None`` (for followers' status).
+
+        Raises:
+            StateError: the lease file is unreadable.
+        """
+        rec = self._read_lease()
+        left = rec.expires_at - time.time()
+        if not rec.holder or left <= 0 or self._holder_dead(rec):
+            return None
+        return LeaseHolder(holder=rec.holder, term=rec.term, expires_in_s=left)
+
+    def release_lease(self, controller_id: str) -> None:
+        """Give the lease up at once on a clean stop (the term stays, so a successor adds one).
+
+        Raises:
+            StateError: the lease file could not be locked or written.
+        """
+        try:
+            with self._lock:
+                rec = self._read_lease()
+                if rec.holder != controller_id:
+                    return
+                rec.expires_at = 0.0
+                self._write_atomic(self.lease_path, msgspec.json.encode(rec))
         except Timeout:
             msg = f"cannot lock {self.lease_path}: another process holds it; retry shortly"
             raise StateError(msg) from None

@@ -14,12 +14,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from grid_core.controller import Controller
 from grid_core.errors import ConflictError
 from grid_core.planner import plan
 from grid_core.planner.types import Assignment, Plan, PlanInputs
 from grid_core.profile import ModelProfile
+from grid_core.reconcile.authority import CONTROLLER_LEASE_S
 from grid_core.reconcile.state import ControllerState, decode_state
 from grid_core.snapshot import HostSnapshot, ResidencySnapshot
 from grid_core.store import MemoryStore
@@ -129,8 +131,13 @@ class SimFleet:
         *,
         now: float = 1_000_000.0,
         plan_fn: Callable[..., object] | None = None,
+        store_factory: Callable[[], Any] | None = None,
     ) -> None:
         self.now = now
+        self.store_factory = store_factory
+        """Each controller instance gets its own store from this (several servers on one
+        replicated store, e.g. etcd, where a write needs the lease); ``None`` shares one
+        :class:`DurableMemoryStore` between every instance (one state file)."""
         self.nodes = {h: SimNode(host_id=h, capacity_mb=mb) for h, mb in hosts.items()}
         self.store = DurableMemoryStore()
         self.plugins = plugins_with(builtins=PLANNER_PLUGINS)
@@ -152,7 +159,16 @@ class SimFleet:
         return cls({f"h{i}": capacity_mb for i in range(1, count + 1)}, **kw)  # type: ignore[arg-type]
 
     def _new_controller(self) -> Controller:
-        return Controller(plugins=self.plugins, store=self.store, plan_fn=self.plan_fn).restore()  # type: ignore[arg-type]
+        if self.store_factory is None:
+            return Controller(
+                plugins=self.plugins, store=self.store, plan_fn=self.plan_fn
+            ).restore()  # type: ignore[arg-type]
+        store = self.store_factory()
+        ctl = Controller(plugins=self.plugins, store=store, plan_fn=self.plan_fn)
+        # Like a Grid server on a replicated store: the instance is elected first, then
+        # restores the newest document and becomes the only writer.
+        store.acquire_lease(ctl.authority.controller_id, self.now, CONTROLLER_LEASE_S)
+        return ctl.restore()
 
     def _plan(self, inputs: PlanInputs, plugins: object) -> Plan:
         """The real planner, unless a test forces an arbitrary (even unsafe) placement."""
@@ -209,10 +225,15 @@ class SimFleet:
 
     def restart(self, keep_zombie: bool = False) -> None:
         """Start a new controller on the same store; the old one dies or lingers (zombie)."""
+        old = self.ctl
         if keep_zombie:
-            self.zombies.append(self.ctl)
-        else:
-            self.store.dead.add(self.ctl.authority.controller_id)
+            self.zombies.append(old)
+        elif self.store_factory is None:
+            self.store.dead.add(old.authority.controller_id)
+        if self.store_factory is not None:
+            # A successor is elected only once the old instance's lease lapsed (it died, or
+            # a partition cut it from the store); a zombie keeps running on its stale view.
+            old.document.store.release_lease(old.authority.controller_id)  # type: ignore[attr-defined]
         self.ctl = self._new_controller()
 
     def restart_if_superseded(self) -> bool:
@@ -224,7 +245,8 @@ class SimFleet:
 
     def durable_state(self) -> ControllerState | None:
         """What the next restart would restore."""
-        return None if self.store.data is None else decode_state(self.store.data)
+        data = self.store.data if self.store_factory is None else self.ctl.document.store.load()
+        return None if data is None else decode_state(data)
 
     def tick(self) -> None:
         self.ctl.tick(self.now, self.hosts())

@@ -1,5 +1,9 @@
 """Stateful property test: the real controller (and real planner) over a simulated fleet.
 
+It runs twice: against the shared state-file stand-in, and against a real etcd where every
+controller instance is a separate server with its own store (elected before it restores, and a
+restarted or lingering instance has lost its etcd lease).
+
 Random heartbeats, receipts (duplicated, reordered, delayed), failures, requests, host loss
 and return, owner reclaim, profile changes, mode changes, controller restarts and a
 superseded controller that keeps sending — and after every step the safety invariants hold.
@@ -12,12 +16,15 @@ shortest sequence of steps that still breaks an invariant.
 from __future__ import annotations
 
 import functools
+import secrets
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 import hypothesis.strategies as st
 import msgspec
+import pytest
+from etcd_process import EtcdServer, start_etcd
 from fleet_strategies import SimFleetSpec, sim_fleets
 from hypothesis import HealthCheck, settings
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
@@ -27,6 +34,7 @@ from grid_core.errors import ConflictError
 from grid_core.profile import ModelProfile
 from grid_core.reconcile.authority import SUPERSEDED
 from grid_core.store import StateConflictError
+from grid_core.system.state_etcd import EtcdSettings, EtcdStateStore
 
 host_ids = st.sampled_from(["h1", "h2", "h3", "h4"])
 """A host by name; a name beyond the drawn fleet means its last host (see ``_host``)."""
@@ -58,12 +66,20 @@ placements = st.none() | st.fixed_dictionaries(
 
 
 class FleetMachine(RuleBasedStateMachine):
-    """Drive a small fleet; the simulated nodes record any harm the controller asks for."""
+    """Drive a small fleet; the simulated nodes record any harm the controller asks for.
+
+    Every controller instance shares one in-memory stand-in for the state file unless
+    :meth:`store_factory` gives each instance its own store (the etcd run does).
+    """
+
+    def store_factory(self) -> Callable[[], Any] | None:
+        """A factory of per-instance stores for one run, or ``None`` for the shared file."""
+        return None
 
     @initialize(spec=sim_fleets())
     def start(self, spec: SimFleetSpec) -> None:
         self.spec = spec
-        self.fleet = SimFleet(dict(spec.hosts))
+        self.fleet = SimFleet(dict(spec.hosts), store_factory=self.store_factory())
         for h in self.fleet.nodes:
             self.fleet.heartbeat(h)
         for mid, m in spec.models.items():
@@ -306,3 +322,56 @@ FleetMachine.TestCase.settings = settings(
     suppress_health_check=[HealthCheck.too_slow],
 )
 TestFleet = FleetMachine.TestCase
+
+
+ETCD_EXAMPLES = 12
+"""Fewer examples on etcd than in memory: every save is two etcd round trips, and the same
+rules already run 100 times against the in-memory stand-in."""
+
+
+class EtcdFleetMachine(FleetMachine):
+    """:class:`FleetMachine` with one etcd store per controller instance (a real etcd)."""
+
+    server: EtcdServer | None = None
+
+    def store_factory(self) -> Callable[[], Any] | None:
+        assert self.server is not None, "the etcd_for_stateful fixture starts etcd"
+        url = f"{self.server.state_store}/stateful-{secrets.token_hex(6)}"  # fresh per run
+        self._stores: list[EtcdStateStore] = []
+
+        def make() -> EtcdStateStore:
+            store = EtcdStateStore(EtcdSettings.parse(url))
+            self._stores.append(store)
+            return store
+
+        return make
+
+    @invariant()
+    def every_instance_writes_to_etcd(self) -> None:
+        assert isinstance(self.fleet.ctl.document.store, EtcdStateStore)
+        assert self.fleet.durable_state() is not None  # read back from etcd
+
+    def teardown(self) -> None:
+        for store in getattr(self, "_stores", []):
+            store.close()
+
+
+@pytest.fixture(scope="module")
+def etcd_for_stateful(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EtcdServer]:
+    """One etcd for every example of the etcd run, stopped by PID afterwards."""
+    server = start_etcd(tmp_path_factory.mktemp("etcd-stateful"))
+    EtcdFleetMachine.server = server
+    try:
+        yield server
+    finally:
+        EtcdFleetMachine.server = None
+        server.stop()
+
+
+EtcdFleetMachine.TestCase.settings = settings(
+    max_examples=ETCD_EXAMPLES,
+    stateful_step_count=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+TestFleetOnEtcd = pytest.mark.usefixtures("etcd_for_stateful")(EtcdFleetMachine.TestCase)
