@@ -1,0 +1,160 @@
+"""Staged preemption, eviction budgets, ceilings and relocation: one test per rule.
+
+Source: specification, "Global placement loop" (staged preemption) and "Safety invariants" 3.
+"""
+
+from __future__ import annotations
+
+import pytest
+from planner_helpers import NOW, codes, demand, host, model, placed, res, run
+
+from grid_core.planner import PlannerPolicy
+
+
+def test_three_small_idle_residencies_evict_the_smallest_sufficient_set():
+    h = host("a", 12, residencies=(res("s1", 4), res("s2", 4), res("s3", 4)))
+    profiles = [model("big", 8, min_replicas=1, priority=3)] + [
+        model(f"s{i}", 4, min_replicas=1) for i in (1, 2, 3)
+    ]
+    p = run(profiles, [h])
+    assert len(p.evictions) == 2
+    assert {e.beneficiary for e in p.evictions} == {"big"}
+    assert all(e.priority == 3 for e in p.evictions)
+    assert "big" not in {a.model_id for a in p.assignments}
+
+
+def test_staged_preemption_never_assigns_before_memory_is_proven_free():
+    profiles = [model("vip", 8, min_replicas=1, priority=3), model("lo", 8, min_replicas=1)]
+    first = run(profiles, [host("a", 8, residencies=(res("lo", 8),))])
+    assert [(e.model_id, e.beneficiary) for e in first.evictions] == [("lo", "vip")]
+    assert first.hosts_of("vip") == () and codes(first, "vip") == ["preemption_staged"]
+    draining = run(profiles, [host("a", 8, residencies=(res("lo", 8, state="draining"),))])
+    assert draining.hosts_of("vip") == ()
+    assert codes(draining, "vip") == ["preemption_staged"]
+    freed = run(profiles, [host("a", 8)])
+    assert freed.hosts_of("vip") == ("a",) and freed.evictions == ()
+
+
+def test_preemption_prefers_failed_and_idle_victims():
+    busy = res("busy", 8, active_requests=3)
+    failed = res("broken", 8, state="failed")
+    hosts = [host("a", 8, residencies=(busy,)), host("b", 8, residencies=(failed,))]
+    profiles = [
+        model("vip", 8, min_replicas=1, priority=3),
+        model("busy", 8, min_replicas=1),
+        model("broken", 8, min_replicas=1),
+    ]
+    p = run(profiles, hosts)
+    assert [(e.model_id, e.host_id) for e in p.evictions] == [("broken", "b")]
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [
+        {"ownership": "external"},
+        {"ownership": "manual"},
+        {"ownership": "pinned"},
+        {"loaded_at": NOW - 5.0},
+    ],
+)
+def test_protected_work_is_never_a_victim(kw):
+    h = host("a", 8, residencies=(res("lo", 8, **kw),))
+    p = run([model("vip", 8, min_replicas=1, priority=3), model("lo", 8, min_replicas=1)], [h])
+    assert p.evictions == ()
+    assert codes(p, "vip") == ["capacity_shortage"]
+
+
+def test_equal_priority_work_is_not_preempted():
+    h = host("a", 8, residencies=(res("peer", 8),))
+    p = run([model("new", 8, min_replicas=1), model("peer", 8, min_replicas=1)], [h])
+    assert p.evictions == ()
+
+
+def test_inferred_only_demand_cannot_preempt():
+    h = host("a", 8, residencies=(res("lo", 8),))
+    p = run(
+        [model("guess", 8, priority=3), model("lo", 8, min_replicas=1)],
+        [h],
+        [demand("guess", 1, direct=False, inferred_rps=1.0)],
+    )
+    assert p.evictions == ()
+
+
+def test_eviction_budget_bounds_one_plan():
+    hosts = [host(f"h{i:03d}", 8, residencies=(res(f"lo{i}", 8),)) for i in range(70)]
+    profiles = [model("vip", 8, min_replicas=70, max_replicas=70, priority=3)] + [
+        model(f"lo{i}", 8, min_replicas=1) for i in range(70)
+    ]
+    p = run(profiles, hosts, policy=PlannerPolicy(admission_headroom_mb=0))
+    assert len(p.evictions) == 64
+    assert {u.code for u in p.unmet if u.model_id == "vip"} == {
+        "preemption_staged",
+        "eviction_budget",
+    }
+
+
+def test_lowered_model_ceiling_converges_by_evicting_the_lowest_priority():
+    h = host("a", 64, max_models=1, residencies=(res("hi", 4), res("lo", 4)))
+    p = run([model("hi", 4, min_replicas=1, priority=2), model("lo", 4, min_replicas=1)], [h])
+    assert placed(p) == {("hi", "a")}
+    assert [(e.model_id, e.reason) for e in p.evictions] == [("lo", "ceiling")]
+
+
+def test_unwanted_replica_inside_min_residency_is_not_preempted():
+    fresh = res("surplus", 8, loaded_at=NOW - 30.0)
+    h = host("a", 8, residencies=(fresh,))
+    profiles = [model("vip", 8, min_replicas=1, priority=3), model("surplus", 8)]
+    assert run(profiles, [h]).evictions == ()
+    old = host("a", 8, residencies=(res("surplus", 8),))
+    assert [e.model_id for e in run(profiles, [old]).evictions] == ["surplus"]
+
+
+def test_eviction_budget_is_shared_one_replica_per_model_per_round():
+    hosts = [
+        host(f"h{i}", 8, failure_domain=f"fd-{i}", residencies=(res(f"lo{i}", 8),))
+        for i in range(4)
+    ]
+    profiles = [
+        model("a", 8, min_replicas=2, max_replicas=2, priority=3),
+        model("b", 8, min_replicas=2, max_replicas=2, priority=3),
+    ] + [model(f"lo{i}", 8, min_replicas=1) for i in range(4)]
+    p = run(profiles, hosts, policy=PlannerPolicy(admission_headroom_mb=0, max_evictions=2))
+    assert sorted(e.beneficiary for e in p.evictions) == ["a", "b"]
+
+
+def test_sole_feasible_host_relocates_an_equal_priority_incumbent_make_before_break():
+    profiles = [
+        model("gpu", 10, min_replicas=1, backends=("cuda",)),
+        model("flex", 10, min_replicas=1),
+    ]
+    cuda = {"backends": ("cuda",)}
+    # Tick 1: "flex" holds the only cuda host; it is assigned a new home, nothing is evicted.
+    hosts = [host("cuda-1", 16, residencies=(res("flex", 10),), **cuda), host("mac", 32)]
+    p = run(profiles, hosts)
+    assert placed(p) == {("flex", "mac")}
+    assert p.evictions == ()
+    [u] = p.unmet
+    assert (u.code, u.model_id, u.host_id) == ("relocation_staged", "gpu", "cuda-1")
+    # Tick 2: the new copy is ready; the plan keeps it and still keeps cuda-1 for "gpu".
+    hosts = [
+        host("cuda-1", 16, residencies=(res("flex", 10),), **cuda),
+        host("mac", 32, residencies=(res("flex", 10),)),
+    ]
+    p = run(profiles, hosts)
+    assert placed(p) == {("flex", "mac")}
+    assert [u.code for u in p.unmet] == ["relocation_staged"]
+    # Tick 3: the old copy is gone: "gpu" lands on its only host.
+    hosts = [host("cuda-1", 16, **cuda), host("mac", 32, residencies=(res("flex", 10),))]
+    p = run(profiles, hosts)
+    assert placed(p) == {("flex", "mac"), ("gpu", "cuda-1")} and p.unmet == ()
+
+
+def test_relocation_needs_a_destination():
+    profiles = [
+        model("gpu", 10, min_replicas=1, backends=("cuda",)),
+        model("flex", 10, min_replicas=1),
+    ]
+    hosts = [host("cuda-1", 16, backends=("cuda",), residencies=(res("flex", 10),)), host("mac", 8)]
+    p = run(profiles, hosts)
+    assert placed(p) == {("flex", "cuda-1")}
+    assert codes(p, "gpu") == ["capacity_shortage"]
