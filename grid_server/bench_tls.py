@@ -24,6 +24,7 @@ import msgspec
 from grid_core.errors import UnavailableError
 from grid_core.system.netns import NetLab, unavailable_reason
 from grid_core.tls import issue_cert, make_ca
+from grid_server.bench_stats import percentile
 from grid_server.harness import Testbed, start_engine_front, start_fake_engine, start_server
 from grid_server.loadgen import Block, Generators
 
@@ -57,11 +58,6 @@ class TlsBenchResult(msgspec.Struct):
     """The machine's one-minute load average when this level finished (noise indicator)."""
 
 
-def _pct(values: list[float], q: float) -> float:
-    s = sorted(values)
-    return s[min(len(s) - 1, max(0, round(q * (len(s) - 1))))]
-
-
 def _body(model: str) -> bytes:
     return msgspec.json.encode(
         {"model": model, "max_tokens": 4, "messages": [{"role": "user", "content": "ping"}]}
@@ -84,22 +80,22 @@ def _measure(gens: Generators, grid_url: str, requests: int, concurrency: int) -
     done = 0
     while done < requests:
         n = min(BLOCK, requests - done)
-        lat, wall, _, _ = gens.run(msgspec.structs.replace(loop_block, requests=n))
-        loop_lat += lat
-        loop_s += wall
-        lat, wall, _, _ = gens.run(msgspec.structs.replace(tls_block, requests=n))
-        tls_lat += lat
-        tls_s += wall
+        sample = gens.run(msgspec.structs.replace(loop_block, requests=n))
+        loop_lat += sample.latencies_ms
+        loop_s += sample.wall_s
+        sample = gens.run(msgspec.structs.replace(tls_block, requests=n))
+        tls_lat += sample.latencies_ms
+        tls_s += sample.wall_s
         done += n
     return TlsBenchResult(
         concurrency=concurrency,
         requests=requests,
         p50_added_ms=round(statistics.median(tls_lat) - statistics.median(loop_lat), 3),
-        p99_added_ms=round(_pct(tls_lat, 0.99) - _pct(loop_lat, 0.99), 3),
+        p99_added_ms=round(percentile(tls_lat, 0.99) - percentile(loop_lat, 0.99), 3),
         loopback_p50_ms=round(statistics.median(loop_lat), 3),
         tls_p50_ms=round(statistics.median(tls_lat), 3),
-        loopback_p99_ms=round(_pct(loop_lat, 0.99), 3),
-        tls_p99_ms=round(_pct(tls_lat, 0.99), 3),
+        loopback_p99_ms=round(percentile(loop_lat, 0.99), 3),
+        tls_p99_ms=round(percentile(tls_lat, 0.99), 3),
         loopback_rps=round(requests / loop_s, 1),
         tls_rps=round(requests / tls_s, 1),
         load_avg_1m=round(os.getloadavg()[0], 2),

@@ -40,6 +40,11 @@ FEATURE_OUTCOME: dict[routing.BreakerOutcome, Outcome] = {
     "failure": "error",
 }
 """Breaker outcome → demand outcome (caller-caused answers are never demand evidence)."""
+SERVER_TIMING = b"server-timing"
+"""Response header reporting how long the engine took to answer (W3C Server-Timing), as
+``upstream;dur=<ms>``: from Grid sending the request upstream to the engine's response head.
+A caller (and ``grid bench proxy``) subtracts it from its own latency to see what Grid added
+for that very request; it reveals nothing the caller's own clock does not roughly show."""
 
 
 class _ErrorDoc(msgspec.Struct):
@@ -115,10 +120,11 @@ async def relay(ctx: ServerContext, ex: Exchange) -> None:
     try:
         verify = ctx.registry.engine_ssl(eng.record_id)
         async with ctx.client.post(f"{eng.url}{ex.path}", ex.body, headers, verify) as up:
+            timing = b"upstream;dur=%.3f" % ((time.perf_counter() - t_up) * 1000.0)
             if 200 <= up.status < 300:
-                await _relay_success(ex, up)
+                await _relay_success(ex, up, timing)
             else:
-                await _relay_error(ex, up)
+                await _relay_error(ex, up, timing)
     except NOTHING_SENT as exc:
         ex.breaker = "failure"
         raise NothingSent(type(exc).__name__) from None
@@ -145,16 +151,18 @@ async def relay(ctx: ServerContext, ex: Exchange) -> None:
         ex.service_s = time.perf_counter() - t_up
 
 
-def _forwarded(up: aiohttp.ClientResponse) -> list[tuple[bytes, bytes]]:
-    return [
+def _forwarded(up: aiohttp.ClientResponse, timing: bytes) -> list[tuple[bytes, bytes]]:
+    headers = [
         (k.lower(), v)
         for k, v in up.raw_headers
         if k.lower().decode("latin-1") in FORWARD_RESPONSE_HEADERS
     ]
+    headers.append((SERVER_TIMING, timing))
+    return headers
 
 
-async def _relay_success(ex: Exchange, up: aiohttp.ClientResponse) -> None:
-    await ex.start(up.status, _forwarded(up))
+async def _relay_success(ex: Exchange, up: aiohttp.ClientResponse, timing: bytes) -> None:
+    await ex.start(up.status, _forwarded(up, timing))
     if "text/event-stream" in up.headers.get("content-type", ""):
         scanner = UsageScanner()
         async for chunk in up.content.iter_any():
@@ -177,7 +185,7 @@ async def _relay_success(ex: Exchange, up: aiohttp.ClientResponse) -> None:
     ex.tokens = tokens
 
 
-async def _relay_error(ex: Exchange, up: aiohttp.ClientResponse) -> None:
+async def _relay_error(ex: Exchange, up: aiohttp.ClientResponse, timing: bytes) -> None:
     from grid_server.proxy import ProxyError
 
     route = ex.route
@@ -198,7 +206,7 @@ async def _relay_error(ex: Exchange, up: aiohttp.ClientResponse) -> None:
     outcome = FEATURE_OUTCOME[verdict.breaker]
     if verdict.code is None:
         ex.outcome = outcome
-        await ex.start(up.status, _forwarded(up))
+        await ex.start(up.status, _forwarded(up, timing))
         if raw:
             await ex.body_chunk(bytes(raw))
         await ex.finish()

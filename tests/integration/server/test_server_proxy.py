@@ -322,3 +322,28 @@ def test_two_5xx_open_the_only_route_without_hiding_the_model(
     assert eng.requests() == 2  # the open breaker kept the third request off the engine
     ids = [m["id"] for m in grid.http.get(grid.url + "/v1/models").json()["data"]]
     assert ids == ["m-5xx"]
+
+
+def test_server_timing_reports_the_engine_time_of_each_proxied_response(
+    grid: Grid, engines: Callable[[str], Engine]
+) -> None:
+    """Each relayed answer says how long the engine took (Server-Timing ``upstream;dur=``),
+    so a caller can tell Grid's share of its latency from the engine's, request by request."""
+    from grid_server.bench_stats import parse_server_timing
+
+    eng = engines("m-timing")
+    serve_model(grid, eng, "host-1")
+    eng.behave(delay_ms=150)
+    r = post(grid, {"model": "m-timing", **CHAT})
+    assert r.status_code == 200
+    dur = parse_server_timing(r.headers.get("server-timing"))
+    assert dur is not None and dur >= 150.0  # the engine held its answer 150 ms
+    with grid.http.stream(
+        "POST",
+        grid.url + "/v1/chat/completions",
+        json={"model": "m-timing", "stream": True, **CHAT},
+    ) as s:
+        assert s.status_code == 200
+        streamed = parse_server_timing(s.headers.get("server-timing"))
+        s.read()
+    assert streamed is not None and streamed >= 150.0
