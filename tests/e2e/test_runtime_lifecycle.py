@@ -52,6 +52,8 @@ pytestmark = [pytest.mark.e2e, pytest.mark.anyio]
 
 WAIT_S = 90.0
 """Upper bound for an engine to reach a state on a busy 2-core machine (never asserted)."""
+COMMAND_DEADLINE_S = 120.0
+"""Deadline of one actuator command: an unload waits for the in-flight request to finish."""
 PORTS = port_range(22700, 22799)
 """Managed ports of this suite's children (apart from the other e2e suites)."""
 ACCEPTING = ProtectionDecision(
@@ -125,11 +127,12 @@ def kit_for(runtime: str, root: Path) -> Iterator[Kit]:
         )
 
         def llama_body(model: str, long: bool) -> Body:
-            # ignore_eos: a tiny model may end a reply early, and a quiet machine finishes 400
-            # tokens before the drain looks; the long request must still be running then.
+            # ignore_eos: a tiny model may end a reply early. 300 tokens keep the engine busy
+            # ~1.2 s on a quiet machine (the drain looks within ~0.1 s of seeing it busy) and
+            # still end inside COMMAND_DEADLINE_S at a load average of 20 (~5 tokens/s seen).
             if not long:
                 return {**chat_body(model, long), "max_tokens": 6}
-            return {**chat_body(model, long), "max_tokens": 1500, "ignore_eos": True}
+            return {**chat_body(model, long), "max_tokens": 300, "ignore_eos": True}
 
         yield Kit(
             runtime,
@@ -226,7 +229,9 @@ class Rig:
 
     async def run(self, kind: str, **kw: object):
         return await self.act.execute(
-            self.command(kind, **kw), deadline_mono=time.monotonic() + 60, decision=ACCEPTING
+            self.command(kind, **kw),
+            deadline_mono=time.monotonic() + COMMAND_DEADLINE_S,
+            decision=ACCEPTING,
         )
 
     def restart(self) -> Actuator:
@@ -318,7 +323,7 @@ async def test_lifecycle_through_the_router_with_drain_in_flight(rig: Rig) -> No
         assert unauth.status_code == 401  # the engine's own routes need the key
 
     route_through_grid(rig)
-    async with httpx.AsyncClient(base_url=rig.grid.url, timeout=WAIT_S) as client:
+    async with httpx.AsyncClient(base_url=rig.grid.url, timeout=COMMAND_DEADLINE_S) as client:
         kit.check(await client.post(kit.path, json=kit.body(kit.model_id, False)))
 
         finished: dict[str, float] = {}
