@@ -87,6 +87,7 @@ from grid_core.errors import (
 from grid_core.hookspecs import PROJECT_NAME, hookimpl
 from grid_core.planner import Plan, PlanInputs, PlannerPolicy, plan
 from grid_core.planner.exact import DEFAULT_TIME_LIMIT_S, exact_optimum, prime_quietly
+from grid_core.planner.exact import loss_by_class as exact_loss_by_class
 from grid_core.planner.hooks import NO_HOOKS, PlannerHooks
 from grid_core.planner.preemption import (
     MAX_VICTIM_CANDIDATES,
@@ -271,6 +272,7 @@ __all__ = [
     "desired_for",
     "disabled_names",
     "exact_check",
+    "exact_loss_by_class",
     "exact_optimum",
     "exe_of",
     "exit_status",

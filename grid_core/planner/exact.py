@@ -30,6 +30,7 @@ deliberately leaves out, so its optimum is an upper bound on the planner's cover
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -144,110 +145,25 @@ def exact_optimum(inputs: PlanInputs, time_limit_s: float = DEFAULT_TIME_LIMIT_S
         ValidationError: ``highspy`` is not installed (names the extra), or the time limit is
             not positive.
     """
-    if not time_limit_s > 0:
-        msg = f"exact: time limit must be positive seconds, got {time_limit_s}"
-        raise ValidationError(msg)
-    highspy = _highs()
-    from grid_core.planner import canonical_inputs
-
-    state = PlanState(canonical_inputs(inputs), [], None)
-    cols = _columns(state)
-    rows = _rows(state, cols)
-    pin_rows, extra = _pin_rows(state, cols)
-    rows.extend(pin_rows)
-    h = highspy.Highs()
-    h.setOptionValue("output_flag", False)
-    h.setOptionValue("time_limit", float(time_limit_s))
-    h.setOptionValue("mip_rel_gap", RELATIVE_GAP)
-    h.setOptionValue("threads", 1)
-    inf = highspy.kHighsInf
-    n = len(cols)
-    total = n + extra
-    import numpy as np
-
-    def objective(members: list[int] | None = None) -> Any:
-        cost = np.zeros(total)
-        cost[: n if members is None else 0] = -1.0
-        if members is not None:
-            cost[members] = -1.0
-        return cost
-
-    if n:
-        h.addCols(
-            total,
-            objective(),
-            np.zeros(total),
-            np.ones(total),
-            0,
-            np.array([], dtype=np.int32),
-            np.array([], dtype=np.int32),
-            np.array([], dtype=np.float64),
-        )
-        h.changeColsIntegrality(
-            total,
-            np.arange(total, dtype=np.int32),
-            np.full(total, highspy.HighsVarType.kInteger, dtype=np.uint8),
-        )
-    starts: list[int] = []
-    index: list[int] = []
-    value: list[float] = []
-    upper: list[float] = []
-    for coeffs, ub in rows:
-        starts.append(len(index))
-        for j, a in coeffs:
-            index.append(j)
-            value.append(float(a))
-        upper.append(float(ub))
-    if rows:
-        h.addRows(
-            len(rows),
-            np.full(len(rows), -inf),
-            np.array(upper),
-            len(index),
-            np.array(starts, dtype=np.int32),
-            np.array(index, dtype=np.int32),
-            np.array(value),
-        )
+    prog = _Program.build(inputs, time_limit_s)
+    state, cols, h = prog.state, prog.cols, prog.h
     desired = sum(state.desired)
-    if not n:
+    if not prog.n:
         return ExactResult(desired, 0, 0, 0, True, "empty", 0.0, {}, (), 0, 0)
     h.run()
     status = h.modelStatusToString(h.getModelStatus())
-    unordered, bound = _objective(h, inf)
+    unordered, bound = _objective(h, prog.inf)
     optimal = status == "Optimal"
-    sol = _solution(h, total)
+    sol = _solution(h, prog.total)
     pins = [j for j, (mi, hi, _) in enumerate(cols) if hi in state.pin_hosts[mi]]
     if unordered < desired or (pins and sum(sol[j] > 0.5 for j in pins) < len(pins)):
-        # Lexicographic in the order Grid must respect: pins first (reserved before anything
-        # else, higher priority first), then the most replicas of the highest priority
-        # class, each level's optimum then fixed as a floor for the next.
-        prios = [state.profiles[mi].priority for mi, _, _ in cols]
-        order = sorted(set(prios), reverse=True)
-        levels = [[j for j in pins if prios[j] == prio] for prio in order]
-        levels = [lv for lv in levels if lv] + [
-            [j for j, q in enumerate(prios) if q == prio] for prio in order
-        ]
-        for members in levels:
-            h.changeColsCost(total, np.arange(total, dtype=np.int32), objective(members))
-            h.run()
-            best, _ = _objective(h, inf)
-            optimal = optimal and h.modelStatusToString(h.getModelStatus()) == "Optimal"
-            h.addRow(
-                float(best),
-                inf,
-                len(members),
-                np.array(members, dtype=np.int32),
-                np.ones(len(members)),
-            )
-        h.changeColsCost(total, np.arange(total, dtype=np.int32), objective())
-        h.run()
-        optimal = optimal and h.modelStatusToString(h.getModelStatus()) == "Optimal"
+        optimal = _lexicographic(prog, pins) and optimal
         status = h.modelStatusToString(h.getModelStatus())
-        sol = _solution(h, total)
+        sol = _solution(h, prog.total)
     seconds = h.getRunTime()  # HiGHS's own accounting: the planner core reads no clock
     per_model: dict[str, int] = {}
     chosen: list[tuple[str, str]] = []
-    for (mi, hi, _kind), v in zip(cols, sol[:n], strict=True):
+    for (mi, hi, _kind), v in zip(cols, sol[: prog.n], strict=True):
         if v > 0.5:
             mid = state.profiles[mi].model_id
             per_model[mid] = per_model.get(mid, 0) + 1
@@ -262,9 +178,180 @@ def exact_optimum(inputs: PlanInputs, time_limit_s: float = DEFAULT_TIME_LIMIT_S
         seconds=seconds,
         per_model=dict(sorted(per_model.items())),
         assignments=tuple(sorted(chosen)),
-        variables=n,
-        constraints=len(rows),
+        variables=prog.n,
+        constraints=prog.rows,
     )
+
+
+def loss_by_class(
+    inputs: PlanInputs,
+    assignments: Iterable[tuple[str, str]],
+    time_limit_s: float = DEFAULT_TIME_LIMIT_S,
+) -> dict[int, int]:
+    """Replicas a plan's host choices cost, per priority class (where a packing gap comes from).
+
+    The program is solved for the most replicas (priority ignored) first with nothing fixed,
+    then again after fixing, class by class from the highest priority down, every replica of
+    that class exactly where ``assignments`` put it (and nowhere else). What a class's
+    fixing takes away from the count is the loss its host choices cause, the classes below
+    it re-packed optimally around them. The losses add up to the unordered optimum minus
+    the plan's replicas (when the plan is feasible in the program, as Grid's always is).
+
+    Args:
+        inputs: the planning input the plan was made from.
+        assignments: the plan's ``(model id, host id)`` replicas.
+        time_limit_s: solver budget in seconds per solve (> 0).
+
+    Returns:
+        Priority → replicas lost (0 when that class's choices cost nothing), highest first.
+
+    Raises:
+        ValidationError: ``highspy`` is not installed, or the time limit is not positive.
+    """
+    prog = _Program.build(inputs, time_limit_s)
+    if not prog.n:
+        return {}
+    import numpy as np
+
+    state, h = prog.state, prog.h
+    chosen = set(assignments)
+    prios = [state.profiles[mi].priority for mi, _, _ in prog.cols]
+    h.run()
+    best, _ = _objective(h, prog.inf)
+    out: dict[int, int] = {}
+    for prio in sorted(set(prios), reverse=True):
+        members = [j for j, q in enumerate(prios) if q == prio]
+        fixed = [
+            1.0
+            if (state.profiles[prog.cols[j][0]].model_id, state.hosts[prog.cols[j][1]].host_id)
+            in chosen
+            else 0.0
+            for j in members
+        ]
+        h.changeColsBounds(
+            len(members), np.array(members, dtype=np.int32), np.array(fixed), np.array(fixed)
+        )
+        h.run()
+        now, _ = _objective(h, prog.inf)
+        out[prio] = max(0, best - now)
+        best = now
+    return out
+
+
+@dataclass(slots=True)
+class _Program:
+    """The built (not yet solved) program: HiGHS instance, columns and sizes."""
+
+    state: PlanState
+    cols: list[Column]
+    h: Any
+    n: int
+    total: int
+    rows: int
+    inf: float
+
+    @classmethod
+    def build(cls, inputs: PlanInputs, time_limit_s: float) -> _Program:
+        if not time_limit_s > 0:
+            msg = f"exact: time limit must be positive seconds, got {time_limit_s}"
+            raise ValidationError(msg)
+        highspy = _highs()
+        from grid_core.planner import canonical_inputs
+
+        state = PlanState(canonical_inputs(inputs), [], None)
+        cols = _columns(state)
+        rows = _rows(state, cols)
+        pin_rows, extra = _pin_rows(state, cols)
+        rows.extend(pin_rows)
+        h = highspy.Highs()
+        h.setOptionValue("output_flag", False)
+        h.setOptionValue("time_limit", float(time_limit_s))
+        h.setOptionValue("mip_rel_gap", RELATIVE_GAP)
+        h.setOptionValue("threads", 1)
+        n = len(cols)
+        prog = cls(state, cols, h, n, n + extra, len(rows), highspy.kHighsInf)
+        if n:
+            prog._add(highspy, rows)
+        return prog
+
+    def objective(self, members: list[int] | None = None) -> Any:
+        """Cost vector: -1 on ``members`` (every placement column when ``None``)."""
+        import numpy as np
+
+        cost = np.zeros(self.total)
+        if members is None:
+            cost[: self.n] = -1.0
+        else:
+            cost[members] = -1.0
+        return cost
+
+    def _add(self, highspy: Any, rows: list[Row]) -> None:
+        import numpy as np
+
+        h, total = self.h, self.total
+        h.addCols(
+            total,
+            self.objective(),
+            np.zeros(total),
+            np.ones(total),
+            0,
+            np.array([], dtype=np.int32),
+            np.array([], dtype=np.int32),
+            np.array([], dtype=np.float64),
+        )
+        h.changeColsIntegrality(
+            total,
+            np.arange(total, dtype=np.int32),
+            np.full(total, highspy.HighsVarType.kInteger, dtype=np.uint8),
+        )
+        starts: list[int] = []
+        index: list[int] = []
+        value: list[float] = []
+        upper: list[float] = []
+        for coeffs, ub in rows:
+            starts.append(len(index))
+            for j, a in coeffs:
+                index.append(j)
+                value.append(float(a))
+            upper.append(float(ub))
+        if rows:
+            h.addRows(
+                len(rows),
+                np.full(len(rows), -self.inf),
+                np.array(upper),
+                len(index),
+                np.array(starts, dtype=np.int32),
+                np.array(index, dtype=np.int32),
+                np.array(value),
+            )
+
+
+def _lexicographic(prog: _Program, pins: list[int]) -> bool:
+    """Re-solve in the order Grid must respect: pins first (reserved before anything else,
+    higher priority first), then the most replicas of the highest priority class, each
+    level's optimum then fixed as a floor for the next; True when every solve was optimal."""
+    import numpy as np
+
+    h, total, inf = prog.h, prog.total, prog.inf
+    prios = [prog.state.profiles[mi].priority for mi, _, _ in prog.cols]
+    order = sorted(set(prios), reverse=True)
+    levels = [[j for j in pins if prios[j] == prio] for prio in order]
+    levels = [lv for lv in levels if lv] + [
+        [j for j, q in enumerate(prios) if q == prio] for prio in order
+    ]
+    everything = np.arange(total, dtype=np.int32)
+    optimal = True
+    for members in levels:
+        h.changeColsCost(total, everything, prog.objective(members))
+        h.run()
+        best, _ = _objective(h, inf)
+        optimal = optimal and h.modelStatusToString(h.getModelStatus()) == "Optimal"
+        h.addRow(
+            float(best), inf, len(members), np.array(members, dtype=np.int32), np.ones(len(members))
+        )
+    h.changeColsCost(total, everything, prog.objective())
+    h.run()
+    return optimal and h.modelStatusToString(h.getModelStatus()) == "Optimal"
 
 
 def _objective(h: Any, inf: float) -> tuple[int, int]:

@@ -106,19 +106,26 @@ def exact_summary(out: dict, time_limit_s: float) -> dict:
 
     Returns:
         ``{optimum, coverage, grid_coverage, gap, unordered, unordered_coverage, optimal,
-        status, solve_s, variables, constraints, short_models}``; ``gap`` is the optimum's
-        coverage minus Grid's (0 when Grid is optimal), ``short_models`` lists models Grid
-        places fewer replicas of than the optimum.
+        status, solve_s, variables, constraints, short_models, loss_by_class}``; ``gap`` is
+        the optimum's coverage minus Grid's (0 when Grid is optimal), ``short_models`` lists
+        models Grid places fewer replicas of than the optimum, ``loss_by_class`` maps each
+        priority (as a string) to the replicas its host choices cost
+        (:func:`grid_core.planner.exact.loss_by_class`; empty when Grid places as many as
+        the unordered optimum). ``solve_s`` covers the optimum only.
 
     Raises:
         ValidationError: ``highspy`` is missing (the message names the extra).
     """
-    from grid_core.api import exact_optimum, prime_quietly
+    from grid_core.api import exact_loss_by_class, exact_optimum, prime_quietly
 
     prime_quietly()
     started = time.perf_counter()
     res = exact_optimum(out["inputs"], time_limit_s)
     solve_s = time.perf_counter() - started
+    loss: dict[int, int] = {}
+    if res.unordered > out["placed"]:  # nothing to attribute when Grid places the most
+        pairs = [(a["model_id"], a["host_id"]) for a in out["assignments"]]
+        loss = exact_loss_by_class(out["inputs"], pairs, time_limit_s)
     desired = out["desired"]
     grid_cov = out["placed"] / desired if desired else 1.0
     per_model: dict[str, int] = {}
@@ -142,6 +149,7 @@ def exact_summary(out: dict, time_limit_s: float) -> dict:
         "variables": res.variables,
         "constraints": res.constraints,
         "short_models": short,
+        "loss_by_class": {str(prio): n for prio, n in loss.items()},
     }
 
 
@@ -207,6 +215,7 @@ def bench_plan(
             ["exact:status", ex["status"]],
             ["exact:solve_s", ex["solve_s"]],
         ]
+        rows += [[f"exact:loss_by_class:{p}", n] for p, n in ex["loss_by_class"].items()]
     typer.echo(render_table(["metric", "value"], rows))
     if ex is not None:
         typer.echo("")

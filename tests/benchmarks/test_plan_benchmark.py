@@ -228,6 +228,8 @@ def test_cli_exact_prints_the_optimum_and_the_gap(tmp_path):
     # the unordered optimum is an upper bound on any plan, Grid's included
     assert out["placed"] <= ex["unordered"] <= out["desired"]
     assert ex["gap"] == pytest.approx(ex["coverage"] - out["coverage"], abs=1e-3)
+    # the per-class losses account for every replica between Grid and the unordered optimum
+    assert sum(ex["loss_by_class"].values()) == ex["unordered"] - out["placed"]
     table = CliRunner().invoke(app, ["bench", "plan", "--fleet", str(p), "--runs", "1", "--exact"])
     assert "exact:gap" in table.output
 

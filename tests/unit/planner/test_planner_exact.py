@@ -7,7 +7,7 @@ from planner_helpers import NOW, PLUGINS, POLICY, demand, host, model, run
 
 from grid_core.errors import ValidationError
 from grid_core.planner import PlanInputs
-from grid_core.planner.exact import exact_optimum, prime_quietly
+from grid_core.planner.exact import exact_optimum, loss_by_class, prime_quietly
 
 pytest.importorskip("highspy")
 
@@ -91,3 +91,20 @@ def test_lab_exact_check_on_a_small_lab_fleet():
     assert row["optimal"] is True
     with pytest.raises(ValueError, match="--machines"):
         exact_check(64, 9, 42, PLUGINS)
+
+
+def test_loss_by_class_names_the_class_whose_host_choice_cost_a_replica():
+    # 16 GB and 8 GB hosts; a priority-3 8 GB model and a priority-0 12 GB model. Both fit
+    # only when the priority-3 replica takes the small host.
+    prime_quietly()
+    hosts = [host("big", 16), host("small", 8)]
+    profiles = [model("vip", 8, min_replicas=1, priority=3), model("lo", 12, min_replicas=1)]
+    inputs = _inputs(profiles, hosts)
+    # the high class on the big host strands the low one: its choice costs one replica
+    assert loss_by_class(inputs, [("vip", "big")]) == {3: 1, 0: 0}
+    # the right hosts, but the low class left out: the loss is the low class's own
+    assert loss_by_class(inputs, [("vip", "small")]) == {3: 0, 0: 1}
+    assert loss_by_class(inputs, [("vip", "small"), ("lo", "big")]) == {3: 0, 0: 0}
+    # Grid itself finds the optimal packing here, so nothing is attributed
+    grid = [(a.model_id, a.host_id) for a in run(profiles, hosts).assignments]
+    assert loss_by_class(inputs, grid) == {3: 0, 0: 0}
