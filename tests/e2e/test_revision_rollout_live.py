@@ -20,13 +20,14 @@ import pytest
 from fleet_cli import cli, wait_for, write_node_token
 from grid_llamacpp.artifacts import sha256_file
 from grid_llamacpp.tinymodel import TinyModelSpec, make_model
+from ports import port_range
 
 from grid_server.harness import Testbed, start_server
 
 pytestmark = pytest.mark.e2e
 
-PORT_RANGES = ("22760-22769", "22770-22779")
-"""Managed ports of the two agents (apart from other e2e tests)."""
+PORT_RANGES = tuple("{}-{}".format(*port_range(low, low + 9)) for low in (22850, 22860))
+"""Managed ports of the two agents (their blocks in the table of docs/testing.md)."""
 MODEL = "tiny-roll.gguf"
 HOSTS = ("host-roll-a", "host-roll-b")
 
