@@ -79,6 +79,11 @@ class EngineChildAdapter(ABC):
     name: str
     label: str = "engine"
     """How messages name the process (``vLLM``, ``Ollama gateway`` …)."""
+    log_prefix: str = ""
+    """A child's log is ``logs/<log_prefix>-<port>.log`` (:attr:`name` when empty)."""
+    embeddings_args: tuple[str, ...] = ()
+    """Arguments appended to :meth:`command` for an embedding profile's engine; empty when
+    the runtime serves no embeddings endpoint (such a warm is refused)."""
 
     def __init__(
         self,
@@ -144,22 +149,18 @@ class EngineChildAdapter(ABC):
         Raises:
             UnavailableError: the child exited or did not become ready in time.
             StateError: the child could not be recorded durably (it was stopped).
-            ValidationError: ``embeddings`` asked of a runtime without that endpoint.
+            ValidationError: ``embeddings`` asked of a runtime without that endpoint
+                (:attr:`embeddings_args` empty).
             GridError: whatever :meth:`before_spawn` refused with.
         """
-        if embeddings:
-            msg = (
-                f"runtime {self.name!r} serves no embeddings endpoint here; give the embedding "
-                "profile --runtime llama.cpp"
-            )
-            raise ValidationError(msg)
+        self._check_embeddings(embeddings)
         await self.before_spawn(host, loaded, memory_mb)
         port = host.allocate_port()
         alias = loaded.model_id
         logs = host.state_dir / "logs"
         logs.mkdir(parents=True, exist_ok=True, mode=0o700)
-        log_path = logs / f"{self.name}-{port}.log"
-        argv = self.command(host, loaded, alias, port, memory_mb)
+        log_path = logs / f"{self.log_prefix or self.name}-{port}.log"
+        argv = self.child_command(host, loaded, alias, port, memory_mb, embeddings=embeddings)
         pid = spawn_detached(argv, log_path=log_path, truncate_log=True)
         child = ChildRecord(
             runtime=self.name,
@@ -197,6 +198,33 @@ class EngineChildAdapter(ABC):
         child.state = "ready"
         host.publish(child)
         return child
+
+    def child_command(
+        self,
+        host: RuntimeHost,
+        loaded: LoadResult,
+        alias: str,
+        port: int,
+        memory_mb: int,
+        *,
+        embeddings: bool = False,
+    ) -> list[str]:
+        """:meth:`command`, plus :attr:`embeddings_args` for an embedding profile's engine.
+
+        Raises:
+            ValidationError: ``embeddings`` asked of a runtime without that endpoint.
+        """
+        self._check_embeddings(embeddings)
+        argv = self.command(host, loaded, alias, port, memory_mb)
+        return [*argv, *self.embeddings_args] if embeddings else argv
+
+    def _check_embeddings(self, embeddings: bool) -> None:
+        if embeddings and not self.embeddings_args:
+            msg = (
+                f"runtime {self.name!r} serves no embeddings endpoint here; give the embedding "
+                "profile --runtime llama.cpp"
+            )
+            raise ValidationError(msg)
 
     @staticmethod
     def _record_failure(host: RuntimeHost, child: ChildRecord, why: str) -> None:

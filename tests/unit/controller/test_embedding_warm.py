@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
+import pytest
 from grid_llamacpp.adapter import LlamaCppAdapter
+from grid_vllm.adapter import VllmAdapter
 from simfleet import SimFleet
 
+from grid_core.errors import ValidationError
 from grid_core.profile import ModelProfile
+from grid_core.runtime import LoadResult
 
 
 def _warms(fleet: SimFleet) -> list[tuple[str, bool]]:
@@ -45,8 +50,36 @@ def test_embedding_profile_rule() -> None:
     assert not p({"general": 1.0, "embedding": 1.0}).serves_embeddings  # a tie: chat stays on
 
 
+class _Host:
+    """The paths a runtime adapter reads from its node (no port, no publication needed)."""
+
+    bind_host = "127.0.0.1"
+
+    def __init__(self, root: Path) -> None:
+        self.state_dir = root
+        self.artifact_dir = root / "artifacts"
+        self.model_dirs = (root,)
+        self.api_key = "k"
+        self.api_key_file = root / "k"
+
+
 def test_llama_server_gets_the_embeddings_flag_only_when_asked(tmp_path: Path) -> None:
-    a = LlamaCppAdapter()
-    args = (tmp_path / "llama-server", "/m.gguf", "m.gguf", "127.0.0.1", 22001, tmp_path / "k")
-    assert "--embeddings" not in a.argv(*args)
-    assert a.argv(*args, embeddings=True)[-1] == "--embeddings"
+    exe = tmp_path / "llama-server"
+    exe.write_text("#!/bin/sh\n")
+    exe.chmod(0o700)
+    a = LlamaCppAdapter(str(exe))
+    host = _Host(tmp_path)
+    loaded = LoadResult(model_id="m.gguf", path="/m.gguf", sha256=None, size_bytes=1)
+    plain = a.child_command(host, loaded, "m.gguf", 22001, 100)
+    assert plain[0] == str(exe.resolve())
+    assert "--embeddings" not in plain
+    embed = a.child_command(host, loaded, "m.gguf", 22001, 100, embeddings=True)
+    assert embed[-1] == "--embeddings"
+    assert embed[:-1] == plain
+
+
+def test_a_runtime_without_embeddings_refuses_an_embedding_warm(tmp_path: Path) -> None:
+    host = _Host(tmp_path)
+    loaded = LoadResult(model_id="m", path="/m", sha256=None, size_bytes=1)
+    with pytest.raises(ValidationError, match="serves no embeddings endpoint"):
+        asyncio.run(VllmAdapter().warm(host, loaded, 100, embeddings=True))
