@@ -107,7 +107,7 @@ from grid_core.plugins import (
     get_plugins,
     load_plugins,
 )
-from grid_core.portfolio import (
+from grid_core.portfolio.types import (
     MAX_CANDIDATES,
     MAX_PORTFOLIOS,
     MAX_PREEMPTION_PATHS,

@@ -30,7 +30,7 @@ if TYPE_CHECKING:  # imported only for type checkers; keeps grid_core import-lig
     from grid_core.demand.series import DemandSeries, Forecast, ForecastPolicy
     from grid_core.planner.preemption import VictimCandidate, VictimContext, VictimNeed
     from grid_core.planner.scoring import ScoreTerm
-    from grid_core.portfolio import PortfolioContext, PortfolioDecision, PortfolioSnapshot
+    from grid_core.portfolio.types import PortfolioContext, PortfolioDecision, PortfolioSnapshot
     from grid_core.runtime import GpuDevice, RuntimeAdapter
 
 PROJECT_NAME = "grid"

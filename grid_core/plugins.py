@@ -26,7 +26,7 @@ from grid_core.errors import PluginError
 from grid_core.planner.hooks import PlannerHooks
 from grid_core.planner.preemption import VictimCandidate, VictimContext, VictimNeed, VictimSelector
 from grid_core.planner.scoring import ScoreTerm
-from grid_core.portfolio import PortfolioContext, PortfolioDecision, PortfolioSnapshot
+from grid_core.portfolio.types import PortfolioContext, PortfolioDecision, PortfolioSnapshot
 from grid_core.runtime import RUNTIME_ADAPTER_METHODS, GpuDevice, RuntimeAdapter
 
 ENTRY_POINT_GROUP = hookspecs.PROJECT_NAME
