@@ -34,8 +34,13 @@ GRIDS_FILE = "grids.json"
 """The named-grid config file inside ``$GRID_HOME``."""
 LOCAL_SERVER_FILE = "server.json"
 """What ``grid up`` announces in ``$GRID_HOME`` (the server package writes it)."""
-DEFAULT_URL = "http://127.0.0.1:22100"
-"""Where the local server listens when nothing says otherwise (``grid up``'s defaults)."""
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 22100
+"""The server's port when nothing says otherwise: clear of the engines' own defaults
+(llama.cpp 8080, vLLM 8000, ComfyUI 8188, Ollama 11434) and below the ephemeral range."""
+DEFAULT_URL = f"http://{DEFAULT_HOST}:{DEFAULT_PORT}"
+"""Where the local server listens when nothing says otherwise (``grid up``'s defaults); the
+one definition the CLI, the node agent and the server share."""
 GRID_NAME_PATTERN = r"^[A-Za-z][A-Za-z0-9_.-]{0,63}$"
 """Grid names: short identifiers that cannot be mistaken for a URL or ``local``."""
 RESERVED_NAMES = frozenset({"local"})

@@ -19,6 +19,7 @@ from urllib.parse import urlsplit
 
 import msgspec
 
+from grid_core import grids
 from grid_core.client import PlainHttpRefused, check_credential_transport, is_loopback_host
 from grid_core.errors import StateError, ValidationError
 from grid_core.system import grid_home, write_atomic
@@ -27,7 +28,8 @@ from grid_core.system.runtime_host import DEFAULT_ENGINE_PORT_RANGE
 CONFIG_FILE = "node-config.json"
 """Name of the configuration document inside the node's state directory."""
 SCHEMA_VERSION: Literal[1] = 1
-DEFAULT_GRID_URL = "http://127.0.0.1:22100"
+DEFAULT_GRID_URL = grids.DEFAULT_URL
+"""The local server (``grid up``'s default address)."""
 DEFAULT_PORT_RANGE = DEFAULT_ENGINE_PORT_RANGE
 """Managed engine ports (defined with the runtime host): away from the server's 22100."""
 HEARTBEAT_INTERVAL_S = 5.0

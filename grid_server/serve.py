@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 import uvicorn
 
+from grid_core import grids
 from grid_core.errors import EXIT_USAGE, GridError
 from grid_core.system import ProcessIdentity, write_atomic
 from grid_core.tls import server_context
@@ -25,8 +26,8 @@ from grid_server.home import SERVER_FILE, grid_home
 if TYPE_CHECKING:
     from grid_server.context import ServerContext
 
-DEFAULT_HOST = "127.0.0.1"
-DEFAULT_PORT = 22100
+DEFAULT_HOST = grids.DEFAULT_HOST
+DEFAULT_PORT = grids.DEFAULT_PORT
 LISTEN_BACKLOG = 2048
 """Accept queue: a benchmark burst at concurrency 32 never sees a refused connection."""
 MAX_PORT = 65535
