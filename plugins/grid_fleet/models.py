@@ -17,24 +17,8 @@ from grid_fleet.layout import FleetSettings, ModelSpec
 
 GGUF_MAGIC = b"GGUF"
 """First four bytes of every GGUF file (the format's magic number)."""
-TOKEN_HINT = "$GRID_HOME/operator-token"
-"""How Grid's own messages name the operator token; inside the fleet that is fleet/server/."""
-LOCK_FILE = "fleet.lock"
-"""Exclusive lock held by ``grid test start``/``stop`` (one fleet operation at a time)."""
-LOG_TAIL_LINES = 5
-"""Server log lines quoted when the fleet server fails to start."""
 MAKE_MODEL_TIMEOUT_S = 120.0
 """A tiny demo GGUF is written in about a second; two minutes covers a loaded CI machine."""
-ENGINE_THREADS_ENV = "LLAMA_ARG_THREADS"
-ENGINE_THREADS = 1
-"""Threads per engine child: logical hosts share the physical cores, and a tiny model gains
-nothing from a second thread that only contends with the sibling engines."""
-MAKE_MODEL_TIMEOUT_S = 120.0
-"""A tiny demo GGUF is written in about a second; two minutes covers a loaded CI machine."""
-ENGINE_THREADS_ENV = "LLAMA_ARG_THREADS"
-ENGINE_THREADS = 1
-"""Threads per engine child: logical hosts share the physical cores, and a tiny model gains
-nothing from a second thread that only contends with the sibling engines."""
 
 Echo = Callable[[str], None]
 
