@@ -45,24 +45,27 @@ def owned(home: Path) -> list[psutil.Process]:
 
 @contextmanager
 def started_fleet(
-    home: Path, *, machines: int, capacities_gib: str, engine_port_base: int
+    home: Path, *, machines: int, engine_port_base: int, capacities_gib: str | None = None
 ) -> Iterator[tuple[Path, str, str]]:
     """Start a logical fleet with ``grid test start`` under ``home``; yield (fleet root, URL,
     operator token); stop it with ``grid test stop`` and prove from the process table that
-    no fleet process is left, including one started by hand (found by its GRID_HOME)."""
+    no fleet process is left, including one started by hand (found by its GRID_HOME).
+
+    ``capacities_gib`` (``"3,3"``) sets each host's text capacity; the fleet's default
+    otherwise. The server binds a free port (``--port 0``)."""
     from grid_fleet import layout
     from grid_fleet.daemons import fleet_processes
 
     from grid_core.system import is_gone, same_birth
 
+    sizes = ("--text-capacities-gib", capacities_gib) if capacities_gib else ()
     started = grid(
         home,
         "test",
         "start",
         "--machines",
         str(machines),
-        "--text-capacities-gib",
-        capacities_gib,
+        *sizes,
         "--port",
         "0",
         "--engine-port-base",
@@ -83,6 +86,15 @@ def started_fleet(
         assert stopped.returncode == 0, stopped.stdout + stopped.stderr
         assert not left, f"processes left after 'grid test stop': {left}"
         assert not owned(home) and not fleet_processes(root)
+
+
+def fleet_status(home: Path) -> dict:
+    """``grid test status --json`` of the fleet under ``home`` (settings, hosts, models, URL)."""
+    import json
+
+    done = grid(home, "test", "status", "--json")
+    assert done.returncode == 0, done.stdout + done.stderr
+    return json.loads(done.stdout)
 
 
 def cli(

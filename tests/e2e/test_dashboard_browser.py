@@ -10,14 +10,13 @@ to ``build/screenshots/`` (docs/observability.md shows one).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import httpx
 import pytest
 from browser_driver import chromium
-from fleet_cli import grid, owned
+from fleet_cli import fleet_status, started_fleet
 from ports import port
 from prometheus_client.parser import text_string_to_metric_families
 from selenium.webdriver.common.by import By
@@ -38,26 +37,8 @@ SCREENSHOTS = Path(__file__).resolve().parents[2] / "build" / "screenshots"
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, dict]]:
     home = tmp_path_factory.mktemp("dash-home")
-    started = grid(
-        home,
-        "test",
-        "start",
-        "--machines",
-        "2",
-        "--text-capacities-gib",
-        "3,3",
-        "--port",
-        "0",
-        "--engine-port-base",
-        str(ENGINE_PORT_BASE),
-    )
-    try:
-        assert started.returncode == 0, started.stdout + started.stderr
-        yield home, json.loads(grid(home, "test", "status", "--json").stdout)
-    finally:
-        stopped = grid(home, "test", "stop")
-        assert stopped.returncode == 0, stopped.stdout + stopped.stderr
-        assert not owned(home), "processes left after 'grid test stop'"
+    with started_fleet(home, machines=2, capacities_gib="3,3", engine_port_base=ENGINE_PORT_BASE):
+        yield home, fleet_status(home)
 
 
 def wait_for(driver: WebDriver, what: str, check: Callable[[WebDriver], object], timeout: float):

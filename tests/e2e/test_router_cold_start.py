@@ -9,7 +9,6 @@ ready, a client honouring Retry-After is answered within 2 s.
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 from collections.abc import Iterator
@@ -17,7 +16,7 @@ from collections.abc import Iterator
 import httpx
 import openai
 import pytest
-from fleet_cli import grid
+from fleet_cli import fleet_status, started_fleet
 from ports import port
 
 pytestmark = pytest.mark.e2e
@@ -31,24 +30,8 @@ ANSWERED_AFTER_READY_S = 2.0
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, object]]:
     home = tmp_path_factory.mktemp("cold-start-home")
-    started = grid(
-        home,
-        "test",
-        "start",
-        "--machines",
-        "3",
-        "--port",
-        "0",
-        "--engine-port-base",
-        str(ENGINE_PORT_BASE),
-    )
-    try:
-        assert started.returncode == 0, started.stdout + started.stderr
-        doc: dict[str, object] = json.loads(grid(home, "test", "status", "--json").stdout)
-        yield doc
-    finally:
-        stopped = grid(home, "test", "stop")
-        assert stopped.returncode == 0, stopped.stdout + stopped.stderr
+    with started_fleet(home, machines=3, engine_port_base=ENGINE_PORT_BASE):
+        yield fleet_status(home)
 
 
 def _cold_models(doc: dict[str, object]) -> list[str]:

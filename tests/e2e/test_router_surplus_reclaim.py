@@ -12,7 +12,6 @@ never loses its last ready replica.
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 from collections.abc import Iterator
@@ -20,7 +19,7 @@ from collections.abc import Iterator
 import httpx
 import openai
 import pytest
-from fleet_cli import grid
+from fleet_cli import started_fleet
 from ports import port
 
 pytestmark = pytest.mark.e2e
@@ -37,24 +36,8 @@ BURST_LIMIT_S = 180.0
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     home = tmp_path_factory.mktemp("surplus-home")
-    started = grid(
-        home,
-        "test",
-        "start",
-        "--machines",
-        "3",
-        "--port",
-        "0",
-        "--engine-port-base",
-        str(ENGINE_PORT_BASE),
-    )
-    try:
-        assert started.returncode == 0, started.stdout + started.stderr
-        doc: dict[str, object] = json.loads(grid(home, "test", "status", "--json").stdout)
-        yield str(doc["url"])
-    finally:
-        stopped = grid(home, "test", "stop")
-        assert stopped.returncode == 0, stopped.stdout + stopped.stderr
+    with started_fleet(home, machines=3, engine_port_base=ENGINE_PORT_BASE) as (_, url, _):
+        yield url
 
 
 def _status(c: httpx.Client, url: str) -> dict:
