@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import sys
 import uuid
 from pathlib import Path
@@ -31,7 +30,7 @@ from typing import Any
 from aiohttp import web
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from fakekit import EventLog, png
+from fakekit import EventLog, png, serve
 
 LOAD_DELAY_S = 0.2
 """Seconds a checkpoint takes to "load": a cold workflow is visibly slower than a warm one."""
@@ -199,15 +198,7 @@ async def main(argv: list[str]) -> int:
     p.add_argument("--port-file", type=Path)
     args = p.parse_args(argv)
     fake = FakeComfy(args.base_directory, args.log)
-    runner = web.AppRunner(fake.app(), access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, args.listen, args.port)
-    await site.start()
-    bound = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]  # aiohttp API
-    if args.port_file:
-        tmp = args.port_file.with_suffix(".tmp")
-        tmp.write_text(str(bound))
-        os.replace(tmp, args.port_file)
+    bound = await serve(fake.app(), args.listen, args.port, args.port_file)
     print(f"fake comfyui: listening on {args.listen}:{bound}", flush=True)
     await asyncio.Event().wait()
     return 0

@@ -35,7 +35,7 @@ from typing import Any
 from aiohttp import web
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from fakekit import EventLog, chunk, completion_body, prompt_tokens, token
+from fakekit import EventLog, generation_response, serve, token
 
 DEFAULT_KEEP_ALIVE_S = 300.0
 """Ollama's default keep_alive (5 minutes) when a request names none."""
@@ -293,19 +293,7 @@ class FakeOllama:
             return web.json_response({"error": {"message": err, "type": "api_error"}}, status=404)
         n = int(body.get("max_completion_tokens") or body.get("max_tokens") or 16)
         try:
-            if body.get("stream"):
-                resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
-                await resp.prepare(request)
-                for i in range(n):
-                    await asyncio.sleep(TOKEN_DELAY_S)
-                    await resp.write(chunk(name, token(i), chat=chat))
-                await resp.write(chunk(name, "", chat=chat, done=True))
-                await resp.write(b"data: [DONE]\n\n")
-                await resp.write_eof()
-                return resp
-            await asyncio.sleep(TOKEN_DELAY_S * n)
-            text = "".join(token(i) for i in range(n))
-            return web.json_response(completion_body(name, text, prompt_tokens(body), n, chat=chat))
+            return await generation_response(request, body, name, n, TOKEN_DELAY_S, chat=chat)
         finally:
             await self.after_request(name, request.path)
 
@@ -334,15 +322,7 @@ async def main(argv: list[str]) -> int:
     host, _, port = os.environ.get("OLLAMA_HOST", "127.0.0.1:11434").rpartition(":")
     models = Path(os.environ.get("OLLAMA_MODELS", Path.home() / ".ollama" / "models"))
     fake = FakeOllama(models, args.registry, args.log)
-    runner = web.AppRunner(fake.app(), access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, host or "127.0.0.1", int(port))
-    await site.start()
-    bound = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]  # aiohttp API
-    if args.port_file:
-        tmp = args.port_file.with_suffix(".tmp")
-        tmp.write_text(str(bound))
-        os.replace(tmp, args.port_file)
+    bound = await serve(fake.app(), host or "127.0.0.1", int(port), args.port_file)
     print(f"fake ollama: listening on {host}:{bound}", flush=True)
     await fake.expire()
     return 0

@@ -32,14 +32,7 @@ from typing import Any
 from aiohttp import web
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from fakekit import (
-    EventLog,
-    behaviour,
-    chunk,
-    completion_body,
-    prompt_tokens,
-    token,
-)
+from fakekit import EventLog, behaviour, generation_response
 
 DEFAULT_TOKEN_DELAY_S = 0.01
 """Seconds per generated token unless the model's knobs say otherwise."""
@@ -148,21 +141,7 @@ class FakeVllm:
         self.running += 1
         self.log.write("request", route=request.path, model=model, max_tokens=n)
         try:
-            if body.get("stream"):
-                resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
-                await resp.prepare(request)
-                for i in range(n):
-                    await asyncio.sleep(delay)
-                    await resp.write(chunk(model, token(i), chat=chat))
-                await resp.write(chunk(model, "", chat=chat, done=True))
-                await resp.write(b"data: [DONE]\n\n")
-                await resp.write_eof()
-                return resp
-            await asyncio.sleep(delay * n)
-            text = "".join(token(i) for i in range(n))
-            return web.json_response(
-                completion_body(model, text, prompt_tokens(body), n, chat=chat)
-            )
+            return await generation_response(request, body, model, n, delay, chat=chat)
         finally:
             self.running -= 1
 

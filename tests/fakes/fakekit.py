@@ -3,12 +3,14 @@
 The fakes exist because vLLM, Ollama and ComfyUI need GPUs this CPU-only test machine does
 not have. Each fake is a separate executable speaking the real engine's HTTP routes, status
 codes and start-up behaviour; this module holds what they share: deterministic token text,
-OpenAI-shaped completion bodies and server-sent-event chunks, a real PNG encoder and a JSON
-lines event log a test can read back.
+OpenAI-shaped completion bodies and server-sent-event chunks, a real PNG encoder, a JSON
+lines event log a test can read back, the generation response (streamed or whole) and serving
+an aiohttp application on a port a test can read back.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import struct
@@ -16,6 +18,8 @@ import time
 import zlib
 from pathlib import Path
 from typing import Any
+
+from aiohttp import web
 
 WORDS = ("grid", "fake", "token", "engine", "reply", "ok", "model", "ready")
 """Vocabulary of the fake text: deterministic, so tests can count tokens exactly."""
@@ -145,3 +149,50 @@ def behaviour(path: Path) -> dict[str, Any]:
         return json.loads(path.read_text())
     except FileNotFoundError:
         return {}
+
+
+async def generation_response(
+    request: web.Request,
+    body: dict[str, Any],
+    model: str,
+    tokens: int,
+    token_delay_s: float,
+    *,
+    chat: bool,
+) -> web.StreamResponse:
+    """An OpenAI completion of ``tokens`` fake tokens, ``token_delay_s`` apart.
+
+    A ``stream`` request gets server-sent events ending in ``data: [DONE]``; any other gets
+    one completion body with usage after the whole generation time.
+    """
+    if body.get("stream"):
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        for i in range(tokens):
+            await asyncio.sleep(token_delay_s)
+            await resp.write(chunk(model, token(i), chat=chat))
+        await resp.write(chunk(model, "", chat=chat, done=True))
+        await resp.write(b"data: [DONE]\n\n")
+        await resp.write_eof()
+        return resp
+    await asyncio.sleep(token_delay_s * tokens)
+    text = "".join(token(i) for i in range(tokens))
+    return web.json_response(completion_body(model, text, prompt_tokens(body), tokens, chat=chat))
+
+
+async def serve(app: web.Application, host: str, port: int, port_file: Path | None) -> int:
+    """Serve ``app`` on ``host:port`` (0 = any free port); returns the bound port.
+
+    When ``port_file`` is given the bound port is written there atomically (temp file, then
+    rename), so a test that started the fake on port 0 reads a complete number.
+    """
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, host, port)
+    await site.start()
+    bound = int(site._server.sockets[0].getsockname()[1])  # type: ignore[union-attr]  # aiohttp API
+    if port_file:
+        tmp = port_file.with_suffix(".tmp")
+        tmp.write_text(str(bound))
+        os.replace(tmp, port_file)
+    return bound
