@@ -572,6 +572,14 @@ def choose_route(
         An engine id from ``candidates``, or ``None`` when no route is eligible or every
         eligible route is at its admission limit (the request must wait, never pile on).
     """
+    if len(candidates) == 1:
+        # The common case (one replica): the ranking below would rank this one candidate
+        # alone, so only the hard gates and the admission limit decide.
+        only = candidates[0]
+        if not eligible(only):
+            return None
+        limit = admission_limit(only)
+        return None if limit is not None and only.active_requests >= limit else only.engine_id
     ranked = [r for r in estimate_routes(candidates, now, max_tokens) if not r.saturated]
     if not ranked:
         return None

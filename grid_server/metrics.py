@@ -27,6 +27,9 @@ from grid_core.wire import HostState, Mode, ResidencyState
 MB = 1024 * 1024
 OTHER_MODEL = "other"
 """Label for a requested model Grid does not know: callers choose names, the fleet does not."""
+MAX_CACHED_MODELS = 4096
+"""Models whose served-request series are kept looked up; far above any fleet's models (the
+labels themselves are bounded by the models Grid knows)."""
 MAX_COUNTED_ACTIONS = 65536
 """Finished action ids remembered so each is counted once; far above the action book's size."""
 LATENCY_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
@@ -116,6 +119,7 @@ class RequestMetrics:
             registry=r,
         )
         self._counted: set[str] = set()
+        self._served: dict[str, tuple[Any, Any, Any, Any, Any]] = {}
 
     def model_label(self, name: str | None) -> str:
         """``name`` when Grid knows the model, else :data:`OTHER_MODEL` (bounded labels)."""
@@ -126,6 +130,19 @@ class RequestMetrics:
     def observe_request(self, f: RequestFeatures) -> None:
         """Count one finished or refused request (runner hook; never raises)."""
         model = self.model_label(f.served_model or f.requested_model)
+        if f.outcome == "ok" and f.service_time_s is not None:
+            # The hot path: one served request. Its labelled series are looked up once per
+            # model (prometheus_client's labels() takes a lock and builds a key each call).
+            served = self._served.get(model)
+            if served is None:
+                served = self._served_series(model)
+            ok, added, upstream, prompt, completion = served
+            ok.inc()
+            added.observe(max(0.0, f.queue_s))
+            upstream.observe(max(0.0, f.service_time_s))
+            prompt.inc(f.input_units)
+            completion.inc(f.output_units)
+            return
         self.requests.labels(model, f.outcome).inc()
         if f.outcome == "unavailable":
             self.retry_after.labels(model).inc()
@@ -135,6 +152,19 @@ class RequestMetrics:
         if f.outcome == "ok":
             self.tokens.labels(model, "prompt").inc(f.input_units)
             self.tokens.labels(model, "completion").inc(f.output_units)
+
+    def _served_series(self, model: str) -> tuple[Any, Any, Any, Any, Any]:
+        if len(self._served) >= MAX_CACHED_MODELS:
+            self._served.clear()  # labels are bounded by known models; this only bounds memory
+        series = (
+            self.requests.labels(model, "ok"),
+            self.added.labels(model),
+            self.upstream.labels(model),
+            self.tokens.labels(model, "prompt"),
+            self.tokens.labels(model, "completion"),
+        )
+        self._served[model] = series
+        return series
 
     def observe_tick(self, seconds: float) -> None:
         """Record one controller pass's duration (runner hook)."""

@@ -110,6 +110,9 @@ class UpstreamPool:
             # The body is relayed byte for byte and scanned for usage: never decode it.
             auto_decompress=False,
             skip_auto_headers=("User-Agent",),
+            # One session serves every caller: a cookie one engine sets must never ride along
+            # on another caller's request (and no jar means no per-request cookie filtering).
+            cookie_jar=aiohttp.DummyCookieJar(),
             timeout=aiohttp.ClientTimeout(
                 total=None,
                 connect=POOL_TIMEOUT_S,

@@ -302,3 +302,44 @@ def test_breaker_invariants(seq: list[tuple[str, float]]) -> None:
     # Whatever happened, an open breaker admits a probe once its period has passed.
     later = max(t, b.open_until) + 1e-6
     assert not b.is_open(later)
+
+
+@given(
+    host_state=st.sampled_from(["accepting", "throttled", "draining", "unhealthy"]),
+    residency_state=st.sampled_from([None, "ready", "loading", "draining"]),
+    admitted=st.booleans(),
+    breaker_open=st.booleans(),
+    active=st.integers(min_value=0, max_value=10),
+    max_concurrency=st.one_of(st.none(), st.integers(min_value=0, max_value=8)),
+    multiplier=st.floats(min_value=0.0, max_value=1.0),
+    affinity=st.one_of(st.none(), st.just("a" * 64)),
+    max_tokens=st.one_of(st.none(), st.integers(min_value=1, max_value=4096)),
+)
+@settings(max_examples=300, deadline=None)
+def test_a_single_replica_is_chosen_exactly_when_the_full_ranking_would_choose_it(
+    host_state: str,
+    residency_state: str | None,
+    admitted: bool,
+    breaker_open: bool,
+    active: int,
+    max_concurrency: int | None,
+    multiplier: float,
+    affinity: str | None,
+    max_tokens: int | None,
+) -> None:
+    """The one-replica shortcut in choose_route (the proxy's common case) decides exactly
+    as ranking that replica would: same gates, same admission limit."""
+    only = cand(
+        "only",
+        host_state=host_state,
+        residency_state=residency_state,
+        admitted=admitted,
+        breaker_open=breaker_open,
+        active_requests=active,
+        max_concurrency=max_concurrency,
+        concurrency_multiplier=multiplier,
+    )
+    ranked = [r for r in routing.estimate_routes([only], NOW, max_tokens) if not r.saturated]
+    expected = ranked[0].engine_id if ranked else None
+    got = choose_route([only], NOW, max_tokens=max_tokens, affinity_hash=affinity)
+    assert got == expected
