@@ -347,7 +347,7 @@ def render_results(results: list[BenchResult]) -> str:
         f"{first.requests if first else 0} requests per path per level",
         "added = per request, latency through Grid minus the engine time Grid reported in "
         "Server-Timing (Grid's work and queueing plus the hops to and from Grid; >= 0 by "
-        "measurement)",
+        "measurement; understates when Grid's event loop is the bottleneck)",
         "proxy-direct = proxied percentile minus direct percentile per round; 'noise' when "
         "the rounds disagree on its sign",
         f"machine: {os.cpu_count()} cores, load average at the end "

@@ -9,8 +9,11 @@ different ways:
   Grid reports for that same request in its ``Server-Timing: upstream;dur=<ms>`` response
   header (from sending the request to the engine to the engine's response head). The
   upstream interval lies inside the caller's interval, so every sample is >= 0 by
-  measurement, not by clipping. It contains Grid's own work and queueing, both loopback hops
-  to and from Grid and the caller's own parse time: an upper bound on what Grid adds.
+  measurement, not by clipping. It contains Grid's own work and its queueing before the
+  upstream request, and the hops to and from Grid. It cannot contain the wait between the
+  engine's answer reaching Grid's socket and Grid's event loop reading it (that wait is
+  inside the upstream interval), so when Grid's loop is the bottleneck (many clients) it
+  understates: read it with the rates and the unpaired view.
 * **proxy − direct** (unpaired): a percentile of the proxied latencies minus the same
   percentile of the direct ones, per round. It includes effects the paired view cannot see
   (the proxy's CPU use slowing the engine on the same cores), but two noisy distributions'
