@@ -24,7 +24,7 @@ import httpx
 import msgspec
 
 from grid_core.client import AsyncGridClient, Call, Calls, RequestRefused
-from grid_core.errors import AuthError, GridError, StateError
+from grid_core.errors import AuthError, GridError, StateError, ValidationError
 from grid_core.plugins import Plugins
 from grid_core.protection import (
     DEFAULT_THROTTLE_FRACTION,
@@ -62,6 +62,7 @@ READY_LEASE_BEATS = 3
 CAPABILITIES: list[Capability] = ["load", "warm", "drain", "unload", "evict"]
 
 T = TypeVar("T")
+A = TypeVar("A")
 
 
 @runtime_checkable
@@ -117,6 +118,25 @@ def load_credential(config: NodeConfig) -> Credential | None:
     return Credential(token=raw)
 
 
+def offered_adapters(installed: dict[str, A], wanted: tuple[str, ...]) -> dict[str, A]:
+    """The runtime adapters this node offers: ``wanted`` (the configuration's ``runtimes``)
+    out of the installed runtime plugins, or all of them when ``wanted`` is empty.
+
+    Raises:
+        ValidationError: a wanted runtime has no installed plugin (names it and what is).
+    """
+    if not wanted:
+        return dict(installed)
+    missing = sorted(set(wanted) - set(installed))
+    if missing:
+        msg = (
+            f"runtimes (--runtime) {', '.join(missing)}: no such runtime plugin on this node "
+            f"(installed: {', '.join(sorted(installed))}); see 'grid plugins'"
+        )
+        raise ValidationError(msg)
+    return {name: installed[name] for name in wanted}
+
+
 class NodeAgent:
     """One node agent bound to a state directory.
 
@@ -167,7 +187,7 @@ class NodeAgent:
         self.credential = load_credential(self.config)
         host_id = self.config.host_id or (self.credential.host_id if self.credential else None)
         state = self.store.load_or_create(host_id)
-        adapters = self.plugins.runtime_adapters()
+        adapters = offered_adapters(self.plugins.runtime_adapters(), self.config.runtimes)
         llama = adapters.get("llama.cpp")
         if isinstance(llama, NamedExecutable) and self.config.llama_server:
             llama.use_executable(self.config.llama_server)

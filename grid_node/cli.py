@@ -125,6 +125,14 @@ def start(
     ] = None,
     failure_domain: Annotated[str | None, typer.Option("--failure-domain")] = None,
     tag: Annotated[list[str] | None, typer.Option("--tag", help="Placement tag.")] = None,
+    runtime: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--runtime",
+            help="Offer only this runtime (repeatable, e.g. comfyui for a media node; "
+            "default: every installed runtime plugin).",
+        ),
+    ] = None,
     heartbeat_interval: Annotated[
         float | None,
         typer.Option("--heartbeat-interval", help="Seconds between heartbeats (default 5)."),
@@ -182,6 +190,7 @@ def start(
         "llama_server": llama_server,
         "failure_domain": failure_domain,
         "tags": tuple(tag) if tag else None,
+        "runtimes": tuple(runtime) if runtime else None,
         "heartbeat_interval_s": heartbeat_interval,
         "throttle_fraction": throttle_fraction,
         "unknown_sensors": unknown_sensors,

@@ -127,6 +127,8 @@ class NodeConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
             store.
         unknown_sensors: ``ignore`` or ``throttle`` (how protection treats missing sensors).
         throttle_fraction: share of capacity offered while throttled (None: protection default).
+        runtimes: the engine families this node offers (names of installed runtime plugins,
+            e.g. ``("comfyui",)`` for a media node); empty = every installed runtime plugin.
     """
 
     schema_version: Literal[1] = SCHEMA_VERSION
@@ -150,6 +152,7 @@ class NodeConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     engine_tls_ca: Path | None = None
     unknown_sensors: UnknownSensors = "ignore"
     throttle_fraction: float | None = None
+    runtimes: tuple[str, ...] = ()
 
     @property
     def unknown_sensor_policy(self) -> Literal["ignore", "throttle"]:

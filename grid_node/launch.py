@@ -138,7 +138,8 @@ def start_node(
 
     Raises:
         ConflictError: a daemon already runs for this state directory.
-        ValidationError: the engine TLS certificate, key or CA is unusable (the flag is named).
+        ValidationError: the engine TLS certificate, key or CA is unusable (the flag is named),
+            or a configured runtime has no installed plugin.
         UnavailableError: the daemon exited during its start, or did not register in time
             (the message quotes its log and last error).
     """
@@ -158,6 +159,12 @@ def start_node(
             config.engine_tls_key,
             config.engine_ca,
         )
+    if config.runtimes:
+        # A runtime this machine lacks is refused here, in one line, not in the daemon's log.
+        from grid_core.plugins import get_plugins
+        from grid_node.agent import offered_adapters
+
+        offered_adapters(get_plugins().runtime_adapters(), config.runtimes)
     path = config.save()
     instance = uuid.uuid4().hex
     argv = [sys.executable, "-m", "grid_node.daemon", "--instance", instance, "--config", str(path)]

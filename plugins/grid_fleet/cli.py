@@ -18,7 +18,7 @@ from grid_core.api import (
     ValidationError,
     render_table,
 )
-from grid_fleet import daemons, layout, lifecycle, models, observe
+from grid_fleet import daemons, layout, lifecycle, media, models, observe
 
 Json = Annotated[bool, typer.Option("--json", help="One JSON document.")]
 DEMO_COLUMNS = (
@@ -67,11 +67,34 @@ def start(
             help=f"First engine port; each host gets {layout.ENGINE_PORTS_PER_HOST}.",
         ),
     ] = layout.DEFAULT_ENGINE_PORT_BASE,
+    include_comfyui: Annotated[
+        bool,
+        typer.Option(
+            "--include-comfyui",
+            help="Make the last machine a ComfyUI media node serving --media-bundle's workflows.",
+        ),
+    ] = False,
+    media_bundle: Annotated[
+        Path | None,
+        typer.Option(
+            "--media-bundle",
+            help="Directory of workflow manifests (*.workflow.json) and their checkpoints.",
+        ),
+    ] = None,
+    comfyui: Annotated[
+        Path | None,
+        typer.Option(
+            "--comfyui",
+            help=f"ComfyUI launcher taking main.py's flags (default: ${media.EXECUTABLE_ENV}).",
+        ),
+    ] = None,
 ) -> None:
-    """Start one Grid server plus N logical hosts with real llama-server children."""
+    """Start one Grid server plus N logical hosts with real llama-server children (and, with
+    --include-comfyui, a ComfyUI media node as the last of the N)."""
     for path in model or ():
         models.check_gguf(path.expanduser())
-    caps = layout.plan_capacities(machines, text_capacities_gib)
+    launcher, bundle = _media_options(include_comfyui, media_bundle, comfyui)
+    caps = layout.plan_capacities(machines, text_capacities_gib, media=include_comfyui)
     root = layout.fleet_dir()
     existing = layout.load_record(root)
     if existing is not None and not text_capacities_gib and existing.settings.machines == machines:
@@ -84,9 +107,12 @@ def start(
         engine_port_base=engine_port_base,
         capacities_mb=caps,
         models=tuple(str(p.expanduser().resolve()) for p in model or ()),
+        include_comfyui=include_comfyui,
+        media_bundle=bundle,
+        comfyui=launcher,
     )
     rec = lifecycle.start(settings, typer.echo, root)
-    names = ", ".join(m.model_id for m in rec.models)
+    names = ", ".join(m.model_id for m in (*rec.models, *rec.media))
     typer.echo(f"""
 grid: the fleet API is {rec.url}
 grid: operator token (owner-only): {daemons.token_path(root)}
@@ -95,9 +121,45 @@ next:
   grid test status                 # hosts, shares, residencies
   grid test watch                  # residency transitions as they happen (Ctrl-C stops watching)
   grid chat --grid {rec.url} -m {rec.models[0].model_id} 'Reply with OK'
-  grid test demo                   # the self-checking workday
+  grid test demo                   # the self-checking workday{_media_hint(rec)}
   grid test restart                # bring back a killed server or host agent, as configured
   grid test stop                   # drain and stop everything the fleet started""")
+
+
+def _media_hint(rec: layout.FleetRecord) -> str:
+    """The image request line of start's "next:" list (empty without a media node)."""
+    if not rec.media:
+        return ""
+    body = json.dumps({"model": rec.media[0].model_id, "prompt": "a lighthouse"})
+    return (
+        f"\n  curl -o out.png {rec.url}/v1/media/image/generate -H 'Content-Type: "
+        f"application/json' -d '{body}'   # 503 + Retry-After while the workflow is cold"
+    )
+
+
+def _media_options(
+    include: bool, bundle: Path | None, launcher: Path | None
+) -> tuple[str | None, str | None]:
+    """The resolved ComfyUI launcher and media bundle (``None, None`` without a media node).
+
+    Raises:
+        ValidationError: a media option without --include-comfyui, no bundle, no launcher,
+            or an unusable bundle (checked before anything starts).
+    """
+    if not include:
+        if bundle is not None or launcher is not None:
+            msg = "--media-bundle and --comfyui need --include-comfyui"
+            raise ValidationError(msg)
+        return None, None
+    if bundle is None:
+        msg = (
+            "--include-comfyui needs --media-bundle DIR: workflow manifests "
+            f"(*{media.MANIFEST_SUFFIX}) and the checkpoints they name"
+        )
+        raise ValidationError(msg)
+    resolved = bundle.expanduser().resolve()
+    media.bundle_manifests(resolved)
+    return media.comfyui_executable(launcher), str(resolved)
 
 
 def status(as_json: Json = False) -> None:
@@ -149,6 +211,7 @@ def render_status(doc: dict[str, Any]) -> str:
                 h["host_id"],
                 h["failure_domain"],
                 h["capacity_mb"],
+                ",".join(h.get("runtimes") or ()) or "any",
                 f"{h['port_low']}-{h['port_high']}",
                 "yes" if h["agent_running"] else "NO",
                 view.get("state", "-"),
@@ -158,7 +221,18 @@ def render_status(doc: dict[str, Any]) -> str:
         )
     lines.append(
         render_table(
-            ["host", "domain", "MB", "ports", "agent", "state", "free MB", "residencies"], rows
+            [
+                "host",
+                "domain",
+                "MB",
+                "runtimes",
+                "ports",
+                "agent",
+                "state",
+                "free MB",
+                "residencies",
+            ],
+            rows,
         )
     )
     ready = observe.ready_counts(alloc) if alloc else {}

@@ -35,7 +35,7 @@ from grid_core.api import (
     wait_until_sync,
     write_atomic,
 )
-from grid_fleet import layout
+from grid_fleet import layout, media
 from grid_fleet.layout import FleetRecord, HostSpec, ProcessRecord
 from grid_node.config import NodeConfig
 from grid_node.launch import AgentRecord, agent_record, agent_running, engine_processes, start_node
@@ -202,6 +202,12 @@ def _start_host(root: Path, url: str, host: HostSpec) -> tuple[str, int, str]:
     # keeps N engines from spinning against each other (llama-server reads this variable).
     env = dict(os.environ, GRID_HOME=str(root / "server"))
     env.setdefault(ENGINE_THREADS_ENV, str(ENGINE_THREADS))
+    model_dirs = (root / "models",)
+    if host.comfyui_url:
+        # The media node: its ComfyUI runtime plugin talks to the fixture's ComfyUI and
+        # finds the bundle's workflow manifests.
+        env[media.URL_ENV] = host.comfyui_url
+        model_dirs = (media.model_dir(root),)
     try:
         config = NodeConfig(
             state_dir=root / "hosts" / host.host_id,
@@ -211,7 +217,8 @@ def _start_host(root: Path, url: str, host: HostSpec) -> tuple[str, int, str]:
             failure_domain=host.failure_domain,
             port_range=(host.port_low, host.port_high),
             capacity_share=host.capacity_share,
-            model_dirs=(root / "models",),
+            model_dirs=model_dirs,
+            runtimes=host.runtimes,
             dedicated=True,
             heartbeat_interval_s=layout.HEARTBEAT_INTERVAL_S,
             throttle_fraction=layout.THROTTLED_FRACTION,
@@ -260,6 +267,8 @@ def owned_pids(root: Path, rec: FleetRecord) -> list[tuple[int, float | None]]:
     out: list[tuple[int, float | None]] = []
     if rec.server is not None:
         out.append((rec.server.pid, rec.server.birth))
+    if rec.comfyui is not None:
+        out.append((rec.comfyui.pid, rec.comfyui.birth))
     for h in rec.hosts:
         agent = node_record(root, h.host_id)
         if agent is not None and agent.pid:

@@ -38,6 +38,12 @@ ENGINE_PORTS_PER_HOST = 10
 """Engine ports per logical host: a few models plus restarts without reusing a busy port."""
 OS_RESERVE_MB = 2048
 """Memory kept back from the shares for the server, the agents and the rest of the machine."""
+MIN_MACHINES_WITH_MEDIA = 2
+"""A fleet with a media node needs one text node besides it for the text baseline."""
+MEDIA_HOST_MB = 4096
+"""The media node's share with explicit text capacities: the fake or a small image model's
+gateway plus one workflow budget; ComfyUI's weights live in accelerator memory, which the
+fixture does not partition."""
 MIN_HOST_MB = 1024
 """Smallest logical host: one tiny replica plus the planner's 512 MB admission headroom."""
 MB = 1024 * 1024
@@ -128,6 +134,10 @@ class HostSpec(msgspec.Struct, frozen=True, kw_only=True):
     capacity_share: float
     port_low: int
     port_high: int
+    runtimes: tuple[str, ...] = ()
+    """The runtimes the host's agent offers (empty: every installed runtime plugin)."""
+    comfyui_url: str | None = None
+    """The media node's ComfyUI (started by the fixture), ``None`` on a text node."""
 
 
 class ModelSpec(msgspec.Struct, frozen=True, kw_only=True):
@@ -140,6 +150,8 @@ class ModelSpec(msgspec.Struct, frozen=True, kw_only=True):
     priority: int
     min_replicas: int
     max_replicas: int
+    runtime: str = "llama.cpp"
+    """The runtime that serves it (``comfyui`` for a media bundle's workflow)."""
 
 
 class FleetSettings(msgspec.Struct, frozen=True, kw_only=True):
@@ -151,6 +163,12 @@ class FleetSettings(msgspec.Struct, frozen=True, kw_only=True):
     capacities_mb: tuple[int, ...]
     models: tuple[str, ...]
     """Operator GGUF paths (resolved), empty for the generated defaults."""
+    include_comfyui: bool = False
+    """The last logical machine is a ComfyUI media node (``--include-comfyui``)."""
+    media_bundle: str | None = None
+    """The media bundle directory (resolved): workflow manifests and their checkpoints."""
+    comfyui: str | None = None
+    """The ComfyUI launcher (resolved path) the fixture starts for the media node."""
 
 
 class ProcessRecord(msgspec.Struct, frozen=True, kw_only=True):
@@ -175,6 +193,10 @@ class FleetRecord(msgspec.Struct, kw_only=True):
     models: tuple[ModelSpec, ...]
     server: ProcessRecord | None = None
     started_at: float = 0.0
+    media: tuple[ModelSpec, ...] = ()
+    """The media bundle's workflows (served by the media node's ComfyUI)."""
+    comfyui: ProcessRecord | None = None
+    """The ComfyUI process the fixture started for the media node."""
 
 
 def fleet_dir() -> Path:
@@ -211,8 +233,14 @@ def usable_memory_mb() -> int:
     return int(psutil.virtual_memory().available / MB) - OS_RESERVE_MB
 
 
-def plan_capacities(machines: int, capacities_gib: str | None) -> tuple[int, ...]:
+def plan_capacities(
+    machines: int, capacities_gib: str | None, *, media: bool = False
+) -> tuple[int, ...]:
     """Per-host memory (MB): explicit GiB values, or an equal split of usable memory.
+
+    With ``media`` the last host is the ComfyUI media node: the explicit values are the text
+    nodes' (one fewer than ``machines``) and the media node gets an equal share of what is
+    left of the usable memory, at most :data:`MEDIA_HOST_MB`.
 
     Raises:
         ValidationError: wrong count, a non-positive or too small value, or a sum that does
@@ -221,6 +249,13 @@ def plan_capacities(machines: int, capacities_gib: str | None) -> tuple[int, ...
     if not MIN_MACHINES <= machines <= MAX_MACHINES:
         msg = f"--machines {machines}: use {MIN_MACHINES}..{MAX_MACHINES}"
         raise ValidationError(msg)
+    if media and machines < MIN_MACHINES_WITH_MEDIA:
+        msg = (
+            f"--machines {machines} --include-comfyui: the media node is one of the machines; "
+            f"use --machines {MIN_MACHINES_WITH_MEDIA} or more (a text node serves the baseline)"
+        )
+        raise ValidationError(msg)
+    text = machines - 1 if media else machines
     usable = usable_memory_mb()
     if capacities_gib:
         try:
@@ -228,13 +263,16 @@ def plan_capacities(machines: int, capacities_gib: str | None) -> tuple[int, ...
         except ValueError:
             msg = f"--text-capacities-gib {capacities_gib!r}: use comma-separated GiB, e.g. 4,4,2"
             raise ValidationError(msg) from None
-        if len(values) != machines:
+        if len(values) != text:
+            per = "text node (--machines minus the media node)" if media else "logical machine"
             msg = (
-                f"--text-capacities-gib has {len(values)} values for --machines {machines}; "
-                "give one capacity per logical machine"
+                f"--text-capacities-gib has {len(values)} values for {text} text node(s); "
+                f"give one capacity per {per}"
             )
             raise ValidationError(msg)
         caps = tuple(int(v * GIB_MB) for v in values)
+        if media:
+            caps += (min(MEDIA_HOST_MB, max(0, usable - sum(caps))),)
     else:
         caps = tuple([usable // machines] * machines)
     small = [i + 1 for i, c in enumerate(caps) if c < MIN_HOST_MB]
@@ -254,8 +292,14 @@ def plan_capacities(machines: int, capacities_gib: str | None) -> tuple[int, ...
     return caps
 
 
-def host_specs(caps: tuple[int, ...], engine_port_base: int) -> tuple[HostSpec, ...]:
+def host_specs(
+    caps: tuple[int, ...], engine_port_base: int, *, media: bool = False
+) -> tuple[HostSpec, ...]:
     """Host ids ``host-01``…, one failure domain each, disjoint engine port ranges.
+
+    Text hosts offer llama.cpp. With ``media`` the last host is the ComfyUI media node: it
+    offers only ``comfyui`` and the last port of its range is its ComfyUI's, the rest its
+    workflow gateways'.
 
     Raises:
         ValidationError: the port ranges would leave 1024..65535.
@@ -271,6 +315,8 @@ def host_specs(caps: tuple[int, ...], engine_port_base: int) -> tuple[HostSpec, 
     out = []
     for i, cap in enumerate(caps):
         low = engine_port_base + i * ENGINE_PORTS_PER_HOST
+        high = low + ENGINE_PORTS_PER_HOST - 1
+        is_media = media and i == len(caps) - 1
         out.append(
             HostSpec(
                 host_id=f"host-{i + 1:02d}",
@@ -278,7 +324,9 @@ def host_specs(caps: tuple[int, ...], engine_port_base: int) -> tuple[HostSpec, 
                 capacity_mb=cap,
                 capacity_share=round(cap / total_mb, 6),
                 port_low=low,
-                port_high=low + ENGINE_PORTS_PER_HOST - 1,
+                port_high=high - 1 if is_media else high,
+                runtimes=("comfyui",) if is_media else ("llama.cpp",),
+                comfyui_url=f"http://127.0.0.1:{high}" if is_media else None,
             )
         )
     return tuple(out)
@@ -315,4 +363,5 @@ def profile_document(m: ModelSpec) -> dict[str, object]:
         "warm_estimate_s": 3.0,
         "min_residency_s": MIN_RESIDENCY_S,
         "scale_down_cooldown_s": SCALE_DOWN_COOLDOWN_S,
+        "runtimes": [m.runtime],
     }

@@ -37,7 +37,7 @@ from grid_core.api import (
     same_birth,
     wait_until_sync,
 )
-from grid_fleet import layout
+from grid_fleet import layout, media
 from grid_fleet.daemons import (
     HTTP_TIMEOUT_S,
     POLL_S,
@@ -181,7 +181,9 @@ def _start(settings: FleetSettings, echo: Echo, root: Path) -> FleetRecord:
             "inspect it by hand"
         )
         raise ConflictError(msg)
-    hosts = layout.host_specs(settings.capacities_mb, settings.engine_port_base)
+    hosts = layout.host_specs(
+        settings.capacities_mb, settings.engine_port_base, media=settings.include_comfyui
+    )
     _fresh(root)
     echo(f"grid: starting a logical fleet of {settings.machines} host(s) in {root}")
     models = prepare_models(root, settings, echo)
@@ -203,6 +205,8 @@ def _start(settings: FleetSettings, echo: Echo, root: Path) -> FleetRecord:
                 f"  profile {m.model_id}: {m.memory_mb} MB, priority {m.priority}, "
                 f"replicas {m.min_replicas}..{m.max_replicas}"
             )
+        if settings.include_comfyui:
+            media.start_media(root, rec, _put_profile(url, root), echo)
         start_hosts(root, url, hosts, echo)
         mode = api(url, root, Calls.set_mode("automatic"))
         if mode.get("mode") != "automatic":
@@ -214,6 +218,15 @@ def _start(settings: FleetSettings, echo: Echo, root: Path) -> FleetRecord:
         _stop(echo, root)
         raise
     return rec
+
+
+def _put_profile(url: str, root: Path) -> Callable[[ModelSpec], None]:
+    """Register one model's placement profile on the fleet server."""
+
+    def put(m: ModelSpec) -> None:
+        api(url, root, Calls.put_model(m.model_id, layout.profile_document(m)))
+
+    return put
 
 
 def _fresh(root: Path) -> None:
@@ -361,6 +374,8 @@ def _stop(echo: Echo, root: Path) -> list[int]:
     with ThreadPoolExecutor(max_workers=min(8, max(1, len(rec.hosts)))) as pool:
         for hid, line in pool.map(stop_host, rec.hosts):
             echo(f"  {hid}: {line}")
+    # After the media node unloaded its workflows (its gateways talk to ComfyUI).
+    media.stop_comfyui(rec.comfyui, echo)
     stop_server(rec.server, echo)
     stop_strays(root, echo)
     left = [pid for pid, birth in pids if not is_gone(pid) and same_birth(pid, birth)]
@@ -464,6 +479,7 @@ def restart(echo: Echo, root: Path | None = None) -> FleetRecord:
                 rec.url = url
             layout.save_record(root, rec)
             echo(f"  server pid {server.pid} restarted on {url} (policy and state restored)")
+        media.restart_comfyui(root, rec, echo)
         missing = tuple(h for h in rec.hosts if not node_running(root, h.host_id))
         if missing:
             start_hosts(root, rec.url, missing, echo)

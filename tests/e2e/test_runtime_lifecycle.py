@@ -13,9 +13,7 @@ import asyncio
 import contextlib
 import os
 import signal
-import struct
 import time
-import zlib
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,6 +27,7 @@ from fake_engines import (
     comfyui_service,
     make_vllm_snapshot,
     ollama_service,
+    png_size,
     vllm_launcher,
     write_workflow_manifest,
 )
@@ -89,25 +88,6 @@ def chat_body(model: str, long: bool) -> Body:
 def check_chat(r: httpx.Response) -> None:
     assert r.status_code == 200, r.text
     assert r.json()["usage"]["completion_tokens"] > 0
-
-
-def png_size(data: bytes) -> tuple[int, int]:
-    """Width and height of a PNG, after checking its signature, chunk CRCs and pixel data."""
-    assert data[:8] == b"\x89PNG\r\n\x1a\n", data[:16]
-    pos, idat, size = 8, b"", (0, 0)
-    while pos < len(data):
-        (length,) = struct.unpack(">I", data[pos : pos + 4])
-        kind, body = data[pos + 4 : pos + 8], data[pos + 8 : pos + 8 + length]
-        (crc,) = struct.unpack(">I", data[pos + 8 + length : pos + 12 + length])
-        assert zlib.crc32(kind + body) & 0xFFFFFFFF == crc
-        if kind == b"IHDR":
-            size = struct.unpack(">II", body[:8])
-        elif kind == b"IDAT":
-            idat += body
-        pos += 12 + length
-    width, height = size
-    assert len(zlib.decompress(idat)) == height * (1 + 3 * width)  # 8-bit RGB rows
-    return width, height
 
 
 def check_png(r: httpx.Response) -> None:

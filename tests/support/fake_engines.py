@@ -10,9 +10,11 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import struct
 import subprocess
 import sys
 import time
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,9 +31,11 @@ from fakekit import read_events  # noqa: E402
 __all__ = [
     "FAKES",
     "FakeService",
+    "comfyui_launcher",
     "comfyui_service",
     "make_vllm_snapshot",
     "ollama_service",
+    "png_size",
     "read_events",
     "vllm_launcher",
     "write_workflow_manifest",
@@ -166,6 +170,25 @@ def vllm_launcher(directory: Path) -> Path:
     return path
 
 
+def comfyui_launcher(directory: Path, log: Path | None = None) -> Path:
+    """An executable named ``comfyui`` that runs the FAKE ComfyUI with this interpreter.
+
+    It takes ComfyUI's own ``main.py`` flags (``--listen``, ``--port``, ``--base-directory``),
+    which is what ``grid test start --include-comfyui --comfyui PATH`` passes; ``log`` (JSON
+    lines of loads, unloads and prompts) is added to its arguments when given.
+    """
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / "comfyui"
+    extra = ["--log", str(log)] if log is not None else []
+    path.write_text(
+        f"#!{sys.executable}\nimport runpy, sys\n"
+        f"sys.argv = [{str(path)!r}, *sys.argv[1:], *{extra!r}]\n"
+        f"runpy.run_path({str(FAKES / 'fake_comfyui.py')!r}, run_name='__main__')\n"
+    )
+    path.chmod(0o755)
+    return path
+
+
 def make_vllm_snapshot(directory: Path, knobs: dict | None = None) -> Path:
     """A model directory the fake vLLM serves (``config.json``, a weights file, knobs)."""
     directory.mkdir(parents=True, exist_ok=True)
@@ -235,3 +258,22 @@ def wait_http(url: str, timeout_s: float = START_TIMEOUT_S) -> None:
             return
         time.sleep(0.05)
     raise RuntimeError(f"{url} never answered")
+
+
+def png_size(data: bytes) -> tuple[int, int]:
+    """Width and height of a PNG, after checking its signature, chunk CRCs and pixel data."""
+    assert data[:8] == b"\x89PNG\r\n\x1a\n", data[:16]
+    pos, idat, size = 8, b"", (0, 0)
+    while pos < len(data):
+        (length,) = struct.unpack(">I", data[pos : pos + 4])
+        kind, body = data[pos + 4 : pos + 8], data[pos + 8 : pos + 8 + length]
+        (crc,) = struct.unpack(">I", data[pos + 8 + length : pos + 12 + length])
+        assert zlib.crc32(kind + body) & 0xFFFFFFFF == crc
+        if kind == b"IHDR":
+            size = struct.unpack(">II", body[:8])
+        elif kind == b"IDAT":
+            idat += body
+        pos += 12 + length
+    width, height = size
+    assert len(zlib.decompress(idat)) == height * (1 + 3 * width)  # 8-bit RGB rows
+    return width, height
