@@ -52,9 +52,9 @@ def test_bundle_manifests_need_their_checkpoints_and_matching_names(tmp_path: Pa
     [(model_id, _, ckpts)] = media.bundle_manifests(bundle)
     assert (model_id, ckpts) == ("image-a", ["a.safetensors"])
     (bundle / "image-a.workflow.json").rename(bundle / "other.workflow.json")
-    with pytest.raises(ValidationError, match="name it image-a.workflow.json"):
+    with pytest.raises(ValidationError, match=r"name it image-a\.workflow\.json"):
         media.bundle_manifests(bundle)
-    with pytest.raises(ValidationError, match="no \\*.workflow.json"):
+    with pytest.raises(ValidationError, match=r"no \*\.workflow\.json"):
         media.bundle_manifests(tmp_path)
     traversal = _bundle(tmp_path / "t", ckpt="../a.safetensors")
     with pytest.raises(ValidationError, match="needs checkpoint"):
