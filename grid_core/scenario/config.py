@@ -86,6 +86,8 @@ class ScenarioConfig:
         strategy: the control strategy.
         traces: workload → (timestamp seconds, rate) series replacing that workload's curve.
         oracle: also compute the hindsight oracle (bounded, see ``ORACLE_MAX_*``).
+        include_comfyui: the last machine is a ComfyUI media machine, the twin of the
+            logical fleet's ``grid test start --include-comfyui`` media node.
     """
 
     machines: int = 8
@@ -96,6 +98,7 @@ class ScenarioConfig:
     strategy: Strategy = "smart"
     traces: dict[str, tuple[tuple[float, float], ...]] = field(default_factory=dict)
     oracle: bool = False
+    include_comfyui: bool = False
 
     @property
     def ticks(self) -> int:
@@ -123,6 +126,12 @@ class ScenarioConfig:
             raise ValidationError(msg)
         if self.oracle:
             _check_oracle(self)
+        if self.include_comfyui and self.machines < 2:
+            msg = (
+                f"--machines {self.machines} --include-comfyui: the media machine is one of the "
+                "machines; use --machines 2 or more"
+            )
+            raise ValidationError(msg)
         return self
 
 

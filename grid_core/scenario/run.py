@@ -106,7 +106,7 @@ def run_scenario(cfg: ScenarioConfig, env: LabEnv) -> dict[str, object]:
     """
     cfg.validate()
     catalog = build_catalog(cfg.models)
-    machines = build_fleet(cfg.seed, cfg.machines, catalog)
+    machines = build_fleet(cfg.seed, cfg.machines, catalog, media=cfg.include_comfyui)
     users = build_users(cfg.seed, cfg.users)
     curves = DemandCurves(cfg.traces)
     ticks = cfg.ticks
@@ -152,6 +152,7 @@ def run_scenario(cfg: ScenarioConfig, env: LabEnv) -> dict[str, object]:
             "tick_s": TICK_S,
             "seed": cfg.seed,
             "strategy": cfg.strategy,
+            "include_comfyui": cfg.include_comfyui,
             "traces": list(curves.replaced),
             "baseline_model": BASELINE_MODEL,
             "workloads": list(WORKLOADS),
@@ -162,6 +163,7 @@ def run_scenario(cfg: ScenarioConfig, env: LabEnv) -> dict[str, object]:
                 "class": m.kind.name,
                 "failure_domain": m.failure_domain,
                 "capacity_mb": m.kind.capacity_mb,
+                "runtimes": list(m.kind.runtimes),
                 "cached": list(m.cached),
             }
             for m in machines

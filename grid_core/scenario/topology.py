@@ -82,6 +82,9 @@ CLASSES: tuple[MachineClass, ...] = (
     ),
 )
 """The first four are placed in order so even a 1–4 machine fleet is heterogeneous."""
+MEDIA_CLASS = next(c for c in CLASSES if c.runtimes == ("comfyui",))
+"""The ComfyUI-only media machine: with ``media`` it is the fleet's last machine, like the
+logical fleet's ``--include-comfyui`` media node (the text machines stay the same)."""
 
 
 @dataclass(frozen=True)
@@ -114,17 +117,23 @@ def compatible(entry: CatalogEntry, kind: MachineClass) -> bool:
     return p.memory_for(runtimes) <= kind.capacity_mb - kind.reserved_mb
 
 
-def build_fleet(seed: int, machines: int, catalog: tuple[CatalogEntry, ...]) -> tuple[Machine, ...]:
+def build_fleet(
+    seed: int, machines: int, catalog: tuple[CatalogEntry, ...], *, media: bool = False
+) -> tuple[Machine, ...]:
     """The fleet of ``machines`` logical machines for ``seed``.
 
     Classes come from the topology stream only; cached artifacts come from a per-machine
     sub-stream and are limited to compatible catalog entries that fit the machine's disk.
+    With ``media`` the last machine is :data:`MEDIA_CLASS`; the others are exactly those of
+    the same seed without it (the stream is drawn the same way).
     """
     rng = stream(seed, "topology")
     weights = [c.weight for c in CLASSES]
     out: list[Machine] = []
     for i in range(machines):
         kind = CLASSES[i] if i < 4 else rng.choices(CLASSES, weights)[0]
+        if media and i == machines - 1:
+            kind = MEDIA_CLASS
         cache_rng = stream(seed, "topology", "cache", i)
         fits = [e.model_id for e in catalog if compatible(e, kind)]
         n = min(len(fits), cache_rng.randint(0, MAX_INITIAL_CACHED))

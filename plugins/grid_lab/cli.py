@@ -68,6 +68,7 @@ def _config(
     strategy: str,
     traces: list[str],
     oracle: bool,
+    include_comfyui: bool = False,
 ) -> ScenarioConfig:
     cfg = ScenarioConfig(
         machines=machines,
@@ -78,6 +79,7 @@ def _config(
         strategy=parse_strategy(strategy),
         traces={},
         oracle=oracle,
+        include_comfyui=include_comfyui,
     )
     cfg.validate()  # bounds first: a bad flag fails before any file is read
     return ScenarioConfig(**{**cfg.__dict__, "traces": _traces(traces)}).validate()
@@ -96,12 +98,27 @@ def scenario(
     ),
     as_json: bool = typer.Option(False, "--json", help="The complete report as JSON."),
     timeline: bool = typer.Option(False, "--timeline", help="Print every changing tick."),
+    include_comfyui: bool = typer.Option(
+        False,
+        "--include-comfyui",
+        help="Make the last machine a ComfyUI media machine (the logical fleet's twin).",
+    ),
 ) -> None:
     """Simulate a heterogeneous fleet driven by the production controller and planner."""
     from grid_core.api import run_scenario
     from grid_lab.env import lab_env
 
-    cfg = _config(machines, models, users, duration, seed, strategy, workload_trace or [], oracle)
+    cfg = _config(
+        machines,
+        models,
+        users,
+        duration,
+        seed,
+        strategy,
+        workload_trace or [],
+        oracle,
+        include_comfyui,
+    )
     started = time.perf_counter()
     with lab_env() as env:
         report = run_scenario(cfg, env)
