@@ -43,6 +43,16 @@ class Row(NamedTuple):
     """Some compatible host's allocatable memory could ever hold it."""
 
 
+class ReclaimPath(NamedTuple):
+    """One host where reclaiming excess replicas would let a starved model fit."""
+
+    host_id: str
+    victims: tuple[str, ...]
+    """Models whose replica on this host gives way (each keeps its floor elsewhere)."""
+    startup_s: float
+    """The beneficiary's load+warm estimate on this host (the rank key)."""
+
+
 class Fit:
     """Feasibility of every profile on the fleet for one planning instant (memoised).
 
@@ -155,3 +165,80 @@ class Fit:
         if book.max_models and len(left) + 1 > book.max_models:
             return False
         return not self.ledger.colocation_conflict(profile.model_id, left)
+
+    def reclaimable(self, model_id: str) -> bool:
+        """Whether an *excess* replica of ``model_id`` may give way to a starved workload.
+
+        Pins, configured baselines (minimum replicas) and directly named demand (named
+        requests in the live window) stay absolute fences (specification: "Pinned models,
+        configured minimum replicas, and directly named demand remain absolute fences").
+        In-flight or queued work alone does not fence an excess replica: the reconciler
+        drains it before the unload, and the floor keeps a ready copy serving it.
+        """
+        p = self.by_id.get(model_id)
+        if p is None or p.pins or p.min_replicas > 0:
+            return False
+        d = self.direct.get(model_id)
+        return d is None or d.request_rate_rps <= 0
+
+    def reclaim_paths(self, model_id: str, floors: Mapping[str, int]) -> tuple[ReclaimPath, ...]:
+        """Ranked hosts (at most :data:`MAX_PREEMPTION_PATHS`) where a starved model fits once
+        excess replicas of other models give way, each victim keeping ``floors[victim]``
+        ready replicas on other hosts (default one: one copy of each active model stays).
+
+        Specification, "Proactive observation and portfolio planning": the scan retains up
+        to sixteen ranked paths and the controller takes the first one that preserves the
+        victims' required ready-replica floor. Empty when the model is resident anywhere or
+        fits current headroom somewhere (it is not starved by residency then).
+        """
+        ledger, mi = self.ledger, self.ledger.index[model_id]
+        profile = self.profiles[mi]
+        ready_on: dict[str, set[str]] = {}
+        for host in self.hosts:
+            for r in host.residencies:
+                if r.state == "ready":
+                    ready_on.setdefault(r.model_id, set()).add(host.host_id)
+        paths: list[ReclaimPath] = []
+        for hi, host in enumerate(self.hosts):
+            if ledger.compat(mi, hi) is not None or ledger.ineligible[hi] is not None:
+                continue
+            res = host.residency(model_id)
+            if res is not None and res.state in SERVING:
+                return ()
+            why = ledger.fit_new(mi, hi)
+            if why is None:
+                return ()
+            if why not in ("memory", "slots", "colocation"):
+                continue
+            victims = tuple(
+                sorted(
+                    r.model_id
+                    for r in host.residencies
+                    if r.state in SERVING
+                    and r.actuatable
+                    and r.model_id != model_id
+                    and self.reclaimable(r.model_id)
+                    and len(ready_on.get(r.model_id, set()) - {host.host_id})
+                    >= max(1, floors.get(r.model_id, 1))
+                )
+            )
+            if victims and self._fits_without(mi, hi, victims):
+                cost = startup_path_s(
+                    profile, host.performance.get(model_id), ledger.cached(mi, hi)
+                )
+                paths.append(ReclaimPath(host.host_id, victims, cost))
+        paths.sort(key=lambda p: (p.startup_s, p.host_id))
+        return tuple(paths[:MAX_PREEMPTION_PATHS])
+
+    def _fits_without(self, mi: int, hi: int, victims: tuple[str, ...]) -> bool:
+        """Whether ``mi`` fits host ``hi`` once the residents ``victims`` are gone."""
+        host = self.hosts[hi]
+        _, need = self.ledger.memory(mi, hi)
+        book = self.ledger.books[hi]
+        freed = sum(r.memory_mb for r in host.residencies if r.model_id in victims)
+        left = set(book.present) - set(victims)
+        if book.inc_free + freed < need:
+            return False
+        if book.max_models and len(left) + 1 > book.max_models:
+            return False
+        return not self.ledger.colocation_conflict(self.profiles[mi].model_id, left)

@@ -23,6 +23,9 @@ from grid_core.profile import ModelProfile
 
 MEDIA = {"image": "image", "video": "video"}
 """Workloads whose requests are media jobs (long device time, few arrivals)."""
+HELD_FROM = frozenset({"observations", "concurrency", "held"})
+"""Admissions that keep a workload admitted (``held``) while its requests stay within the
+admission memory: ordinary evidence, and the hold itself until the memory empties."""
 SPARE_UNSEEN_WORKLOADS = 1
 """Model slots kept free for a workload nobody has asked for yet (specification)."""
 
@@ -104,11 +107,35 @@ def spare_capacity_proof(fit: Fit, workload: str) -> str | None:
     return None
 
 
-def admit(demand: Mapping[str, WorkloadDemand], fit: Fit) -> dict[str, WorkloadDemand]:
-    """Apply the spare-capacity proof to weak media evidence; returns the final forecasts."""
+def admit(
+    demand: Mapping[str, WorkloadDemand],
+    fit: Fit,
+    previous: Mapping[str, WorkloadDemand] | None = None,
+) -> dict[str, WorkloadDemand]:
+    """Apply the spare-capacity proof to weak media evidence and the admission hysteresis;
+    returns the final forecasts.
+
+    Hysteresis: a workload admitted last tick by ordinary evidence (observations or
+    concurrency) stays admitted, as ``held`` and capped at one replica, while any of its
+    requests remain within the admission memory. A single minute-long video job crosses the
+    concurrency gate on arrival, but its rate forecast decays within minutes; without the
+    hold the admission would flip off one tick later, the host drained for it would be
+    refilled by its previous resident, and the job's retry would find nothing (churn with no
+    service). The hold never creates eviction authority of its own (``held`` is not mature
+    evidence for the 1.5x rule).
+    """
     out: dict[str, WorkloadDemand] = {}
+    before = previous or {}
     for w, d in demand.items():
         if d.admission == "weak_media" and spare_capacity_proof(fit, w) is None:
             d = msgspec.structs.replace(d, admitted=True)
+        last = before.get(w)
+        if (
+            not d.admitted
+            and d.observations > 0
+            and last is not None
+            and last.admission in HELD_FROM
+        ):
+            d = msgspec.structs.replace(d, admitted=True, admission="held", canary_cap=True)
         out[w] = d
     return out

@@ -1,4 +1,4 @@
-"""Replacing stale speculative capacity: the 1.5× mature-beneficiary rule.
+"""Replacing speculative capacity: whole-workload starvation and the 1.5× rule.
 
 Specification, "Proactive observation and portfolio planning": a newly active workload must
 not stay invisible behind a full model slot held by an idle speculative model. A *mature*
@@ -10,16 +10,26 @@ demand stay absolute fences). The replacement only withdraws the victim's *workl
 justification: the victim's demand drops by one replica, the planner proves the resulting
 plan no longer keeps it on that host, and the reconciler drains before it unloads. Nothing is
 treated as free until a later heartbeat proves it.
+
+Before that rule, whole-workload starvation is ended: when a clean structural plan proves
+that the fleet (without its managed residents) can host one preferred model for every active
+workload, an *excess* replica of another model may give way to a workload whose chosen model
+has no replica and no headroom anywhere. One copy of each active model stays (the victim's
+ready-replica floor); pins and directly named demand stay absolute fences. The controller
+takes the first of the ranked paths (at most sixteen) that preserves every floor, and carries
+the authorization forward until the beneficiary is ready, so the freed host is not refilled
+by the victim's own leftover demand in between.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 
 import msgspec
 
 from grid_core.demand.types import ModelDemand
-from grid_core.portfolio.feasibility import SERVING
+from grid_core.portfolio.feasibility import SERVING, Fit
 from grid_core.portfolio.types import Candidate, Replacement, WorkloadDemand
 from grid_core.profile import ModelProfile
 from grid_core.snapshot import HostSnapshot
@@ -31,6 +41,12 @@ incumbent to triple, so two workloads never trade a slot back and forth."""
 MAX_REPLACEMENTS = 1
 """Exact replacement paths one tick may use (specification: "one exact planner-proved
 replacement path")."""
+EPSILON = 1e-9
+"""Guards ceil() against float noise."""
+MAX_PATH_PROOFS = 4
+"""Ranked starvation paths one tick asks the planner to prove (each proof is one full plan):
+the cheapest-startup paths come first, so a few proofs find the usable one without letting
+a fleet with many blocked hosts multiply the planning pass."""
 MATURE = frozenset({"observations", "concurrency"})
 """Admissions that count as mature evidence (a weak media canary never replaces anything)."""
 
@@ -96,24 +112,140 @@ def find_replacement(
     return None
 
 
+def starving(
+    mapping: Mapping[str, str], workloads: Mapping[str, WorkloadDemand], fit: Fit
+) -> list[str]:
+    """Admitted workloads whose chosen model has no replica and fits no host's headroom,
+    by descending offered concurrency (ties: name)."""
+    out = []
+    for w, m in mapping.items():
+        row = fit.row(m)
+        if row.resident == 0 and row.feasible == 0 and row.compatible > 0:
+            out.append(w)
+    return sorted(out, key=lambda w: (-workloads[w].offered_concurrency, w))
+
+
+def _carried_load(
+    mapping: Mapping[str, str], workloads: Mapping[str, WorkloadDemand], fit: Fit
+) -> tuple[dict[str, float], frozenset[str]]:
+    """Offered concurrency each model carries now, and the models carrying a transition.
+
+    A model carries the workloads mapped to it plus those it serves today as their
+    best-suited ready model. When that second kind is a workload the portfolio has mapped to
+    another model, the requests still land on this one (routing prefers the best-suited ready
+    model), so its replicas serve traffic the portfolio attributes elsewhere: such a model is
+    *in transition* and none of its replicas is an excess (its load figure is not
+    attributable).
+    """
+    ready: set[str] = set()
+    for h in fit.hosts:
+        ready |= {r.model_id for r in h.residencies if r.state == "ready"}
+    carried_by: dict[str, set[str]] = {}
+    transition: set[str] = set()
+    for w, m in mapping.items():
+        carried_by.setdefault(m, set()).add(w)
+    for w in workloads:
+        scored = [(fit.by_id[m].workload_scores.get(w, 0.0), m) for m in ready if m in fit.by_id]
+        best = max((x for x in scored if x[0] > 0), default=None)
+        if best is None:
+            continue
+        carried_by.setdefault(best[1], set()).add(w)
+        chosen = mapping.get(w)
+        if chosen is not None and chosen != best[1]:
+            transition.add(best[1])
+    load = {m: sum(workloads[w].offered_concurrency for w in ws) for m, ws in carried_by.items()}
+    return load, frozenset(transition)
+
+
+def starvation_paths(
+    mapping: Mapping[str, str], workloads: Mapping[str, WorkloadDemand], fit: Fit
+) -> list[Replacement]:
+    """Every ranked reclaim path of every starving workload, in the order to try them.
+
+    Each victim keeps its demand-derived floor of ready replicas on other hosts: the replicas
+    the workloads it carries (:func:`_carried_load`) need at target utilisation (no headroom), at
+    least one, and at least its minimum replicas (see
+    :meth:`~grid_core.portfolio.feasibility.Fit.reclaim_paths`). A busy model therefore
+    never gives up capacity its own traffic needs; only a true excess replica is taken.
+    """
+    pressure = _pressure(mapping, workloads)
+    floors = {}
+    loads, transition = _carried_load(mapping, workloads, fit)
+    for m, load in loads.items():
+        p = fit.by_id[m]
+        per_replica = max(EPSILON, p.replica_concurrency * p.target_utilization)
+        floors[m] = max(1, math.ceil(load / per_replica - EPSILON))
+        if m in transition:
+            floors[m] = len(fit.hosts)  # every replica it has stays
+    out = []
+    for w in starving(mapping, workloads, fit):
+        m = mapping[w]
+        for path in fit.reclaim_paths(m, floors):
+            out.append(
+                Replacement(
+                    beneficiary=m,
+                    workload=w,
+                    host_id=path.host_id,
+                    victims=path.victims,
+                    pressure=round(pressure.get(m, 0.0), 4),
+                    victim_pressure=round(sum(pressure.get(v, 0.0) for v in path.victims), 4),
+                    rule="starvation",
+                )
+            )
+    return out
+
+
+def carried(
+    previous: Replacement | None,
+    mapping: Mapping[str, str],
+    hosts: tuple[HostSnapshot, ...],
+) -> Replacement | None:
+    """Last tick's starvation replacement, while it is still in progress: its workload still
+    maps to the beneficiary and the beneficiary is not ready anywhere yet."""
+    if previous is None or previous.rule != "starvation":
+        return None
+    if mapping.get(previous.workload) != previous.beneficiary:
+        return None
+    for v in previous.victims:  # the floor: a copy on another host must still serve
+        if not any(
+            r.model_id == v and r.state in SERVING
+            for h in hosts
+            if h.host_id != previous.host_id
+            for r in h.residencies
+        ):
+            return None
+    if any(
+        r.model_id == previous.beneficiary and r.state == "ready"
+        for h in hosts
+        for r in h.residencies
+    ):
+        return None
+    return previous
+
+
 def release(
     demand: Mapping[str, ModelDemand],
     rep: Replacement,
     profiles: Mapping[str, ModelProfile],
     hosts: tuple[HostSnapshot, ...],
 ) -> dict[str, ModelDemand]:
-    """Demand with each victim asking for one replica fewer than it has (never below its
-    baseline), its hold released, so the planner can drop the replica on the path host."""
+    """Demand with each victim asking only for the replicas it has on other hosts (never
+    below its baseline), its hold released, so the planner drops the replica on the path
+    host and does not put it back there while the beneficiary waits for the drain."""
     out = dict(demand)
     for v in rep.victims:
         p = profiles.get(v)
         if p is None:
             continue
-        have = sum(
-            1 for h in hosts for r in h.residencies if r.model_id == v and r.state in SERVING
+        others = sum(
+            1
+            for h in hosts
+            if h.host_id != rep.host_id
+            for r in h.residencies
+            if r.model_id == v and r.state in SERVING
         )
         d = out.get(v) or ModelDemand(model_id=v)
-        want = max(p.min_replicas, have - 1)
+        want = max(p.min_replicas, others)
         out[v] = msgspec.structs.replace(
             d, desired_replicas=want, held_replicas=0, reasons=(*d.reasons, "replaced")
         )

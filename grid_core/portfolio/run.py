@@ -26,7 +26,13 @@ from grid_core.portfolio.evidence import OutcomeBook
 from grid_core.portfolio.feasibility import SERVING, Fit
 from grid_core.portfolio.gate import admit, spare_capacity_proof, workload_demand
 from grid_core.portfolio.project import project
-from grid_core.portfolio.replace import find_replacement, release
+from grid_core.portfolio.replace import (
+    MAX_PATH_PROOFS,
+    carried,
+    find_replacement,
+    release,
+    starvation_paths,
+)
 from grid_core.portfolio.types import (
     MAX_PORTFOLIOS,
     AdmissionRow,
@@ -37,6 +43,7 @@ from grid_core.portfolio.types import (
     PortfolioDecision,
     PortfolioReport,
     PortfolioSnapshot,
+    Replacement,
     WorkloadDemand,
 )
 from grid_core.profile import ModelProfile
@@ -146,7 +153,9 @@ def run_portfolio(
         w: workload_demand(w, fc, n, inp.profiles, inp.thresholds)
         for w, (fc, n) in sorted(inp.forecasts.items())
     }
-    workloads = admit(raw, fit)
+    workloads = admit(
+        raw, fit, {d.workload: d for d in inp.previous.workloads} if inp.previous else None
+    )
     admitted = {w: d for w, d in workloads.items() if d.admitted}
     candidates = {
         w: candidates_for(w, fit, inp.outcomes, inp.quality, inp.now, admitted) for w in workloads
@@ -201,32 +210,19 @@ def run_portfolio(
         decision = PortfolioDecision(mapping=mapping, reason="best usable candidate per workload")
     mapping = {w: m for w, m in decision.mapping.items() if w in admitted and m in by_id}
     demand = demand_of(mapping)
-    replacing = find_replacement(
-        mapping,
-        admitted,
-        candidates,
-        inp.hosts,
-        frozenset(m for m in by_id if fit.protected(m)),
-    )
-    if replacing is not None:
-        kept = {w: m for w, m in mapping.items() if m not in replacing.victims}
-        released = release(demand_of(kept), replacing, by_id, inp.hosts)
-        proof = plan_of(
-            PlanInputs(
-                now=inp.now,
-                profiles=inp.profiles,
-                hosts=inp.hosts,
-                demand=released,
-                policy=inp.policy,
-            )
+    # A starvation replacement in progress is finished first (its victim is already
+    # draining); otherwise stale speculative capacity gives way (the 1.5x rule), and only
+    # when no such path is proven may an excess replica of an active model end starvation.
+    previous = carried(inp.previous.replacing if inp.previous else None, mapping, inp.hosts)
+    replacing = None
+    if previous is None:
+        mapping, demand, replacing = _pressure_replacement(
+            inp, fit, mapping, admitted, candidates, demand_of, plan_of
         )
-        if any(
-            a.host_id == replacing.host_id and a.model_id in replacing.victims
-            for a in proof.assignments
-        ):
-            replacing = None  # the planner keeps the victim there: no proven path
-        else:
-            mapping, demand = kept, released
+    if replacing is None:
+        replacing = _end_starvation(inp, fit, mapping, admitted, demand, plan_of, previous)
+        if replacing is not None:
+            demand = release(demand, replacing, by_id, inp.hosts)
     report = PortfolioReport(
         plugin=plugin,
         mapping=mapping,
@@ -241,6 +237,99 @@ def run_portfolio(
         replacing=replacing,
     )
     return TickPortfolio(demand=demand, report=report, candidates=candidates, workloads=workloads)
+
+
+def _keeps_victim(plan: Plan, rep: Replacement) -> bool:
+    return any(a.host_id == rep.host_id and a.model_id in rep.victims for a in plan.assignments)
+
+
+def _plan(inp: TickInputs, plan_of: PlanOf, demand: dict[str, ModelDemand]) -> Plan:
+    return plan_of(
+        PlanInputs(
+            now=inp.now, profiles=inp.profiles, hosts=inp.hosts, demand=demand, policy=inp.policy
+        )
+    )
+
+
+def structural_fit(inp: TickInputs, mapping: Mapping[str, str], plan_of: PlanOf) -> bool:
+    """Whether a clean plan (no managed residents) hosts one replica of every chosen model
+    beside baselines, pins and directly named demand (specification: "a clean structural
+    plan proves the recovered fleet can host one preferred model per active workload")."""
+    by_id = {p.model_id: p for p in inp.profiles}
+    clean = tuple(
+        msgspec.structs.replace(h, residencies=tuple(r for r in h.residencies if not r.actuatable))
+        for h in inp.hosts
+    )
+    demand: dict[str, ModelDemand] = {}
+    for m, d in inp.direct.items():
+        p = by_id.get(m)
+        if p is not None and (d.request_rate_rps > 0 or p.min_replicas > 0 or p.pins):
+            want = max(p.min_replicas, d.desired_replicas - d.held_replicas)
+            demand[m] = msgspec.structs.replace(d, desired_replicas=want, held_replicas=0)
+    chosen = sorted(set(mapping.values()))
+    for m in chosen:
+        if m not in demand or demand[m].desired_replicas < 1:
+            demand[m] = ModelDemand(model_id=m, desired_replicas=1, direct=True)
+    plan = plan_of(
+        PlanInputs(
+            now=inp.now, profiles=inp.profiles, hosts=clean, demand=demand, policy=inp.policy
+        )
+    )
+    return all(plan.hosts_of(m) for m in chosen)
+
+
+def _end_starvation(
+    inp: TickInputs,
+    fit: Fit,
+    mapping: Mapping[str, str],
+    admitted: Mapping[str, WorkloadDemand],
+    demand: dict[str, ModelDemand],
+    plan_of: PlanOf,
+    previous: Replacement | None,
+) -> Replacement | None:
+    """The first ranked starvation path the planner proves, or ``previous`` (last tick's,
+    still in progress) when its path is still proven; ``None`` when no workload starves or
+    no path is proven."""
+    by_id = {p.model_id: p for p in inp.profiles}
+    if previous is not None:
+        tries = [previous]
+    else:
+        paths = starvation_paths(mapping, admitted, fit)
+        if not paths or not structural_fit(inp, mapping, plan_of):
+            return None
+        tries = paths[:MAX_PATH_PROOFS]
+    for rep in tries:
+        if not _keeps_victim(_plan(inp, plan_of, release(demand, rep, by_id, inp.hosts)), rep):
+            return rep
+    return None
+
+
+def _pressure_replacement(
+    inp: TickInputs,
+    fit: Fit,
+    mapping: dict[str, str],
+    admitted: Mapping[str, WorkloadDemand],
+    candidates: Mapping[str, tuple[Candidate, ...]],
+    demand_of: Callable[[Mapping[str, str]], dict[str, ModelDemand]],
+    plan_of: PlanOf,
+) -> tuple[dict[str, str], dict[str, ModelDemand], Replacement | None]:
+    """The 1.5x mature-beneficiary replacement, when the planner proves its path."""
+    by_id = {p.model_id: p for p in inp.profiles}
+    demand = demand_of(mapping)
+    replacing = find_replacement(
+        mapping,
+        admitted,
+        candidates,
+        inp.hosts,
+        frozenset(m for m in by_id if fit.protected(m)),
+    )
+    if replacing is None:
+        return mapping, demand, None
+    kept = {w: m for w, m in mapping.items() if m not in replacing.victims}
+    released = release(demand_of(kept), replacing, by_id, inp.hosts)
+    if _keeps_victim(_plan(inp, plan_of, released), replacing):
+        return mapping, demand, None  # the planner keeps the victim there: no proven path
+    return kept, released, replacing
 
 
 def _row_for(

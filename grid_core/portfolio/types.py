@@ -60,7 +60,8 @@ class WorkloadDemand(msgspec.Struct, frozen=True, kw_only=True):
         p95_ms: approximate request-level p95 (ms) of served requests, ``None`` unmeasured.
         modality: ``text``, ``image`` or ``video`` (media gets the weak-evidence rule).
         admitted: the admission gate let it into planning.
-        admission: why: ``observations``, ``concurrency``, ``weak_media`` or ``below_gate``.
+        admission: why: ``observations``, ``concurrency``, ``weak_media``, ``held`` (admitted
+            last tick, its requests still within the admission memory) or ``below_gate``.
         canary_cap: admitted only on weak evidence: at most one replica until a validated
             response lifts the cap.
     """
@@ -249,6 +250,8 @@ class Replacement(msgspec.Struct, frozen=True, kw_only=True):
         beneficiary: the model that takes the host; workload: the workload it serves.
         host_id: the host of the path; victims: models whose replica there gives way.
         pressure / victim_pressure: offered concurrency behind each side.
+        rule: ``pressure`` (the 1.5x mature-beneficiary rule) or ``starvation`` (an excess
+            replica reclaimed to end whole-workload starvation; each victim keeps one copy).
     """
 
     beneficiary: str
@@ -257,6 +260,7 @@ class Replacement(msgspec.Struct, frozen=True, kw_only=True):
     victims: tuple[str, ...]
     pressure: float
     victim_pressure: float
+    rule: str = "pressure"
 
 
 class PortfolioReport(msgspec.Struct, frozen=True, kw_only=True):
