@@ -18,6 +18,7 @@ hook                            kind          what an implementation provides
 ``grid_select_victims``         first result  victims (a :class:`VictimSelector`)
 ``grid_classify_request``       first result  a workload (a :class:`RequestClassifier`)
 ``grid_search_portfolio``       first result  a :class:`PortfolioDecision`
+``grid_infer_demand``           first result  :class:`InferredDemand` rows
 ``grid_gpu_devices``            collect       :class:`GpuDevice` objects
 ``grid_cli_commands``           broadcast     commands added to a :class:`CliRegistry`
 ==============================  ============  ============================================
@@ -63,8 +64,11 @@ from grid_core.client import (
 )
 from grid_core.cliregistry import CliRegistry
 from grid_core.controller import Controller
+from grid_core.demand.coactivation import CoActivationBook
 from grid_core.demand.desired import desired_for
 from grid_core.demand.features import WORKLOADS, RequestClassifier, RequestFeatures
+from grid_core.demand.inference import InferredDemand, infer_demand
+from grid_core.demand.sequence import SequenceBook, SequencePrediction
 from grid_core.demand.series import (
     Bucket,
     DemandSeries,
@@ -205,6 +209,7 @@ __all__ = [
     "ChildRecord",
     "ChildState",
     "CliRegistry",
+    "CoActivationBook",
     "ConflictError",
     "Controller",
     "DemandSeries",
@@ -219,6 +224,7 @@ __all__ = [
     "GridError",
     "HookStatus",
     "HostSnapshot",
+    "InferredDemand",
     "LabEnv",
     "LoadResult",
     "LocalRuntimeHost",
@@ -256,6 +262,8 @@ __all__ = [
     "ScenarioConfig",
     "ScoreContext",
     "ScoreTerm",
+    "SequenceBook",
+    "SequencePrediction",
     "ServerUnreachable",
     "SpawnedChild",
     "StateError",
@@ -281,6 +289,7 @@ __all__ = [
     "graduate",
     "grid_home",
     "hookimpl",
+    "infer_demand",
     "is_gone",
     "is_loopback_host",
     "lists_model",

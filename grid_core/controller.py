@@ -38,13 +38,16 @@ from __future__ import annotations
 
 import hashlib
 import secrets
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 import msgspec
 
 from grid_core import planner
 from grid_core.demand import DemandTracker, RequestFeatures
+from grid_core.demand.features import WORKLOADS
+from grid_core.demand.inference import apply_inferred
 from grid_core.demand.tracker import UNBOUND
+from grid_core.demand.workloads import projection_map
 from grid_core.errors import ConflictError, GridError, NotFoundError, StateError
 from grid_core.planner.hooks import PlannerHooks
 from grid_core.planner.types import Plan, PlanInputs
@@ -447,7 +450,14 @@ class Controller:
             ),
             lambda inputs: self._plan_fn(inputs, hooks),
         )
-        self.last.forecasts = portfolio.demand
+        self.last.predictions = self.plugins.infer_demand(
+            self.demand.sequences,
+            self.demand.coactivation,
+            portfolio.demand,
+            self._workload_models(portfolio.report.mapping, profiles, planned_hosts),
+            now,
+        )
+        self.last.forecasts = apply_inferred(portfolio.demand, self.last.predictions, self.profiles)
         plan = self._plan_fn(
             PlanInputs(
                 now=now,
@@ -528,6 +538,20 @@ class Controller:
             reconciliation=self.last.report,
             issued=tuple(self.last.report.issued),
         )
+
+    def _workload_models(
+        self,
+        chosen: Mapping[str, str],
+        profiles: Sequence[ModelProfile],
+        hosts: Sequence[HostSnapshot],
+    ) -> dict[str, str]:
+        """Workload → model a predicted workload stage lands on: the portfolio's choice, else
+        the best feasible model (the same projection the portfolio falls back to)."""
+        if not self.demand.sequences.workflows:
+            return dict(chosen)  # no session to predict for: skip the projection scan
+        out = dict(projection_map(WORKLOADS, profiles, hosts, self.policy.planner))
+        out.update(chosen)
+        return out
 
     def note_tick_duration(self, seconds: float) -> None:
         """Record how long the caller measured the last tick to take (status shows it)."""

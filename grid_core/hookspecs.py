@@ -23,11 +23,15 @@ from typing import TYPE_CHECKING
 import pluggy
 
 if TYPE_CHECKING:  # imported only for type checkers; keeps grid_core import-light.
-    from collections.abc import Sequence
+    from collections.abc import Mapping, Sequence
 
     from grid_core.cliregistry import CliRegistry
+    from grid_core.demand.coactivation import CoActivationBook
     from grid_core.demand.features import RequestFeatures
+    from grid_core.demand.inference import InferredDemand
+    from grid_core.demand.sequence import SequenceBook
     from grid_core.demand.series import DemandSeries, Forecast, ForecastPolicy
+    from grid_core.demand.types import ModelDemand
     from grid_core.planner.preemption import VictimCandidate, VictimContext, VictimNeed
     from grid_core.planner.scoring import ScoreTerm
     from grid_core.portfolio.types import PortfolioContext, PortfolioDecision, PortfolioSnapshot
@@ -136,6 +140,33 @@ def grid_search_portfolio(
     Returns:
         A :class:`~grid_core.portfolio.PortfolioDecision`, or ``None`` for the built-in
         projection.
+    """
+
+
+@hookspec(firstresult=True)
+def grid_infer_demand(
+    sequences: SequenceBook,
+    coactivation: CoActivationBook,
+    demand: Mapping[str, ModelDemand],
+    workload_models: Mapping[str, str],
+    now: float,
+) -> Sequence[InferredDemand] | None:
+    """Infer opportunistic demand from learned workflows and model co-activation.
+
+    firstresult: the built-in ``grid_sequence`` plugin answers by default; with no
+    implementation nothing is inferred (the lab's ``reactive`` control).
+
+    Args:
+        sequences: affinity-key cursors and learned transitions (read-only use).
+        coactivation: per-minute activity of configured models (read-only use).
+        demand: this tick's demand per configured model.
+        workload_models: workload → the model currently serving it.
+        now: planning instant (Unix seconds).
+
+    Returns:
+        :class:`~grid_core.demand.inference.InferredDemand` rows, or ``None`` to let the next
+        plugin answer. Whatever a plugin answers is folded in as demand that fills spare
+        capacity only and never authorizes a preemption.
     """
 
 

@@ -11,7 +11,7 @@ import importlib.metadata
 import inspect
 import os
 import sys
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Literal, Protocol, TypeGuard
@@ -20,8 +20,12 @@ import pluggy
 
 from grid_core import hookspecs
 from grid_core.cliregistry import CliRegistry
+from grid_core.demand.coactivation import CoActivationBook
 from grid_core.demand.features import RequestFeatures
+from grid_core.demand.inference import InferredDemand
+from grid_core.demand.sequence import SequenceBook
 from grid_core.demand.series import DemandSeries, Forecast, ForecastPolicy
+from grid_core.demand.types import ModelDemand
 from grid_core.errors import PluginError
 from grid_core.planner.hooks import PlannerHooks
 from grid_core.planner.preemption import VictimCandidate, VictimContext, VictimNeed, VictimSelector
@@ -296,6 +300,27 @@ class Plugins:
         """The first forecaster's forecast for one model series, or ``None``."""
         result: Forecast | None = self.pm.hook.grid_forecast(series=series, now=now, policy=policy)
         return result
+
+    def infer_demand(
+        self,
+        sequences: SequenceBook,
+        coactivation: CoActivationBook,
+        demand: Mapping[str, ModelDemand],
+        workload_models: Mapping[str, str],
+        now: float,
+    ) -> list[InferredDemand]:
+        """The first ``grid_infer_demand`` answer (empty when no plugin answers)."""
+        result = self.pm.hook.grid_infer_demand(
+            sequences=sequences,
+            coactivation=coactivation,
+            demand=demand,
+            workload_models=workload_models,
+            now=now,
+        )
+        if result is None:
+            return []
+        rows = [r for r in result if isinstance(r, InferredDemand)]
+        return rows
 
     def select_victims(
         self, candidates: Sequence[VictimCandidate], need: VictimNeed, ctx: VictimContext

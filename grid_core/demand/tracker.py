@@ -19,8 +19,10 @@ from collections.abc import Iterable
 
 import msgspec
 
+from grid_core.demand.coactivation import CoActivationBook
 from grid_core.demand.desired import LIVE_EVIDENCE_BUCKETS, desired_for, eligible_hosts
 from grid_core.demand.features import RequestFeatures
+from grid_core.demand.sequence import SequenceBook, stage_of
 from grid_core.demand.series import (
     DemandSeries,
     Forecast,
@@ -60,6 +62,8 @@ class _State(msgspec.Struct, kw_only=True):
     watermarks: dict[str, Watermark]
     workloads: list[DemandSeries] = []
     recent: dict[str, list[float]] = {}
+    sequences: dict[str, object] | None = None
+    coactivation: dict[str, object] | None = None
 
 
 REFUSED_EVIDENCE_S = 30.0
@@ -128,6 +132,10 @@ class DemandTracker:
         self._watermarks: dict[str, Watermark] = {}
         self._workloads: dict[str, DemandSeries] = {}
         self._recent: dict[str, list[float]] = {}
+        self.sequences = SequenceBook()
+        """Affinity-key workflows (:mod:`grid_core.demand.sequence`)."""
+        self.coactivation = CoActivationBook()
+        """Per-minute activity of configured models (:mod:`grid_core.demand.coactivation`)."""
 
     # --- observation ----------------------------------------------------------------------
     def set_configured(self, model_ids: Iterable[str]) -> None:
@@ -135,6 +143,7 @@ class DemandTracker:
         self._configured = set(model_ids)
         for gone in [m for m in self._series if m not in self._configured]:
             self.forget(gone)
+        self.coactivation.forget(self._configured)
 
     def observe(self, features: RequestFeatures) -> bool:
         """Fold one finished request into its model's current bucket.
@@ -146,7 +155,12 @@ class DemandTracker:
         """
         if features.outcome not in COUNTED_OUTCOMES or features.evaluation:
             return False  # evaluation traffic (operator-marked) is never demand
+        self.sequences.observe(
+            features.affinity_hash, stage_of(features, self._configured), features.at
+        )
         model = features.requested_model
+        if model in self._configured and not features.retry:
+            self.coactivation.observe(model, features.at)
         if model == UNBOUND:
             if features.workload not in WORKLOADS:
                 return False
@@ -299,6 +313,8 @@ class DemandTracker:
             watermarks=dict(sorted(self._watermarks.items())),
             workloads=[self._workloads[k] for k in sorted(self._workloads)],
             recent={k: list(v) for k, v in sorted(self._recent.items())},
+            sequences=self.sequences.to_state(),
+            coactivation=self.coactivation.to_state(),
         )
         document: dict[str, object] = msgspec.to_builtins(state)  # a Struct encodes to a dict
         return document
@@ -320,6 +336,12 @@ class DemandTracker:
                 "delete the demand section to start from no history"
             )
             raise StateError(msg)
+        sequences, coactivation = SequenceBook(), CoActivationBook()
+        if state.sequences is not None:
+            sequences.from_state(state.sequences)
+        if state.coactivation is not None:
+            coactivation.from_state(state.coactivation)
+        self.sequences, self.coactivation = sequences, coactivation
         self._configured = set(state.configured)
         self._series = {s.model_id: s for s in state.series if s.model_id in self._configured}
         self._watermarks = {k: v for k, v in state.watermarks.items() if k in self._configured}

@@ -13,6 +13,7 @@ from typing import Any
 
 import msgspec
 
+from grid_core.demand.inference import InferredDemand
 from grid_core.demand.types import ModelDemand
 from grid_core.planner.types import Plan, Unmet
 from grid_core.portfolio.types import PortfolioReport
@@ -170,6 +171,9 @@ class ControllerStatus(msgspec.Struct, kw_only=True):
     portfolio: PortfolioReport | None = None
     """Unbound workload demand: the joint mapping, the exploration slot, the admission gate,
     candidate rows (feasibility and evidence) and one admission row per active workload."""
+    predictions: list[InferredDemand] = []
+    """Inferred demand the plan used: each row names its learned edge (``source→target``),
+    kind (``sequence``, ``group``, ``pair``), confidence, support and rate."""
     delivery_refusals: list[str] = []
     """The latest destructive commands the final delivery check held back
     (``action_id: reason``), newest last; bounded by :data:`MAX_DELIVERY_REFUSALS`."""
@@ -190,6 +194,7 @@ class LastTick:
         at: wall-clock seconds the tick ran.
         duration_ms: how long the caller measured it to take (milliseconds).
         portfolio: the portfolio pass's report with its admission rows.
+        predictions: inferred demand rows (learned workflows, co-activation) the plan used.
         delivery_refusals: destructive commands the final delivery check held back, as
             ``action_id: reason`` (the latest :data:`MAX_DELIVERY_REFUSALS`).
     """
@@ -203,6 +208,7 @@ class LastTick:
         self.at: float | None = None
         self.duration_ms: float | None = None
         self.portfolio: PortfolioReport | None = None
+        self.predictions: list[InferredDemand] = []
 
 
 @dataclass(frozen=True)
@@ -331,5 +337,6 @@ def controller_status(
         quality=records.quality.views(records.profiles, now),
         timings=[TimingView.of(e, now) for e in records.timings.entries()] if detail else [],
         portfolio=last.portfolio,
+        predictions=list(last.predictions),
         delivery_refusals=list(last.delivery_refusals),
     )

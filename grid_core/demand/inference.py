@@ -1,0 +1,155 @@
+"""Inferred demand: learned sequences and co-activation turned into opportunistic demand.
+
+Source: specification, "Global placement loop" (correlation-derived demand keeps a separate
+observed-rate field; within one priority class baseline places first, then direct evidence,
+then inferred-only prewarms, which never authorize a preemption) and "Proactive observation
+and portfolio planning" (sequence proof, status labels each proactive decision with its
+learned edge and confidence).
+
+:func:`infer_demand` is the default answer of the ``grid_infer_demand`` hook (the built-in
+``grid_sequence`` plugin); :func:`apply_inferred` folds the rows into the planner's demand.
+Pure: time and every fact are passed in.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Literal
+
+import msgspec
+
+from grid_core.demand.coactivation import CoActivationBook
+from grid_core.demand.sequence import WORKLOAD_PREFIX, SequenceBook
+from grid_core.demand.types import ModelDemand
+from grid_core.profile import ModelProfile
+
+MIN_RATE_WINDOW_S = 30.0
+"""Shortest window a predicted session's request is spread over (s): a lead time of two
+seconds must not turn one expected request into a burst that asks for many replicas."""
+MAX_RATE_WINDOW_S = 600.0
+"""Longest window (s): a slow workflow still predicts at least one request per ten minutes."""
+DEFAULT_RATE_WINDOW_S = 60.0
+"""Window used while an edge has no learned lead time (one planning minute)."""
+
+InferenceKind = Literal["sequence", "group", "pair"]
+
+
+class InferredDemand(msgspec.Struct, frozen=True, kw_only=True):
+    """Demand inferred for one configured model, with the evidence status shows.
+
+    Attributes:
+        model_id: target model.
+        kind: ``sequence`` (affinity-key workflow), ``group`` or ``pair`` (co-activation).
+        edge: the learned edge, ``source→target`` (stages or model ids).
+        confidence: the edge's confidence / association share (0..1).
+        support: transitions (sequence) or supporting buckets (co-activation).
+        rate_rps: inferred requests/s.
+        lead_s: learned median lead time (sequence only), ``None`` when unknown.
+        due_at: when the predicted request is expected (Unix seconds), ``None`` when unknown.
+    """
+
+    model_id: str
+    kind: InferenceKind
+    edge: str
+    confidence: float
+    support: int
+    rate_rps: float
+    lead_s: float | None = None
+    due_at: float | None = None
+
+
+def infer_demand(
+    sequences: SequenceBook,
+    coactivation: CoActivationBook,
+    demand: Mapping[str, ModelDemand],
+    workload_models: Mapping[str, str],
+    now: float,
+) -> list[InferredDemand]:
+    """Inferred demand rows for this planning instant, at most one per (model, kind).
+
+    Args:
+        sequences: learned affinity-key workflows.
+        coactivation: learned model co-activation.
+        demand: this tick's demand per configured model; models with ``direct`` evidence are
+            the co-activation sources (an inferred model never is: no transitivity).
+        workload_models: workload → model currently chosen for it (the portfolio's mapping,
+            else the best feasible model); a predicted workload stage lands on that model.
+        now: planning instant (Unix seconds).
+
+    Returns:
+        Rows sorted by (model, kind); a target with direct evidence gets none.
+    """
+    rows: dict[tuple[str, str], InferredDemand] = {}
+    for p in sequences.predict(now):
+        target = p.target
+        if target.startswith(WORKLOAD_PREFIX):
+            mapped = workload_models.get(target[len(WORKLOAD_PREFIX) :])
+            if mapped is None:
+                continue
+            target = mapped
+        d = demand.get(target)
+        if d is None or d.direct:
+            continue
+        window = p.lead_s if p.lead_s is not None else DEFAULT_RATE_WINDOW_S
+        window = min(MAX_RATE_WINDOW_S, max(MIN_RATE_WINDOW_S, window))
+        row = InferredDemand(
+            model_id=target,
+            kind="sequence",
+            edge=p.edge,
+            confidence=p.confidence,
+            support=p.repeats,
+            rate_rps=round(p.expected_sessions / window, 9),
+            lead_s=p.lead_s,
+            due_at=p.due_at,
+        )
+        old = rows.get((target, "sequence"))
+        if old is None or row.rate_rps > old.rate_rps:  # the maximum, never the sum
+            rows[(target, "sequence")] = row
+    direct_rps = {m: d.request_rate_rps for m, d in demand.items() if d.direct}
+    for r in coactivation.infer(now, direct_rps):
+        if r.target not in demand:
+            continue
+        rows[(r.target, r.kind)] = InferredDemand(
+            model_id=r.target,
+            kind=r.kind,
+            edge=f"{r.source}→{r.target}",
+            confidence=r.association,
+            support=r.support,
+            rate_rps=r.rate_rps,
+        )
+    return [rows[k] for k in sorted(rows)]
+
+
+def apply_inferred(
+    demand: Mapping[str, ModelDemand],
+    rows: Sequence[InferredDemand],
+    profiles: Mapping[str, ModelProfile],
+) -> dict[str, ModelDemand]:
+    """Fold inferred rows into demand as opportunistic, never-preempting demand.
+
+    A model with direct evidence is left exactly as it is. Otherwise its ``inferred_rps`` grows
+    by the largest inferred rate (maximum across rows, never their sum), it asks for at least
+    one replica (within ``max_replicas``) and ``direct`` stays false: the planner places it
+    after baseline and direct demand, on spare capacity only, and it never authorizes a
+    preemption. Queue, latency and error evidence are never touched.
+
+    Returns:
+        A new demand map (the input is not modified).
+    """
+    out = dict(demand)
+    best: dict[str, InferredDemand] = {}
+    for r in rows:
+        if r.model_id not in best or r.rate_rps > best[r.model_id].rate_rps:
+            best[r.model_id] = r
+    for model_id, r in sorted(best.items()):
+        d = out.get(model_id)
+        p = profiles.get(model_id)
+        if d is None or p is None or d.direct or r.rate_rps <= 0 or p.max_replicas < 1:
+            continue
+        out[model_id] = msgspec.structs.replace(
+            d,
+            desired_replicas=max(d.desired_replicas, 1),
+            inferred_rps=d.inferred_rps + r.rate_rps,
+            reasons=(*d.reasons, r.kind),
+        )
+    return out

@@ -1,0 +1,1 @@
+"""Built-in workflow prediction: affinity-key sequences and model co-activation."""

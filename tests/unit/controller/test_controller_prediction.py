@@ -1,0 +1,124 @@
+"""The controller learns a workflow A→B under one affinity key and prewarms B on spare capacity.
+
+Specification, "Proactive observation and portfolio planning": five repeated transitions under
+a session's (hashed) affinity key are the proof; status labels the prediction with its edge and
+confidence; with the prediction plugin disabled nothing is inferred.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from grid_core.controller import Controller
+from grid_core.demand.features import RequestFeatures
+from grid_core.demand.inference import InferredDemand
+from grid_core.profile import ModelProfile
+from grid_core.snapshot import HostSnapshot
+from grid_core.system.state_file import FileStateStore
+from grid_core.testing import InlinePlugin, plugins_with
+
+NOW = 1_790_000_000.0
+BUILTINS = ("grid_forecast_ewma", "grid_scoring", "grid_victims", "grid_portfolio")
+A = ModelProfile(model_id="a", memory_mb=2_000)
+B = ModelProfile(model_id="b", memory_mb=2_000)
+
+
+def _controller(tmp: Path, predictive: bool) -> Controller:
+    builtins = (*BUILTINS, "grid_sequence") if predictive else BUILTINS
+    store = FileStateStore(tmp / "controller-state.json")
+    ctl = Controller(plugins=plugins_with(builtins=builtins), store=store).restore()
+    for p in (A, B):
+        ctl.put_profile(p, NOW)
+    return ctl
+
+
+def _hosts() -> tuple[HostSnapshot, ...]:
+    return tuple(
+        HostSnapshot(
+            host_id=h, capacity_mb=8_000, runtimes=("llama.cpp",), heartbeat_age_s=1.0, max_models=1
+        )
+        for h in ("h1", "h2")
+    )
+
+
+def _req(model: str, at: float, key: str) -> RequestFeatures:
+    return RequestFeatures(
+        at=at,
+        endpoint="chat",
+        requested_model=model,
+        served_model=model,
+        service_time_s=1.0,
+        affinity_hash=key,
+    )
+
+
+def _workflow(ctl: Controller, repeats: int) -> float:
+    t = NOW
+    for _ in range(repeats):
+        ctl.observe_request(_req("a", t, "session-1"))
+        ctl.observe_request(_req("b", t + 40, "session-1"))
+        t += 700  # B's evidence is long out of its live window when A comes again
+    ctl.observe_request(_req("a", t, "session-1"))
+    return t + 1
+
+
+def test_five_repeats_prewarm_b_and_status_names_the_edge(tmp_path: Path) -> None:
+    ctl = _controller(tmp_path, predictive=True)
+    now = _workflow(ctl, 5)
+    result = ctl.tick(now, _hosts())
+    assert {a.model_id for a in result.plan.assignments} == {"a", "b"}
+    status = ctl.status(now)
+    [row] = [p for p in status.predictions if p.model_id == "b"]
+    assert (row.kind, row.edge, row.confidence, row.support) == ("sequence", "a→b", 1.0, 5)
+    assert row.lead_s == 40.0
+    assert status.forecasts["b"]["direct"] is False
+    assert "sequence" in status.forecasts["b"]["reasons"]
+
+
+def test_four_repeats_or_no_plugin_predict_nothing(tmp_path: Path) -> None:
+    ctl = _controller(tmp_path / "four", predictive=True)
+    now = _workflow(ctl, 4)
+    ctl.tick(now, _hosts())
+    # Four repeats are no sequence proof (a minute-apart co-activation pair may still be).
+    assert [p for p in ctl.status(now).predictions if p.kind == "sequence"] == []
+    ctl = _controller(tmp_path / "reactive", predictive=False)
+    now = _workflow(ctl, 5)
+    result = ctl.tick(now, _hosts())
+    assert {a.model_id for a in result.plan.assignments} == {"a"}
+
+
+def test_learned_workflows_survive_a_restart(tmp_path: Path) -> None:
+    ctl = _controller(tmp_path, predictive=True)
+    now = _workflow(ctl, 5)
+    ctl.set_mode("automatic", now)  # automatic mode saves the document on every tick
+    ctl.tick(now, _hosts())
+    again = _controller(tmp_path, predictive=True)
+    result = again.tick(now + 1, _hosts())
+    assert "b" in {a.model_id for a in result.plan.assignments}
+
+
+def test_hook_grid_infer_demand(tmp_path: Path) -> None:
+    """An installed plugin's ``grid_infer_demand`` replaces the built-in one; its rows are
+    still folded in as inferred demand only."""
+    acme = InlinePlugin("acme")
+
+    @acme.hook
+    def grid_infer_demand(sequences, coactivation, demand, workload_models, now):  # type: ignore[no-untyped-def]  # hook signature from the spec
+        del sequences, coactivation, workload_models, now
+        assert "b" in demand
+        return [
+            InferredDemand(
+                model_id="b", kind="pair", edge="acme→b", confidence=0.9, support=3, rate_rps=0.1
+            )
+        ]
+
+    store = FileStateStore(tmp_path / "controller-state.json")
+    ctl = Controller(
+        plugins=plugins_with(acme, builtins=(*BUILTINS, "grid_sequence")), store=store
+    ).restore()
+    for p in (A, B):
+        ctl.put_profile(p, NOW)
+    ctl.observe_request(_req("a", NOW, "k"))
+    result = ctl.tick(NOW + 1, _hosts())
+    assert {a.model_id for a in result.plan.assignments} == {"a", "b"}
+    assert [p.edge for p in ctl.status(NOW + 1).predictions] == ["acme→b"]
