@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from grid_core.demand.features import EndpointFamily, Modality
 from grid_core.scenario.config import TICK_S
-from grid_core.scenario.personas import PERSONAS, User
+from grid_core.scenario.personas import PERSONAS, User, stage_now
 from grid_core.scenario.streams import poisson, stream
 from grid_core.scenario.traces import Series, TraceCurve
 
@@ -124,9 +124,12 @@ def iter_arrivals(
     """Arrivals minute by minute, drawn only from the ``arrivals`` stream.
 
     Per minute and persona the count is Poisson with mean ``users x rate x curve``; each
-    request then picks a user of that persona, an offset within the minute, a text template
-    and sizes. The result depends on neither the fleet nor the strategy. Yielding one minute
-    at a time keeps a 24-hour, 10,000-user run from holding millions of arrivals at once.
+    request then picks a user of that persona (one whose project is in the persona's work
+    stage this minute, when any is: see :func:`~grid_core.scenario.personas.stage_now`), an
+    offset within the minute, a text template and sizes. Stages move only who asks, never
+    how many requests there are. The result depends on neither the fleet nor the strategy.
+    Yielding one minute at a time keeps a 24-hour, 10,000-user run from holding millions of
+    arrivals at once.
 
     Yields:
         One tuple of arrivals per minute, sorted by offset.
@@ -141,8 +144,9 @@ def iter_arrivals(
             if not members:
                 continue
             mean = len(members) * p.rate_per_h / 60.0 * curves.level(p.curve or p.name, x)
+            staged = [u for u in members if stage_now(p.name, u.project, minute)] or members
             for _ in range(poisson(rng, mean)):
-                u = members[rng.randrange(len(members))]
+                u = staged[rng.randrange(len(staged))]
                 batch.append(
                     Arrival(
                         minute,

@@ -25,6 +25,8 @@ CHURN_RATIO = 0.5
 """Smart's median mutations must be at most half of minute-greedy's."""
 LEAST_WORKLOAD_SLACK = 0.05
 """On the largest fleet smart's least-served workload may trail the best baseline by 5 pts."""
+SAME_FIELDS = ("score", "served", "wait_minutes", "mutations")
+"""A cell where smart and reactive agree on all of these shows no effect of prediction."""
 WAIT_STATES = ("starting", "planned", "deferred")
 """Admission states in which an active workload waits for capacity (startup cost)."""
 
@@ -68,6 +70,7 @@ def _row(report: dict[str, Any]) -> dict[str, object]:
         "least_workload": least["workload"],
         "least_served": least["served_fraction"],
         "wait_minutes": waits,
+        "prefetch": report.get("prefetch", {}),
     }
 
 
@@ -230,14 +233,26 @@ def evaluate_gates(runs: list[dict[str, Any]], largest: int) -> list[Gate]:
     )
     sw = statistics.median([smart[k]["wait_minutes"] for k in keys]) if keys else 0
     rw = statistics.median([reactive[k]["wait_minutes"] for k in keys]) if keys else 0
-    ok = sw < rw
+    same = [
+        f"machines={k[0]} seed={k[1]}: smart and reactive identical"
+        for k in keys
+        if all(smart[k][f] == reactive[k][f] for f in SAME_FIELDS)
+    ]
+    ok = sw < rw and not same
     gates.append(
         _gate(
             "predictive_startup_savings",
             ok,
-            "median workload wait minutes (starting/planned/deferred) below reactive",
-            {"smart_median": sw, "reactive_median": rw},
-            [] if ok else [f"smart {sw} vs reactive {rw}"],
+            "median workload wait minutes (starting/planned/deferred) below reactive, and "
+            "smart differs from reactive in every cell",
+            {
+                "smart_median": sw,
+                "reactive_median": rw,
+                "scorecard": {
+                    f"machines={k[0]} seed={k[1]}": smart[k].get("prefetch", {}) for k in keys
+                },
+            },
+            ([] if sw < rw else [f"smart {sw} vs reactive {rw}"]) + same,
         )
     )
     return gates

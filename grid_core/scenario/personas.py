@@ -16,6 +16,36 @@ from grid_core.scenario.streams import stream
 
 PROJECT_SIZE = 6
 """Users per synthetic project: a small team sharing one session key."""
+TEAMS: dict[str, tuple[str, ...]] = {
+    "creative": ("design", "image", "video"),
+    "engineering": ("research", "coding"),
+}
+"""Projects whose members work in stable stages, in this order (design boards, then stills,
+then the clip; research, then the code). Every other persona is a team of its own with one
+stage. The production sequence learner must discover these orders from the session keys; the
+scenario never tells the controller."""
+STAGE_MINUTES = 10
+"""Length of one work stage of a staged project (minutes)."""
+PROJECT_PHASE_MINUTES = 7
+"""Each project starts its stage cycle this many minutes after the previous one, so projects
+of one team are not all in the same stage at once."""
+
+
+def team_of(persona: str) -> tuple[str, int, int]:
+    """``(team, stage index, stages in the team)`` of a persona."""
+    for team, stages in TEAMS.items():
+        if persona in stages:
+            return team, stages.index(persona), len(stages)
+    return persona, 0, 1
+
+
+def stage_now(persona: str, project: int, minute: int) -> bool:
+    """Whether ``project`` of the persona's team is in the persona's stage at ``minute``."""
+    _, stage, stages = team_of(persona)
+    if stages == 1:
+        return True
+    pos = (minute + project * PROJECT_PHASE_MINUTES) % (STAGE_MINUTES * stages)
+    return pos // STAGE_MINUTES == stage
 
 
 @dataclass(frozen=True)
@@ -193,7 +223,8 @@ class User:
 def build_users(seed: int, users: int) -> tuple[User, ...]:
     """``users`` users drawn from the persona mix with the ``personas`` stream.
 
-    Users of one persona are grouped into projects of :data:`PROJECT_SIZE`.
+    Users of one team (:data:`TEAMS`; otherwise of one persona) are grouped into projects of
+    :data:`PROJECT_SIZE`, in draw order.
     """
     rng = stream(seed, "personas")
     weights = [p.weight for p in PERSONAS]
@@ -201,8 +232,9 @@ def build_users(seed: int, users: int) -> tuple[User, ...]:
     counts: dict[str, int] = {}
     out: list[User] = []
     for i, persona in enumerate(drawn):
-        k = counts.get(persona.name, 0)
-        counts[persona.name] = k + 1
+        team = team_of(persona.name)[0]
+        k = counts.get(team, 0)
+        counts[team] = k + 1
         out.append(User(i, persona, k // PROJECT_SIZE))
     return tuple(out)
 

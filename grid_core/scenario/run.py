@@ -30,6 +30,7 @@ from grid_core.scenario.config import TICK_S, ScenarioConfig
 from grid_core.scenario.fleet import SimFleet
 from grid_core.scenario.personas import PERSONAS, User, build_users, persona_named
 from grid_core.scenario.report import SCHEMA_VERSION, Metrics, allocatable_workloads
+from grid_core.scenario.scorecard import PrefetchScorecard
 from grid_core.scenario.serving import serve_minute
 from grid_core.scenario.strategies import (
     ControllerControl,
@@ -117,6 +118,7 @@ def run_scenario(cfg: ScenarioConfig, env: LabEnv) -> dict[str, object]:
     profiles = tuple(e.profile for e in catalog)
     control = make_control(cfg, env, profiles, users)
     metrics = Metrics(catalog, machines, allocatable_workloads(catalog, machines))
+    scorecard = PrefetchScorecard({p.model_id: p for p in profiles})
     jitter = stream(cfg.seed, "outcomes")
 
     def classify(features: RequestFeatures, text: str) -> str | None:
@@ -137,6 +139,13 @@ def run_scenario(cfg: ScenarioConfig, env: LabEnv) -> dict[str, object]:
             s.arrival.requested_model for s in results if s.arrival.requested_model != "auto"
         }
         control.observe(features)
+        scorecard.record(
+            tick,
+            step.orders,
+            control.predicted(),
+            {s.model for s in results if s.model},
+            {(h, m) for h, n in fleet.nodes.items() for m in n.residencies},
+        )
         # Admission is judged against the model the control chose for each workload (the
         # controller's portfolio), else the best feasible model.
         mapping = {**projection_map(WORKLOADS, profiles, fleet.snapshots()), **control.chosen()}
@@ -178,6 +187,7 @@ def run_scenario(cfg: ScenarioConfig, env: LabEnv) -> dict[str, object]:
         "users": {p.name: sum(1 for u in users if u.persona.name == p.name) for p in PERSONAS},
         "arrivals": {"count": digest.count, "digest": digest.hexdigest()},
         **metrics.report(fleet, cfg.duration_s / 3600.0),
+        "prefetch": scorecard.report(),
     }
     if cfg.oracle:
         from grid_core.scenario.oracle import run_oracle

@@ -23,6 +23,7 @@ from grid_core.scenario.arrivals import Arrival
 from grid_core.scenario.catalog import CatalogEntry
 from grid_core.scenario.config import TICK_S
 from grid_core.scenario.fleet import SimFleet
+from grid_core.scenario.personas import team_of
 
 QUEUE_ALLOWANCE = 0.5
 """Work up to 50 % beyond a minute's capacity waits and is served late; the rest fails."""
@@ -118,8 +119,10 @@ Classifier = Callable[[RequestFeatures, str], str | None]
 @functools.lru_cache(maxsize=4096)
 def session_hash(persona: str, project: int) -> str:
     """The double-hashed session key of a synthetic project (what the server would derive
-    from ``X-Grid-Affinity-Key``; the raw key never exists in the lab at all)."""
-    once = hashlib.sha256(f"scenario-session/{persona}/{project}".encode()).digest()
+    from ``X-Grid-Affinity-Key``; the raw key never exists in the lab at all). Members of one
+    team's project share it whatever their persona."""
+    team = team_of(persona)[0]
+    once = hashlib.sha256(f"scenario-session/{team}/{project}".encode()).digest()
     return hashlib.sha256(once).hexdigest()[:32]
 
 

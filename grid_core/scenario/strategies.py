@@ -32,6 +32,7 @@ from grid_core.plugins import Plugins
 from grid_core.profile import ModelProfile
 from grid_core.scenario.config import TICK_S
 from grid_core.scenario.fleet import Ack, Order, SimFleet
+from grid_core.scenario.scorecard import PREDICTIVE_REASONS
 from grid_core.store import StateStore
 from grid_core.wire import Acknowledgement
 
@@ -39,8 +40,10 @@ MAX_DELIVERY_ROUNDS = 3
 """Follow-up heartbeats per tick: a load's receipt lets its dependent warm ride the next one."""
 BASELINE_HEADROOM = 0.2
 """Greedy and static size replicas with the same 20 % headroom the demand side uses."""
-PREDICTIVE_PLUGINS = ("grid_forecast_ewma", "grid_portfolio", "grid_sequence", "grid_prefetch")
-"""Entry-point names the reactive control runs without (prediction and lookahead)."""
+PREDICTIVE_PLUGINS = ("grid_forecast_ewma", "grid_portfolio", "grid_sequence")
+"""Entry-point names the reactive control runs without: the trend forecaster (lookahead), the
+joint portfolio search, and workflow/co-activation prediction (``grid_sequence``, which also
+drives the predictive cache)."""
 
 
 @dataclass
@@ -141,6 +144,15 @@ class ControllerControl:
         """Workload → model the controller's last portfolio chose."""
         report = self.ctl.last.portfolio
         return dict(report.mapping) if report is not None else {}
+
+    def predicted(self) -> frozenset[str]:
+        """Models whose demand in the last tick was inferred only (learned workflows or
+        co-activation), for the prefetch scorecard."""
+        return frozenset(
+            m
+            for m, d in self.ctl.last.forecasts.items()
+            if not d.direct and PREDICTIVE_REASONS & set(d.reasons)
+        )
 
 
 def _demand(rates: dict[str, float], profiles: dict[str, ModelProfile]) -> dict[str, ModelDemand]:
@@ -253,6 +265,10 @@ class GreedyControl:
         """Greedy maps by the best feasible model (no portfolio of its own)."""
         return {}
 
+    def predicted(self) -> frozenset[str]:
+        """Greedy predicts nothing."""
+        return frozenset()
+
 
 class StaticControl:
     """``static``: the declared population's average mix, planned once and kept."""
@@ -310,3 +326,7 @@ class StaticControl:
     def chosen(self) -> dict[str, str]:
         """Static maps by the best feasible model (no portfolio of its own)."""
         return {}
+
+    def predicted(self) -> frozenset[str]:
+        """Static predicts nothing."""
+        return frozenset()

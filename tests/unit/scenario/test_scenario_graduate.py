@@ -80,3 +80,19 @@ def test_the_matrix_runs_to_completion(lab) -> None:
     identical = next(g for g in result["gates"] if g["gate"] == "identical_demand_traces")
     assert identical["pass"]
     assert result["passed"] == all(g["pass"] for g in result["gates"])
+
+
+def test_predictive_savings_fail_when_a_cell_shows_no_effect_of_prediction() -> None:
+    """Lower median waits are not enough: a cell where smart and reactive are identical
+    shows prediction did nothing there."""
+    rows = [
+        _row("smart", served=0.9, score=0.9, mutations=5, wait_minutes=5),
+        _row("reactive"),
+        _row("greedy", mutations=40),
+        _row("static"),
+    ]
+    other = [dict(r, seed=2) for r in rows]
+    other[1] = dict(other[0], strategy="reactive")  # identical to smart in seed 2
+    gate = _gates(rows + other)["predictive_startup_savings"]
+    assert not gate["pass"]
+    assert gate["failing"] == ["machines=4 seed=2: smart and reactive identical"]
