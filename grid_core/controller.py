@@ -46,6 +46,12 @@ from grid_core import planner
 from grid_core.demand import DemandTracker, RequestFeatures
 from grid_core.demand.features import WORKLOADS
 from grid_core.demand.inference import apply_inferred
+from grid_core.demand.prefetch import (
+    PredictiveEntry,
+    PrefetchDecision,
+    PrefetchInputs,
+    plan_prefetch,
+)
 from grid_core.demand.tracker import UNBOUND
 from grid_core.demand.workloads import projection_map
 from grid_core.errors import ConflictError, GridError, NotFoundError, StateError
@@ -499,6 +505,7 @@ class Controller:
         generation = self.generations.next(digest)
         self.last.plan = plan
         clear_proven_blocks(self.blocks, self.book, host_map, now, self.policy.governor)
+        self.last.prefetch = self._prefetch(now, plan, host_map, profiles)
         result = reconcile(
             ReconcileInputs(
                 now=now,
@@ -511,6 +518,7 @@ class Controller:
                 blocked_models=frozenset(self.blocks),
                 destructive_hold=destructive_hold,
                 mutation_hold=mutation_hold,
+                advisories=self.last.prefetch.advisories,
             )
         )
         self.last.report = issue(
@@ -537,6 +545,53 @@ class Controller:
             plan=plan,
             reconciliation=self.last.report,
             issued=tuple(self.last.report.issued),
+        )
+
+    def _prefetch(
+        self,
+        now: float,
+        plan: Plan,
+        hosts: Mapping[str, HostSnapshot],
+        profiles: Sequence[ModelProfile],
+    ) -> PrefetchDecision:
+        """Cache-only advisories for predictions without a serving slot, and the predictive
+        cache's expiry and replacement (pure: :func:`grid_core.demand.prefetch.plan_prefetch`).
+
+        The disk ledger starts after the plan's own uncached assignments, so a guess never
+        races a demanded load for space.
+        """
+        entries = tuple(
+            PredictiveEntry(
+                host_id=h.host_id,
+                model_id=m,
+                artifact_sha256=h.cached.get(m) or "",
+                size_mb=self.profiles[m].artifact_size_mb or 0,
+                cached_at=at,
+            )
+            for h in hosts.values()
+            for m, at in sorted(h.predictive_cached.items())
+            if m in self.profiles
+        )
+        if not self.last.predictions and not entries:
+            return PrefetchDecision()
+        reserved: dict[str, int] = {}
+        for a in plan.assignments:
+            h, p = hosts.get(a.host_id), self.profiles.get(a.model_id)
+            if h is not None and p is not None and a.model_id not in h.cached:
+                reserved[a.host_id] = reserved.get(a.host_id, 0) + (p.artifact_size_mb or 0)
+        demanded = {m for m, d in self.last.forecasts.items() if d.direct or d.queue_depth > 0}
+        demanded |= {p.model_id for p in profiles if p.min_replicas > 0 or p.pins}
+        return plan_prefetch(
+            PrefetchInputs(
+                now=now,
+                predictions=tuple(self.last.predictions),
+                profiles=self.profiles,
+                hosts=tuple(hosts[k] for k in sorted(hosts)),
+                served=frozenset(a.model_id for a in plan.assignments),
+                demanded=frozenset(demanded),
+                reserved_mb=reserved,
+                entries=entries,
+            )
         )
 
     def _workload_models(

@@ -208,6 +208,11 @@ def _snapshot(
             cached.setdefault(m, None)
         for a in env.cached_artifacts:
             cached[a.model_id] = a.artifact_sha256
+    predictive = {
+        a.model_id: control.received_at - a.cached_age_s
+        for a in (env.cached_artifacts if env is not None else [])
+        if a.predictive and a.cached_age_s is not None and a.artifact_sha256
+    }
     conc = [r.max_concurrency for r in rows if r.state == "ready" and r.max_concurrency]
     gpus = res.gpus if res else []
     load = control.load
@@ -237,6 +242,7 @@ def _snapshot(
         queue_depth=load.queue_depth if load else 0,
         residencies=tuple(rows),
         cached=cached,
+        predictive_cached=predictive,
         performance=_performance(host_id, rows, measurements, now),
         actuator_capabilities=tuple(env.actuator_capabilities) if env else (),
     )

@@ -101,6 +101,10 @@ class HostSnapshot(msgspec.Struct, frozen=True, kw_only=True):
     residencies: tuple[ResidencySnapshot, ...] = ()
     cached: dict[str, str | None] = {}
     """Model id → artifact SHA-256 (``None`` when unknown) of weights cached on disk."""
+    predictive_cached: dict[str, float] = {}
+    """Model id → when the node finished a cache-only predictive download of it that has not
+    been started since (server-clock Unix seconds): the node's provenance, so the predictive
+    cache lifecycle touches only these (never operator caches or used downloads)."""
     performance: dict[str, ModelPerformance] = {}
     actuator_capabilities: tuple[str, ...] = ()
 

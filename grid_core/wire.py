@@ -214,6 +214,10 @@ class CachedArtifact(Struct, frozen=True, kw_only=True):
     artifact_sha256: Sha256 | None = None
     size_mb: MB = 0
     predictive: bool = False
+    """Downloaded by a cache-only predictive prefetch and never started since."""
+    cached_age_s: Seconds | None = None
+    """For a predictive entry: seconds since its verified download finished (sender's clock
+    at send time; the server rebuilds the time from its own receipt clock)."""
 
 
 class AllocatorEnvelope(Struct, frozen=True, kw_only=True):

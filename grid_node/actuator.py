@@ -17,6 +17,7 @@ from pathlib import Path
 
 import psutil
 
+from grid_core.demand.prefetch import PREDICTIVE_FETCH, PREDICTIVE_FLOOR_MB
 from grid_core.errors import GridError, UnavailableError
 from grid_core.protection import ProtectionDecision
 from grid_core.runtime import ArtifactSpec, ChildRecord, Probe, RuntimeAdapter
@@ -31,7 +32,7 @@ from grid_core.wire import (
 )
 from grid_node import admission
 from grid_node.config import NodeConfig
-from grid_node.state import NodeState, Receipt, StateFile
+from grid_node.state import NodeState, PredictiveDownload, Receipt, StateFile
 
 DRAIN_WAIT_S = 60.0
 """Seconds a drain waits for running requests after fencing the route before reporting; the
@@ -285,13 +286,22 @@ class Actuator:
         return self.advertise(child) if self.advertise is not None else child.url
 
     def cached_artifacts(self) -> list[CachedArtifact]:
-        """Artifacts verified on disk."""
-        return [
-            CachedArtifact(
-                model_id=m, artifact_sha256=a.sha256, size_mb=(a.size_bytes + MB - 1) // MB
+        """Artifacts verified on disk; unused predictive downloads carry their provenance."""
+        now = time.time()
+        out = []
+        for m, a in self.state.artifacts.items():
+            p = self.state.predictive.get(m)
+            predictive = p is not None and p.sha256 == a.sha256 and m not in self.state.children
+            out.append(
+                CachedArtifact(
+                    model_id=m,
+                    artifact_sha256=a.sha256,
+                    size_mb=(a.size_bytes + MB - 1) // MB,
+                    predictive=predictive,
+                    cached_age_s=max(0.0, now - p.at) if predictive and p is not None else None,
+                )
             )
-            for m, a in self.state.artifacts.items()
-        ]
+        return out
 
     # --- commands -----------------------------------------------------------------------------
     async def execute(
@@ -370,10 +380,16 @@ class Actuator:
             loaded = await adapter.load(self.host, spec)
             self.state.artifacts[cmd.model_id] = loaded
             self.state.artifact_runtimes[cmd.model_id] = adapter.name
+            if cmd.reason == PREDICTIVE_FETCH and loaded.fetched and loaded.sha256:
+                # Provenance: only a download this prefetch really made is predictive cache.
+                self.state.predictive[cmd.model_id] = PredictiveDownload(
+                    sha256=loaded.sha256, at=time.time()
+                )
             self.save()
             verb = "fetched" if loaded.fetched else "verified"
             return f"{verb} {loaded.path}", loaded.fetched
         if cmd.kind == "warm":
+            self.state.predictive.pop(cmd.model_id, None)  # used: ordinary cache from now on
             return await self._warm(cmd, adapter, spec), False
         if cmd.kind == "drain":
             return await self.drain(cmd.model_id), False
@@ -388,6 +404,12 @@ class Actuator:
             return
         self.config.artifact_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         free_mb = psutil.disk_usage(str(self.config.artifact_dir)).free // MB
+        if cmd.reason == PREDICTIVE_FETCH and free_mb - cmd.artifact_size_mb < PREDICTIVE_FLOOR_MB:
+            msg = (
+                f"predictive prefetch refused: {free_mb} MB free, the {cmd.artifact_size_mb} MB "
+                f"artifact would leave less than the {PREDICTIVE_FLOOR_MB} MB floor"
+            )
+            raise UnavailableError(msg)
         if free_mb < cmd.artifact_size_mb:
             msg = (
                 f"only {free_mb} MB free in {self.config.artifact_dir}, the artifact may be "
@@ -481,6 +503,7 @@ class Actuator:
             raise UnavailableError(msg)
         art = self.state.artifacts.pop(model_id, None)
         self.state.artifact_runtimes.pop(model_id, None)
+        self.state.predictive.pop(model_id, None)
         if art is None:
             return "not cached"
         path = Path(art.path)

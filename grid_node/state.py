@@ -50,6 +50,13 @@ class Receipt(msgspec.Struct, kw_only=True):
     delivered: bool = False
 
 
+class PredictiveDownload(msgspec.Struct, kw_only=True):
+    """One predictive download: the exact SHA-256 and when it finished (Unix seconds)."""
+
+    sha256: str
+    at: float
+
+
 class NodeState(msgspec.Struct, kw_only=True):
     """Everything a node must remember across restarts."""
 
@@ -70,6 +77,9 @@ class NodeState(msgspec.Struct, kw_only=True):
     running_kind: str = ""
     running_model: str = ""
     model_last_used_at: dict[str, float] = {}
+    predictive: dict[str, PredictiveDownload] = {}
+    """Provenance of artifacts this node downloaded for a cache-only predictive prefetch and
+    has not started since (model id → record); a warm or an eviction removes the record."""
 
     def receipt(self, action_id: str) -> Receipt | None:
         """The receipt of ``action_id`` if one is kept."""

@@ -51,6 +51,8 @@ VICTIM_POOL = 6
 entries (bounded search, C(6, ≤3) = 41 subsets)."""
 
 AdvisoryKind = Literal["fetch", "evict"]
+PREDICTIVE_FETCH = "predictive_prefetch"
+"""Reason of a cache-only predictive load (the node keeps the download's provenance)."""
 
 
 class PredictiveEntry(msgspec.Struct, frozen=True, kw_only=True):
@@ -262,7 +264,7 @@ def plan_prefetch(inp: PrefetchInputs) -> PrefetchDecision:
                 model_id=model_id,
                 artifact_sha256=p.artifact_sha256 or "",
                 size_mb=size,
-                reason="predictive_prefetch",
+                reason=PREDICTIVE_FETCH,
                 value_per_mb=round(value / size, 9),
                 edge=r.edge,
                 confidence=r.confidence,

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 import msgspec
 
 from grid_core.demand.desired import startup_path_s
+from grid_core.demand.prefetch import PREDICTIVE_FETCH, Advisory
 from grid_core.planner.types import Assignment, Eviction, Plan
 from grid_core.profile import ModelProfile, revision_matches
 from grid_core.reconcile.actions import Action, ActionBook, ServiceClass, failure_key
@@ -102,6 +103,8 @@ class ReconcileInputs:
         blocked_models: models whose destructive work waits for a withdrawn batch's receipt.
         destructive_hold: reason destructive work is held fleet-wide (restart grace), or None.
         mutation_hold: reason all new work is held (control-plane hiccup), or None.
+        advisories: cache-only predictive fetches and evictions
+            (:func:`grid_core.demand.prefetch.plan_prefetch`).
     """
 
     now: float
@@ -114,6 +117,7 @@ class ReconcileInputs:
     blocked_models: frozenset[str] = frozenset()
     destructive_hold: str | None = None
     mutation_hold: str | None = None
+    advisories: tuple[Advisory, ...] = ()
 
 
 @dataclass
@@ -251,6 +255,7 @@ def reconcile(inp: ReconcileInputs) -> ReconcileResult:
     _destructive(inp, gate, desired_pairs, evictions, proof, out)
     if inp.retired:
         _evictions_of_retired(inp, gate, out)
+    _predictive_cache(inp, gate, out)
     _withdrawals(inp, desired_pairs, evictions, proof, out)
     if inp.mutation_hold is not None:
         out.deferred.extend(
@@ -528,6 +533,44 @@ def _prefetch_beneficiary(
     return "prefetching_beneficiary"
 
 
+def _predictive_cache(inp: ReconcileInputs, gate: _Gate, out: ReconcileResult) -> None:
+    """Cache-only predictive advisories as proposals: a fetch is a ``load`` that only fetches
+    and verifies (no warm follows it, no memory, no model slot), an eviction removes one exact
+    unused predictive artifact. Both are the lowest service classes, behind real work."""
+    for adv in inp.advisories:
+        host = inp.hosts.get(adv.host_id)
+        if host is None or not reachable(host, inp.policy):
+            continue
+        kind = "load" if adv.kind == "fetch" else "evict"
+        if gate.check(kind, host, adv.model_id) is not None:
+            continue
+        p = inp.profiles.get(adv.model_id)
+        if kind == "load" and p is not None and not _cached_exact(host, p, None):
+            out.proposals.append(
+                Proposal(
+                    kind="load",
+                    host_id=host.host_id,
+                    model_id=adv.model_id,
+                    reason=adv.reason,
+                    service_class="predictive",
+                    artifact_sha256=adv.artifact_sha256,
+                    artifact_source=p.artifact_source,
+                    artifact_size_mb=adv.size_mb,
+                )
+            )
+        elif kind == "evict" and host.cached.get(adv.model_id) == adv.artifact_sha256:
+            out.proposals.append(
+                Proposal(
+                    kind="evict",
+                    host_id=host.host_id,
+                    model_id=adv.model_id,
+                    reason=adv.reason,
+                    service_class="cleanup",
+                    artifact_sha256=adv.artifact_sha256,
+                )
+            )
+
+
 def _evictions_of_retired(inp: ReconcileInputs, gate: _Gate, out: ReconcileResult) -> None:
     """Remove the cached weights of retired models from disk (hosts that can evict only)."""
     for host in inp.hosts.values():
@@ -615,8 +658,18 @@ def _withdrawals(
         key = (a.model_id, a.host_id)
         if a.kind in ("load", "warm"):
             reason = None
-            prefetch = a.reason == "prefetch" and any(
-                e.beneficiary == a.model_id and e.host_id == a.host_id for e in inp.plan.evictions
+            prefetch = (
+                a.reason == "prefetch"
+                and any(
+                    e.beneficiary == a.model_id and e.host_id == a.host_id
+                    for e in inp.plan.evictions
+                )
+            ) or (
+                a.reason == PREDICTIVE_FETCH
+                and any(
+                    v.kind == "fetch" and v.model_id == a.model_id and v.host_id == a.host_id
+                    for v in inp.advisories
+                )
             )
             if a.model_id in inp.retired:
                 reason = "retired"

@@ -14,6 +14,7 @@ from typing import Any
 import msgspec
 
 from grid_core.demand.inference import InferredDemand
+from grid_core.demand.prefetch import PrefetchDecision
 from grid_core.demand.types import ModelDemand
 from grid_core.planner.types import Plan, Unmet
 from grid_core.portfolio.types import PortfolioReport
@@ -172,6 +173,9 @@ class ControllerStatus(msgspec.Struct, kw_only=True):
     """Unbound workload demand: the joint mapping, the exploration slot, the admission gate,
     candidate rows (feasibility and evidence) and one admission row per active workload."""
     predictions: list[InferredDemand] = []
+    prefetch: PrefetchDecision | None = None
+    """Cache-only predictive advisories (fetch, TTL and replacement evictions) and the
+    predictions that got none, with the reason."""
     """Inferred demand the plan used: each row names its learned edge (``source→target``),
     kind (``sequence``, ``group``, ``pair``), confidence, support and rate."""
     delivery_refusals: list[str] = []
@@ -209,6 +213,7 @@ class LastTick:
         self.duration_ms: float | None = None
         self.portfolio: PortfolioReport | None = None
         self.predictions: list[InferredDemand] = []
+        self.prefetch = PrefetchDecision()
 
 
 @dataclass(frozen=True)
@@ -338,5 +343,6 @@ def controller_status(
         timings=[TimingView.of(e, now) for e in records.timings.entries()] if detail else [],
         portfolio=last.portfolio,
         predictions=list(last.predictions),
+        prefetch=last.prefetch,
         delivery_refusals=list(last.delivery_refusals),
     )

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from grid_core.demand.prefetch import PREDICTIVE_FETCH
 from grid_core.profile import ModelProfile
 from grid_core.scenario.arrivals import FleetEvents
 from grid_core.scenario.catalog import CatalogEntry
@@ -86,6 +87,8 @@ class SimNode:
     cached: dict[str, str | None] = field(default_factory=dict)
     disk_used_mb: int = BASE_DISK_USED_MB
     pending_acks: list[Ack] = field(default_factory=list)
+    predictive: dict[str, float] = field(default_factory=dict)
+    """Provenance of cache-only predictive downloads not started since (model → finished at)."""
     fresh_downloads: set[str] = field(default_factory=set)
     """Artifacts fetched for a start that has not happened yet (a later start is a cache
     miss; any other start of a cached artifact is a cache hit)."""
@@ -265,6 +268,8 @@ class SimFleet:
         node.disk_used_mb += size
         node.cached[order.model_id] = profile.artifact_sha256
         node.fresh_downloads.add(order.model_id)
+        if order.reason == PREDICTIVE_FETCH:
+            node.predictive[order.model_id] = self.now
         self.counters.downloads += 1
         self.counters.downloaded_mb += size
         return Ack(order.action_id, "succeeded", "artifact fetched", artifact_fetched=True)
@@ -296,6 +301,7 @@ class SimFleet:
             return self._refuse(order, "overcommit", f"{memory} MB does not fit", violation=True)
         if len(node.residencies) >= 1:  # one-model logical machine: the slot is taken
             return self._refuse(order, "overcommit", "model slot is taken", violation=True)
+        node.predictive.pop(order.model_id, None)  # used: ordinary cache from now on
         if order.model_id in node.fresh_downloads:
             node.fresh_downloads.discard(order.model_id)
         else:
@@ -351,6 +357,7 @@ class SimFleet:
             return self._refuse(order, "evict_resident", "artifact is in use")
         if order.model_id in node.cached:
             del node.cached[order.model_id]
+            node.predictive.pop(order.model_id, None)
             node.disk_used_mb -= profile.artifact_size_mb or 0
             self.counters.evictions += 1
         return Ack(order.action_id, "succeeded", "evicted")
@@ -430,6 +437,7 @@ class SimFleet:
             queue_depth=sum(r.queue for r in node.residencies.values()),
             residencies=residencies,
             cached=dict(sorted(node.cached.items())),
+            predictive_cached=dict(sorted(node.predictive.items())),
             actuator_capabilities=CAPABILITIES,
         )
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass, field
 
+from grid_core.demand.prefetch import PREDICTIVE_FETCH
 from grid_core.profile import ModelProfile
 from grid_core.scenario.config import TICK_S
 from grid_core.scenario.fleet import Order
@@ -48,8 +49,11 @@ class PrefetchScorecard:
     expiries: int = 0
     reclaimed_mb: int = 0
     avoided_load_s: float = 0.0
+    cache_only: int = 0
+    cache_hits: int = 0
     leads_s: list[float] = field(default_factory=list)
     _open: dict[tuple[str, str], _Start] = field(default_factory=dict)
+    _cached: dict[tuple[str, str], int] = field(default_factory=dict)
 
     def record(
         self,
@@ -70,14 +74,25 @@ class PrefetchScorecard:
         """
         loads = {(o.host_id, o.model_id) for o in orders if o.kind == "load"}
         for o in orders:
-            if o.kind == "load" and o.model_id in predicted:
+            key = (o.host_id, o.model_id)
+            if o.kind == "load" and o.reason == PREDICTIVE_FETCH:
                 self.downloads += 1
+                self.cache_only += 1
+                self._cached[key] = tick
+            elif o.kind == "load" and o.model_id in predicted:
+                self.downloads += 1
+            elif o.kind == "warm" and key in self._cached:
+                # A later start found the predictive download on disk: a real cache hit.
+                self.cache_hits += 1
+                self.leads_s.append((tick - self._cached.pop(key)) * TICK_S)
+                p = self.profiles.get(o.model_id)
+                self.avoided_load_s += p.load_estimate_s if p is not None else 0.0
             elif o.kind == "warm" and o.model_id in predicted:
-                key = (o.host_id, o.model_id)
                 if key not in self._open:
                     self.starts += 1
                     self._open[key] = _Start(tick, key in loads)
             elif o.kind == "evict" and o.reason in PREDICTIVE_EVICTIONS:
+                self._cached.pop(key, None)
                 p = self.profiles.get(o.model_id)
                 self.expiries += 1
                 self.reclaimed_mb += (p.artifact_size_mb or 0) if p is not None else 0
@@ -104,10 +119,13 @@ class PrefetchScorecard:
     def report(self) -> dict[str, object]:
         """The scorecard section of the scenario report (open starts without use are unused)."""
         unused = self.unused + sum(1 for s in self._open.values() if s.first_use_tick is None)
+        unused += len(self._cached)
         return {
             "prefetch_downloads": self.downloads,
+            "cache_only_prefetches": self.cache_only,
             "predictive_starts": self.starts,
-            "hits": self.hits,
+            "hits": self.hits + self.cache_hits,
+            "cache_hits": self.cache_hits,
             "unused_predictions": unused,
             "expiries": self.expiries,
             "reclaimed_mb": self.reclaimed_mb,

@@ -13,7 +13,7 @@ from grid_core.controller import Controller
 from grid_core.demand.features import RequestFeatures
 from grid_core.demand.inference import InferredDemand
 from grid_core.profile import ModelProfile
-from grid_core.snapshot import HostSnapshot
+from grid_core.snapshot import HostSnapshot, ResidencySnapshot
 from grid_core.system.state_file import FileStateStore
 from grid_core.testing import InlinePlugin, plugins_with
 
@@ -122,3 +122,83 @@ def test_hook_grid_infer_demand(tmp_path: Path) -> None:
     result = ctl.tick(NOW + 1, _hosts())
     assert {a.model_id for a in result.plan.assignments} == {"a", "b"}
     assert [p.edge for p in ctl.status(NOW + 1).predictions] == ["acme→b"]
+
+
+SHA_B = "b" * 64
+B_SOURCED = ModelProfile(
+    model_id="b",
+    memory_mb=2_000,
+    artifact_sha256=SHA_B,
+    artifact_source="hf://owner/repo/b.gguf",
+    artifact_size_mb=2_000,
+)
+C = ModelProfile(model_id="c", memory_mb=2_000, min_replicas=1)
+
+
+def _full_hosts(free_disk_mb: int | None) -> tuple[HostSnapshot, ...]:
+    return tuple(
+        HostSnapshot(
+            host_id=h,
+            capacity_mb=8_000,
+            runtimes=("llama.cpp",),
+            heartbeat_age_s=1.0,
+            max_models=1,
+            artifact_disk_free_mb=free_disk_mb,
+            actuator_capabilities=("load", "warm", "drain", "unload", "evict"),
+            residencies=(
+                ResidencySnapshot(
+                    model_id=m,
+                    memory_mb=2_000,
+                    state="ready",
+                    active_requests=0,
+                    loaded_at=NOW - 7_200,
+                    last_used_at=NOW - 7_200,
+                    routable=True,
+                ),
+            ),
+        )
+        for h, m in (("h1", "a"), ("h2", "c"))
+    )
+
+
+def test_without_a_free_slot_the_prediction_is_a_cache_only_fetch(tmp_path: Path) -> None:
+    store = FileStateStore(tmp_path / "controller-state.json")
+    ctl = Controller(
+        plugins=plugins_with(builtins=(*BUILTINS, "grid_sequence")), store=store
+    ).restore()
+    for p in (A, B_SOURCED, C):
+        ctl.put_profile(p, NOW)
+    now = _workflow(ctl, 5)
+    ctl.set_mode("automatic", now)
+    result = ctl.tick(now, _full_hosts(free_disk_mb=60_000))
+    issued = [ctl.book.get(i) for i in result.issued]
+    kinds = [(a.kind, a.model_id, a.reason) for a in issued if a is not None]
+    # Nothing warms, nothing drains or unloads: one exact, cache-only load of b.
+    assert [k for k in kinds if k[1] == "b"] == [("load", "b", "predictive_prefetch")]
+    assert not [k for k in kinds if k[0] in ("warm", "drain", "unload", "evict")]
+    [fetch] = ctl.status(now).prefetch.advisories
+    assert (fetch.kind, fetch.model_id, fetch.artifact_sha256, fetch.edge) == (
+        "fetch",
+        "b",
+        SHA_B,
+        "a→b",
+    )
+
+
+def test_a_prediction_never_fetches_under_the_disk_floor_or_without_disk_telemetry(
+    tmp_path: Path,
+) -> None:
+    for i, free in enumerate((None, 10 * 1024 + 1_999)):
+        store = FileStateStore(tmp_path / f"s{i}" / "controller-state.json")
+        store.path.parent.mkdir()
+        ctl = Controller(
+            plugins=plugins_with(builtins=(*BUILTINS, "grid_sequence")), store=store
+        ).restore()
+        for p in (A, B_SOURCED, C):
+            ctl.put_profile(p, NOW)
+        now = _workflow(ctl, 5)
+        ctl.set_mode("automatic", now)
+        result = ctl.tick(now, _full_hosts(free_disk_mb=free))
+        issued = [ctl.book.get(x) for x in result.issued]
+        assert not [a for a in issued if a is not None and a.model_id == "b"]
+        assert ctl.status(now).prefetch.refused

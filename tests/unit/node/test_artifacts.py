@@ -149,3 +149,57 @@ async def test_acknowledgement_artifact_fetched_only_when_transferred(tmp_path, 
     sent = artifact_server.bytes_sent
     again = await act.execute(load("a1", 1), deadline_mono=deadline, decision=ACCEPTING)
     assert again == first and artifact_server.bytes_sent == sent
+
+
+@pytest.mark.anyio
+async def test_a_predictive_prefetch_keeps_its_provenance_until_used_or_evicted(
+    tmp_path, artifact_server
+):
+    """A cache-only predictive load fetches and verifies (no engine starts); the node reports
+    the artifact as predictive with its age until an eviction removes it. An ordinary load
+    of the same weights is never predictive."""
+    artifact_server.files["models/m.gguf"] = PAYLOAD
+    config = NodeConfig(state_dir=tmp_path / "node", model_dirs=(tmp_path / "none",))
+    store = StateFile(config.state_dir)
+    state = store.load_or_create("host-a")
+    act = Actuator(
+        config=config, store=store, state=state, adapters={"llama.cpp": LlamaCppAdapter()}
+    )
+
+    def cmd(action: str, gen: int, kind: str, reason: str) -> Command:
+        return Command(
+            action_id=action,
+            kind=kind,
+            node_id="host-a",
+            model_id="m.gguf",
+            plan_generation=f"e:{gen:020d}:d",
+            controller_term=1,
+            controller_id="c1",
+            executable=True,
+            reason=reason,
+            artifact_sha256=DIGEST,
+            artifact_source=SOURCE,
+            artifact_size_mb=4,
+        )
+
+    deadline = time.monotonic() + 60
+    ack = await act.execute(
+        cmd("p1", 1, "load", "predictive_prefetch"), deadline_mono=deadline, decision=ACCEPTING
+    )
+    assert ack.status == "succeeded" and ack.artifact_fetched
+    assert act.state.children == {}  # cache only: nothing warmed
+    [art] = act.cached_artifacts()
+    assert art.predictive and art.artifact_sha256 == DIGEST and art.cached_age_s is not None
+    # Provenance survives a restart of the node agent (durable state).
+    again = StateFile(config.state_dir).load_or_create("host-a")
+    assert again.predictive["m.gguf"].sha256 == DIGEST
+    ack = await act.execute(
+        cmd("e1", 2, "evict", "predictive_ttl"), deadline_mono=deadline, decision=ACCEPTING
+    )
+    assert ack.status == "succeeded" and act.cached_artifacts() == []
+    ack = await act.execute(
+        cmd("l2", 3, "load", "place"), deadline_mono=deadline, decision=ACCEPTING
+    )
+    assert ack.artifact_fetched
+    [art] = act.cached_artifacts()
+    assert not art.predictive and art.cached_age_s is None
