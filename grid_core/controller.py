@@ -38,22 +38,15 @@ from __future__ import annotations
 
 import hashlib
 import secrets
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable
 
 import msgspec
 
 from grid_core import planner
 from grid_core.demand import DemandTracker, RequestFeatures
-from grid_core.demand.features import WORKLOADS
 from grid_core.demand.inference import apply_inferred
-from grid_core.demand.prefetch import (
-    PredictiveEntry,
-    PrefetchDecision,
-    PrefetchInputs,
-    plan_prefetch,
-)
+from grid_core.demand.prefetch import prefetch_for_plan
 from grid_core.demand.tracker import UNBOUND
-from grid_core.demand.workloads import projection_map
 from grid_core.errors import ConflictError, GridError, NotFoundError, StateError
 from grid_core.planner.hooks import PlannerHooks
 from grid_core.planner.types import Plan, PlanInputs
@@ -456,11 +449,11 @@ class Controller:
             ),
             lambda inputs: self._plan_fn(inputs, hooks),
         )
-        self.last.predictions = self.plugins.infer_demand(
-            self.demand.sequences,
-            self.demand.coactivation,
+        self.last.predictions = self.demand.infer(
+            self.plugins.infer_demand,
             portfolio.demand,
-            self._workload_models(portfolio.report.mapping, profiles, planned_hosts),
+            portfolio.report.mapping,
+            (profiles, planned_hosts, self.policy.planner),
             now,
         )
         self.last.forecasts = apply_inferred(portfolio.demand, self.last.predictions, self.profiles)
@@ -505,7 +498,10 @@ class Controller:
         generation = self.generations.next(digest)
         self.last.plan = plan
         clear_proven_blocks(self.blocks, self.book, host_map, now, self.policy.governor)
-        self.last.prefetch = self._prefetch(now, plan, host_map, profiles)
+        last = self.last
+        last.prefetch = prefetch_for_plan(
+            now, plan.assignments, host_map, self.profiles, last.predictions, last.forecasts
+        )
         result = reconcile(
             ReconcileInputs(
                 now=now,
@@ -546,67 +542,6 @@ class Controller:
             reconciliation=self.last.report,
             issued=tuple(self.last.report.issued),
         )
-
-    def _prefetch(
-        self,
-        now: float,
-        plan: Plan,
-        hosts: Mapping[str, HostSnapshot],
-        profiles: Sequence[ModelProfile],
-    ) -> PrefetchDecision:
-        """Cache-only advisories for predictions without a serving slot, and the predictive
-        cache's expiry and replacement (pure: :func:`grid_core.demand.prefetch.plan_prefetch`).
-
-        The disk ledger starts after the plan's own uncached assignments, so a guess never
-        races a demanded load for space.
-        """
-        entries = tuple(
-            PredictiveEntry(
-                host_id=h.host_id,
-                model_id=m,
-                artifact_sha256=h.cached.get(m) or "",
-                size_mb=self.profiles[m].artifact_size_mb or 0,
-                cached_at=at,
-            )
-            for h in hosts.values()
-            for m, at in sorted(h.predictive_cached.items())
-            if m in self.profiles
-        )
-        if not self.last.predictions and not entries:
-            return PrefetchDecision()
-        reserved: dict[str, int] = {}
-        for a in plan.assignments:
-            h, p = hosts.get(a.host_id), self.profiles.get(a.model_id)
-            if h is not None and p is not None and a.model_id not in h.cached:
-                reserved[a.host_id] = reserved.get(a.host_id, 0) + (p.artifact_size_mb or 0)
-        demanded = {m for m, d in self.last.forecasts.items() if d.direct or d.queue_depth > 0}
-        demanded |= {p.model_id for p in profiles if p.min_replicas > 0 or p.pins}
-        return plan_prefetch(
-            PrefetchInputs(
-                now=now,
-                predictions=tuple(self.last.predictions),
-                profiles=self.profiles,
-                hosts=tuple(hosts[k] for k in sorted(hosts)),
-                served=frozenset(a.model_id for a in plan.assignments),
-                demanded=frozenset(demanded),
-                reserved_mb=reserved,
-                entries=entries,
-            )
-        )
-
-    def _workload_models(
-        self,
-        chosen: Mapping[str, str],
-        profiles: Sequence[ModelProfile],
-        hosts: Sequence[HostSnapshot],
-    ) -> dict[str, str]:
-        """Workload → model a predicted workload stage lands on: the portfolio's choice, else
-        the best feasible model (the same projection the portfolio falls back to)."""
-        if not self.demand.sequences.workflows:
-            return dict(chosen)  # no session to predict for: skip the projection scan
-        out = dict(projection_map(WORKLOADS, profiles, hosts, self.policy.planner))
-        out.update(chosen)
-        return out
 
     def note_tick_duration(self, seconds: float) -> None:
         """Record how long the caller measured the last tick to take (status shows it)."""

@@ -14,14 +14,17 @@ Pure: time and every fact are passed in.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Literal
+from typing import Literal, Protocol
 
 import msgspec
 
 from grid_core.demand.coactivation import CoActivationBook
+from grid_core.demand.features import WORKLOADS
 from grid_core.demand.sequence import WORKLOAD_PREFIX, SequenceBook
 from grid_core.demand.types import ModelDemand
+from grid_core.demand.workloads import projection_map
 from grid_core.profile import ModelProfile
+from grid_core.snapshot import HostSnapshot
 
 MIN_RATE_WINDOW_S = 30.0
 """Shortest window a predicted session's request is spread over (s): a lead time of two
@@ -32,6 +35,21 @@ DEFAULT_RATE_WINDOW_S = 60.0
 """Window used while an edge has no learned lead time (one planning minute)."""
 
 InferenceKind = Literal["sequence", "group", "pair"]
+
+
+class InferenceSource(Protocol):
+    """What answers the ``grid_infer_demand`` hook (the plugin facade's ``infer_demand``)."""
+
+    def __call__(
+        self,
+        sequences: SequenceBook,
+        coactivation: CoActivationBook,
+        demand: Mapping[str, ModelDemand],
+        workload_models: Mapping[str, str],
+        now: float,
+    ) -> list[InferredDemand]:
+        """Inferred demand rows (empty when no plugin answers)."""
+        ...
 
 
 class InferredDemand(msgspec.Struct, frozen=True, kw_only=True):
@@ -152,4 +170,24 @@ def apply_inferred(
             inferred_rps=d.inferred_rps + r.rate_rps,
             reasons=(*d.reasons, r.kind),
         )
+    return out
+
+
+def workload_models(
+    chosen: Mapping[str, str],
+    profiles: Sequence[ModelProfile],
+    hosts: Sequence[HostSnapshot],
+    policy: object | None,
+    sessions: int,
+) -> dict[str, str]:
+    """Workload → model a predicted workload stage lands on: the portfolio's choice, else
+    the best feasible model (the projection the portfolio itself falls back to).
+
+    ``sessions`` is the number of live affinity sessions; with none nothing can be
+    predicted, and the projection scan is skipped.
+    """
+    if not sessions:
+        return dict(chosen)
+    out = dict(projection_map(WORKLOADS, profiles, hosts, policy))
+    out.update(chosen)
     return out

@@ -21,12 +21,13 @@ the disk was reclaimed.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Mapping
-from typing import Literal
+from collections.abc import Mapping, Sequence
+from typing import Literal, Protocol
 
 import msgspec
 
 from grid_core.demand.inference import InferredDemand
+from grid_core.demand.types import ModelDemand
 from grid_core.eligibility import incompatibility
 from grid_core.profile import ModelProfile
 from grid_core.snapshot import HostSnapshot
@@ -381,3 +382,70 @@ def replacement(
         )
         for e in sorted(chosen, key=lambda e: e.model_id)
     ]
+
+
+class Placed(Protocol):
+    """One assignment of the authoritative plan (``grid_core.planner.types.Assignment``)."""
+
+    @property
+    def host_id(self) -> str:
+        """The host the plan serves the model on."""
+        ...
+
+    @property
+    def model_id(self) -> str:
+        """The model."""
+        ...
+
+
+def prefetch_for_plan(
+    now: float,
+    assignments: Sequence[Placed],
+    hosts: Mapping[str, HostSnapshot],
+    profiles: Mapping[str, ModelProfile],
+    predictions: Sequence[InferredDemand],
+    demand: Mapping[str, ModelDemand],
+) -> PrefetchDecision:
+    """The controller's per-tick predictive cache decision around its authoritative plan.
+
+    Builds :class:`PrefetchInputs` from the plan and the host snapshots: predictive entries
+    from each host's reported provenance, the models the plan serves, the models with real
+    demand (direct, queued, baseline or pinned: never victims), and the disk ledger after the
+    plan's own uncached assignments, so a guess never races a demanded load for space.
+
+    Returns:
+        :func:`plan_prefetch`'s decision; empty without predictions or predictive entries.
+    """
+    entries = tuple(
+        PredictiveEntry(
+            host_id=h.host_id,
+            model_id=m,
+            artifact_sha256=h.cached.get(m) or "",
+            size_mb=profiles[m].artifact_size_mb or 0,
+            cached_at=at,
+        )
+        for h in hosts.values()
+        for m, at in sorted(h.predictive_cached.items())
+        if m in profiles
+    )
+    if not predictions and not entries:
+        return PrefetchDecision()
+    reserved: dict[str, int] = {}
+    for a in assignments:
+        h, p = hosts.get(a.host_id), profiles.get(a.model_id)
+        if h is not None and p is not None and a.model_id not in h.cached:
+            reserved[a.host_id] = reserved.get(a.host_id, 0) + (p.artifact_size_mb or 0)
+    demanded = {m for m, d in demand.items() if d.direct or d.queue_depth > 0}
+    demanded |= {p.model_id for p in profiles.values() if p.min_replicas > 0 or p.pins}
+    return plan_prefetch(
+        PrefetchInputs(
+            now=now,
+            predictions=tuple(predictions),
+            profiles=profiles,
+            hosts=tuple(hosts[k] for k in sorted(hosts)),
+            served=frozenset(a.model_id for a in assignments),
+            demanded=frozenset(demanded),
+            reserved_mb=reserved,
+            entries=entries,
+        )
+    )

@@ -15,13 +15,14 @@ planning time as demand that may fill spare capacity but never evict
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 
 import msgspec
 
 from grid_core.demand.coactivation import CoActivationBook
 from grid_core.demand.desired import LIVE_EVIDENCE_BUCKETS, desired_for, eligible_hosts
 from grid_core.demand.features import RequestFeatures
+from grid_core.demand.inference import InferenceSource, InferredDemand, workload_models
 from grid_core.demand.sequence import SequenceBook, stage_of
 from grid_core.demand.series import (
     DemandSeries,
@@ -302,6 +303,28 @@ class DemandTracker:
                 self._watermarks[profile.model_id] = watermark
             out[profile.model_id] = demand
         return out
+
+    def infer(
+        self,
+        answer: InferenceSource,
+        demand: Mapping[str, ModelDemand],
+        chosen: Mapping[str, str],
+        fleet: tuple[Sequence[ModelProfile], Sequence[HostSnapshot], object | None],
+        now: float,
+    ) -> list[InferredDemand]:
+        """Inferred demand from the learned workflows and co-activation at ``now``.
+
+        Args:
+            answer: the plugin facade's ``infer_demand`` (the ``grid_infer_demand`` hook).
+            demand: this tick's demand per configured model.
+            chosen: workload → model the portfolio chose (a predicted workload stage lands
+                there, else on the best feasible model).
+            fleet: (profiles, hosts, planner policy) for that fallback projection.
+            now: planning instant (Unix seconds).
+        """
+        profiles, hosts, policy = fleet
+        mapping = workload_models(chosen, profiles, hosts, policy, self.sequences.workflows)
+        return answer(self.sequences, self.coactivation, demand, mapping, now)
 
     # --- persistence ----------------------------------------------------------------------
     def to_state(self) -> dict[str, object]:
