@@ -87,6 +87,7 @@ def status_view(data: dict[str, Any]) -> RenderableType:
         parts.append(actions)
     parts.append(_unmet(ctl))
     parts.extend(_portfolio(ctl))
+    parts.extend(_predictions(ctl))
     parts.append(_nodes(server))
     breakers = server.get("open_breakers", [])
     if breakers:
@@ -227,6 +228,38 @@ def _unmet(ctl: dict[str, Any]) -> RenderableType:
             u["message"],
         )
     return t
+
+
+def _predictions(ctl: dict[str, Any]) -> list[RenderableType]:
+    """Inferred demand (learned edge and confidence) and the predictive cache's advisories."""
+    out: list[RenderableType] = []
+    rows = ctl.get("predictions") or []
+    if rows:
+        t = _table(
+            "Predictions", ["model", "kind", "edge", "confidence", "support", "rps", "lead s"]
+        )
+        for r in rows[:MAX_ROWS]:
+            t.add_row(
+                r["model_id"],
+                r["kind"],
+                r["edge"],
+                f"{r['confidence']:.2f}",
+                str(r["support"]),
+                f"{r['rate_rps']:.4f}",
+                _cell(r.get("lead_s")),
+            )
+        out.append(t)
+    pre = ctl.get("prefetch") or {}
+    if pre.get("advisories") or pre.get("refused"):
+        t = _table("Predictive cache", ["action", "host", "model", "MB", "reason", "edge"])
+        for a in (pre.get("advisories") or [])[:MAX_ROWS]:
+            t.add_row(
+                a["kind"], a["host_id"], a["model_id"], str(a["size_mb"]), a["reason"], a["edge"]
+            )
+        for line in (pre.get("refused") or [])[:MAX_ROWS]:
+            t.add_row("none", "-", line.split(":", 1)[0], "-", line.split(":", 1)[-1].strip(), "-")
+        out.append(t)
+    return out
 
 
 def _portfolio(ctl: dict[str, Any]) -> list[RenderableType]:

@@ -202,3 +202,27 @@ def test_a_prediction_never_fetches_under_the_disk_floor_or_without_disk_telemet
         issued = [ctl.book.get(x) for x in result.issued]
         assert not [a for a in issued if a is not None and a.model_id == "b"]
         assert ctl.status(now).prefetch.refused
+
+
+def test_grid_allocator_status_shows_the_edge_and_the_cache_advisory(tmp_path: Path) -> None:
+    """The operator's status view renders what the JSON holds: the learned edge with its
+    confidence, and the cache-only fetch."""
+    import msgspec
+    from rich.console import Console
+
+    from grid_server.cli_render import status_view
+
+    store = FileStateStore(tmp_path / "controller-state.json")
+    ctl = Controller(
+        plugins=plugins_with(builtins=(*BUILTINS, "grid_sequence")), store=store
+    ).restore()
+    for p in (A, B_SOURCED, C):
+        ctl.put_profile(p, NOW)
+    now = _workflow(ctl, 5)
+    ctl.tick(now, _full_hosts(free_disk_mb=60_000))
+    doc = {"server": {}, "controller": msgspec.to_builtins(ctl.status(now))}
+    console = Console(width=200, record=True)
+    console.print(status_view(doc))
+    text = console.export_text()
+    assert "Predictions" in text and "a→b" in text and "1.00" in text
+    assert "Predictive cache" in text and "predictive_prefetch" in text
