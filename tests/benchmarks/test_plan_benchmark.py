@@ -13,6 +13,7 @@ import random
 from pathlib import Path
 
 import pytest
+from benchsize import by_size
 from grid_bench.fleet import fleet_inputs, load_fleet, overcommitted_hosts, violations
 from grid_bench.plan_bench import run_plan_bench
 from typer.testing import CliRunner
@@ -137,7 +138,7 @@ def _fleet_files(tmp_path: Path) -> list[Path]:
 def test_plan_bench_numbers_and_safety(tmp_path, capsys):
     rows = []
     for path in _fleet_files(tmp_path):
-        out = run_plan_bench(path, runs=3)
+        out = run_plan_bench(path, runs=by_size(smoke=1, full=3))
         assert set(out) >= KEYS
         assert out["overcommitted_hosts"] == 0
         assert out["violations"] == 0, out["violation_kinds"]

@@ -11,6 +11,7 @@ import os
 from pathlib import Path
 
 import pytest
+from benchsize import by_size
 from grid_bench.tick import run_tick_bench
 from test_plan_benchmark import _fleet
 from typer.testing import CliRunner
@@ -39,7 +40,7 @@ def test_tick_bench_numbers_and_governed_output(
 ) -> None:
     rows = []
     for path in _files(tmp_path):
-        out = run_tick_bench(path, runs=5)
+        out = run_tick_bench(path, runs=by_size(smoke=2, full=5))
         assert {"p50_ms", "p90_ms"} <= set(out)
         # A load and its warm are one replica lifecycle: at most two actions per slot.
         assert out["pending"] <= 2 * MAX_GLOBAL_MUTATIONS  # type: ignore[operator]
