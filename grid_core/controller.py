@@ -44,7 +44,7 @@ import msgspec
 
 from grid_core import planner
 from grid_core.demand import DemandTracker, RequestFeatures
-from grid_core.demand.inference import apply_inferred
+from grid_core.demand.inference import plan_with_predictions
 from grid_core.demand.prefetch import prefetch_for_plan
 from grid_core.demand.tracker import UNBOUND
 from grid_core.errors import ConflictError, GridError, NotFoundError, StateError
@@ -456,16 +456,20 @@ class Controller:
             (profiles, planned_hosts, self.policy.planner),
             now,
         )
-        self.last.forecasts = apply_inferred(portfolio.demand, self.last.predictions, self.profiles)
-        plan = self._plan_fn(
-            PlanInputs(
-                now=now,
-                profiles=profiles,
-                hosts=planned_hosts,
-                demand=self.last.forecasts,
-                policy=self.policy.planner,
+        plan, self.last.forecasts = plan_with_predictions(
+            lambda demand: self._plan_fn(
+                PlanInputs(
+                    now=now,
+                    profiles=profiles,
+                    hosts=planned_hosts,
+                    demand=demand,
+                    policy=self.policy.planner,
+                ),
+                hooks,
             ),
-            hooks,
+            portfolio.demand,
+            self.last.predictions,
+            self.profiles,
         )
         self.last.portfolio = self.portfolio.finish(
             portfolio, plan, host_map, Fit(profiles, planned_hosts, self.policy.planner, direct)

@@ -13,8 +13,8 @@ Pure: time and every fact are passed in.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Literal, Protocol
+from collections.abc import Callable, Mapping, Sequence
+from typing import Literal, Protocol, TypeVar
 
 import msgspec
 
@@ -191,3 +191,60 @@ def workload_models(
     out = dict(projection_map(WORKLOADS, profiles, hosts, policy))
     out.update(chosen)
     return out
+
+
+class _Placed(Protocol):
+    @property
+    def host_id(self) -> str: ...
+
+    @property
+    def model_id(self) -> str: ...
+
+
+class PlanLike(Protocol):
+    """The part of a planner ``Plan`` this module reads (its assignments)."""
+
+    @property
+    def assignments(self) -> Sequence[_Placed]: ...
+
+
+P = TypeVar("P", bound=PlanLike)
+
+
+def plan_with_predictions(
+    plan_of: Callable[[dict[str, ModelDemand]], P],
+    demand: Mapping[str, ModelDemand],
+    rows: Sequence[InferredDemand],
+    profiles: Mapping[str, ModelProfile],
+) -> tuple[P, dict[str, ModelDemand]]:
+    """The authoritative plan, with predictions only where they displace nothing.
+
+    Prediction is opportunistic (specification, "Global placement loop"): it may use capacity
+    nothing else wants. Workload demand projected by the portfolio is also non-direct, so the
+    planner alone would let a predicted model compete with it for a spare slot. This plans
+    twice when there are predictions: without them, then with them, and keeps the second plan
+    only if every (model, host) the first one assigned to a non-predicted model is still
+    there. Otherwise the predictions get no serving slot (they may still earn a cache-only
+    prefetch).
+
+    Args:
+        plan_of: demand → the planner's plan for it.
+        demand: this tick's demand (direct, baseline, workload projection).
+        rows: inferred demand rows.
+        profiles: configured models by id.
+
+    Returns:
+        (plan, the demand it was made for).
+    """
+    base = plan_of(dict(demand))
+    applied = apply_inferred(demand, rows, profiles)
+    if applied == dict(demand):
+        return base, applied
+    predicted = {m for m in applied if applied[m] is not demand.get(m)}
+    candidate = plan_of(applied)
+    kept = {(a.model_id, a.host_id) for a in candidate.assignments}
+    if all(
+        (a.model_id, a.host_id) in kept for a in base.assignments if a.model_id not in predicted
+    ):
+        return candidate, applied
+    return base, dict(demand)

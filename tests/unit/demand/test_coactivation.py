@@ -179,3 +179,30 @@ def test_inferred_demand_never_preempts_direct_work() -> None:
         PlannerHooks(),
     )
     assert ("h2", "guess") in [(a.host_id, a.model_id) for a in result.assignments]
+
+
+def test_a_prediction_never_displaces_what_the_plan_would_serve_without_it() -> None:
+    """Workload projection is also non-direct demand; a predicted model must not take its
+    spare slot. One free host: the projected model keeps it, the prediction gets none."""
+    from grid_core.demand.inference import plan_with_predictions
+
+    profiles = (_profile("projected"), _profile("guess"))
+    free = HostSnapshot(
+        host_id="h1", capacity_mb=4000, heartbeat_age_s=1.0, runtimes=("llama.cpp",), max_models=1
+    )
+    demand = {
+        "projected": ModelDemand(
+            model_id="projected", desired_replicas=1, inferred_rps=0.01, reasons=("workload",)
+        ),
+        "guess": ModelDemand(model_id="guess"),
+    }
+    row = InferredDemand(
+        model_id="guess", kind="sequence", edge="a→guess", confidence=1.0, support=9, rate_rps=9.0
+    )
+
+    def plan_of(d: dict[str, ModelDemand]):  # type: ignore[no-untyped-def]  # test helper
+        return plan(PlanInputs(now=T0, profiles=profiles, hosts=(free,), demand=d), PlannerHooks())
+
+    chosen, used = plan_with_predictions(plan_of, demand, [row], {p.model_id: p for p in profiles})
+    assert [(a.host_id, a.model_id) for a in chosen.assignments] == [("h1", "projected")]
+    assert used["guess"].desired_replicas == 0
