@@ -240,6 +240,10 @@ def test_a_saturated_engine_is_never_piled_on(grid: Grid, engines: Callable[[str
 
 
 # --- item 5: demand counts distinct requests, not their retries -----------------------------------
+SAME_DEMAND_FACTOR = 1.5
+"""Two forecasts of the same 12 requests agree within this factor (bucket timing differs)."""
+
+
 def test_12_retrying_users_produce_a_desired_count_of_1(grid: Grid) -> None:
     # Two cold models (no host can run them yet): every request gets 503. On m-retry each of
     # 12 users retries for 6 s; on m-once 12 users ask once each and give up.
@@ -267,7 +271,11 @@ def test_12_retrying_users_produce_a_desired_count_of_1(grid: Grid) -> None:
     fc = forecasts(grid)
     print(f"{sent} requests from 12 retrying users -> {fc['m-retry']}")
     assert sent > 12 * 10 and sent_once == 12
-    assert fc["m-retry"]["request_rate_rps"] == fc["m-once"]["request_rate_rps"]
+    # Ten times the requests, the same demand. The two sets of first attempts may land in
+    # different forecast buckets on a loaded machine (0.8 vs 1.1 requests/s seen), so the
+    # rates are compared within a factor that counting every retry (10x) could never meet.
+    retry_rps, once_rps = fc["m-retry"]["request_rate_rps"], fc["m-once"]["request_rate_rps"]
+    assert 0 < retry_rps <= once_rps * SAME_DEMAND_FACTOR, (retry_rps, once_rps)
     assert fc["m-retry"]["desired_replicas"] == 1
 
 
