@@ -98,6 +98,10 @@ class ModelProfile(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True
     """Portable resident budget of one replica (MB)."""
     runtime_memory_mb: dict[str, int] = {}
     """Runtime-specific budgets; the largest one matching the host's runtimes is used."""
+    admission_headroom_mb: int | None = None
+    """Free MB a new replica must leave on its host, replacing the proportional default
+    (:func:`grid_core.headroom.admission_headroom_mb`); never below the policy floor.
+    ``None``: the default share of the replica's resident budget."""
     artifact_sha256: str | None = None
     artifact_source: str | None = None
     artifact_size_mb: int | None = None
@@ -273,6 +277,12 @@ def validate_profile(p: ModelProfile) -> ModelProfile:
     for rt, mb in p.runtime_memory_mb.items():
         if mb <= 0 or mb > 1 << 32:
             raise _fail("runtime_memory_mb", f"{rt}={mb} is not positive", "use RUNTIME=MB")
+    if p.admission_headroom_mb is not None and not 0 <= p.admission_headroom_mb <= MAX_MB:
+        raise _fail(
+            "admission_headroom_mb",
+            f"{p.admission_headroom_mb} is out of range",
+            f"give the free MB a new replica must leave, 0..{MAX_MB} (omit for the default)",
+        )
     if not p.runtimes:
         raise _fail("runtimes", "is empty", "name at least one runtime (default llama.cpp)")
     if not 0 <= p.min_replicas <= p.max_replicas <= MAX_REPLICAS_LIMIT or p.max_replicas < 1:

@@ -73,6 +73,12 @@ def model_set(
     latency_slo_ms: float | None = typer.Option(None, "--latency-slo-ms"),
     load_estimate_s: float | None = typer.Option(None, "--load-estimate-s"),
     warm_estimate_s: float | None = typer.Option(None, "--warm-estimate-s"),
+    admission_headroom_mb: int | None = typer.Option(
+        None,
+        "--admission-headroom-mb",
+        help="Free MB a new replica must leave on its host (default: a tenth of its memory, "
+        "at least 512).",
+    ),
     min_residency_s: float | None = typer.Option(None, "--min-residency-s"),
     scale_down_cooldown_s: float | None = typer.Option(None, "--scale-down-cooldown-s"),
     workload_score: list[str] = typer.Option(  # noqa: B008
@@ -125,6 +131,7 @@ def model_set(
         "latency_slo_ms": latency_slo_ms,
         "load_estimate_s": load_estimate_s,
         "warm_estimate_s": warm_estimate_s,
+        "admission_headroom_mb": admission_headroom_mb,
         "min_residency_s": min_residency_s,
         "scale_down_cooldown_s": scale_down_cooldown_s,
         "runtimes": tuple(runtime),

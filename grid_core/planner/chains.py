@@ -173,7 +173,8 @@ def _displaceable(state: PlanState, hi: int, xi: int) -> Placed | None:
     ledger = state.ledger
     book = ledger.books[hi]
     mem = state.mem_rows[xi][hi]
-    inc_short = mem - book.inc_free  # MB the leaving replica must release in each ledger
+    # MB the leaving replica must release in each ledger (at least xi's own headroom share)
+    inc_short = mem + ledger.headroom_extra(xi, hi) - book.inc_free
     raw_short = mem - book.raw_free
     best: Placed | None = None
     for pl in book.models.values():

@@ -12,6 +12,8 @@ and starting ledgers are Grid's own, from :class:`grid_core.planner.core.PlanSta
     maximise    sum x[m, h]
     subject to  sum_h x[m, h]                    <= desired[m]           every model
                 sum_m inc[m, h] * x[m, h]        <= incremental free[h]  every host
+                the same + extra[m', h] * x[m', h] <= incremental free[h]  every new m' whose
+                                                   admission headroom exceeds the floor
                 sum_m raw[m, h] * x[m, h]        <= desired free[h]      every host
                 sum_m new_slot[m, h] * x[m, h]   <= free slots[h]        hosts with a ceiling
                 sum_m disk[m, h] * x[m, h]       <= free disk[h]         hosts reporting disk
@@ -415,7 +417,14 @@ def _rows(state: PlanState, cols: list[Column]) -> list[Row]:
         if len(js) > state.desired[mi]:
             rows.append(([(j, 1) for j in js], state.desired[mi]))
     for hi, coeffs in inc_row.items():
-        rows.append((coeffs, max(0, ledger.books[hi].inc_free)))
+        cap = max(0, ledger.books[hi].inc_free)
+        rows.append((coeffs, cap))
+        # Each new replica must also leave its own headroom beyond the floor: one row per
+        # replica whose share exceeds it (grid_core.headroom), exactly the ledger's max rule.
+        for j, _ in coeffs:
+            extra = ledger.headroom_extra(cols[j][0], hi)
+            if extra > 0:
+                rows.append(([(k, m + extra if k == j else m) for k, m in coeffs], cap))
     for hi, coeffs in raw_row.items():
         rows.append((coeffs, max(0, ledger.books[hi].raw_free)))
     for hi, coeffs in slot_row.items():

@@ -209,9 +209,18 @@ def _verdict(
             free_mb=free,
         )
     need = ledger.memory(mi, hi)[1]
+    book = ledger.books[hi]
+    floor = max(0, ledger.policy.admission_headroom_mb)
+    headroom = ledger.admit_mb(mi, hi) - need + floor
+    if book.raw_free < need:
+        memory = f"needs {need} MB, {max(0, book.raw_free)} MB allocatable left after the plan"
+    else:
+        memory = (
+            f"needs {need} MB and must leave {headroom} MB admission headroom, "
+            f"{max(0, book.inc_free + floor)} MB free for new work after the plan"
+        )
     details = {
-        "memory": f"needs {need} MB, {max(0, free)} MB free after the plan "
-        f"(incl. {ledger.policy.admission_headroom_mb} MB headroom)",
+        "memory": memory,
         "slots": f"all {host.max_models} model slot(s) are taken",
         "colocation": "a colocation rule forbids it next to the models there",
         "disk": "not enough free artifact disk for the weights",

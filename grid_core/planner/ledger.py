@@ -4,7 +4,10 @@ Source: specification, "Global placement loop" and "Safety invariants" 1:
 
 * incremental (make-before-break) ledger: everything live now (managed or not, obsolete or
   not) plus every new allocation, plus admission headroom, within the share of allocatable
-  memory the host offers for new work (a throttled host offers only its fraction);
+  memory the host offers for new work (a throttled host offers only its fraction). The
+  headroom grows with the size of the new replicas (:mod:`grid_core.headroom`): the book
+  keeps the policy floor out of ``inc_free`` and each fit adds the largest share beyond it
+  that a new replica on the host needs (:meth:`Ledger.admit_mb`);
 * desired (raw) ledger: the complete desired footprint (unmanaged work first, kept incumbents,
   new allocations) within raw allocatable memory after reserve and thermal derating;
 * model slots and colocation ceilings/exclusions count live and planned models;
@@ -17,6 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from grid_core.headroom import admission_headroom_mb
 from grid_core.planner.eligibility import (
     MEMORY_STATES,
     host_ineligible_reason,
@@ -71,6 +75,9 @@ class HostBook:
     models: dict[int, Placed] = field(default_factory=dict)
     version: int = 0
     """Bumped on every change, so per-plan fit results can be reused while it is unchanged."""
+    extra_mb: int = 0
+    """Largest headroom beyond the floor that a new replica placed here needs (MB): every
+    later fit on this host must leave it too."""
 
 
 class Ledger:
@@ -184,6 +191,31 @@ class Ledger:
             return 0
         return size
 
+    def headroom_extra(self, mi: int, hi: int) -> int:
+        """MB of admission headroom a new replica of ``mi`` on ``hi`` needs beyond the policy
+        floor that ``inc_free`` already keeps (0 for a model whose share is below the floor)."""
+        floor = max(0, self.policy.admission_headroom_mb)
+        own = admission_headroom_mb(
+            self.memory(mi, hi)[1],
+            floor_mb=floor,
+            fraction=self.policy.admission_headroom_fraction,
+            override_mb=self.profiles[mi].admission_headroom_mb,
+        )
+        return own - floor
+
+    def admit_mb(self, mi: int, hi: int) -> int:
+        """Incremental MB a new replica of ``mi`` needs free on ``hi`` (compare with
+        ``inc_free``): its footprint plus the largest headroom share beyond the floor that it
+        or any new replica already placed there needs."""
+        return self.memory(mi, hi)[1] + max(self.headroom_extra(mi, hi), self.books[hi].extra_mb)
+
+    def _recount_extra(self, hi: int) -> None:
+        book = self.books[hi]
+        book.extra_mb = max(
+            (self.headroom_extra(p.mi, hi) for p in book.models.values() if not p.incumbent),
+            default=0,
+        )
+
     # --- rules that change as the plan grows ---------------------------------------------
     def colocation_conflict(self, model_id: str, peers: set[str] | frozenset[str]) -> bool:
         """Whether ``model_id`` may not join ``peers`` (exclusions or a ceiling, reciprocal)."""
@@ -222,9 +254,10 @@ class Ledger:
         if mid in book.present:
             return "present"
         _, mem = self.memory(mi, hi)
-        if book.inc_free < mem or book.raw_free < mem:
+        admit = self.admit_mb(mi, hi)
+        if book.inc_free < admit or book.raw_free < mem:
             return "memory"
-        if book.staged and book.inc_free + book.released_mb - book.staged_mb < mem:
+        if book.staged and book.inc_free + book.released_mb - book.staged_mb < admit:
             return "memory"  # would not fit beside the beneficiary once the victims are gone
         peers = book.present | book.staged if book.staged else book.present
         if book.max_models and len(peers) + 1 > book.max_models:
@@ -249,7 +282,10 @@ class Ledger:
         if mid in book.present:
             return "present"
         _, mem = self.memory(mi, hi)
-        if book.inc_free + leaving.inc_mb < mem or book.raw_free + leaving.raw_mb < mem:
+        others = (p for p in book.models.values() if not p.incumbent and p is not leaving)
+        extra = max((self.headroom_extra(p.mi, hi) for p in others), default=0)
+        admit = mem + max(self.headroom_extra(mi, hi), extra)
+        if book.inc_free + leaving.inc_mb < admit or book.raw_free + leaving.raw_mb < mem:
             return "memory"
         peers = book.present - {self.profiles[leaving.mi].model_id}
         if book.max_models and len(peers) + 1 > book.max_models:
@@ -333,6 +369,7 @@ class Ledger:
         )
         book.inc_free -= mem
         book.raw_free -= mem
+        book.extra_mb = max(book.extra_mb, self.headroom_extra(mi, hi))
         book.version += 1
         if disk and book.disk_free is not None:
             book.disk_free -= disk
@@ -345,6 +382,8 @@ class Ledger:
         """Undo :meth:`keep` or :meth:`place` for ``(mi, hi)``."""
         book = self.books[hi]
         placed = book.models.pop(mi)
+        if not placed.incumbent and book.extra_mb:
+            self._recount_extra(hi)
         book.version += 1
         mid = self.profiles[mi].model_id
         book.inc_free += placed.inc_mb

@@ -546,7 +546,7 @@ def _victim_pool(
         slots = max(slots, len(present) + 1 - own)
     required = tuple(sorted(ledger.excludes.get(p.model_id, set()) & present))
     need = VictimNeed(
-        memory_mb=max(0, mem - book.inc_free),
+        memory_mb=max(0, ledger.admit_mb(mi, hi) - book.inc_free),
         desired_mb=max(0, mem - book.raw_free),
         slots=slots,
         required=required,

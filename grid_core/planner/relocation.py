@@ -42,7 +42,7 @@ def _fits_without(state: PlanState, mi: int, hi: int, x: Placed) -> bool:
     res = state.res_maps[hi].get(x_id)
     live_mb = res.memory_mb if res is not None else x.memory_mb
     _, mem = ledger.memory(mi, hi)
-    if book.inc_free + live_mb < mem or book.raw_free + x.raw_mb < mem:
+    if book.inc_free + live_mb < ledger.admit_mb(mi, hi) or book.raw_free + x.raw_mb < mem:
         return False
     peers = book.present - {x_id}
     if book.max_models and len(peers) + 1 > book.max_models:

@@ -175,7 +175,7 @@ def _lacks(state: PlanState, mi: int, hi: int) -> list[UnmetResource]:
     mid = state.profiles[mi].model_id
     out: list[UnmetResource] = []
     mem = state.mem_rows[mi][hi]
-    if book.inc_free < mem or book.raw_free < mem:
+    if book.inc_free < ledger.admit_mb(mi, hi) or book.raw_free < mem:
         out.append("memory")
     if book.max_models and len(book.present) + 1 > book.max_models:
         out.append("slots")

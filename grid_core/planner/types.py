@@ -9,12 +9,11 @@ import msgspec
 from grid_core.demand.types import ModelDemand
 from grid_core.eligibility import FUTURE_SKEW_S as FUTURE_SKEW_S
 from grid_core.eligibility import STALE_HEARTBEAT_S as STALE_HEARTBEAT_S
+from grid_core.headroom import ADMISSION_HEADROOM_FRACTION as ADMISSION_HEADROOM_FRACTION
+from grid_core.headroom import ADMISSION_HEADROOM_MB as ADMISSION_HEADROOM_MB
 from grid_core.profile import ModelProfile
 from grid_core.snapshot import HostSnapshot
 
-ADMISSION_HEADROOM_MB = 512
-"""Free memory a new allocation must leave on a host: room for KV-cache growth and allocator
-slack so a fresh load cannot push a host into swapping."""
 THROTTLED_FRACTION = 0.5
 """Share of capacity a throttled host offers for new placement unless it reports a smaller one."""
 MAX_EVICTIONS = 64
@@ -162,7 +161,9 @@ class PlannerPolicy(msgspec.Struct, frozen=True, kw_only=True):
     Attributes:
         stale_heartbeat_s: heartbeat age beyond which a host receives nothing new.
         future_skew_s: tolerated future-dated heartbeat (negative age) before it is implausible.
-        admission_headroom_mb: free MB a new or resized allocation must leave.
+        admission_headroom_mb: floor of the free MB a new or resized allocation must leave.
+        admission_headroom_fraction: share of a new replica's resident MB it must leave free
+            when that exceeds the floor (see :func:`grid_core.headroom.admission_headroom_mb`).
         throttled_fraction: capacity share a throttled host offers for new placement.
         max_evictions: staged evictions per plan.
         repair_budget: backtracking repair steps per plan.
@@ -171,6 +172,7 @@ class PlannerPolicy(msgspec.Struct, frozen=True, kw_only=True):
     stale_heartbeat_s: float = STALE_HEARTBEAT_S
     future_skew_s: float = FUTURE_SKEW_S
     admission_headroom_mb: int = ADMISSION_HEADROOM_MB
+    admission_headroom_fraction: float = ADMISSION_HEADROOM_FRACTION
     throttled_fraction: float = THROTTLED_FRACTION
     max_evictions: int = MAX_EVICTIONS
     repair_budget: int = REPAIR_BUDGET

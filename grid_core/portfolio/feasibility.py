@@ -149,7 +149,7 @@ class Fit:
         """
         host = self.hosts[hi]
         profile = self.profiles[mi]
-        _, need = self.ledger.memory(mi, hi)
+        need = self.ledger.admit_mb(mi, hi)
         book = self.ledger.books[hi]
         freed = 0
         left = set(book.present)

@@ -113,6 +113,7 @@ _DESIRED = st.integers(0, 6)
 _QUEUE = st.sampled_from([0.0, 3.0])
 _RATE = st.sampled_from([0.0, 1.0, 2.0])
 _HEADROOM = st.sampled_from([0, 512])
+_HEADROOM_FRACTION = st.sampled_from([0.0, 0.1, 0.25])
 
 
 @cache
@@ -232,7 +233,10 @@ def plan_inputs(
         profiles=profiles,
         hosts=hosts,
         demand=draw(model_demands(ids)),
-        policy=PlannerPolicy(admission_headroom_mb=draw(_HEADROOM)),
+        policy=PlannerPolicy(
+            admission_headroom_mb=draw(_HEADROOM),
+            admission_headroom_fraction=draw(_HEADROOM_FRACTION),
+        ),
     )
 
 

@@ -35,7 +35,7 @@ from grid_core.testing import builtin_entry_points, plugins_with, write_distribu
 
 NOW = 1_800_000_000.0
 GB = 1024
-POLICY = PlannerPolicy(admission_headroom_mb=0)
+POLICY = PlannerPolicy(admission_headroom_mb=0, admission_headroom_fraction=0.0)
 """Zero headroom keeps the memory arithmetic of these small fleets exact."""
 
 

@@ -53,7 +53,7 @@ def demand(model_id: str, replicas: int, **kw: object) -> ModelDemand:
     return ModelDemand(**base)  # type: ignore[arg-type]
 
 
-POLICY = PlannerPolicy(admission_headroom_mb=0)
+POLICY = PlannerPolicy(admission_headroom_mb=0, admission_headroom_fraction=0.0)
 """Zero headroom keeps the arithmetic of hand-written cases exact; headroom has its own test."""
 
 

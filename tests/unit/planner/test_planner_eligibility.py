@@ -93,7 +93,9 @@ def test_obsolete_live_process_blocks_new_memory_until_unloaded():
 
 
 def test_throttled_host_offers_only_its_fraction():
-    policy = PlannerPolicy(admission_headroom_mb=0, throttled_fraction=0.5)
+    policy = PlannerPolicy(
+        admission_headroom_mb=0, admission_headroom_fraction=0.0, throttled_fraction=0.5
+    )
     p = run([model("m", 10, min_replicas=1)], [host("a", 16, state="throttled")], policy=policy)
     assert p.assignments == ()
     p = run([model("m", 6, min_replicas=1)], [host("a", 16, state="throttled")], policy=policy)

@@ -127,8 +127,8 @@ REPLAN_MODELS = [
     _vllm("m3", 8, max_replicas=4, priority=2),
 ]
 REPLAN_DEMAND = [demand("m0", 1), demand("m1", 4), demand("m2", 4), demand("m3", 4)]
-HEADROOM = PlannerPolicy(admission_headroom_mb=512)
-"""The default 512 MB admission headroom: the roomy GPU host keeps 3.5 GB, not 4."""
+HEADROOM = PlannerPolicy(admission_headroom_mb=512, admission_headroom_fraction=0.0)
+"""A flat 512 MB admission headroom: the roomy GPU host keeps 3.5 GB, not 4."""
 
 
 def test_a_replan_with_learned_prices_places_more_of_the_lower_class(monkeypatch):

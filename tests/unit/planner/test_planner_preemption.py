@@ -85,7 +85,11 @@ def test_eviction_budget_bounds_one_plan():
     profiles = [model("vip", 8, min_replicas=70, max_replicas=70, priority=3)] + [
         model(f"lo{i}", 8, min_replicas=1) for i in range(70)
     ]
-    p = run(profiles, hosts, policy=PlannerPolicy(admission_headroom_mb=0))
+    p = run(
+        profiles,
+        hosts,
+        policy=PlannerPolicy(admission_headroom_mb=0, admission_headroom_fraction=0.0),
+    )
     assert len(p.evictions) == 64
     assert {u.code for u in p.unmet if u.model_id == "vip"} == {
         "preemption_staged",
@@ -118,7 +122,13 @@ def test_eviction_budget_is_shared_one_replica_per_model_per_round():
         model("a", 8, min_replicas=2, max_replicas=2, priority=3),
         model("b", 8, min_replicas=2, max_replicas=2, priority=3),
     ] + [model(f"lo{i}", 8, min_replicas=1) for i in range(4)]
-    p = run(profiles, hosts, policy=PlannerPolicy(admission_headroom_mb=0, max_evictions=2))
+    p = run(
+        profiles,
+        hosts,
+        policy=PlannerPolicy(
+            admission_headroom_mb=0, admission_headroom_fraction=0.0, max_evictions=2
+        ),
+    )
     assert sorted(e.beneficiary for e in p.evictions) == ["a", "b"]
 
 

@@ -18,6 +18,7 @@ from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 from planner_helpers import PLUGINS
 
+from grid_core.headroom import admission_headroom_mb
 from grid_core.planner import PlanInputs, PlannerPolicy, plan
 from grid_core.planner.eligibility import MEMORY_STATES, host_ineligible_reason
 from grid_core.profile import ModelProfile
@@ -117,7 +118,17 @@ def _check_hard_rules(inputs: PlanInputs) -> None:
             live_mb = h.external_used_mb + sum(r.memory_mb for r in live)
             new_mb = sum(by_id[a.model_id].memory_for(h.runtimes) for a in new)
             limit = int(h.allocatable_mb * _fraction(h, inputs.policy))
-            assert live_mb + new_mb + inputs.policy.admission_headroom_mb <= limit
+            # every new replica leaves its own (size-proportional) headroom
+            headroom = max(
+                admission_headroom_mb(
+                    by_id[a.model_id].memory_for(h.runtimes),
+                    floor_mb=inputs.policy.admission_headroom_mb,
+                    fraction=inputs.policy.admission_headroom_fraction,
+                    override_mb=by_id[a.model_id].admission_headroom_mb,
+                )
+                for a in new
+            )
+            assert live_mb + new_mb + headroom <= limit
         # disk: uncached artifacts reserve their ceiling cumulatively against free disk
         if new and h.artifact_disk_free_mb is not None:
             disk = sum(

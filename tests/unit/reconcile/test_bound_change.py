@@ -23,7 +23,7 @@ from grid_core.testing import plugins_with
 
 SHA = "e" * 64
 HOOKS = plugins_with(builtins=("grid_scoring", "grid_victims")).planner_hooks()
-POLICY = PlannerPolicy(admission_headroom_mb=0)
+POLICY = PlannerPolicy(admission_headroom_mb=0, admission_headroom_fraction=0.0)
 
 
 def _full_hosts(**extra: dict[str, object]) -> list:  # type: ignore[type-arg]
