@@ -42,6 +42,7 @@ class RegistryRecord(msgspec.Struct, frozen=True, kw_only=True):
         received_at: server wall-clock seconds of the last registration or heartbeat.
         lease_expires_at: server wall-clock seconds when the record expires.
         rejected_rows: malformed residency rows dropped from the last report.
+        advertise_host: see the attribute.
     """
 
     record_id: str
@@ -55,6 +56,8 @@ class RegistryRecord(msgspec.Struct, frozen=True, kw_only=True):
     received_at: float = 0.0
     lease_expires_at: float = 0.0
     rejected_rows: tuple[str, ...] = ()
+    advertise_host: str | None = None
+    """Control records: the address the node's engines are reached at (``None``: loopback)."""
 
     def live(self, now: float) -> bool:
         """True while the lease has not expired."""

@@ -154,12 +154,22 @@ class RuntimeAdapter(Protocol):
         ...
 
     async def warm(
-        self, host: RuntimeHost, loaded: LoadResult, memory_mb: int, *, embeddings: bool = False
+        self,
+        host: RuntimeHost,
+        loaded: LoadResult,
+        memory_mb: int,
+        *,
+        embeddings: bool = False,
+        ready_timeout_s: float | None = None,
     ) -> ChildRecord:
         """Start the engine for ``loaded`` and wait until it is ready.
 
         ``embeddings=True`` (an embedding profile) asks for the embeddings endpoint; the node
         passes it only when it is true, so an adapter without embedding support may omit it.
+        ``ready_timeout_s`` is the controller's readiness deadline for this start (from the
+        profile's warm estimate and the learned warm time, issue 20): the adapter waits that
+        long, not its own default, before it stops the engine and fails; the node passes it
+        whenever the command carries one.
         """
         ...
 

@@ -241,6 +241,13 @@ class Load(Struct, frozen=True, kw_only=True):
     queue_depth: Count = 0
 
 
+_IPV6 = r"[0-9A-Fa-f]{0,4}(:[0-9A-Fa-f]{0,4}){2,7}"
+HOST_ADDRESS_PATTERN = rf"^([A-Za-z0-9][A-Za-z0-9.-]{{0,252}}|{_IPV6}|\[{_IPV6}\])$"
+"""A host name or IP literal a node advertises (``worker-01.lan``, ``198.18.0.2``, ``[::1]``):
+DNS letters, digits, dots and hyphens (at most 253; an IPv4 address is one), or an IPv6
+literal with or without brackets; never a scheme, port, path, user or space."""
+HostAddress = Annotated[str, msgspec.Meta(max_length=255, pattern=HOST_ADDRESS_PATTERN)]
+
 MAX_ENGINE_CA_PEM = 64 * 1024
 """Largest engine CA bundle accepted (characters): a private intranet chain is a few KB."""
 
@@ -262,6 +269,10 @@ class NodeRegistration(Struct, frozen=True, kw_only=True):
     engine_ca_pem: Annotated[str, msgspec.Meta(max_length=MAX_ENGINE_CA_PEM)] | None = None
     """PEM CA bundle the server verifies an ``https://`` engine with (hostname checked); kept
     only in the server's memory, never serialised publicly."""
+    advertise_host: HostAddress | None = None
+    """Control records only: the host name or IP the server reaches this node's engines at
+    (``--advertise-host``). ``None``: the node's engines are on the server's loopback. Every
+    engine record of the host must use exactly this address."""
 
 
 class Acknowledgement(Struct, frozen=True, kw_only=True):
@@ -322,6 +333,10 @@ class Command(Struct, frozen=True, kw_only=True):
     runtime: Id | None = None
     embeddings: bool = False
     """warm only: start the engine with its embeddings endpoint enabled (an embedding profile)."""
+    ready_timeout_s: Seconds | None = None
+    """warm only: seconds to wait for readiness before stopping the engine as failed, derived
+    from the profile's warm estimate and the learned warm time (``None``: the adapter's own
+    default, for a controller that sends none)."""
     force: bool = False
     """unload only: stop the engine even with requests in flight or unknown activity. Set only
     when the controller decided so because the drain deadline passed (reason

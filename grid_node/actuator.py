@@ -14,6 +14,7 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import psutil
 
@@ -447,10 +448,12 @@ class Actuator:
                 "free on this host now"
             )
             raise UnavailableError(msg)
+        options: dict[str, Any] = {}
         if cmd.embeddings:  # only asked of adapters when a profile needs it
-            child = await adapter.warm(self.host, loaded, cmd.memory_mb, embeddings=True)
-        else:
-            child = await adapter.warm(self.host, loaded, cmd.memory_mb)
+            options["embeddings"] = True
+        if cmd.ready_timeout_s is not None:  # the controller's deadline for this start
+            options["ready_timeout_s"] = cmd.ready_timeout_s
+        child = await adapter.warm(self.host, loaded, cmd.memory_mb, **options)
         return f"ready on port {child.port} (pid {child.pid})"
 
     async def drain(self, model_id: str, wait_s: float = DRAIN_WAIT_S) -> str:

@@ -405,6 +405,7 @@ class NodeAgent:
             host_id=self.state.host_id,
             resources=self._resources(),
             allocator=self._envelope(),
+            advertise_host=self.config.advertise_host,
         )
         async with self._send:
             await self._call(Calls.register(self.node_id, reg))

@@ -24,6 +24,7 @@ import signal
 import sys
 from pathlib import Path
 from typing import Literal
+from urllib.parse import urlsplit
 
 import httpx
 import msgspec
@@ -138,6 +139,7 @@ def _registrations(engine: ExternalEngine, healthy: bool) -> tuple[NodeRegistrat
     control = NodeRegistration(
         role="allocator",
         host_id=engine.host_id,
+        advertise_host=urlsplit(engine.url).hostname,  # the engine's machine is this "node"
         resources=Resources(capacity_mb=0, runtimes=[engine.kind]),
         allocator=AllocatorEnvelope(
             state="accepting", residencies=[residency], actuator_capabilities=[]

@@ -64,8 +64,10 @@ def node_routes(ctx: ServerContext) -> list[HTTPRouteHandler]:
             refuse_route_to_server(doc.document.url, ctx.url)
         now = time.time()
         before = safety_facts(ctx.registry.records.get(node_id))
+        dropped = ctx.registry.dropped_routes
         rec = ctx.registry.register(claims.host_id, node_id, doc, now)
-        ctx.runner.input_changed(now, safety_changed=safety_facts(rec) != before)
+        changed = safety_facts(rec) != before or ctx.registry.dropped_routes != dropped
+        ctx.runner.input_changed(now, safety_changed=changed)
         return json_response(
             {
                 "node_id": rec.record_id,

@@ -84,6 +84,56 @@ def refuse_route_to_server(url: str, server_url: str | None) -> None:
         raise ValidationError(msg)
 
 
+def _bare(host: str | None) -> str:
+    """A host name or IP literal compared the way URLs spell it (case-free, no brackets)."""
+    return (host or "").strip("[]").lower().rstrip(".")
+
+
+def check_engine_host(url: str, host_id: str, control: RegistryRecord | None) -> None:
+    """Refuse an engine route that is not on its node's own advertised address.
+
+    A node credential may only route traffic to its own machine: with an advertised address
+    (``--advertise-host``) every engine URL of the host must name exactly that address; a node
+    that advertises none runs its engines beside the server, so only loopback is its own.
+    Otherwise one credential could point the shared router at another host's engines or at
+    any service on the intranet (issue 20; specification, "Local wire contract" and the
+    node's advertised engine address).
+
+    Args:
+        url: the engine route (already checked by :func:`check_engine_url`).
+        host_id: the authenticated host registering it.
+        control: the host's control record (``None`` when it has none yet).
+
+    Raises:
+        NotFoundError: a non-loopback route from a host with no control record (register the
+            control record, with its advertised address, first; the node retries).
+        ValidationError: the route names another address than the advertised one.
+    """
+    route = _bare(urlsplit(url).hostname)
+    advertised = control.advertise_host if control is not None else None
+    if advertised is not None and not is_loopback_host(_bare(advertised)):
+        if route == _bare(advertised):
+            return
+        msg = (
+            f"engine registration: 'url' {url!r} is not on host '{host_id}''s advertised "
+            f"address {advertised!r}; an engine route must point at its own node"
+        )
+        raise ValidationError(msg)
+    if is_loopback_host(route):
+        return
+    if control is None:
+        msg = (
+            f"engine registration: host '{host_id}' has no control record; register it with "
+            f"its advertised address before routing 'url' {url!r}"
+        )
+        raise NotFoundError(msg)
+    msg = (
+        f"engine registration: 'url' {url!r} is off loopback but host '{host_id}' advertises "
+        "no address; start its node with --advertise-host naming this machine"
+    )
+    raise ValidationError(msg)
+
+
 @functools.lru_cache(maxsize=MAX_ENGINE_CA_CONTEXTS)
 def engine_ssl_context(ca_pem: str) -> ssl.SSLContext:
     """A client TLS context trusting only ``ca_pem``, with hostname checking.
@@ -157,6 +207,9 @@ class Registry:
         self._keys: dict[str, str] = {}
         self._ssl: dict[str, ssl.SSLContext] = {}
         self.revision = 0
+        self.dropped_routes = 0
+        """Engine records withdrawn because their host's advertised address disowned them
+        (a safety-relevant membership change; the API compares it across a registration)."""
 
     # --- writes --------------------------------------------------------------------------
     def register(
@@ -181,6 +234,10 @@ class Registry:
             msg = f"record id '{node_id}' is not derived from this host; use '{expected}'"
             raise ForbiddenError(msg)
         url = check_engine_url(reg.url) if reg.role == "engine" else None
+        if url is not None:
+            check_engine_host(url, host_id, self.control_of(host_id))
+        if reg.role == "allocator":
+            self._check_advertised(host_id, reg.advertise_host, now)
         context = None
         if reg.engine_ca_pem is not None:
             if url is None or not url.startswith("https://"):
@@ -201,8 +258,11 @@ class Registry:
             received_at=now,
             lease_expires_at=now + LEASE_TTL_S,
             rejected_rows=decoded.rejected_rows,
+            advertise_host=reg.advertise_host if reg.role == "allocator" else None,
         )
         self.records[node_id] = rec
+        if reg.role == "allocator":
+            self._drop_foreign_routes(host_id, rec)
         if reg.role == "engine" and reg.engine_api_key:
             self._keys[node_id] = reg.engine_api_key
         else:
@@ -213,6 +273,41 @@ class Registry:
             self._ssl.pop(node_id, None)
         self.revision += 1
         return rec
+
+    def _check_advertised(self, host_id: str, advertised: str | None, now: float) -> None:
+        """Refuse an advertised address another live host already advertises (loopback is
+        shared by the nodes of one machine and never claimed)."""
+        if advertised is None or is_loopback_host(_bare(advertised)):
+            return
+        for rec in self.records.values():
+            if (
+                rec.role == "allocator"
+                and rec.host_id != host_id
+                and rec.live(now)
+                and _bare(rec.advertise_host) == _bare(advertised)
+            ):
+                msg = (
+                    f"registration: 'advertise_host' {advertised!r} is already advertised by "
+                    f"host '{rec.host_id}'; each node advertises its own machine's address"
+                )
+                raise ForbiddenError(msg)
+
+    def _drop_foreign_routes(self, host_id: str, control: RegistryRecord) -> None:
+        """Withdraw engine records of ``host_id`` that its new advertised address disowns."""
+        for rid, rec in list(self.records.items()):
+            if rec.role != "engine" or rec.host_id != host_id or rec.url is None:
+                continue
+            try:
+                check_engine_host(rec.url, host_id, control)
+            except (ValidationError, NotFoundError):
+                self._remove_record(rid)
+                self.dropped_routes += 1
+
+    def _remove_record(self, rid: str) -> None:
+        self.records.pop(rid, None)
+        self._keys.pop(rid, None)
+        self._ssl.pop(rid, None)
+        self.revision += 1
 
     def heartbeat(
         self, host_id: str, node_id: str, decoded: Decoded[Heartbeat], now: float
@@ -266,10 +361,7 @@ class Registry:
             ForbiddenError / NotFoundError: as for :meth:`heartbeat`.
         """
         self._owned(host_id, node_id)
-        del self.records[node_id]
-        self._keys.pop(node_id, None)
-        self._ssl.pop(node_id, None)
-        self.revision += 1
+        self._remove_record(node_id)
 
     def expire(self, now: float) -> int:
         """Drop records whose lease has run out; returns how many were dropped."""
@@ -329,6 +421,7 @@ class Registry:
                     "host_id": r.host_id,
                     "models": list(r.models),
                     "url": r.url,
+                    "advertise_host": r.advertise_host,
                     "state": env.state if env else None,
                     "lease_remaining_s": round(max(0.0, r.lease_expires_at - now), 3),
                     "live": r.live(now),

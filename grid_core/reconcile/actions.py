@@ -92,6 +92,9 @@ class Action(msgspec.Struct, kw_only=True):
         runtime / artifact_source / artifact_size_mb: passed through to the node.
         duration_s: duration the node reported (seconds).
         artifact_fetched: a load that really downloaded weights.
+        ready_timeout_s: warm only: seconds the node waits for readiness before it stops the
+            engine as failed, from the profile and learned timings.
+        deadline_basis: what set ``ready_timeout_s`` (``floor``, ``profile``, ``learned``).
     """
 
     action_id: str
@@ -121,6 +124,8 @@ class Action(msgspec.Struct, kw_only=True):
     artifact_size_mb: int | None = None
     duration_s: float | None = None
     artifact_fetched: bool = False
+    ready_timeout_s: float | None = None
+    deadline_basis: str | None = None
 
     @property
     def active(self) -> bool:

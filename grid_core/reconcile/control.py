@@ -134,6 +134,8 @@ def build_actions(
                 memory_mb=p.memory_mb,
                 dependencies=deps,
                 order=next_order(),
+                ready_timeout_s=p.ready_timeout_s,
+                deadline_basis=p.deadline_basis,
                 **common,
             )
         )

@@ -164,5 +164,6 @@ def command_for(a: Action, *, generation: str, authority: Authority, embeddings:
         artifact_size_mb=a.artifact_size_mb,
         runtime=a.runtime,
         embeddings=a.kind == "warm" and embeddings,
+        ready_timeout_s=a.ready_timeout_s if a.kind == "warm" else None,
         force=a.kind == "unload" and a.reason == DRAIN_DEADLINE_REASON,
     )

@@ -25,6 +25,7 @@ from grid_core.planner.types import Assignment, Eviction, Plan
 from grid_core.profile import ModelProfile, revision_matches
 from grid_core.reconcile.actions import Action, ActionBook, ServiceClass, failure_key
 from grid_core.reconcile.policy import DRAIN_DEADLINE_REASON, GovernorPolicy
+from grid_core.reconcile.timings import DeadlineBasis, warm_deadline_s
 from grid_core.reconcile.view import (
     admitting,
     observed_at,
@@ -67,6 +68,11 @@ class Proposal(msgspec.Struct, frozen=True, kw_only=True):
     artifact_source: str | None = None
     artifact_size_mb: int | None = None
     runtime: str | None = None
+    ready_timeout_s: float | None = None
+    """Warm only: seconds the node waits for readiness before it stops the engine as failed
+    (:func:`grid_core.reconcile.timings.warm_deadline_s`)."""
+    deadline_basis: DeadlineBasis | None = None
+    """Warm only: what set ``ready_timeout_s`` (``floor``, ``profile`` or ``learned``)."""
 
 
 class Deferred(msgspec.Struct, frozen=True, kw_only=True):
@@ -335,6 +341,8 @@ def _constructive(
                     )
                 continue
             held = r is not None and r.holds_memory  # a failed residency already holds it
+            perf = host.performance.get(model_id)
+            deadline, basis = warm_deadline_s(profile, perf.warm_s if perf else None)
             out.proposals.append(
                 Proposal(
                     kind="warm",
@@ -351,6 +359,8 @@ def _constructive(
                     artifact_source=profile.artifact_source,
                     artifact_size_mb=profile.artifact_size_mb,
                     runtime=a.runtime or None,
+                    ready_timeout_s=deadline,
+                    deadline_basis=basis,
                 )
             )
             rnd += 1

@@ -57,6 +57,10 @@ class ActionView(msgspec.Struct, frozen=True, kw_only=True):
     message: str = ""
     eviction: bool = False
     beneficiary: str | None = None
+    ready_timeout_s: float | None = None
+    """Warm only: the readiness deadline the node was given (seconds)."""
+    deadline_basis: str | None = None
+    """Warm only: what set it: ``floor``, ``profile`` (warm estimate) or ``learned``."""
 
     @classmethod
     def of(cls, a: Action) -> ActionView:
@@ -80,6 +84,8 @@ class ActionView(msgspec.Struct, frozen=True, kw_only=True):
             message=a.message,
             eviction=a.eviction,
             beneficiary=a.beneficiary,
+            ready_timeout_s=a.ready_timeout_s,
+            deadline_basis=a.deadline_basis,
         )
 
 

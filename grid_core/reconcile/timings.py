@@ -40,6 +40,49 @@ MAX_TIMING_ENTRIES = 4096
 """Bound on durable entries: 64 hosts x 20 models x 3 phases fits; the stalest go first."""
 
 
+WARM_DEADLINE_FACTOR = 3.0
+"""A warm may take this many times its expected duration before it counts as hung: page-cache
+misses, a busy disk or a loaded CPU slow a start by a small factor, a hung one never ends."""
+WARM_DEADLINE_FLOOR_S = 180.0
+"""Shortest warm deadline (seconds): what every start got before deadlines were derived, so a
+model whose estimate is a few seconds still survives a cold disk on a loaded host."""
+WARM_DEADLINE_MAX_S = MAX_REPORTED_S
+"""Longest warm deadline (seconds): a start beyond an hour is hung, and a report that long
+is already ignored as implausible."""
+
+DeadlineBasis = Literal["floor", "profile", "learned"]
+"""What set a warm deadline: the floor, the profile's ``warm_estimate_s`` (nothing learned
+for that host and revision yet) or the learned warm time."""
+
+
+def warm_deadline_s(
+    profile: ModelProfile, learned_warm_s: float | None
+) -> tuple[float, DeadlineBasis]:
+    """How long a warm of ``profile`` may take before the node stops it as failed.
+
+    The expected duration is the learned warm time for the host and artifact revision (the
+    blend :func:`blend` hands the planner, authoritative after four samples) or else the
+    profile's ``warm_estimate_s``; the deadline is :data:`WARM_DEADLINE_FACTOR` times it,
+    within [:data:`WARM_DEADLINE_FLOOR_S`, :data:`WARM_DEADLINE_MAX_S`]. Source: the
+    specification's "Global placement loop" (learned warm timings replace the configured
+    prior; an unknown host keeps the conservative configured fallback) and issue 20.
+
+    Args:
+        profile: the model's profile.
+        learned_warm_s: learned warm seconds on the target host (``None``: nothing learned).
+
+    Returns:
+        (deadline in seconds, what set it).
+    """
+    learned = learned_warm_s is not None and math.isfinite(learned_warm_s)
+    expected = learned_warm_s if learned else profile.warm_estimate_s
+    assert expected is not None
+    want = WARM_DEADLINE_FACTOR * max(0.0, expected)
+    if want <= WARM_DEADLINE_FLOOR_S:
+        return WARM_DEADLINE_FLOOR_S, "floor"
+    return min(WARM_DEADLINE_MAX_S, want), "learned" if learned else "profile"
+
+
 class LearnedTiming(msgspec.Struct, kw_only=True):
     """One learned duration (durable).
 

@@ -139,7 +139,13 @@ class EngineChildAdapter(ABC):
 
     # --- warm -------------------------------------------------------------------------------
     async def warm(
-        self, host: RuntimeHost, loaded: LoadResult, memory_mb: int, *, embeddings: bool = False
+        self,
+        host: RuntimeHost,
+        loaded: LoadResult,
+        memory_mb: int,
+        *,
+        embeddings: bool = False,
+        ready_timeout_s: float | None = None,
     ) -> ChildRecord:
         """Start the child for ``loaded`` and wait until it is ready.
 
@@ -190,7 +196,7 @@ class EngineChildAdapter(ABC):
             msg = f"could not record the {self.label} of {alias} durably ({exc}); it was stopped"
             raise StateError(msg) from exc
         try:
-            await self._wait_ready(host, child, log_path)
+            await self._wait_ready(host, child, log_path, ready_timeout_s or self.ready_timeout_s)
         except GridError as exc:
             await self._stop_spawned(pid)
             self._record_failure(host, child, str(exc))
@@ -238,7 +244,9 @@ class EngineChildAdapter(ABC):
         with contextlib.suppress(GridError):
             await stop_process(SpawnedChild(pid), grace_s=self.term_grace_s)
 
-    async def _wait_ready(self, host: RuntimeHost, child: ChildRecord, log_path: Path) -> None:
+    async def _wait_ready(
+        self, host: RuntimeHost, child: ChildRecord, log_path: Path, timeout_s: float
+    ) -> None:
         async with httpx.AsyncClient(timeout=PROBE_TIMEOUT_S, trust_env=False) as client:
 
             async def ready() -> bool:
@@ -250,10 +258,10 @@ class EngineChildAdapter(ABC):
                     raise UnavailableError(msg)
                 return await self.ready(client, host, child)
 
-            if await wait_until(ready, timeout_s=self.ready_timeout_s, interval_s=POLL_INTERVAL_S):
+            if await wait_until(ready, timeout_s=timeout_s, interval_s=POLL_INTERVAL_S):
                 return
         msg = (
-            f"{self.label} for {child.alias} not ready after {self.ready_timeout_s:.0f} s; "
+            f"{self.label} for {child.alias} not ready after {timeout_s:.0f} s; "
             f"log: {log_tail(log_path)}"
         )
         raise UnavailableError(msg)

@@ -93,7 +93,13 @@ class EchoAdapter:
         raise NotFoundError(msg)
 
     async def warm(
-        self, host: RuntimeHost, loaded: LoadResult, memory_mb: int, *, embeddings: bool = False
+        self,
+        host: RuntimeHost,
+        loaded: LoadResult,
+        memory_mb: int,
+        *,
+        embeddings: bool = False,
+        ready_timeout_s: float | None = None,
     ) -> ChildRecord:
         """Start an engine for ``loaded``, publish its record, and wait until it is ready.
 
@@ -153,8 +159,9 @@ class EchoAdapter:
             return (await self.probe(host, child)).ready
 
         try:
-            if not await wait_until(ready, timeout_s=READY_TIMEOUT_S):
-                msg = f"echo engine for {alias} not ready after {READY_TIMEOUT_S:.0f} s"
+            timeout_s = ready_timeout_s or READY_TIMEOUT_S
+            if not await wait_until(ready, timeout_s=timeout_s):
+                msg = f"echo engine for {alias} not ready after {timeout_s:.0f} s"
                 raise UnavailableError(msg)
         except GridError:
             await stop_process(SpawnedChild(pid), grace_s=TERM_GRACE_S)
