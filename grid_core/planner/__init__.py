@@ -24,7 +24,7 @@ from grid_core.planner.phases import (
     seed_incumbents,
 )
 from grid_core.planner.preemption import VictimSelector
-from grid_core.planner.relocation import relocate_for
+from grid_core.planner.relocation import mark_make_before_break, relocate_for
 from grid_core.planner.repair import homogeneous_empty, repair_class
 from grid_core.planner.replan import MAX_REPLANS, improves, learned_prices
 from grid_core.planner.report import surplus_report, unmet
@@ -174,6 +174,7 @@ def _solve(state: PlanState, digest: str) -> Plan:
     # make room for a higher-priority model that is still short.
     everyone = sorted(range(len(state.profiles)), key=lambda mi: round_key(state, mi))
     repair_class(state, everyone, homogeneous)
+    mark_make_before_break(state)
     return Plan(
         assignments=tuple(state.assignments()),
         desired={p.model_id: state.reported[mi] for mi, p in enumerate(state.profiles)},

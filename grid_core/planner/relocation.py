@@ -9,6 +9,8 @@ by staged preemption instead; this path never evicts anything.
 
 from __future__ import annotations
 
+import msgspec
+
 from grid_core.planner.core import PlanState
 from grid_core.planner.ledger import Placed
 
@@ -96,6 +98,69 @@ def _relocate_one(state: PlanState, mi: int, hi: int) -> bool:
             )
             return True
         ledger.keep(x.mi, hi, res, x.reason)
+    return False
+
+
+def mark_make_before_break(state: PlanState) -> None:
+    """Mark evictions that take a required model's last ready replica while that model can
+    be relocated: the same plan gives it a replacement elsewhere (a new replica now, or a
+    staged preemption of lower-priority work), or lower-priority work it may displace holds
+    a compatible host only until its minimum residency ends.
+
+    Specification, "Safety invariants" 5 (the last required replica is not drained before its
+    replacement is ready) read with 3 (a higher-priority preemption drains its victim first)
+    and the placement loop (minimum-residency-protected work is never bypassed; the path
+    that preserves the victim's required ready-replica floor is chosen): the victim keeps
+    serving until its replacement is ready, and the beneficiary starts a few transitions
+    later, or, once that protection ends, takes the lower-priority host instead. Only when
+    the victim could never be relocated (no compatible host holds anything of lower priority)
+    does the preemption exception stand, so a critical burst is never blocked for good; that
+    eviction stays unmarked.
+    """
+    if not state.evictions:
+        return
+    ledger = state.ledger
+    where = {h.host_id: hi for hi, h in enumerate(state.hosts)}
+    out = []
+    for e in state.evictions:
+        vmi = ledger.index.get(e.model_id)
+        if vmi is None or e.make_before_break or state.profiles[vmi].min_replicas < 1:
+            out.append(e)
+            continue
+        victim = state.res_maps[where[e.host_id]].get(e.model_id)
+        others = any(
+            (e.model_id, state.hosts[hj].host_id) not in state.evicted
+            and book.eligible
+            and (r := state.res_maps[hj].get(e.model_id)) is not None
+            and r.state == "ready"
+            for hj, book in enumerate(ledger.books)
+        )
+        replaced = state.staged.get(vmi, 0) > 0 or any(
+            not p.incumbent for p in ledger.placements() if p.mi == vmi
+        )
+        last = victim is not None and victim.state == "ready" and not others
+        hold = last and (replaced or _relocatable_later(state, vmi, where[e.host_id]))
+        out.append(msgspec.structs.replace(e, make_before_break=True) if hold else e)
+    state.evictions[:] = out
+
+
+def _relocatable_later(state: PlanState, vmi: int, skip: int) -> bool:
+    """Whether a compatible host other than ``skip`` holds lower-priority managed work that
+    only its minimum residency protects from ``vmi`` right now."""
+    prio = state.profiles[vmi].priority
+    index = state.ledger.index
+    for hj in state.cands[vmi]:
+        if hj == skip or not state.ledger.books[hj].eligible:
+            continue
+        for r in state.hosts[hj].residencies:
+            q = index.get(r.model_id)
+            if (
+                q is not None
+                and r.actuatable
+                and state.profiles[q].priority < prio
+                and state.protected(q, r.loaded_at, r.state)
+            ):
+                return True
     return False
 
 

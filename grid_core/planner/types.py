@@ -83,6 +83,11 @@ class Eviction(msgspec.Struct, frozen=True, kw_only=True):
     priority: int
     """Priority the drain inherits (its beneficiary's)."""
     reason: str
+    make_before_break: bool = False
+    """The victim is the last ready replica of a model with a baseline and this plan also
+    places (or stages) its replacement elsewhere: reconciliation drains it only once that
+    replacement is ready, so the model never has zero ready replicas
+    (:func:`grid_core.planner.relocation.mark_make_before_break`)."""
 
 
 class SurplusReplica(msgspec.Struct, frozen=True, kw_only=True):

@@ -91,7 +91,11 @@ def destructive_problem(
             if r.active_requests > 0:
                 return "in_flight"
         return None
-    if a.kind != "drain" or a.eviction or a.model_id in retired:
+    relocating = plan is not None and any(
+        e.make_before_break and e.model_id == a.model_id and e.host_id == a.host_id
+        for e in plan.evictions
+    )
+    if a.kind != "drain" or (a.eviction and not relocating) or a.model_id in retired:
         return None
     if releases_freely(host, policy):
         return None  # a fenced host's replica serves nothing; releasing it loses no capacity

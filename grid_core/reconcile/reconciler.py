@@ -388,7 +388,7 @@ def _destructive(
             kind: ActionKind = "drain" if r.state == "ready" else "unload"
             deadline = _drain_deadline(inp, host, r, gate.last) if kind == "unload" else None
             overdue = deadline is not None and inp.now >= deadline
-            reason = _destructive_block(inp, host, r, kind, eviction is not None, proof, gate.last)
+            reason = _destructive_block(inp, host, r, kind, eviction, proof, gate.last)
             if reason in ("in_flight", "activity_unknown") and overdue:
                 reason = None  # the drain deadline passed: the controller decides to force
             elif reason in ("in_flight", "activity_unknown") and deadline is not None:
@@ -607,11 +607,16 @@ def _destructive_block(
     host: HostSnapshot,
     r: ResidencySnapshot,
     kind: str,
-    eviction: bool,
+    eviction: object | None,
     proof: Mapping[str, str | None],
     last: Mapping[tuple[str, str, str], Action],
 ) -> str | None:
-    """Why a drain/unload of ``r`` may not be proposed now, or ``None``."""
+    """Why a drain/unload of ``r`` may not be proposed now, or ``None``.
+
+    ``eviction`` is the plan's staged preemption of ``r`` (``None``: none). A preemption
+    drains its victim first, except a make-before-break one (the victim is its model's last
+    ready replica and the plan relocates it): that drain waits for the replacement's proof.
+    """
     if not reachable(host, inp.policy):
         return "host_unreachable"
     if r.model_id in inp.blocked_models:
@@ -627,7 +632,9 @@ def _destructive_block(
             return "in_flight"
         return None
     retired = r.model_id in inp.retired
-    if eviction or retired:
+    if isinstance(eviction, Eviction) and eviction.make_before_break and not retired:
+        return proof.get(r.model_id)  # the relocated replacement first (invariant 5)
+    if eviction is not None or retired:
         return None
     profile = inp.profiles.get(r.model_id)
     # A replica on a fenced host (draining/paused) serves nothing; releasing it removes no

@@ -12,8 +12,10 @@ override (``grid allocator node drain``), never by patching code:
   counts, no host ever holds two, and both answer real requests;
 * **preemption with warm-back** — a low-priority service runs on every free host with traffic;
   a high-priority model's baseline appears: an incumbent is really drained and unloaded
-  before the beneficiary is warmed there and serves; when the burst is retired the displaced
-  service warms back and completes a streamed request.
+  before the beneficiary is warmed there and serves, and the middle-priority baseline never
+  has zero ready replicas (relocated make-before-break, or held until the burst can take a
+  batch host); when the burst is retired the displaced service warms back and completes a
+  streamed request.
 """
 
 from __future__ import annotations
@@ -145,6 +147,35 @@ class Traffic:
             t.join(timeout=130)
 
 
+class ReadyWatch:
+    """Samples, from the allocator status, how many ready replicas one model has (about
+    twice a second) while the block runs; ``lowest`` is the fewest seen."""
+
+    def __init__(self, fleet: Fleet, model: str) -> None:
+        self.fleet, self.model = fleet, model
+        self.samples: list[int] = []
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self.stop.wait(0.5):
+            hosts = self.fleet.hosts()
+            if hosts:  # an unanswered status is no evidence either way
+                self.samples.append(len(self.fleet.ready_on(self.model)))
+
+    @property
+    def lowest(self) -> int:
+        return min(self.samples) if self.samples else -1
+
+    def __enter__(self) -> ReadyWatch:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.thread.join(timeout=60)
+
+
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
     home = tmp_path_factory.mktemp("scenario-home")
@@ -228,13 +259,28 @@ def test_preemption_drains_incumbents_and_the_displaced_service_warms_back(fleet
         "baseline on one host, the batch service on every other",
         lambda: len(f.ready_on(GENERAL)) == 1 and len(f.ready_on(CODER)) == 3,
     )
-    with Traffic(f, CODER) as traffic:
+    with Traffic(f, CODER) as traffic, ReadyWatch(f, GENERAL) as baseline:
         t_burst = time.time()
         f.set_profile(WRITER, min_replicas=1, max_replicas=1)  # the critical burst
         f.wait("the burst model is served", lambda: len(f.ready_on(WRITER)) == 1)
+        served_s = time.time() - t_burst
         assert f.chat(WRITER) == 200
         [burst_host] = f.ready_on(WRITER)
         hist = [a for a in f.history() if a["created_at"] >= t_burst]
+        # The priority-50 baseline is never left without a ready replica: if the burst takes
+        # its host, the baseline is relocated make-before-break (its replacement warmed on
+        # another host before the old copy drains); while the batch replicas are inside their
+        # minimum residency it is held, and the burst then takes a batch host instead.
+        base_drains = [a for a in hist if a["model_id"] == GENERAL and a["kind"] == "drain"]
+        base_warms = [
+            a
+            for a in hist
+            if a["model_id"] == GENERAL and a["kind"] == "warm" and a["status"] == "succeeded"
+        ]
+        for d in base_drains:
+            before = [w for w in base_warms if w["host_id"] != d["host_id"]]
+            assert any(w["completed_at"] <= d["created_at"] for w in before), hist
+        assert baseline.lowest >= 1, baseline.samples
         ok = [a for a in hist if a["status"] == "succeeded"]
         # The beneficiary took an incumbent's place: whatever held its host was drained and
         # unloaded before its warm began (the staged preemption).
@@ -254,6 +300,11 @@ def test_preemption_drains_incumbents_and_the_displaced_service_warms_back(fleet
             ),
         )
     assert f.chat(CODER, stream=True) == 200
-    print(f"preemption: batch-service requests meanwhile {dict(traffic.codes)}")
+    print(
+        f"preemption: batch-service requests meanwhile {dict(traffic.codes)}; baseline ready "
+        f"replicas sampled {len(baseline.samples)} times, lowest {baseline.lowest}; burst host "
+        f"{burst_host}, baseline drains {len(base_drains)}, "
+        f"burst ready {served_s:.1f} s after it was set (loaded machine)"
+    )
     bad = {c: n for c, n in traffic.codes.items() if c not in (200, 503)}
     assert not bad, traffic.codes
