@@ -81,6 +81,9 @@ class BenchResult(msgspec.Struct):
     """Unpaired: proxied percentile minus direct percentile, per round (may cross zero)."""
     proxy_minus_direct_p95_ms: Spread
     proxy_minus_direct_p99_ms: Spread
+    proxy_minus_direct_noise: dict[str, bool]
+    """Per percentile (p50/p95/p99): the unpaired difference is within noise (not every
+    round found it positive), so it is no figure to quote."""
     direct_p50_ms: Spread
     direct_p95_ms: Spread
     direct_p99_ms: Spread
@@ -138,6 +141,7 @@ def summarise(concurrency: int, requests: int, rounds: list[RoundMeasure]) -> Be
         proxy_minus_direct_p50_ms=diff["p50"],
         proxy_minus_direct_p95_ms=diff["p95"],
         proxy_minus_direct_p99_ms=diff["p99"],
+        proxy_minus_direct_noise={name: d.within_noise for name, d in diff.items()},
         direct_p50_ms=over(lambda r: r.direct.p50_ms),
         direct_p95_ms=over(lambda r: r.direct.p95_ms),
         direct_p99_ms=over(lambda r: r.direct.p99_ms),
@@ -348,8 +352,8 @@ def render_results(results: list[BenchResult]) -> str:
         "added = per request, latency through Grid minus the engine time Grid reported in "
         "Server-Timing (Grid's work and queueing plus the hops to and from Grid; >= 0 by "
         "measurement; understates when Grid's event loop is the bottleneck)",
-        "proxy-direct = proxied percentile minus direct percentile per round; 'noise' when "
-        "the rounds disagree on its sign",
+        "proxy-direct = proxied percentile minus direct percentile per round; 'noise' unless "
+        "every round found it positive",
         f"machine: {os.cpu_count()} cores, load average at the end "
         + (" / ".join(f"{x:g}" for x in results[-1].load_avg) if results else "n/a")
         + " (a loaded machine measures its scheduler as much as the proxy)",

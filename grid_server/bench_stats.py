@@ -17,7 +17,7 @@ different ways:
 * **proxy − direct** (unpaired): a percentile of the proxied latencies minus the same
   percentile of the direct ones, per round. It includes effects the paired view cannot see
   (the proxy's CPU use slowing the engine on the same cores), but two noisy distributions'
-  tails can cross; when the rounds disagree on its sign it is reported as within noise
+  tails can cross; unless every round finds it positive it is reported as within noise
   rather than as a figure.
 
 Each figure is the median over interleaved rounds with the lowest and highest round beside
@@ -57,8 +57,13 @@ class Spread(msgspec.Struct, frozen=True):
 
     @property
     def within_noise(self) -> bool:
-        """For a difference: the rounds disagree on its sign (the range contains zero)."""
-        return self.low <= 0.0 <= self.high
+        """For a difference: not every round found it positive.
+
+        The proxy cannot make the engine faster, so a round where the proxied percentile
+        beat the direct one is noise (or the proxy pacing the engine), never a negative cost;
+        a difference is reported as a figure only when every round agrees it is positive.
+        """
+        return self.low <= 0.0
 
 
 class RoundPath(msgspec.Struct, frozen=True):
