@@ -135,7 +135,10 @@ class Controller:
         self.warnings: list[str] = []
         self.document = DurableState(store)
         self.authority = Authority(
-            store, controller_id or secrets.token_hex(8), warn=self.warnings.append
+            store,
+            controller_id or secrets.token_hex(8),
+            warn=self.warnings.append,
+            lease_s=self.policy.controller_lease_s,
         )
         self.holds = Holds(self.policy.governor)
         self.revisions = Revisions()

@@ -350,6 +350,10 @@ class AllocatorResponse(Struct, frozen=True, kw_only=True):
     controller_lease_ttl_seconds: Seconds = 0.0
     """Remaining authority in the server's clock; the node subtracts its request duration."""
     commands: Annotated[list[Command], msgspec.Meta(max_length=MAX_LIST)] = []
+    follower: bool = False
+    """The answering server follows another on a replicated store: it took none of the
+    heartbeat's receipts and sends no commands, so the node keeps its receipts for the leader
+    (additive field; older servers are always leaders)."""
 
 
 class HeartbeatResponse(Struct, frozen=True, kw_only=True):

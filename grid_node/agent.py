@@ -17,6 +17,7 @@ import contextlib
 import json
 import os
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol, TypeVar, runtime_checkable
 
@@ -137,8 +138,34 @@ def offered_adapters(installed: dict[str, A], wanted: tuple[str, ...]) -> dict[s
     return {name: installed[name] for name in wanted}
 
 
+@dataclass
+class ServerSession:
+    """The agent's standing with one Grid server (several on a replicated store).
+
+    Attributes:
+        url: the server's base URL.
+        client: the HTTP client for it (node credential attached once known).
+        registered: the control record is registered there.
+        routes: model id → engine record id registered there.
+        follower: its last heartbeat answer said it follows another server.
+        last_error: its last failure ("" when the last exchange succeeded).
+    """
+
+    url: str
+    client: AsyncGridClient
+    registered: bool = False
+    routes: dict[str, str] = field(default_factory=dict)
+    follower: bool = False
+    last_error: str = ""
+
+
 class NodeAgent:
     """One node agent bound to a state directory.
+
+    With several Grid servers (``grid_url`` plus ``peer_urls``, servers sharing one etcd
+    store), the agent registers its control record and engines with every one, so each can
+    route, and executes commands from whichever one leads; receipts count as delivered only
+    once the leader answered (a follower ignores them).
 
     Args:
         config: node configuration.
@@ -163,14 +190,12 @@ class NodeAgent:
         self.decision: ProtectionDecision | None = None
         self.actuator: Actuator | None = None
         self.credential: Credential | None = None
-        self.routes: dict[str, str] = {}
-        self.registered = False
+        self.sessions: list[ServerSession] = []
         self.last_error = ""
         self.last_ok_at: float | None = None
         self._queue: asyncio.Queue[tuple[Command, float]] = asyncio.Queue()
         self._wake = asyncio.Event()
         self._send = asyncio.Lock()
-        self._client: AsyncGridClient | None = None
         self._queued: set[str] = set()
         self._cpu = telemetry.CpuMeter()
         self.fronts: EngineFronts | None = None
@@ -216,12 +241,18 @@ class NodeAgent:
             )
             actuator.reserved_ports = self.fronts.ports
             actuator.advertise = self._advertised_url
-        self._client = AsyncGridClient(
-            self.config.grid_url,
-            node_token=self.credential.token if self.credential else None,
-            timeout=HTTP_TIMEOUT_S,
-            ca_file=self.config.grid_ca,
-        )
+        self.sessions = [
+            ServerSession(
+                url=url,
+                client=AsyncGridClient(
+                    url,
+                    node_token=self.credential.token if self.credential else None,
+                    timeout=HTTP_TIMEOUT_S,
+                    ca_file=self.config.grid_ca,
+                ),
+            )
+            for url in (self.config.grid_url, *self.config.peer_urls)
+        ]
         await self.actuator.recover()
         self._write_agent_file(ready=False)
 
@@ -229,8 +260,8 @@ class NodeAgent:
         """Stop the TLS fronts, release the HTTP client and the state lock."""
         if self.fronts is not None:
             await self.fronts.aclose()
-        if self._client is not None:
-            await self._client.aclose()
+        for session in self.sessions:
+            await session.client.aclose()
         self.store.unlock()
 
     async def run(self, stop: asyncio.Event) -> None:
@@ -264,11 +295,30 @@ class NodeAgent:
         with contextlib.suppress(GridError):
             await self.fence()
         lines = await self.actuator.stop_all(idle_wait_s)
-        with contextlib.suppress(GridError):
-            await self._sync_routes()
-            if self.registered and self.credential is not None:
-                await self._call(Calls.remove(self.node_id))
+        for session in self.sessions:
+            with contextlib.suppress(GridError):
+                await self._sync_routes(session)
+                if session.registered and self.credential is not None:
+                    await self._call(session, Calls.remove(self.node_id))
         return lines
+
+    @property
+    def _client(self) -> AsyncGridClient | None:
+        """The first server's client (the one ``grid_url`` names)."""
+        return self.sessions[0].client if self.sessions else None
+
+    @property
+    def registered(self) -> bool:
+        """Registered with at least one server."""
+        return any(s.registered for s in self.sessions)
+
+    @property
+    def routes(self) -> dict[str, str]:
+        """Engine routes registered with the first server that has any."""
+        for session in self.sessions:
+            if session.routes:
+                return session.routes
+        return {}
 
     @property
     def node_id(self) -> str:
@@ -308,31 +358,45 @@ class NodeAgent:
         previous = self.decision
         decision = self.protect()
         await self.actuator.refresh()
-        try:
-            await self._ensure_credential()
-            if not self.registered:
-                await self._register()
-                await self._heartbeat(request_commands=False)  # early lease
-            await self._sync_routes()
-            fenced = (
-                previous is not None and previous.admits_new_work and not decision.admits_new_work
-            )
-            if fenced:
-                await self._heartbeat(request_commands=False)
-            await self._heartbeat(request_commands=True)
+        fenced = previous is not None and previous.admits_new_work and not decision.admits_new_work
+        errors = []
+        for session in self.sessions:
+            try:
+                await self._beat_one(session, fenced=fenced)
+                session.last_error = ""
+            except GridError as exc:
+                session.last_error = f"{type(exc).__name__}: {exc}"[:500]
+                errors.append(session.last_error)
+                if isinstance(exc, RequestRefused) and exc.status == 404:
+                    session.registered = False
+        if len(errors) < len(self.sessions):
             self.last_ok_at = time.time()
-            self.last_error = ""
-        except GridError as exc:
-            self.last_error = f"{type(exc).__name__}: {exc}"[:500]
-            if isinstance(exc, RequestRefused) and exc.status == 404:
-                self.registered = False
+        # One server answering is enough: the others' failures stay visible per session.
+        self.last_error = errors[0] if len(errors) == len(self.sessions) else ""
+
+    async def _beat_one(self, session: ServerSession, *, fenced: bool) -> None:
+        """Register (once), sync routes and heartbeat with one server."""
+        await self._ensure_credential()
+        if not session.registered:
+            await self._register(session)
+            await self._heartbeat(session, request_commands=False)  # early lease
+        await self._sync_routes(session)
+        if fenced:
+            await self._heartbeat(session, request_commands=False)
+        await self._heartbeat(session, request_commands=True)
 
     async def fence(self) -> None:
         """Withdraw routes of children no longer ready and tell the server now (no commands)."""
-        if not self.registered:
-            return
-        await self._sync_routes()
-        await self._heartbeat(request_commands=False)
+        for session in self.sessions:
+            if not session.registered:
+                continue
+            try:
+                await self._sync_routes(session)
+                await self._heartbeat(session, request_commands=False)
+            except GridError as exc:
+                session.last_error = f"{type(exc).__name__}: {exc}"[:500]
+                if session is self.sessions[0] and len(self.sessions) == 1:
+                    raise
 
     # --- HTTP ------------------------------------------------------------------------------
     async def _ensure_credential(self) -> None:
@@ -349,13 +413,14 @@ class NodeAgent:
                 "set GRID_ALLOCATOR_NODE_TOKEN, or run on the Grid's own machine"
             )
             raise AuthError(msg) from None
-        assert self._client is not None
-        minted = AsyncGridClient(self._client.url, operator_token=operator, http=self._client.http)
+        first = self.sessions[0].client
+        minted = AsyncGridClient(first.url, operator_token=operator, http=first.http)
         issued = await minted.send(Calls.issue_node_credential(self.state.host_id))
         self.credential = Credential(token=issued.token, host_id=self.state.host_id)
-        self._client.node_token = issued.token
+        for session in self.sessions:  # servers of one grid share the credential signing key
+            session.client.node_token = issued.token
 
-    async def _call(self, call: Call[T]) -> T:
+    async def _call(self, session: ServerSession, call: Call[T]) -> T:
         """Send one node-credential call; a refused credential becomes an :class:`AuthError`.
 
         Raises:
@@ -363,9 +428,9 @@ class NodeAgent:
             RequestRefused: any other error status.
             ServerUnreachable: no answer (retried at the next heartbeat).
         """
-        assert self._client is not None and self.credential is not None
+        assert self.credential is not None
         try:
-            return await self._client.send(call)
+            return await session.client.send(call)
         except RequestRefused as exc:
             if exc.status in (401, 403):
                 msg = f"{call.method} {call.path}: the server refused the node credential "
@@ -399,7 +464,7 @@ class NodeAgent:
             gpus=self.plugins.gpu_devices(),
         )
 
-    async def _register(self) -> None:
+    async def _register(self, session: ServerSession) -> None:
         reg = NodeRegistration(
             role="allocator",
             host_id=self.state.host_id,
@@ -408,10 +473,10 @@ class NodeAgent:
             advertise_host=self.config.advertise_host,
         )
         async with self._send:
-            await self._call(Calls.register(self.node_id, reg))
-        self.registered = True
+            await self._call(session, Calls.register(self.node_id, reg))
+        session.registered = True
 
-    async def _heartbeat(self, *, request_commands: bool) -> None:
+    async def _heartbeat(self, session: ServerSession, *, request_commands: bool) -> None:
         pending = [r for r in self.state.receipts if not r.delivered]
         assert self.actuator is not None
         active = sum(p.active_requests or 0 for p in self.actuator.probes.values())
@@ -426,9 +491,12 @@ class NodeAgent:
         )
         async with self._send:
             sent = time.monotonic()
-            resp = await self._call(Calls.heartbeat(self.node_id, hb))
-        for receipt in pending[:MAX_LIST]:
-            receipt.delivered = True
+            resp = await self._call(session, Calls.heartbeat(self.node_id, hb))
+        session.follower = resp.allocator is not None and resp.allocator.follower
+        if not session.follower:
+            # Only the leader takes receipts: a follower's answer leaves them for the leader.
+            for receipt in pending[:MAX_LIST]:
+                receipt.delivered = True
         if resp.model_last_used_at:
             for model, at in resp.model_last_used_at.items():
                 # The watermark only moves forward (a restarted server may report older).
@@ -443,8 +511,9 @@ class NodeAgent:
                     self._queued.add(cmd.action_id)
                     self._queue.put_nowait((cmd, deadline))
 
-    async def _sync_routes(self) -> None:
-        """Register ready children as engine records, refresh them, withdraw the rest."""
+    async def _sync_routes(self, session: ServerSession) -> None:
+        """Register ready children as engine records with one server, refresh them,
+        withdraw the rest."""
         assert self.actuator is not None
         ready = {m: c for m, c in self.state.children.items() if c.state == "ready"}
         if self.fronts is not None:
@@ -453,27 +522,27 @@ class NodeAgent:
             await self.fronts.retain(
                 {m: c.url for m, c in self.state.children.items() if c.state in live}
             )
-        for model_id in list(self.routes):
+        for model_id in list(session.routes):
             if model_id not in ready:
-                rid = self.routes[model_id]
+                rid = session.routes[model_id]
                 async with self._send:
                     with contextlib.suppress(RequestRefused):  # already gone: fine
-                        await self._call(Calls.remove(rid))
+                        await self._call(session, Calls.remove(rid))
                 # Forgotten only after the server answered; a transport error retries next beat.
-                self.routes.pop(model_id, None)
+                session.routes.pop(model_id, None)
         for model_id, child in ready.items():
             probe = self.actuator.probes.get(model_id)
             if probe is not None and not getattr(probe, "ready", False):
                 continue  # advertise only children passing the health check
             rid = engine_record_id(self.state.host_id, model_id)
-            if model_id in self.routes:
+            if model_id in session.routes:
                 hb = Heartbeat(node_id=rid, host_id=self.state.host_id, request_commands=False)
                 try:
                     async with self._send:
-                        await self._call(Calls.heartbeat(rid, hb))
+                        await self._call(session, Calls.heartbeat(rid, hb))
                     continue
                 except RequestRefused:
-                    self.routes.pop(model_id, None)
+                    session.routes.pop(model_id, None)
             url, ca_pem = child.url, None
             if self.fronts is not None:
                 url = await self.fronts.ensure(model_id, child.url)
@@ -487,8 +556,8 @@ class NodeAgent:
                 engine_ca_pem=ca_pem,
             )
             async with self._send:
-                await self._call(Calls.register(rid, reg))
-            self.routes[model_id] = rid
+                await self._call(session, Calls.register(rid, reg))
+            session.routes[model_id] = rid
 
     def _advertised_url(self, child: ChildRecord) -> str | None:
         """The URL the server reaches ``child`` at: its TLS front's, once that runs."""
@@ -513,7 +582,8 @@ class NodeAgent:
     # --- status file -----------------------------------------------------------------------
     def mark_stopped(self) -> None:
         """Record a clean stop in the agent file (status then shows no stale state)."""
-        self.registered = False
+        for session in self.sessions:
+            session.registered = False
         self.decision = None
         self._write_agent_file(ready=False)
 
@@ -536,6 +606,15 @@ class NodeAgent:
             "state": self.decision.state if self.decision else "stopped",
             "reason": self.decision.reason if self.decision else "",
             "routes": sorted(self.routes),
+            "servers": [
+                {
+                    "url": x.url,
+                    "registered": x.registered,
+                    "follower": x.follower,
+                    "last_error": x.last_error,
+                }
+                for x in self.sessions
+            ],
             "events": self.actuator.events[-10:] if self.actuator else [],
         }
         with contextlib.suppress(StateError):

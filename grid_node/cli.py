@@ -71,6 +71,14 @@ def start(
         Path | None,
         typer.Option("--grid-ca", help="CA certificate the https:// Grid is verified with."),
     ] = None,
+    grid_peer: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--grid-peer",
+            help="Another server of the same grid (servers on one etcd; repeatable): the "
+            "agent registers with each and takes commands from the leader.",
+        ),
+    ] = None,
     join_file: Annotated[
         Path | None,
         typer.Option(
@@ -199,6 +207,7 @@ def start(
         "engine_tls_cert": engine_tls_cert,
         "engine_tls_key": engine_tls_key,
         "engine_tls_ca": engine_tls_ca,
+        "peer_urls": tuple(grid_peer) if grid_peer else None,
     }
     fields.update({k: v for k, v in given.items() if v is not None})
     if "state_dir" not in fields:

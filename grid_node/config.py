@@ -104,6 +104,8 @@ class NodeConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
         schema_version: document version (1).
         state_dir: owner-only state directory (node.json, engine key, logs, artifacts).
         grid_url: the Grid server (plain HTTP only on loopback).
+        peer_urls: further servers of the same grid (several servers on one etcd store);
+            the agent registers with each and takes commands from the leader.
         grid_ca: CA certificate an ``https://`` Grid is verified with (``None``: the system
             trust store); a join token pins it by fingerprint.
         token_file: file holding the host-scoped node credential (else
@@ -134,6 +136,7 @@ class NodeConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     schema_version: Literal[1] = SCHEMA_VERSION
     state_dir: Path = msgspec.field(default_factory=lambda: grid_home() / "node")
     grid_url: str = DEFAULT_GRID_URL
+    peer_urls: tuple[str, ...] = ()
     token_file: Path | None = None
     grid_ca: Path | None = None
     host_id: str | None = None
@@ -189,6 +192,11 @@ class NodeConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
             )
             raise ValidationError(msg)
         check_grid_url(self.grid_url)
+        for url in self.peer_urls:
+            check_grid_url(url)
+        if len({self.grid_url, *self.peer_urls}) != 1 + len(self.peer_urls):
+            msg = "peer_urls (--grid-peer): each Grid server once, and not the --grid one again"
+            raise ValidationError(msg)
         self._check_engine_address()
         self.state_dir = Path(self.state_dir).expanduser().resolve()
         if self.token_file is not None:

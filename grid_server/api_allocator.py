@@ -314,5 +314,10 @@ async def status_document(ctx: ServerContext, detail: bool) -> dict[str, Any]:
                 {"host_id": h, "revoked_at": at}
                 for h, at in sorted(ctx.credentials.revoked.items())
             ],
+            "state_store": (
+                {"kind": "file", "role": "leader"}
+                if ctx.leadership is None
+                else {"kind": "etcd", **ctx.leadership.status()}
+            ),
         },
     }

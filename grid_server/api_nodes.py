@@ -94,11 +94,16 @@ def node_routes(ctx: ServerContext) -> list[HTTPRouteHandler]:
         if hb.request_commands and rec.role == "allocator":
             d = await ctx.runner.deliver(claims.host_id)
             allocator = AllocatorResponse(
-                mode=d.mode, controller_lease_ttl_seconds=d.lease_ttl_s, commands=list(d.commands)
+                mode=d.mode,
+                controller_lease_ttl_seconds=d.lease_ttl_s,
+                commands=list(d.commands),
+                follower=ctx.runner.follower is not None,
             )
         else:
             # Early lease/fence heartbeat: registry truth only, nothing marked delivered.
-            allocator = AllocatorResponse(mode=ctx.runner.mode())
+            allocator = AllocatorResponse(
+                mode=ctx.runner.mode(), follower=ctx.runner.follower is not None
+            )
         body = HeartbeatResponse(
             ttl_seconds=LEASE_TTL_S,
             model_last_used_at=ctx.router.model_last_used(claims.host_id),

@@ -61,8 +61,11 @@ def make_controller(
     plugins: Plugins,
     state_dir: Path | None = None,
     policy: Any | None = None,
+    store: Any | None = None,
+    controller_id: str | None = None,
 ) -> tuple[Any, list[str]]:
-    """The controller with a durable file store under ``$GRID_HOME/state``.
+    """The controller restored from ``store`` (default: the file store under
+    ``$GRID_HOME/state``).
 
     Returns:
         ``(controller, warnings)``; a warning explains any fallback (for status).
@@ -70,12 +73,15 @@ def make_controller(
     from grid_core.controller import Controller
 
     warnings: list[str] = []
+    if store is not None:
+        ctl = Controller(plugins=plugins, store=store, policy=policy, controller_id=controller_id)
+        return ctl.restore(), warnings
     state_dir = state_dir or home / STATE_DIR
     state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
     try:
         from grid_server.store import FileStateStore
 
-        store: Any = FileStateStore(state_dir / STATE_FILE)
+        store = FileStateStore(state_dir / STATE_FILE)
     except ImportError:
         from grid_core.store import MemoryStore
 
@@ -130,6 +136,7 @@ def build_app(
     policy: Any | None = None,
     tls_ca: Path | None = None,
     client_keys_required: bool = False,
+    state_store: Any | None = None,
 ) -> GridApp:
     """Assemble the server.
 
@@ -146,16 +153,29 @@ def build_app(
             ``/tls/ca.pem`` for join-token pinning).
         client_keys_required: every ``/v1`` request must carry a client API key
             (``grid up --client-keys``; the default off loopback).
+        state_store: a replicated store (``grid up --state-store etcd://…``): this server
+            then takes part in leader election (:mod:`grid_server.leadership`) instead of
+            using the file store.
 
     Raises:
         StateError: a credential file is unreadable or too widely readable.
     """
     warnings: list[str] = []
     if controller is None:
-        controller, warnings = make_controller(home, plugins, state_dir, policy)
+        controller, warnings = make_controller(home, plugins, state_dir, policy, state_store)
     registry = Registry()
     router = RouterState(registry)
     runner = ControllerRunner(controller, registry, router, interval_s=tick_interval_s)
+    leadership = None
+    if state_store is not None:
+        from grid_server.leadership import Leadership
+
+        def build(controller_id: str) -> Any:
+            return make_controller(home, plugins, None, policy, state_store, controller_id)[0]
+
+        leadership = Leadership(
+            state_store, runner, build, lease_s=controller.policy.controller_lease_s
+        )
     ctx = ServerContext(
         home=home,
         credentials=Credentials(home),
@@ -166,6 +186,7 @@ def build_app(
         warnings=warnings,
         ca_pem=tls_ca.read_bytes() if tls_ca is not None else None,
         client_keys=ClientKeys(home, required=client_keys_required),
+        leadership=leadership,
     )
 
     history = DemandHistory.empty()
@@ -183,6 +204,8 @@ def build_app(
         try:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(runner.run)
+                if leadership is not None:
+                    tg.start_soon(leadership.run)
                 if on_ready is not None:
                     on_ready(ctx)
                 try:
@@ -190,6 +213,8 @@ def build_app(
                 finally:
                     tg.cancel_scope.cancel()
         finally:
+            if leadership is not None:
+                leadership.release()  # a follower takes over at once, not after the lease
             await ctx.client.aclose()
             if on_stopped is not None:
                 on_stopped()

@@ -12,7 +12,7 @@ import typer
 
 from grid_core.bodies import JoinFile
 from grid_core.client import Calls, RequestRefused, check_credential_transport
-from grid_core.errors import EXIT_USAGE, ValidationError
+from grid_core.errors import EXIT_USAGE, GridError, ValidationError
 from grid_core.grids import check_url
 from grid_core.profile import BUILTIN_RUNTIMES, ModelProfile, validate_declared_profile
 from grid_server.cli_render import console, explain_view, status_view
@@ -439,6 +439,53 @@ def node_revoke(
     typer.echo(f"grid: revoked host {data.get('host_id')}; its next heartbeat will be refused")
 
 
+def state_copy(
+    source: str = typer.Option(..., "--from", help="'file' or etcd://host:port[,…][/prefix]."),
+    target: str = typer.Option(..., "--to", help="'file' or etcd://host:port[,…][/prefix]."),
+    state_dir: Path | None = typer.Option(  # noqa: B008
+        None, "--state-dir", help="The file store's directory (default $GRID_HOME/state)."
+    ),
+    force: bool = typer.Option(False, "--force", help="Replace state the target already has."),
+    etcd_ca: Path | None = typer.Option(None, "--etcd-ca", help="CA of etcd's certificate."),  # noqa: B008
+    etcd_cert: Path | None = typer.Option(None, "--etcd-cert", help="Client certificate."),  # noqa: B008
+    etcd_key: Path | None = typer.Option(None, "--etcd-key", help="Its private key."),  # noqa: B008
+    etcd_user: str | None = typer.Option(None, "--etcd-user", help="etcd user (RBAC)."),
+    etcd_password_file: Path | None = typer.Option(  # noqa: B008
+        None, "--etcd-password-file", help="File holding that user's password."
+    ),
+) -> None:
+    """Move controller state between the file store and etcd (stop every server first).
+
+    The term continues above the source's, so nodes accept the next leader's commands.
+    """
+    import time
+
+    from grid_server.home import grid_home
+    from grid_server.store import copy_state, file_store, open_state_store
+
+    def opened(spec: str) -> Any:
+        if spec == "file":
+            return file_store(grid_home(), state_dir)
+        return open_state_store(
+            spec,
+            ca_file=str(etcd_ca) if etcd_ca else None,
+            cert_file=str(etcd_cert) if etcd_cert else None,
+            key_file=str(etcd_key) if etcd_key else None,
+            username=etcd_user,
+            password_file=str(etcd_password_file) if etcd_password_file else None,
+        )
+
+    if source == target:
+        raise CliError("--from and --to name the same store", EXIT_USAGE)
+    try:
+        size, term = copy_state(opened(source), opened(target), now=time.time(), force=force)
+    except GridError as exc:
+        raise CliError(str(exc), exc.exit_code) from None
+    typer.echo(
+        f"grid: copied {size} bytes of controller state to {target}; terms continue above {term}"
+    )
+
+
 def register(cli: Any) -> None:
     """Mount the allocator commands on ``grid allocator``."""
     group = cli.group("allocator")
@@ -456,3 +503,5 @@ def register(cli: Any) -> None:
     join.command("write")(join_write)
     node = cli.subgroup("allocator", "node", help="This machine's managed node agent.")
     node.command("revoke")(node_revoke)
+    state = cli.subgroup("allocator", "state", help="The controller's durable state store.")
+    state.command("copy")(state_copy)

@@ -14,7 +14,7 @@ import psutil
 import typer
 
 from grid_core.client import Calls, check_credential_transport, tls_verify
-from grid_core.errors import GridError
+from grid_core.errors import GridError, ValidationError
 from grid_core.system import (
     ProcessIdentity,
     SpawnedChild,
@@ -37,6 +37,7 @@ from grid_server.home import SERVER_FILE, grid_home
 from grid_server.serve import (
     DEFAULT_HOST,
     DEFAULT_PORT,
+    ETCD_FLAGS,
     SERVER_MARKER,
     check_port,
     client_keys_required,
@@ -100,12 +101,43 @@ def up(
     tick_interval: float | None = typer.Option(
         None, "--tick-interval", min=0.1, help="Seconds between periodic controller passes."
     ),
+    state_store: str | None = typer.Option(
+        None,
+        "--state-store",
+        help="etcd://host:port[,host:port…][/prefix] (etcds:// for TLS): controller state and "
+        "leader election in etcd, for two or three servers; default: the file store.",
+    ),
+    etcd_ca: Path | None = typer.Option(None, "--etcd-ca", help="CA of etcd's certificate."),  # noqa: B008
+    etcd_cert: Path | None = typer.Option(None, "--etcd-cert", help="Client certificate."),  # noqa: B008
+    etcd_key: Path | None = typer.Option(None, "--etcd-key", help="Its private key (0600)."),  # noqa: B008
+    etcd_user: str | None = typer.Option(None, "--etcd-user", help="etcd user (RBAC)."),
+    etcd_password_file: Path | None = typer.Option(  # noqa: B008
+        None, "--etcd-password-file", help="File holding that user's password."
+    ),
 ) -> None:
     """Start the Grid server (foreground unless --detach); HTTPS with --tls-cert/--tls-key."""
+    etcd_files = {
+        "etcd-ca": etcd_ca,
+        "etcd-cert": etcd_cert,
+        "etcd-key": etcd_key,
+        "etcd-password-file": etcd_password_file,
+    }
+    etcd_args = {k: str(v.expanduser().resolve()) for k, v in etcd_files.items() if v}
+    if etcd_user is not None:
+        etcd_args["etcd-user"] = etcd_user
     try:
         check_port(port)
         tls = tls_from_flags(tls_cert, tls_key, tls_ca)
         client_keys_required(host, client_keys)
+        if state_store is not None:
+            from grid_server.store import open_state_store
+
+            open_state_store(  # validate the URL and options before anything starts
+                state_store, **{ETCD_FLAGS[k]: v for k, v in etcd_args.items()}
+            ).close()
+        elif etcd_args:
+            msg = "--etcd-* options need --state-store etcd://host:port"
+            raise ValidationError(msg)
     except GridError as exc:
         raise CliError(str(exc), exc.exit_code) from None
     warning = exposure_warning(host, tls is not None)
@@ -130,6 +162,10 @@ def up(
         args += ["--policy", str(policy)]
     if tick_interval is not None:
         args += ["--tick-interval", str(tick_interval)]
+    if state_store is not None:
+        args += ["--state-store", state_store]
+        for flag, value in etcd_args.items():  # paths and the user name only, never a secret
+            args += [f"--{flag}", value]
     if not detach:
         from grid_server.serve import serve
 
@@ -144,6 +180,8 @@ def up(
                 policy,
                 tls=tls,
                 client_keys=client_keys,
+                state_store=state_store,
+                etcd_options={ETCD_FLAGS[k]: v for k, v in etcd_args.items()},
             )
         except OSError as exc:
             raise CliError(f"cannot listen on {host}:{port}: {exc.strerror}") from None

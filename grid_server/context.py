@@ -39,6 +39,8 @@ class ServerContext:
         ca_pem: the CA certificate the server was started with (``grid up --tls-ca``),
             served at ``/tls/ca.pem`` and pinned by join tokens; ``None`` without one.
         client_keys: the ``/v1`` client API keys and whether one is required.
+        leadership: leader election on a replicated state store (``None`` on the file
+            store, where this server is the only controller).
     """
 
     home: Path
@@ -52,6 +54,7 @@ class ServerContext:
     warnings: list[str] = field(default_factory=list)
     ca_pem: bytes | None = None
     client_keys: ClientKeys | None = None
+    leadership: Any = None
     metrics: RequestMetrics = field(init=False)
 
     def __post_init__(self) -> None:

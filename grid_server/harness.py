@@ -244,6 +244,7 @@ def start_server(
     """
     home.mkdir(parents=True, exist_ok=True)
     url_file = home / "test-server.url"
+    url_file.unlink(missing_ok=True)  # a restart in the same home must not read the old URL
     env = scrubbed_env(GRID_HOME=str(home))
     args = [sys.executable, "-m", "grid_server.serve", "--port", "0", "--url-file", str(url_file)]
     if tick_interval_s is not None:

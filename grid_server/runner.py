@@ -23,6 +23,7 @@ import msgspec
 
 from grid_core import routing
 from grid_core.demand.features import RequestFeatures
+from grid_core.errors import UnavailableError
 from grid_core.hosts import build_host_snapshots
 from grid_core.planner.reclaim import surplus_release_s
 from grid_core.profile import ModelProfile
@@ -46,6 +47,11 @@ MAX_PENDING_FEATURES = 8192
 """Queued request features between passes; beyond this the oldest are dropped (best effort)."""
 
 T = TypeVar("T")
+
+
+class NotLeaderError(UnavailableError):
+    """This server follows another on a replicated store; operator changes go to the leader
+    (HTTP 503; the message names the leader's controller id, term and URL)."""
 
 
 class Delivery(msgspec.Struct, frozen=True):
@@ -98,6 +104,9 @@ class ControllerRunner:
         """Called with every request's features (metrics); must be cheap and never raise."""
         self.on_tick: Callable[[float], None] | None = None
         """Called with each pass's duration in seconds (metrics)."""
+        self.follower: str | None = None
+        """Set while this server follows another on a replicated store (the refusal quoting
+        the leader): no passes, no commands, receipts ignored, operator changes refused."""
         self._refresh_profiles()
 
     # --- helpers ------------------------------------------------------------------------
@@ -137,6 +146,28 @@ class ControllerRunner:
                 return fn()
 
         return await anyio.to_thread.run_sync(locked)
+
+    async def swap(self, controller: Any, *, follower: str | None) -> None:
+        """Replace the controller (elected: a fresh one restored from the newest state;
+        following: a read-only view) under the lock, and set the follower refusal."""
+
+        def replace() -> None:
+            self._inputs.clear()  # inputs queued for the previous instance
+            self.ctl = controller
+            self.follower = follower
+
+        await anyio.to_thread.run_sync(lambda: self._locked(replace))
+        self._refresh_profiles()
+        self.poke()
+
+    def _locked(self, fn: Callable[[], T]) -> T:
+        with self._lock:
+            return fn()
+
+    def _refuse_if_follower(self) -> None:
+        """Raises NotLeaderError (503) quoting the leader while this server follows."""
+        if self.follower is not None:
+            raise NotLeaderError(self.follower)
 
     # --- events ---------------------------------------------------------------------------
     def observe(self, features: RequestFeatures) -> None:
@@ -242,7 +273,11 @@ class ControllerRunner:
 
         ``expected_version`` is checked under the controller lock, atomically with the write
         (see :meth:`grid_core.controller.Controller.put_profile`).
+
+        Raises:
+            NotLeaderError: this server follows another (the message names the leader).
         """
+        self._refuse_if_follower()
         now = self.clock()
         if expected_version is None:
             await self.call(lambda: self.ctl.put_profile(profile, now))
@@ -254,20 +289,24 @@ class ControllerRunner:
         self.poke()
 
     async def remove_profile(self, model_id: str) -> None:
-        """Retire a profile (the controller converges it to zero)."""
+        """Retire a profile (the controller converges it to zero); NotLeaderError on a follower."""
+        self._refuse_if_follower()
         now = self.clock()
         await self.call(lambda: self.ctl.remove_profile(model_id, now))
         self._refresh_profiles()
         self.poke()
 
     async def set_mode(self, mode: str) -> None:
-        """Select observe, recommend or automatic."""
+        """Select observe, recommend or automatic; NotLeaderError on a follower."""
+        self._refuse_if_follower()
         now = self.clock()
         await self.call(lambda: self.ctl.set_mode(mode, now))
         self.poke()
 
     async def tick(self) -> Any:
-        """Run one pass now and return the controller's tick result."""
+        """Run one pass now and return the controller's tick result (NotLeaderError on a
+        follower: only the leader plans)."""
+        self._refuse_if_follower()
         now = self.clock()
         hosts = self.hosts(now)
         t0 = time.perf_counter()
@@ -295,8 +334,8 @@ class ControllerRunner:
 
     def acknowledge(self, host_id: str, acks: list[Acknowledgement]) -> None:
         """Queue a heartbeat's acknowledgements (applied before the next controller call)."""
-        if not acks:
-            return
+        if not acks or self.follower is not None:
+            return  # a follower's controller is a read-only view: the leader takes receipts
         now = self.clock()
         batch = list(acks)
         self._inputs.append(lambda: self.ctl.acknowledge(host_id, batch, now))
@@ -308,6 +347,8 @@ class ControllerRunner:
         Runs a pass first when the poll's causal revision has not been processed yet, so
         the answer reflects the heartbeat that asked.
         """
+        if self.follower is not None:
+            return Delivery(self.mode(), 0.0, ())  # only the leader commands
         now = self.clock()
         hosts = self.hosts(now)
 
@@ -355,7 +396,8 @@ class ControllerRunner:
                 if self.registry.expire(self.clock()):
                     # Expired records are a membership change: destructive safety moved.
                     self.input_changed(self.clock(), safety_changed=True)
-                await self.tick()
+                if self.follower is None:
+                    await self.tick()
             except Exception as exc:  # a failed pass is visible in status, never fatal
                 log.warning("controller pass failed: %s", type(exc).__name__)
                 self.last_error = f"{type(exc).__name__}: {exc}"

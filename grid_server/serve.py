@@ -38,6 +38,16 @@ ANNOUNCE_MODE = 0o644
 """``server.json`` and the URL file hold no secret (URL, PID, birth): as before, readable."""
 
 
+ETCD_FLAGS = {
+    "etcd-ca": "ca_file",
+    "etcd-cert": "cert_file",
+    "etcd-key": "key_file",
+    "etcd-user": "username",
+    "etcd-password-file": "password_file",
+}
+"""``grid up`` flags for the etcd store → :func:`grid_server.store.open_state_store` fields."""
+
+
 def check_port(port: int, flag: str = "--port") -> None:
     """Refuse a port outside 0..65535 before anything is bound or started.
 
@@ -197,8 +207,14 @@ def serve(
     policy_file: Path | None = None,
     tls: ServerTls | None = None,
     client_keys: str | None = None,
+    state_store: str | None = None,
+    etcd_options: dict[str, str | None] | None = None,
 ) -> None:
     """Bind, announce the URL, serve until SIGINT/SIGTERM, then clean up the server file.
+
+    ``state_store`` (``etcd://host:port[,…]``) replaces the file store with etcd, and this
+    server then takes part in leader election; ``etcd_options`` carries ``ca_file``,
+    ``cert_file``, ``key_file``, ``username`` and ``password_file``.
 
     ``policy_file`` is a JSON ``ControllerPolicy`` (planner, governor and demand tunables);
     a logical test fleet uses it for short demand windows and cooldowns. With ``tls`` the
@@ -219,6 +235,11 @@ def serve(
     sock = bind(host, port)
     url = url_of(sock, tls is not None)
     record_path = home / SERVER_FILE
+    store = None
+    if state_store is not None:
+        from grid_server.store import open_state_store
+
+        store = open_state_store(state_store, advertise_url=url, **(etcd_options or {}))
 
     def ready(ctx: ServerContext) -> None:
         ctx.url = url
@@ -247,6 +268,7 @@ def serve(
         policy=policy,
         tls_ca=tls.ca if tls is not None else None,
         client_keys_required=client_keys_required(host, client_keys),
+        state_store=store,
     )
     ssl_files: dict[str, str] = {}
     if tls is not None:
@@ -301,6 +323,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--tls-key", type=Path, default=None, help="its private key (0600)")
     p.add_argument("--tls-ca", type=Path, default=None, help="the CA that signed it")
     p.add_argument("--client-keys", choices=CLIENT_KEY_MODES, default=None)
+    p.add_argument("--state-store", default=None, help="etcd://host:port[,host:port…][/prefix]")
+    for flag in ETCD_FLAGS:
+        p.add_argument(f"--{flag}", default=None)
     args = p.parse_args(argv)
     try:
         check_port(args.port)
@@ -322,6 +347,8 @@ def main(argv: list[str] | None = None) -> None:
             args.policy,
             tls,
             args.client_keys,
+            args.state_store,
+            {field: getattr(args, flag.replace("-", "_")) for flag, field in ETCD_FLAGS.items()},
         )
     except OSError as exc:
         print(

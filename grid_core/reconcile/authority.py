@@ -58,6 +58,7 @@ class Authority:
         lease: the store holding the single-writer lease.
         controller_id: identity stamped on commands and on the lease.
         warn: where notable changes go (the controller's status warnings).
+        lease_s: lease length in seconds (``ControllerPolicy.controller_lease_s``).
 
     Attributes:
         controller_id: as given.
@@ -70,8 +71,15 @@ class Authority:
         superseded: another controller wrote the durable state; this one never acts again.
     """
 
-    def __init__(self, lease: LeaseStore, controller_id: str, warn: Callable[[str], None]):
+    def __init__(
+        self,
+        lease: LeaseStore,
+        controller_id: str,
+        warn: Callable[[str], None],
+        lease_s: float = CONTROLLER_LEASE_S,
+    ):
         self._lease = lease
+        self.lease_s = lease_s
         self._warn = warn
         self.controller_id = controller_id
         self.mode: Mode = "recommend"
@@ -101,7 +109,7 @@ class Authority:
             raise ConflictError(msg)
         try:
             self.term, self.lease_expires_at = self._lease.acquire_lease(
-                self.controller_id, now, CONTROLLER_LEASE_S
+                self.controller_id, now, self.lease_s
             )
         except StateError as exc:
             msg = f"automatic mode refused: the lease beside the state file failed: {exc}"
@@ -135,12 +143,12 @@ class Authority:
         if self.mode != "automatic" or self.superseded:
             return False
         # A wall clock that moved backward must not stretch the old deadline: renew then too.
-        if self.state == "held" and self.lease_expires_at - CONTROLLER_LEASE_S <= now < (
-            self.lease_expires_at - CONTROLLER_LEASE_S * LEASE_RENEW_FRACTION
+        if self.state == "held" and self.lease_expires_at - self.lease_s <= now < (
+            self.lease_expires_at - self.lease_s * LEASE_RENEW_FRACTION
         ):
             return True
         try:
-            term, expires = self._lease.acquire_lease(self.controller_id, now, CONTROLLER_LEASE_S)
+            term, expires = self._lease.acquire_lease(self.controller_id, now, self.lease_s)
         except GridError as exc:
             self.state = f"lost: {exc}"
             return False
@@ -151,7 +159,7 @@ class Authority:
 
     def ttl(self, now: float) -> float:
         """Seconds of authority left in the server's clock (never more than one lease)."""
-        return min(CONTROLLER_LEASE_S, max(0.0, self.lease_expires_at - now))
+        return min(self.lease_s, max(0.0, self.lease_expires_at - now))
 
     def supersede(self) -> None:
         """Stop for good: another controller wrote the durable state after this one."""

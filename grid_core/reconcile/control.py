@@ -15,6 +15,7 @@ from grid_core.demand.series import ForecastPolicy
 from grid_core.planner.types import Plan, PlannerPolicy
 from grid_core.profile import ModelProfile
 from grid_core.reconcile.actions import Action, ActionBook, ServiceClass, action_id
+from grid_core.reconcile.authority import CONTROLLER_LEASE_S
 from grid_core.reconcile.policy import PENALTY_CAP, GovernorPolicy
 from grid_core.reconcile.reconciler import Proposal
 from grid_core.reconcile.status import ReconcileReport
@@ -46,6 +47,9 @@ class ControllerPolicy(msgspec.Struct, frozen=True, kw_only=True):
     governor: GovernorPolicy = GovernorPolicy()
     forecast: ForecastPolicy = ForecastPolicy()
     persist_every_ticks: int = PERSIST_EVERY_TICKS
+    controller_lease_s: float = CONTROLLER_LEASE_S
+    """Single-writer lease length in seconds: how long a dead leader's authority outlives it
+    (a follower on etcd takes over within about this long)."""
 
 
 class TickResult(msgspec.Struct, frozen=True, kw_only=True):

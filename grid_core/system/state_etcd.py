@@ -38,7 +38,7 @@ from typing import Any
 import httpx
 import msgspec
 
-from grid_core.errors import ConflictError, StateError, ValidationError
+from grid_core.errors import ConflictError, StateError, UnavailableError, ValidationError
 from grid_core.store import LeaseHolder, StateConflictError, check_expected
 
 ETCD_TIMEOUT_S = 2.0
@@ -118,6 +118,11 @@ class EtcdSettings:
         return f"etcd {','.join(self.endpoints)} prefix {self.prefix}"
 
 
+class EtcdUnavailableError(UnavailableError):
+    """No etcd endpoint answered (HTTP 503). Not a :class:`StateError`: the document is not
+    corrupt, so nothing is quarantined; the caller retries later."""
+
+
 def _b64(raw: bytes | str) -> str:
     return base64.b64encode(raw.encode() if isinstance(raw, str) else raw).decode()
 
@@ -181,6 +186,11 @@ class EtcdStateStore:
     def __repr__(self) -> str:
         return f"EtcdStateStore({self.settings.describe()})"
 
+    @property
+    def term(self) -> int:
+        """The term of the lease this store holds (0 before the first takeover)."""
+        return self._term
+
     def close(self) -> None:
         """Release the HTTP connections (the lease is left to expire or be released)."""
         self._http.close()
@@ -201,7 +211,8 @@ class EtcdStateStore:
         """POST one gateway request, trying each endpoint from the last one that answered.
 
         Raises:
-            StateError: no endpoint answered, or etcd refused the request.
+            EtcdUnavailableError: no endpoint answered.
+            StateError: etcd refused the request.
         """
         errors = []
         n = len(self.settings.endpoints)
@@ -227,7 +238,7 @@ class EtcdStateStore:
             data: dict[str, Any] = resp.json()
             return data
         msg = f"etcd unreachable ({'; '.join(errors)}); check --state-store and the etcd cluster"
-        raise StateError(msg)
+        raise EtcdUnavailableError(msg)
 
     def _range(self, key: str) -> dict[str, Any] | None:
         kvs = self._call("/v3/kv/range", {"key": _b64(key)}).get("kvs") or []
@@ -255,7 +266,8 @@ class EtcdStateStore:
         """The saved state document, or ``None`` when etcd has none yet.
 
         Raises:
-            StateError: etcd unreachable or refused the read.
+            EtcdUnavailableError: etcd unreachable (nothing is corrupt; retry).
+            StateError: etcd refused the read.
         """
         with self._lock:
             kv = self._range(self.state_key)
@@ -274,7 +286,8 @@ class EtcdStateStore:
         Raises:
             StateConflictError: this server no longer holds the lease, or another controller
                 wrote the document since; nothing was written.
-            StateError: etcd unreachable or refused the write.
+            EtcdUnavailableError: etcd unreachable (nothing was written).
+            StateError: etcd refused the write.
         """
         with self._lock:
             held = self._held()
@@ -304,7 +317,7 @@ class EtcdStateStore:
         """Move a corrupt document aside to ``controller/corrupt-<stamp>``; returns the key.
 
         Raises:
-            StateError: etcd unreachable or refused the move.
+            EtcdUnavailableError / StateError: etcd unreachable, or refused the move.
         """
         stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
         dest = f"{self.settings.prefix}controller/corrupt-{stamp}-{os.urandom(2).hex()}"
@@ -333,7 +346,7 @@ class EtcdStateStore:
         """Who holds the controller lease now, or ``None`` when nobody does.
 
         Raises:
-            StateError: etcd unreachable.
+            EtcdUnavailableError: etcd unreachable.
         """
         with self._lock:
             kv = self._range(self.leader_key)
@@ -364,7 +377,7 @@ class EtcdStateStore:
         Raises:
             ConflictError: another controller holds the lease, or this one's lapsed (its
                 authority is gone; a later call may take a new term).
-            StateError: etcd unreachable or refused.
+            EtcdUnavailableError / StateError: etcd unreachable, or refused.
         """
         ttl = max(MIN_LEASE_S, math.ceil(ttl_s))
         with self._lock:
@@ -436,7 +449,7 @@ class EtcdStateStore:
         """Give the lease up at once (a clean stop), so a follower takes over without waiting.
 
         Raises:
-            StateError: etcd unreachable (the lease then lapses on its own).
+            EtcdUnavailableError: etcd unreachable (the lease then lapses on its own).
         """
         with self._lock:
             if self._lease_id is None or self._holder != controller_id:

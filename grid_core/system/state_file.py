@@ -236,3 +236,21 @@ class FileStateStore:
         except Timeout:
             msg = f"cannot lock {self.lease_path}: another process holds it; retry shortly"
             raise StateError(msg) from None
+
+    def seed_term(self, term: int) -> None:
+        """Raise the lease's term to at least ``term`` (moving from another store), so the
+        next takeover continues above every term nodes have seen.
+
+        Raises:
+            StateError: the lease file could not be locked or written.
+        """
+        try:
+            with self._lock:
+                rec = self._read_lease()
+                if rec.term >= term:
+                    return
+                rec.term = term
+                self._write_atomic(self.lease_path, msgspec.json.encode(rec))
+        except Timeout:
+            msg = f"cannot lock {self.lease_path}: another process holds it; retry shortly"
+            raise StateError(msg) from None

@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterator
 import pytest
 from etcd_process import EtcdServer
 
-from grid_core.errors import ConflictError, StateError, ValidationError
+from grid_core.errors import ConflictError, UnavailableError, ValidationError
 from grid_core.store import StateConflictError, state_digest
 from grid_core.system.state_etcd import EtcdSettings, EtcdStateStore
 
@@ -115,9 +115,10 @@ def test_quarantine_moves_the_document_aside(
     assert a.load() is None and "corrupt-" in where
 
 
-def test_unreachable_etcd_is_a_state_error_naming_the_endpoints(store_on: StoreFactory) -> None:
+def test_unreachable_etcd_is_unavailable_naming_the_endpoints(store_on: StoreFactory) -> None:
     dead = store_on("etcd://127.0.0.1:9,127.0.0.1:10", timeout_s=0.5)
-    with pytest.raises(StateError, match=r"etcd unreachable.*127\.0\.0\.1:9.*127\.0\.0\.1:10"):
+    where = r"etcd unreachable.*127\.0\.0\.1:9.*127\.0\.0\.1:10"
+    with pytest.raises(UnavailableError, match=where):
         dead.load()
 
 
