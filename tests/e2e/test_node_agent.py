@@ -263,7 +263,7 @@ async def test_lease_and_fence_heartbeats_never_consume_commands(tmp_path):
     try:
         await agent.open()
         agent.protect()
-        await agent._register()
+        await agent._register(agent.sessions[0])
         ops = client.operator()
         client.http.put(
             f"{server.url}/allocator/models/tiny.gguf",
@@ -280,14 +280,14 @@ async def test_lease_and_fence_heartbeats_never_consume_commands(tmp_path):
             return [a for a in ctl.get("pending_commands", []) if a["host_id"] == "host-lease"]
 
         for _ in range(15):  # several controller ticks happen meanwhile
-            await agent._heartbeat(request_commands=False)
+            await agent._heartbeat(agent.sessions[0], request_commands=False)
             await asyncio.sleep(0.2)  # a fixed count of beats, not a deadline
         assert agent._queue.empty()
         waiting = pending()
         assert waiting and all(a.get("delivered_at") is None for a in waiting)
 
         async def delivered() -> bool:
-            await agent._heartbeat(request_commands=True)
+            await agent._heartbeat(agent.sessions[0], request_commands=True)
             return not agent._queue.empty()
 
         await wait_until(delivered, timeout_s=WAIT_S, interval_s=0.2)
