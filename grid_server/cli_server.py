@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -53,6 +54,11 @@ STOP_TIMEOUT_S = 15.0
 """Graceful shutdown budget before ``grid down`` escalates to SIGKILL."""
 CHAT_TIMEOUT_S = 600.0
 """A chat reply from a cold CPU engine can take minutes."""
+CHAT_WAIT_S = 180.0
+"""Default ``grid chat --wait``: how long to keep retrying a model that is not ready yet (503
+with Retry-After). Three minutes covers loading and warming a mid-sized GGUF on a laptop."""
+CHAT_RETRY_MAX_S = 30.0
+"""Longest single pause between chat retries, whatever Retry-After advises."""
 
 GridOpt = typer.Option(None, "--grid", help="Server URL, or 'local' (default).")
 
@@ -281,10 +287,21 @@ def chat(
     model: str = typer.Option(..., "-m", "--model", help="Model id, or 'auto'."),
     grid: str | None = GridOpt,
     max_tokens: int | None = typer.Option(None, "--max-tokens", min=1),
+    wait: float = typer.Option(
+        CHAT_WAIT_S,
+        "--wait",
+        min=0.0,
+        help="Seconds to keep retrying while the model starts (503 with Retry-After); 0 = once.",
+    ),
 ) -> None:
-    """Send one chat message and stream the reply."""
+    """Send one chat message and stream the reply.
+
+    A model that is still starting answers 503 with ``Retry-After``; the command waits that
+    long (at most :data:`CHAT_RETRY_MAX_S` per pause) and tries again until ``--wait`` seconds
+    have passed, saying on stderr what it waits for. Exit codes: 0 answered, 1 unavailable or
+    no server, 2 refused (bad request, unknown model).
+    """
     target = resolve_target(grid)
-    base = target.url
     body: dict[str, object] = {
         "model": model,
         "stream": True,
@@ -295,23 +312,47 @@ def chat(
     headers = {}
     key = client_key(target)
     if key:
-        check_credential_transport(base, "client API key")
+        check_credential_transport(target.url, "client API key")
         headers["authorization"] = f"Bearer {key}"
+    deadline = time.monotonic() + wait
+    with httpx.Client(
+        timeout=CHAT_TIMEOUT_S, trust_env=False, verify=tls_verify(target.ca_file)
+    ) as client:
+        while True:
+            pause = _chat_once(client, target.url, body, headers)
+            if pause is None:
+                break
+            left = deadline - time.monotonic()
+            message, seconds = pause
+            if left <= 0:
+                suffix = f" (gave up after --wait {wait:g} s)" if wait > 0 else ""
+                raise CliError(f"chat → 503: {message}{suffix}", exit_code_for(503))
+            nap = min(seconds, CHAT_RETRY_MAX_S, left)
+            typer.echo(f"grid: {message}; trying again in {nap:.0f} s", err=True)
+            time.sleep(nap)
+
+
+def _chat_once(
+    client: httpx.Client, base: str, body: dict[str, object], headers: dict[str, str]
+) -> tuple[str, float] | None:
+    """Stream one chat reply to stdout; ``(message, seconds)`` when the server says retry.
+
+    Raises:
+        CliError: any other refusal (with its exit code), or no server answered.
+    """
     try:
-        with (
-            httpx.Client(
-                timeout=CHAT_TIMEOUT_S, trust_env=False, verify=tls_verify(target.ca_file)
-            ) as client,
-            client.stream(
-                "POST", base + "/v1/chat/completions", json=body, headers=headers
-            ) as resp,
-        ):
+        with client.stream(
+            "POST", base + "/v1/chat/completions", json=body, headers=headers
+        ) as resp:
             if resp.status_code >= 400:
                 resp.read()
                 try:
                     message = resp.json()["error"]["message"]
                 except (ValueError, KeyError, TypeError):
                     message = resp.text[:200]
+                retry_after = resp.headers.get("retry-after", "")
+                if resp.status_code == 503 and retry_after.isdigit():
+                    return message, max(1.0, float(retry_after))
                 code = exit_code_for(resp.status_code)
                 raise CliError(f"chat → {resp.status_code}: {message}", code)
             for line in resp.iter_lines():
@@ -329,3 +370,4 @@ def chat(
         tls = describe_tls_failure(exc, base)
         raise CliError(tls or f"no Grid server answered at {base} ({type(exc).__name__})") from None
     sys.stdout.write("\n")
+    return None

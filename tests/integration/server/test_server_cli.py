@@ -203,6 +203,52 @@ def test_models_and_chat(grid: Grid, engines: Callable[[str], Engine]) -> None:
     assert r.returncode == 2 and "404" in r.stderr
 
 
+def test_chat_waits_for_a_starting_model_and_then_answers(
+    grid: Grid, engines: Callable[[str], Engine]
+) -> None:
+    # A profile and no engine yet: the router answers 503 with Retry-After.
+    grid.http.put(
+        f"{grid.url}/allocator/models/m-later",
+        json={"memory_mb": 1000},
+        headers=grid.operator(),
+    ).raise_for_status()
+    once = run(grid, "chat", "-m", "m-later", "--wait", "0", "hi")
+    assert once.returncode == 1 and "503" in once.stderr and "no ready engine" in once.stderr
+    assert "trying again" not in once.stderr
+    full = {k: v for k, v in os.environ.items() if not k.startswith("GRID_ALLOCATOR")}
+    full["GRID_HOME"] = str(grid.home)
+    waiting = subprocess.Popen(
+        [str(GRID_BIN), "chat", "-m", "m-later", "--max-tokens", "3", "--grid", grid.url, "hi"],
+        env=full,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert waiting.stderr is not None
+        first = waiting.stderr.readline()  # the command says it waits before it retries
+        assert "no ready engine" in first and "trying again in" in first, first
+        serve_model(grid, engines("m-later"), "host-later")
+        out, err = waiting.communicate(timeout=120)
+    finally:
+        if waiting.poll() is None:
+            waiting.kill()
+            waiting.wait()
+    assert waiting.returncode == 0, err
+    assert out.split() == ["tok0", "tok1", "tok2"]
+
+
+def test_chat_gives_up_after_its_wait(grid: Grid) -> None:
+    grid.http.put(
+        f"{grid.url}/allocator/models/m-never",
+        json={"memory_mb": 1000},
+        headers=grid.operator(),
+    ).raise_for_status()
+    r = run(grid, "chat", "-m", "m-never", "--wait", "1", "hi")
+    assert r.returncode == 1
+    assert "trying again in" in r.stderr and "gave up after --wait 1 s" in r.stderr
+
+
 def test_no_server_is_one_line_exit_1(tmp_path: Path) -> None:
     r = grid_cli("models", "--grid", "http://127.0.0.1:9", home=tmp_path)
     assert r.returncode == 1
