@@ -44,6 +44,11 @@ from grid_core.store import LeaseHolder, StateConflictError, check_expected
 ETCD_TIMEOUT_S = 2.0
 """Longest wait for one etcd request: far below the controller lease (so a hung endpoint
 costs a renewal attempt, not the authority) and far above a loopback or LAN round trip."""
+FAILOVER_DETECTION_S = 1.0
+"""How much shorter than the controller lease the etcd lease is granted. After a leader dies,
+etcd notices the expired lease on its next sweep (every 0.5 s) and a follower tries the key
+every 0.25 s at most (``grid_server.leadership.FOLLOWER_POLL_S``): one second covers both, so
+a takeover lands inside the controller lease the operator configured, not just after it."""
 MIN_LEASE_S = 3
 """Shortest etcd lease Grid asks for: etcd itself refuses leases shorter than about 1.5
 election timeouts, and a shorter lease than three seconds cannot be renewed reliably over a
@@ -368,8 +373,9 @@ class EtcdStateStore:
             controller_id: this controller's identity.
             now: wall-clock seconds read *before* this call (the returned expiry is counted
                 from it, so it never outlasts etcd's own lease).
-            ttl_s: lease length in seconds (rounded up to whole seconds, at least
-                :data:`MIN_LEASE_S`).
+            ttl_s: the controller lease in seconds; etcd's lease is granted
+                :data:`FAILOVER_DETECTION_S` shorter (whole seconds, at least
+                :data:`MIN_LEASE_S`), and the returned expiry follows etcd's.
 
         Returns:
             ``(term, expires_at)``.
@@ -379,7 +385,7 @@ class EtcdStateStore:
                 authority is gone; a later call may take a new term).
             EtcdUnavailableError / StateError: etcd unreachable, or refused.
         """
-        ttl = max(MIN_LEASE_S, math.ceil(ttl_s))
+        ttl = max(MIN_LEASE_S, math.ceil(ttl_s - FAILOVER_DETECTION_S))
         with self._lock:
             if self._lease_id is not None and self._holder == controller_id:
                 alive = self._call("/v3/lease/keepalive", {"ID": self._lease_id})
