@@ -16,7 +16,7 @@ from grid_core.profile import ModelProfile
 from grid_core.reconcile.actions import Action
 from grid_core.reconcile.governor import rank_of
 from grid_core.reconcile.policy import DRAIN_DEADLINE_REASON, GovernorPolicy
-from grid_core.reconcile.reconciler import required_replicas
+from grid_core.reconcile.reconciler import DRAINABLE_STATES, required_replicas
 from grid_core.reconcile.view import admitting, reachable, releases_freely, replacement_problem
 from grid_core.snapshot import HostSnapshot
 
@@ -82,6 +82,10 @@ def destructive_problem(
     if host is None or not reachable(host, policy):
         return "host_unreachable"
     r = host.residency(a.model_id)
+    if a.kind == "drain" and (r is None or r.state not in DRAINABLE_STATES):
+        # The engine died or left since the tick: nothing is left to drain, and the failed
+        # residency is cleaned up by an unload the next tick issues instead.
+        return "not_serving"
     if a.kind == "unload":
         if a.reason == DRAIN_DEADLINE_REASON:
             return None  # the explicit decision to cut what still runs (drain deadline)

@@ -85,8 +85,14 @@ class Deferred(msgspec.Struct, frozen=True, kw_only=True):
     until: float | None = None
 
 
+DRAINABLE_STATES = frozenset({"ready", "draining"})
+"""Residency states a drain can act on: a serving replica, or one already draining (the same
+drain sent again is idempotent). A drain of a failed, cached or starting residency is stale."""
+
+
 class Withdrawal(msgspec.Struct, frozen=True, kw_only=True):
-    """An active action to close: ``cancelled`` (constructive) or ``withdrawn`` (destructive)."""
+    """An active action to close: ``cancelled`` (constructive, or a drain never sent) or
+    ``withdrawn`` (destructive)."""
 
     action_id: str
     model_id: str
@@ -716,7 +722,22 @@ def _withdrawals(
                     )
                 )
             continue
-        if a.kind != "drain" or a.eviction or a.model_id in inp.retired:
+        if a.kind != "drain":
+            continue
+        target = host.residency(a.model_id) if host is not None else None
+        if not a.delivered and (target is None or target.state not in DRAINABLE_STATES):
+            # The replica died or left before the drain was sent: there is nothing to drain
+            # (a failed residency gets its own unload); delivery would refuse it anyway.
+            out.withdrawals.append(
+                Withdrawal(
+                    action_id=a.action_id,
+                    model_id=a.model_id,
+                    status="cancelled",
+                    reason="not_serving",
+                )
+            )
+            continue
+        if a.eviction or a.model_id in inp.retired:
             continue
         if key in desired_pairs and key not in evictions:
             unsafe_models.setdefault(a.model_id, "desired_again")
