@@ -17,6 +17,7 @@ from grid_core.planner.preemption import (
     set_cost,
 )
 from grid_core.planner.types import Eviction
+from grid_core.profile import revision_matches
 from grid_core.snapshot import ResidencySnapshot
 
 
@@ -491,6 +492,22 @@ def _cached_choice(
     return chosen
 
 
+def _serves_old_revision(state: PlanState, vmi: int, r: ResidencySnapshot) -> bool:
+    """Whether ``r`` is a ready replica of another revision than model ``vmi``'s profile
+    names while no replica of the profile's revision is ready anywhere: during a rollout the
+    old revision is still the model's service, not obsolete work (the new one must be ready
+    before the old one goes; specification, "Managed host actuator")."""
+    profile = state.profiles[vmi]
+    if r.state != "ready" or revision_matches(profile, r.artifact_sha256):
+        return False
+    return not any(
+        (cur := res_map.get(profile.model_id)) is not None
+        and cur.state == "ready"
+        and revision_matches(profile, cur.artifact_sha256)
+        for res_map in state.res_maps
+    )
+
+
 def _victim_pool(
     state: PlanState, mi: int, hi: int
 ) -> tuple[list[VictimCandidate], VictimNeed] | None:
@@ -511,6 +528,10 @@ def _victim_pool(
         if _pinned_here(state, r.model_id, host.host_id):
             continue  # pinned work is never preempted on its pinned host
         prio = state.profiles[kept].priority if kept is not None else OBSOLETE_PRIORITY
+        if kept is None and vmi is not None and _serves_old_revision(state, vmi, r):
+            # A rollout's old revision still serving its model: it yields only to what could
+            # preempt the model itself (specification, "Safety invariants" 5 and 8).
+            prio = state.profiles[vmi].priority
         surplus = kept is not None and surplus_hold(state, kept, hi, r) is None
         if surplus:
             prio = SURPLUS_PRIORITY

@@ -168,3 +168,20 @@ def test_relocation_needs_a_destination():
     p = run(profiles, hosts)
     assert placed(p) == {("flex", "cuda-1")}
     assert codes(p, "gpu") == ["capacity_shortage"]
+
+
+def test_a_rollouts_old_revision_is_not_obsolete_while_it_is_the_only_ready_replica():
+    # 'a' rolls to a new digest; its old revision is still its only ready replica, so an
+    # equal-priority model may not evict it as if it were obsolete work (found by the soak).
+    old, new = "aa" * 32, "bb" * 32
+    h = host("h1", 8, residencies=(res("a", 5, artifact_sha256=old),))  # room for one
+    profiles = [
+        model("a", 5, min_replicas=1, max_replicas=1, artifact_sha256=new),
+        model("b", 5, min_replicas=1, max_replicas=1),
+    ]
+    p = run(profiles, [h], [demand("b", 1)])
+    assert p.evictions == () and codes(p, "b") == ["capacity_shortage"]
+    # Once the new revision is ready elsewhere, the old one is obsolete again and yields.
+    h2 = host("h2", 5, residencies=(res("a", 5, artifact_sha256=new),))
+    p = run(profiles, [h, h2], [demand("b", 1)])
+    assert [(e.model_id, e.host_id, e.beneficiary) for e in p.evictions] == [("a", "h1", "b")]
