@@ -30,6 +30,10 @@ from grid_server.loadgen import Block, Generators
 
 LOOPBACK_MODEL = "bench-loopback"
 TLS_MODEL = "bench-tls"
+LOOPBACK_HOST = "bench-host"
+"""The node whose engine is on the server's loopback."""
+REMOTE_HOST = "bench-remote"
+"""The node in the namespace: it advertises the namespace address its TLS front is on."""
 BLOCK = 500
 """Requests per alternating block (as in the direct-vs-proxy case)."""
 WARMUP = 200
@@ -138,15 +142,19 @@ def run_tls_bench(requests: int, concurrencies: list[int]) -> list[TlsBenchResul
             front_url = front.url
             server = start_server(work / "home")
             bed = Testbed(server.url, work / "home")
-            token = bed.node_token("bench-host")
+            # Two hosts, as in a real fleet: an engine route must be on its own node's
+            # advertised address, so the namespace engine belongs to a node advertising it.
+            token = bed.node_token(LOOPBACK_HOST)
+            remote_token = bed.node_token(REMOTE_HOST)
             ca_pem = ca_cert.read_text()
 
             def keep_alive() -> None:
                 while not stop.is_set():
-                    bed.register_host(token, "bench-host")
-                    bed.register_engine(token, "bench-host", LOOPBACK_MODEL, local.url, local_key)
+                    bed.register_host(token, LOOPBACK_HOST)
+                    bed.register_engine(token, LOOPBACK_HOST, LOOPBACK_MODEL, local.url, local_key)
+                    bed.register_host(remote_token, REMOTE_HOST, advertise_host=host.address)
                     bed.register_engine(
-                        token, "bench-host", TLS_MODEL, front_url, remote_key, ca_pem=ca_pem
+                        remote_token, REMOTE_HOST, TLS_MODEL, front_url, remote_key, ca_pem=ca_pem
                     )
                     stop.wait(HEARTBEAT_EVERY_S)
 

@@ -308,13 +308,17 @@ class Testbed:
         capacity_mb: int = 16384,
         residencies: list[dict[str, object]] | None = None,
         state: str = "accepting",
+        advertise_host: str | None = None,
     ) -> Registered:
         """PUT the host's control record (``state`` may be invalid on purpose).
+
+        ``advertise_host``: the address every engine record of this host must use (``None``:
+        its engines are on the server's loopback).
 
         Raises:
             RequestRefused: the server refused the record.
         """
-        body = {
+        body: dict[str, object] = {
             "role": "allocator",
             "host_id": host_id,
             "resources": {"capacity_mb": capacity_mb, "runtimes": ["llama.cpp"]},
@@ -325,6 +329,8 @@ class Testbed:
                 "actuator_capabilities": ["load", "warm", "drain", "unload"],
             },
         }
+        if advertise_host is not None:
+            body["advertise_host"] = advertise_host
         return self.register(token, control_record_id(host_id), body)
 
     def register_engine(
