@@ -31,7 +31,7 @@ from typing import Literal
 
 import msgspec
 
-from grid_core.errors import StateError
+from grid_core.demand.saved_state import restore_versioned
 
 BUCKET_S = 60.0
 """Co-activation bucket width: one minute, long enough that one person's two related requests
@@ -241,17 +241,7 @@ class CoActivationBook:
         Raises:
             StateError: malformed or of an unknown version (nothing changes).
         """
-        try:
-            state = msgspec.convert(data, _State, strict=False)
-        except msgspec.ValidationError as exc:
-            msg = f"co-activation state: {exc}; delete the coactivation section to start over"
-            raise StateError(msg) from None
-        if state.version != STATE_VERSION:
-            msg = (
-                f"co-activation state version {state.version} is not {STATE_VERSION}; "
-                "delete the coactivation section to start over"
-            )
-            raise StateError(msg)
+        state = restore_versioned(data, _State, STATE_VERSION, "co-activation", "coactivation")
         self._buckets = {b.index: dict(b.counts) for b in state.buckets[-MAX_HISTORY_BUCKETS:]}
 
 

@@ -34,7 +34,7 @@ from collections.abc import Iterable
 import msgspec
 
 from grid_core.demand.features import RequestFeatures
-from grid_core.errors import StateError
+from grid_core.demand.saved_state import restore_versioned
 
 MIN_REPEATS = 5
 """Observed transitions an edge needs before it predicts (specification: five repeats)."""
@@ -300,17 +300,7 @@ class SequenceBook:
         Raises:
             StateError: malformed or of an unknown version (nothing changes).
         """
-        try:
-            state = msgspec.convert(data, _State, strict=False)
-        except msgspec.ValidationError as exc:
-            msg = f"sequence state: {exc}; delete the sequences section to start without it"
-            raise StateError(msg) from None
-        if state.version != STATE_VERSION:
-            msg = (
-                f"sequence state version {state.version} is not {STATE_VERSION}; "
-                "delete the sequences section to start without it"
-            )
-            raise StateError(msg)
+        state = restore_versioned(data, _State, STATE_VERSION, "sequence", "sequences")
         self._cursors = {c.key: c for c in state.cursors[-MAX_WORKFLOWS:]}
         self._edges = {(e.source, e.target): e for e in state.edges[-MAX_TRANSITIONS:]}
         self._endings = {e.stage: e for e in state.endings[-MAX_TRANSITIONS:]}
