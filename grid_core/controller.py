@@ -10,9 +10,10 @@ The controller is made of parts it owns, each with a small interface of its own:
 :class:`~grid_core.reconcile.authority.Authority` (mode, lease, term),
 :class:`~grid_core.reconcile.holds.Holds` (restart grace, membership hiccup),
 :class:`~grid_core.reconcile.revisions.Revisions` (causal counters),
-:class:`~grid_core.reconcile.generation.Generations` (plan names) and
-:class:`~grid_core.reconcile.state.DurableState` (the durable document). What a tick may do in
-each mode, the report status shows and the wire command of a delivery are built in
+:class:`~grid_core.reconcile.generation.Generations` (plan names),
+:class:`~grid_core.reconcile.state.DurableState` (the durable document) and
+:class:`~grid_core.reconcile.delivery.Dispatcher` (the delivery step of a poll). What a tick
+may do in each mode, the report status shows and the wire command of a delivery are built in
 :mod:`grid_core.reconcile.issuing`. Building a controller does no I/O;
 :meth:`Controller.restore` reads the durable document once, before any other call.
 
@@ -66,16 +67,15 @@ from grid_core.reconcile.control import (
     penalise_failures,
     with_in_flight,
 )
-from grid_core.reconcile.delivery import destructive_problem, select
+from grid_core.reconcile.delivery import Dispatcher, FreshHosts
 from grid_core.reconcile.generation import Generations
 from grid_core.reconcile.holds import Holds
-from grid_core.reconcile.issuing import command_for, issue
+from grid_core.reconcile.issuing import issue
 from grid_core.reconcile.quality import QualityBook, QualityView, check_evaluation
 from grid_core.reconcile.reconciler import ReconcileInputs, reconcile
 from grid_core.reconcile.revisions import Revisions
 from grid_core.reconcile.state import ControllerState, DurableState
 from grid_core.reconcile.status import (
-    MAX_DELIVERY_REFUSALS,
     ControllerRecords,
     ControllerStatus,
     LastTick,
@@ -151,6 +151,16 @@ class Controller:
         self.quality = QualityBook()
         self.timings = TimingBook()
         self.last = LastTick()
+        self.dispatcher = Dispatcher(
+            authority=self.authority,
+            revisions=self.revisions,
+            holds=self.holds,
+            generations=self.generations,
+            last=self.last,
+            policy=self.policy.governor,
+            save=self._save,
+            warn=self.warnings.append,
+        )
         self._portfolio_plugin = plugins.has_impl("grid_search_portfolio")
         self.portfolio = PortfolioPass(
             plugins if self._portfolio_plugin else None,
@@ -561,15 +571,12 @@ class Controller:
         now: float,
         hosts: Iterable[HostSnapshot],
         poll_revision: int,
-        fresh_hosts: Callable[[], tuple[float, Iterable[HostSnapshot]]] | None = None,
+        fresh_hosts: FreshHosts | None = None,
     ) -> Delivery:
-        """Commands for one command-bearing heartbeat of ``host_id``.
+        """Commands for one command-bearing heartbeat of ``host_id`` (the delivery step).
 
-        Selects the host's active actions the last successful tick allows, durably marks
-        them delivered, then revalidates destructive ones against a registry snapshot read
-        *after* the marker is durable (``fresh_hosts``; ``hosts`` when not given) and
-        unmarks and suppresses a model's whole destructive batch if any member became
-        unsafe. If marking cannot be made durable, nothing is returned.
+        Selection, the durable delivery marker and the final destructive revalidation are
+        :meth:`Dispatcher.deliver <grid_core.reconcile.delivery.Dispatcher.deliver>`.
 
         Args:
             host_id: the polling host.
@@ -577,86 +584,30 @@ class Controller:
             hosts: host snapshots the selection uses.
             poll_revision: dirty revision observed when the heartbeat arrived.
             fresh_hosts: re-reads the raw registry and returns ``(now, snapshots)`` at that
-                moment; called once, after the delivery marker is durable (specification,
-                "Local wire contract": the final destructive check).
+                moment; called once, after the delivery marker is durable.
 
         Returns:
             The commands (only in automatic mode with authority) and the remaining authority
             in seconds of the server's clock.
+
+        Raises:
+            StateError: :meth:`restore` has not run yet.
         """
         self._require_restored()
-        auth = self.authority
-        if auth.mode != "automatic" or not auth.renew(now):
-            return Delivery(mode=auth.mode, commands=(), lease_ttl_s=0.0)
-        host_map = {h.host_id: h for h in hosts}
-        gp = self.policy.governor
-        chosen = select(
-            [a for a in self.book.active() if a.host_id == host_id],
-            host_map.get(host_id),
-            now,
-            gp,
-            availability_ok=self.revisions.reflects(poll_revision),
-            destructive_ok=(
-                self.revisions.safety_current() and not self.holds.destructive_delivery_held(now)
-            ),
-            blocked_models=frozenset(self.blocks),
+        return self.dispatcher.deliver(
+            host_id, now, hosts, poll_revision, self._records(), fresh_hosts
         )
-        if not chosen:
-            return Delivery(mode=self.mode, commands=(), lease_ttl_s=auth.ttl(now))
-        fresh_marks = [a for a in chosen if not a.delivered]
-        for a in fresh_marks:
-            a.delivered_at = now
-        if fresh_marks and not self._save():
-            for a in fresh_marks:
-                a.delivered_at = None
-            return Delivery(mode=self.mode, commands=(), lease_ttl_s=auth.ttl(now))
-        retired = frozenset(self.tombstones)
-        if fresh_hosts is not None and any(a.destructive for a in chosen):
-            # The registry may have changed while the tick ran and the marker was written:
-            # the final proof uses what is registered now, not the snapshot the tick saw.
-            _, latest = fresh_hosts()
-            host_map = {h.host_id: h for h in latest}
-        problems = {
-            a.action_id: destructive_problem(
-                a, self.last.plan, host_map, self.profiles, retired, gp
-            )
-            for a in chosen
-            if a.destructive
-        }
-        unsafe = {a.model_id for a in chosen if problems.get(a.action_id) is not None}
-        for aid, problem in problems.items():
-            if problem is not None:
-                self.last.delivery_refusals.append(f"{aid}: {problem}")
-                del self.last.delivery_refusals[:-MAX_DELIVERY_REFUSALS]
-        if unsafe:
-            undo = [a for a in fresh_marks if a.destructive and a.model_id in unsafe]
-            for a in undo:
-                a.delivered_at = None
-            if undo and not self._save():
-                for a in undo:
-                    a.delivered_at = now  # keep the marker: the write's outcome is unknown
-                self.warnings.append(
-                    "a delivery marker could not be removed durably; the "
-                    "command is treated as possibly delivered"
-                )
-            chosen = [a for a in chosen if not (a.destructive and a.model_id in unsafe)]
-        if auth.superseded:
-            # Another controller wrote the state meanwhile: this instance commands nothing.
-            return Delivery(mode=auth.mode, commands=(), lease_ttl_s=0.0)
-        commands = tuple(
-            command_for(
-                a,
-                generation=self.generations.current,
-                authority=auth,
-                embeddings=self._serves_embeddings(a.model_id),
-            )
-            for a in chosen
-        )
-        return Delivery(mode=auth.mode, commands=commands, lease_ttl_s=auth.ttl(now))
 
-    def _serves_embeddings(self, model_id: str) -> bool:
-        profile = self.profiles.get(model_id)
-        return profile is not None and profile.serves_embeddings
+    def _records(self) -> ControllerRecords:
+        """The records a restore replaces, as one value for the delivery step and status."""
+        return ControllerRecords(
+            profiles=self.profiles,
+            tombstones=self.tombstones,
+            book=self.book,
+            blocks=self.blocks,
+            quality=self.quality,
+            timings=self.timings,
+        )
 
     def acknowledge(
         self, host_id: str, acks: Iterable[Acknowledgement], now: float
@@ -787,14 +738,7 @@ class Controller:
             revisions=self.revisions,
             holds=self.holds,
             generation=self.generations.current,
-            records=ControllerRecords(
-                profiles=self.profiles,
-                tombstones=self.tombstones,
-                book=self.book,
-                blocks=self.blocks,
-                quality=self.quality,
-                timings=self.timings,
-            ),
+            records=self._records(),
             last=self.last,
             warnings=self.warnings,
             policy=self.policy.governor,
