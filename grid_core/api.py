@@ -34,7 +34,9 @@ Beyond the hook types, three groups of names are public:
   time and command line; detached spawn; graceful stop by proven identity; durable atomic
   writes; ``GRID_HOME``; deadline polling; a concrete :class:`LocalRuntimeHost`; and
   :class:`EngineChildAdapter`, the whole lifecycle of one spawned HTTP engine child (a
-  runtime plugin supplies only its command line, identity flags, readiness and activity). A runtime
+  runtime plugin supplies only its command line, identity flags, readiness and activity);
+  for a loopback service without authentication, :class:`GatewayAdapter` (node side) and
+  :class:`EngineGateway` with :func:`run_gateway` (the gateway process). A runtime
   adapter needs these to own engine processes safely; reimplementing them is how PID-reuse and
   torn-write bugs come back.
 * **Command-line helpers**: :class:`CliRegistry`, :func:`render_table`.
@@ -175,6 +177,8 @@ from grid_core.system import (
     write_atomic,
 )
 from grid_core.system.engine_child import EngineChildAdapter, lists_model, log_tail
+from grid_core.system.gateway import EngineGateway, GatewayHandler, read_keys, run_gateway
+from grid_core.gateway_adapter import GatewayAdapter
 from grid_core.system.runtime_host import DEFAULT_ENGINE_PORT_RANGE, LocalRuntimeHost
 from grid_core.system.state_file import FileStateStore
 from grid_core.table import render_table
@@ -214,11 +218,14 @@ __all__ = [
     "Controller",
     "DemandSeries",
     "EngineChildAdapter",
+    "EngineGateway",
     "FileStateStore",
     "ForbiddenError",
     "Forecast",
     "ForecastPolicy",
     "Forecaster",
+    "GatewayAdapter",
+    "GatewayHandler",
     "GpuDevice",
     "GridClient",
     "GridError",
@@ -302,9 +309,11 @@ __all__ = [
     "plan",
     "prime_quietly",
     "prove",
+    "read_keys",
     "reap",
     "render_table",
     "replace_durably",
+    "run_gateway",
     "run_scenario",
     "same_birth",
     "scrubbed_env",

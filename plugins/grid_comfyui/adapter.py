@@ -23,10 +23,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import hashlib
-import os
-import sys
 from pathlib import Path
-from urllib.parse import urlsplit
 
 import httpx
 
@@ -42,14 +39,12 @@ from grid_comfyui.manifest import (
 from grid_core.api import (
     ArtifactSpec,
     ChildRecord,
-    EngineChildAdapter,
+    GatewayAdapter,
     LoadResult,
     NotFoundError,
     RuntimeHost,
     UnavailableError,
     ValidationError,
-    is_loopback_host,
-    lists_model,
 )
 
 RUNTIME_NAME = "comfyui"
@@ -60,24 +55,10 @@ READY_TIMEOUT_S = 120.0
 """Seconds for the gateway to answer once ComfyUI proved the workflow usable."""
 WARMUP_TIMEOUT_S = 900.0
 """Seconds the warm-up generation may take: loading an SDXL checkpoint from a cold disk."""
-PROBE_TIMEOUT_S = 5.0
 MAX_CONCURRENCY = 1
 """ComfyUI executes one prompt at a time; more requests only queue inside it."""
-
-
-def check_loopback(url: str) -> str:
-    """``url`` without a trailing slash, refusing a non-loopback ComfyUI.
-
-    Raises:
-        ValidationError: the host is not a loopback address.
-    """
-    if not is_loopback_host(urlsplit(url).hostname or ""):
-        msg = (
-            f"{URL_ENV}={url!r}: ComfyUI has no authentication and must listen on loopback "
-            "(e.g. --listen 127.0.0.1); Grid serves it to the network through its gateway"
-        )
-        raise ValidationError(msg)
-    return url.rstrip("/")
+LOOPBACK_EXAMPLE = "--listen 127.0.0.1"
+"""Quoted when a non-loopback ComfyUI URL is refused."""
 
 
 def find_manifest(model_id: str, model_dirs: tuple[Path, ...]) -> Path:
@@ -95,7 +76,7 @@ def find_manifest(model_id: str, model_dirs: tuple[Path, ...]) -> Path:
     raise NotFoundError(msg)
 
 
-class ComfyUIAdapter(EngineChildAdapter):
+class ComfyUIAdapter(GatewayAdapter):
     """Runtime adapter for workflow manifests on a loopback ComfyUI.
 
     Args:
@@ -105,18 +86,14 @@ class ComfyUIAdapter(EngineChildAdapter):
 
     name = RUNTIME_NAME
     label = "ComfyUI gateway"
+    gateway_module = "grid_comfyui.gateway"
+    service = "ComfyUI"
+    url_env = URL_ENV
+    default_url = DEFAULT_URL
+    loopback_example = LOOPBACK_EXAMPLE
 
     def __init__(self, url: str | None = None, *, ready_timeout_s: float = READY_TIMEOUT_S) -> None:
-        super().__init__(ready_timeout_s=ready_timeout_s, max_concurrency=MAX_CONCURRENCY)
-        self._url = url
-
-    @property
-    def url(self) -> str:
-        """The loopback ComfyUI URL (raises ValidationError off loopback)."""
-        return check_loopback(self._url or os.environ.get(URL_ENV) or DEFAULT_URL)
-
-    def _client(self, timeout: float = PROBE_TIMEOUT_S) -> httpx.AsyncClient:
-        return httpx.AsyncClient(base_url=self.url, timeout=timeout, trust_env=False)
+        super().__init__(url, ready_timeout_s=ready_timeout_s, max_concurrency=MAX_CONCURRENCY)
 
     async def object_info(self) -> dict:
         """ComfyUI's node catalogue.
@@ -125,7 +102,7 @@ class ComfyUIAdapter(EngineChildAdapter):
             NotFoundError: ComfyUI does not answer (one line saying what is missing).
         """
         try:
-            async with self._client() as c:
+            async with self.service_client() as c:
                 r = await c.get("/object_info")
                 r.raise_for_status()
                 return dict(r.json())
@@ -200,7 +177,7 @@ class ComfyUIAdapter(EngineChildAdapter):
             if field in manifest.inputs:
                 request[field] = value
         try:
-            async with self._client(WARMUP_TIMEOUT_S) as c:
+            async with self.service_client(WARMUP_TIMEOUT_S) as c:
                 return await run_workflow(
                     c, fill(manifest, request), manifest.output, WARMUP_TIMEOUT_S
                 )
@@ -208,51 +185,9 @@ class ComfyUIAdapter(EngineChildAdapter):
             msg = f"ComfyUI at {self.url} failed the warm-up of {manifest.id}: {exc}"
             raise UnavailableError(msg) from None
 
-    def command(
-        self, host: RuntimeHost, loaded: LoadResult, alias: str, port: int, memory_mb: int
-    ) -> list[str]:
-        """The gateway for ``alias`` (key read from the 0600 key file)."""
-        return [
-            str(Path(sys.executable).absolute()),
-            "-m",
-            "grid_comfyui.gateway",
-            "--model",
-            alias,
-            "--host",
-            host.bind_host,
-            "--port",
-            str(port),
-            "--api-key-file",
-            str(host.api_key_file),
-            "--upstream",
-            self.url,
-            "--manifest",
-            loaded.path,
-        ]
-
-    def identity_args(self, child: ChildRecord) -> tuple[tuple[str, str], ...]:
-        """The gateway module, its workflow and its port."""
-        return (
-            ("-m", "grid_comfyui.gateway"),
-            ("--model", child.alias),
-            ("--port", str(child.port)),
-        )
-
-    async def ready(self, client: httpx.AsyncClient, host: RuntimeHost, child: ChildRecord) -> bool:
-        """The gateway's ``/health`` (ComfyUI proves the workflow usable) and model route."""
-        return await lists_model(client, child.url, host.api_key, child.alias)
-
-    async def activity(self, host: RuntimeHost, child: ChildRecord) -> int | None:
-        """Image requests in flight through the gateway."""
-        try:
-            async with httpx.AsyncClient(timeout=PROBE_TIMEOUT_S, trust_env=False) as c:
-                r = await c.get(
-                    f"{child.url}/grid/activity",
-                    headers={"Authorization": f"Bearer {host.api_key}"},
-                )
-            return int(r.json()["active"]) if r.status_code == 200 else None
-        except (httpx.HTTPError, ValueError, KeyError, TypeError):
-            return None
+    def gateway_args(self, loaded: LoadResult) -> list[str]:
+        """The verified workflow manifest the gateway fills per request."""
+        return ["--manifest", loaded.path]
 
     async def after_stop(self, host: RuntimeHost, child: ChildRecord) -> None:
         """Unload models from accelerator memory (``POST /free``; files stay on disk).
@@ -261,7 +196,7 @@ class ComfyUIAdapter(EngineChildAdapter):
             UnavailableError: ComfyUI did not accept the request (retried by a later unload).
         """
         try:
-            async with self._client() as c:
+            async with self.service_client() as c:
                 r = await c.post("/free", json={"unload_models": True, "free_memory": True})
         except httpx.HTTPError as exc:
             msg = f"gateway stopped, but ComfyUI did not accept /free: {exc}"

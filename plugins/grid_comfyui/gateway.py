@@ -16,10 +16,7 @@ Run as ``python -m grid_comfyui.gateway --model ID --host H --port P --api-key-f
 from __future__ import annotations
 
 import argparse
-import asyncio
 import base64
-import hmac
-import json
 import sys
 import time
 from pathlib import Path
@@ -29,30 +26,30 @@ from aiohttp import web
 
 from grid_comfyui.comfy import run_workflow
 from grid_comfyui.manifest import Manifest, fill, missing_on_server, parse_manifest
-from grid_core.api import GridError, ValidationError
+from grid_core.api import EngineGateway, GatewayHandler, GridError, ValidationError, run_gateway
 
 GENERATION_TIMEOUT_S = 900.0
 """Longest one image may take (a large SDXL image with many steps on a small GPU)."""
 PROBE_TIMEOUT_S = 5.0
+"""Seconds for ComfyUI's catalogue to answer a health check (loopback)."""
 IMAGE_ROUTE = "/v1/media/image/generate"
 
 
-class Gateway:
+class Gateway(EngineGateway):
+    """The ComfyUI gateway of one workflow manifest (see the module docstring).
+
+    Args:
+        manifest: the verified workflow manifest (its id is the model served).
+        keys: accepted engine keys.
+        upstream: ComfyUI's loopback URL.
+    """
+
     def __init__(self, manifest: Manifest, keys: set[str], upstream: str) -> None:
+        super().__init__(manifest.id, keys, upstream)
         self.manifest = manifest
-        self.keys = keys
-        self.upstream = upstream.rstrip("/")
-        self.active = 0
 
-    def authorized(self, request: web.Request) -> bool:
-        got = request.headers.get("Authorization", "")
-        return any(hmac.compare_digest(got, f"Bearer {k}") for k in self.keys)
-
-    @staticmethod
-    def error(status: int, message: str, kind: str) -> web.Response:
-        return web.json_response({"error": {"message": message, "type": kind}}, status=status)
-
-    async def health(self, _: web.Request) -> web.Response:
+    async def health(self, request: web.Request) -> web.Response:
+        """200 when ComfyUI offers every node class and checkpoint the workflow uses."""
         try:
             async with httpx.AsyncClient(
                 base_url=self.upstream, timeout=PROBE_TIMEOUT_S, trust_env=False
@@ -60,83 +57,56 @@ class Gateway:
                 stats = await c.get("/system_stats")
                 info = await c.get("/object_info")
             if stats.status_code != 200 or info.status_code != 200:
-                return web.json_response({"status": "ComfyUI not answering"}, status=503)
+                return self.unready("ComfyUI not answering")
             missing = missing_on_server(self.manifest, info.json())
         except (httpx.HTTPError, ValueError):
-            return web.json_response({"status": "ComfyUI unreachable"}, status=503)
+            return self.unready("ComfyUI unreachable")
         if missing:
-            return web.json_response({"status": f"missing: {', '.join(missing)}"}, status=503)
+            return self.unready(f"missing: {', '.join(missing)}")
         return web.json_response({"status": "ok"})
 
-    async def models(self, request: web.Request) -> web.Response:
-        if not self.authorized(request):
-            return self.error(401, "invalid api key", "authentication_error")
-        doc = {"object": "list", "data": [{"id": self.manifest.id, "object": "model"}]}
-        return web.json_response(doc)
-
-    async def activity(self, request: web.Request) -> web.Response:
-        if not self.authorized(request):
-            return self.error(401, "invalid api key", "authentication_error")
-        return web.json_response({"active": self.active})
+    def routes(self) -> list[tuple[str, GatewayHandler]]:
+        """The image route."""
+        return [(IMAGE_ROUTE, self.generate)]
 
     async def generate(self, request: web.Request) -> web.Response:
-        if not self.authorized(request):
-            return self.error(401, "invalid api key", "authentication_error")
-        try:
-            body = await request.json()
-        except ValueError:
-            return self.error(400, "request body is not JSON", "invalid_request_error")
-        if not isinstance(body, dict):
-            return self.error(400, "request body must be an object", "invalid_request_error")
+        """Fill the workflow with the request's fields, run it, return the PNG."""
+        body = await self.request_body(request)
+        if isinstance(body, web.Response):
+            return body
         fmt = body.get("response_format", "png")
         if fmt not in ("png", "b64_json"):
             return self.error(400, "response_format: use png or b64_json", "invalid_request_error")
-        self.active += 1
-        try:
-            graph = fill(self.manifest, body)
-            async with httpx.AsyncClient(
-                base_url=self.upstream, timeout=GENERATION_TIMEOUT_S, trust_env=False
-            ) as c:
-                image = await run_workflow(c, graph, self.manifest.output, GENERATION_TIMEOUT_S)
-        except ValidationError as exc:
-            return self.error(400, str(exc), "invalid_request_error")
-        except (GridError, httpx.HTTPError) as exc:
-            return self.error(502, f"ComfyUI failed: {exc}", "engine_error")
-        finally:
-            self.active -= 1
+        with self.in_flight():
+            try:
+                graph = fill(self.manifest, body)
+                async with httpx.AsyncClient(
+                    base_url=self.upstream, timeout=GENERATION_TIMEOUT_S, trust_env=False
+                ) as c:
+                    image = await run_workflow(c, graph, self.manifest.output, GENERATION_TIMEOUT_S)
+            except ValidationError as exc:
+                return self.error(400, str(exc), "invalid_request_error")
+            except (GridError, httpx.HTTPError) as exc:
+                return self.error(502, f"ComfyUI failed: {exc}", "engine_error")
         if fmt == "b64_json":
             data = [{"b64_json": base64.b64encode(image).decode()}]
             return web.json_response({"created": int(time.time()), "data": data})
         return web.Response(body=image, content_type="image/png")
 
-    def app(self) -> web.Application:
-        app = web.Application()
-        app.router.add_get("/health", self.health)
-        app.router.add_get("/v1/models", self.models)
-        app.router.add_get("/grid/activity", self.activity)
-        app.router.add_post(IMAGE_ROUTE, self.generate)
-        return app
 
-
-async def main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="grid-comfyui-gateway")
-    p.add_argument("--model", required=True)
-    p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, required=True)
-    p.add_argument("--api-key-file", type=Path, required=True)
-    p.add_argument("--upstream", required=True)
+def _arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--manifest", type=Path, required=True)
-    args = p.parse_args(argv)
+
+
+def _build(args: argparse.Namespace, keys: set[str]) -> Gateway:
     manifest = parse_manifest(args.manifest.read_bytes(), str(args.manifest))
-    keys = {k.strip() for k in args.api_key_file.read_text().splitlines() if k.strip()}
-    gw = Gateway(manifest, keys, args.upstream)
-    runner = web.AppRunner(gw.app(), access_log=None)
-    await runner.setup()
-    await web.TCPSite(runner, args.host, args.port).start()
-    print(json.dumps({"gateway": "comfyui", "model": args.model, "port": args.port}), flush=True)
-    await asyncio.Event().wait()
-    return 0
+    return Gateway(manifest, keys, args.upstream)
+
+
+def main(argv: list[str]) -> int:
+    """Run the gateway (``python -m grid_comfyui.gateway``)."""
+    return run_gateway(argv, kind="comfyui", add_arguments=_arguments, build=_build)
 
 
 if __name__ == "__main__":
-    sys.exit(asyncio.run(main(sys.argv[1:])))
+    sys.exit(main(sys.argv[1:]))

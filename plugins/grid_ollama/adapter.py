@@ -21,23 +21,18 @@ Ollama and ComfyUI stay bound to loopback).
 from __future__ import annotations
 
 import os
-import sys
-from pathlib import Path
-from urllib.parse import urlsplit
 
 import httpx
 
 from grid_core.api import (
     ArtifactSpec,
     ChildRecord,
-    EngineChildAdapter,
+    GatewayAdapter,
     LoadResult,
     NotFoundError,
     RuntimeHost,
     UnavailableError,
     ValidationError,
-    is_loopback_host,
-    lists_model,
 )
 
 RUNTIME_NAME = "ollama"
@@ -52,27 +47,13 @@ READY_TIMEOUT_S = 120.0
 """Seconds for the gateway to answer once Ollama holds the model (a Python start-up)."""
 LOAD_TIMEOUT_S = 600.0
 """Seconds Ollama may take to load a model into memory, or to pull it."""
-PROBE_TIMEOUT_S = 5.0
 MAX_CONCURRENCY = 4
 """Requests one Ollama model serves in parallel (Ollama's OLLAMA_NUM_PARALLEL default)."""
+LOOPBACK_EXAMPLE = "http://127.0.0.1:11434"
+"""Quoted when a non-loopback service URL is refused."""
 
 
-def check_loopback(url: str) -> str:
-    """``url`` without a trailing slash, refusing a non-loopback Ollama.
-
-    Raises:
-        ValidationError: the host is not a loopback address.
-    """
-    if not is_loopback_host(urlsplit(url).hostname or ""):
-        msg = (
-            f"{URL_ENV}={url!r}: Ollama has no authentication and must listen on loopback "
-            "(e.g. http://127.0.0.1:11434); Grid serves it to the network through its gateway"
-        )
-        raise ValidationError(msg)
-    return url.rstrip("/")
-
-
-class OllamaAdapter(EngineChildAdapter):
+class OllamaAdapter(GatewayAdapter):
     """Runtime adapter for a loopback Ollama service.
 
     Args:
@@ -84,6 +65,11 @@ class OllamaAdapter(EngineChildAdapter):
 
     name = RUNTIME_NAME
     label = "Ollama gateway"
+    gateway_module = "grid_ollama.gateway"
+    service = "Ollama"
+    url_env = URL_ENV
+    default_url = DEFAULT_URL
+    loopback_example = LOOPBACK_EXAMPLE
 
     def __init__(
         self,
@@ -92,17 +78,8 @@ class OllamaAdapter(EngineChildAdapter):
         *,
         ready_timeout_s: float = READY_TIMEOUT_S,
     ) -> None:
-        super().__init__(ready_timeout_s=ready_timeout_s, max_concurrency=MAX_CONCURRENCY)
-        self._url = url
+        super().__init__(url, ready_timeout_s=ready_timeout_s, max_concurrency=MAX_CONCURRENCY)
         self.num_ctx = num_ctx or int(os.environ.get(NUM_CTX_ENV) or DEFAULT_NUM_CTX)
-
-    @property
-    def url(self) -> str:
-        """The loopback service URL (raises ValidationError off loopback)."""
-        return check_loopback(self._url or os.environ.get(URL_ENV) or DEFAULT_URL)
-
-    def _client(self, timeout: float = PROBE_TIMEOUT_S) -> httpx.AsyncClient:
-        return httpx.AsyncClient(base_url=self.url, timeout=timeout, trust_env=False)
 
     async def tags(self) -> dict[str, dict]:
         """Local tags → their ``/api/tags`` row.
@@ -111,7 +88,7 @@ class OllamaAdapter(EngineChildAdapter):
             NotFoundError: the service does not answer (one line saying what is missing).
         """
         try:
-            async with self._client() as c:
+            async with self.service_client() as c:
                 r = await c.get("/api/tags")
                 r.raise_for_status()
                 rows = r.json().get("models", [])
@@ -153,7 +130,7 @@ class OllamaAdapter(EngineChildAdapter):
                 "the registry digest as --artifact-sha256"
             )
             raise ValidationError(msg)
-        async with self._client(LOAD_TIMEOUT_S) as c:
+        async with self.service_client(LOAD_TIMEOUT_S) as c:
             r = await c.post("/api/pull", json={"model": tag, "stream": False})
         if r.status_code != 200:
             msg = f"{tag}: ollama pull failed (HTTP {r.status_code}: {r.text[:200]})"
@@ -184,7 +161,7 @@ class OllamaAdapter(EngineChildAdapter):
     # --- warm -------------------------------------------------------------------------------
     async def loaded(self, tag: str) -> dict | None:
         """The model's ``/api/ps`` row, ``None`` when not in memory."""
-        async with self._client() as c:
+        async with self.service_client() as c:
             r = await c.get("/api/ps")
             r.raise_for_status()
         for row in r.json().get("models", []):
@@ -201,7 +178,7 @@ class OllamaAdapter(EngineChildAdapter):
         await self.load(host, ArtifactSpec(model_id=loaded.model_id, sha256=loaded.sha256))
         body = {"model": loaded.model_id, "keep_alive": -1, "options": {"num_ctx": self.num_ctx}}
         try:
-            async with self._client(LOAD_TIMEOUT_S) as c:
+            async with self.service_client(LOAD_TIMEOUT_S) as c:
                 r = await c.post("/api/generate", json=body)
             if r.status_code != 200:
                 msg = f"Ollama refused to load {loaded.model_id}: HTTP {r.status_code} {r.text}"
@@ -213,51 +190,9 @@ class OllamaAdapter(EngineChildAdapter):
             msg = f"Ollama at {self.url} failed during the load of {loaded.model_id}: {exc}"
             raise UnavailableError(msg) from None
 
-    def command(
-        self, host: RuntimeHost, loaded: LoadResult, alias: str, port: int, memory_mb: int
-    ) -> list[str]:
-        """The gateway for ``alias`` (key read from the 0600 key file)."""
-        return [
-            str(Path(sys.executable).absolute()),
-            "-m",
-            "grid_ollama.gateway",
-            "--model",
-            alias,
-            "--host",
-            host.bind_host,
-            "--port",
-            str(port),
-            "--api-key-file",
-            str(host.api_key_file),
-            "--upstream",
-            self.url,
-            "--num-ctx",
-            str(self.num_ctx),
-        ]
-
-    def identity_args(self, child: ChildRecord) -> tuple[tuple[str, str], ...]:
-        """The gateway module, its model and its port."""
-        return (
-            ("-m", "grid_ollama.gateway"),
-            ("--model", child.alias),
-            ("--port", str(child.port)),
-        )
-
-    async def ready(self, client: httpx.AsyncClient, host: RuntimeHost, child: ChildRecord) -> bool:
-        """The gateway's ``/health`` (Ollama's ``/api/ps`` lists the model) and model route."""
-        return await lists_model(client, child.url, host.api_key, child.alias)
-
-    async def activity(self, host: RuntimeHost, child: ChildRecord) -> int | None:
-        """Requests in flight through the gateway."""
-        try:
-            async with httpx.AsyncClient(timeout=PROBE_TIMEOUT_S, trust_env=False) as c:
-                r = await c.get(
-                    f"{child.url}/grid/activity",
-                    headers={"Authorization": f"Bearer {host.api_key}"},
-                )
-            return int(r.json()["active"]) if r.status_code == 200 else None
-        except (httpx.HTTPError, ValueError, KeyError, TypeError):
-            return None
+    def gateway_args(self, loaded: LoadResult) -> list[str]:
+        """The context size the gateway pins every request to."""
+        return ["--num-ctx", str(self.num_ctx)]
 
     async def after_stop(self, host: RuntimeHost, child: ChildRecord) -> None:
         """Unload the model from Ollama (``keep_alive: 0``) and check ``/api/ps``.
@@ -266,7 +201,7 @@ class OllamaAdapter(EngineChildAdapter):
             UnavailableError: Ollama still lists the model (the unload is retried later).
         """
         try:
-            async with self._client(LOAD_TIMEOUT_S) as c:
+            async with self.service_client(LOAD_TIMEOUT_S) as c:
                 await c.post("/api/generate", json={"model": child.alias, "keep_alive": 0})
             still = await self.loaded(child.alias)
         except httpx.HTTPError as exc:

@@ -19,41 +19,47 @@ Run as ``python -m grid_ollama.gateway --model TAG --host H --port P --api-key-f
 from __future__ import annotations
 
 import argparse
-import asyncio
-import hmac
-import json
 import sys
-from pathlib import Path
+from datetime import UTC, datetime
 from typing import Any
 
 import aiohttp
 from aiohttp import web
 
+from grid_core.api import EngineGateway, GatewayHandler, run_gateway
 from grid_ollama.normalize import PINNED_KEEP_ALIVE, normalize
 
 RELAYED = ("/v1/chat/completions", "/v1/completions", "/v1/embeddings")
 UPSTREAM_TIMEOUT_S = 3600.0
 """Longest one relayed request may take (a long generation on a slow GPU)."""
 PROBE_TIMEOUT_S = 5.0
+"""Seconds for Ollama's ``/api/ps`` to answer a health check (loopback: milliseconds)."""
+MAX_BODY_BYTES = 32 * 1024 * 1024
+"""Largest relayed request body: long chat histories and embedding batches run to megabytes."""
 FOREVER_AFTER_S = 10 * 365 * 86400
 """An expiry further away than this is "pinned" (Ollama reports a negative keep_alive as a
 date centuries ahead)."""
 
 
-class Gateway:
+class Gateway(EngineGateway):
+    """The Ollama gateway of one model (see the module docstring).
+
+    Args:
+        model: the Ollama tag served.
+        keys: accepted engine keys.
+        upstream: Ollama's loopback URL.
+        num_ctx: the context size (tokens) every request is pinned to.
+    """
+
+    max_body_bytes = MAX_BODY_BYTES
+
     def __init__(self, model: str, keys: set[str], upstream: str, num_ctx: int) -> None:
-        self.model = model
-        self.keys = keys
-        self.upstream = upstream.rstrip("/")
+        super().__init__(model, keys, upstream)
         self.num_ctx = num_ctx
-        self.active = 0
         self.session: aiohttp.ClientSession | None = None
 
-    def authorized(self, request: web.Request) -> bool:
-        got = request.headers.get("Authorization", "")
-        return any(hmac.compare_digest(got, f"Bearer {k}") for k in self.keys)
-
     async def client(self) -> aiohttp.ClientSession:
+        """The upstream session (made on first use, inside the event loop)."""
         if self.session is None:
             self.session = aiohttp.ClientSession(
                 timeout=aiohttp.ClientTimeout(total=UPSTREAM_TIMEOUT_S)
@@ -71,10 +77,11 @@ class Gateway:
             doc = await r.json()
         for row in doc.get("models", []):
             if row.get("name") == self.model or row.get("model") == self.model:
-                return row
+                return dict(row)
         return None
 
     async def pin(self) -> None:
+        """Load the model again with keep-alive forever and the same context (no reload)."""
         s = await self.client()
         body = {
             "model": self.model,
@@ -84,73 +91,49 @@ class Gateway:
         async with s.post(f"{self.upstream}/api/generate", json=body) as r:
             await r.read()
 
-    async def health(self, _: web.Request) -> web.Response:
+    async def health(self, request: web.Request) -> web.Response:
+        """200 when ``/api/ps`` lists the model; re-pins a shortened keep-alive."""
         try:
             row = await self.loaded()
             if row is None:
-                return web.json_response({"status": "model not loaded in Ollama"}, status=503)
+                return self.unready("model not loaded in Ollama")
             if not _pinned(str(row.get("expires_at", ""))):
                 await self.pin()  # someone shortened keep_alive; same options: no reload
         except (aiohttp.ClientError, TimeoutError, ValueError):
-            return web.json_response({"status": "Ollama unreachable"}, status=503)
+            return self.unready("Ollama unreachable")
         return web.json_response({"status": "ok"})
 
-    async def models(self, request: web.Request) -> web.Response:
-        if not self.authorized(request):
-            return web.json_response({"error": "invalid api key"}, status=401)
-        doc = {"object": "list", "data": [{"id": self.model, "object": "model"}]}
-        return web.json_response(doc)
-
-    async def activity(self, request: web.Request) -> web.Response:
-        if not self.authorized(request):
-            return web.json_response({"error": "invalid api key"}, status=401)
-        return web.json_response({"active": self.active})
+    def routes(self) -> list[tuple[str, GatewayHandler]]:
+        """The OpenAI-compatible routes, each relayed after normalisation."""
+        return [(path, self.relay) for path in RELAYED]
 
     async def relay(self, request: web.Request) -> web.StreamResponse:
-        if not self.authorized(request):
-            return web.json_response({"error": {"message": "invalid api key"}}, status=401)
-        try:
-            body = await request.json()
-        except ValueError:
-            return web.json_response({"error": {"message": "body is not JSON"}}, status=400)
-        if not isinstance(body, dict):
-            return web.json_response({"error": {"message": "body must be an object"}}, status=400)
+        """Normalise the body, relay it to Ollama and stream the answer back."""
+        body = await self.request_body(request)
+        if isinstance(body, web.Response):
+            return body
         fixed, overridden = normalize(body, model=self.model, num_ctx=self.num_ctx)
         if overridden:
             print(f"normalised {request.path}: {', '.join(overridden)}", flush=True)
-        self.active += 1
-        try:
-            s = await self.client()
-            async with s.post(f"{self.upstream}{request.path}", json=fixed) as up:
-                resp = web.StreamResponse(status=up.status)
-                ctype = up.headers.get("Content-Type")
-                if ctype:
-                    resp.content_type = ctype.split(";")[0]
-                await resp.prepare(request)
-                async for block in up.content.iter_any():
-                    await resp.write(block)
-                await resp.write_eof()
-                return resp
-        except aiohttp.ClientError as exc:
-            msg = {"error": {"message": f"Ollama unreachable: {exc}"}}
-            return web.json_response(msg, status=502)
-        finally:
-            self.active -= 1
-
-    def app(self) -> web.Application:
-        app = web.Application(client_max_size=32 * 1024 * 1024)
-        app.router.add_get("/health", self.health)
-        app.router.add_get("/v1/models", self.models)
-        app.router.add_get("/grid/activity", self.activity)
-        for path in RELAYED:
-            app.router.add_post(path, self.relay)
-        return app
+        with self.in_flight():
+            try:
+                s = await self.client()
+                async with s.post(f"{self.upstream}{request.path}", json=fixed) as up:
+                    resp = web.StreamResponse(status=up.status)
+                    ctype = up.headers.get("Content-Type")
+                    if ctype:
+                        resp.content_type = ctype.split(";")[0]
+                    await resp.prepare(request)
+                    async for block in up.content.iter_any():
+                        await resp.write(block)
+                    await resp.write_eof()
+                    return resp
+            except aiohttp.ClientError as exc:
+                return self.error(502, f"Ollama unreachable: {exc}", "engine_error")
 
 
 def _pinned(expires_at: str) -> bool:
     """Whether an ``/api/ps`` expiry is effectively never (a negative keep_alive)."""
-    from datetime import UTC, datetime
-
     try:
         when = datetime.fromisoformat(expires_at.replace("Z", "+00:00"))
     except ValueError:
@@ -158,24 +141,19 @@ def _pinned(expires_at: str) -> bool:
     return (when - datetime.now(UTC)).total_seconds() > FOREVER_AFTER_S
 
 
-async def main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="grid-ollama-gateway")
-    p.add_argument("--model", required=True)
-    p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, required=True)
-    p.add_argument("--api-key-file", type=Path, required=True)
-    p.add_argument("--upstream", required=True)
+def _arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--num-ctx", type=int, required=True)
-    args = p.parse_args(argv)
-    keys = {k.strip() for k in args.api_key_file.read_text().splitlines() if k.strip()}
-    gw = Gateway(args.model, keys, args.upstream, args.num_ctx)
-    runner = web.AppRunner(gw.app(), access_log=None)
-    await runner.setup()
-    await web.TCPSite(runner, args.host, args.port).start()
-    print(json.dumps({"gateway": "ollama", "model": args.model, "port": args.port}), flush=True)
-    await asyncio.Event().wait()
-    return 0
+
+
+def main(argv: list[str]) -> int:
+    """Run the gateway (``python -m grid_ollama.gateway``)."""
+    return run_gateway(
+        argv,
+        kind="ollama",
+        add_arguments=_arguments,
+        build=lambda args, keys: Gateway(args.model, keys, args.upstream, args.num_ctx),
+    )
 
 
 if __name__ == "__main__":
-    sys.exit(asyncio.run(main(sys.argv[1:])))
+    sys.exit(main(sys.argv[1:]))

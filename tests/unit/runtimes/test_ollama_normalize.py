@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from grid_ollama.adapter import check_loopback
+from grid_comfyui.adapter import ComfyUIAdapter
+from grid_ollama.adapter import OllamaAdapter
 from grid_ollama.normalize import PINNED_KEEP_ALIVE, RELOAD_OPTIONS, normalize
 from hypothesis import given
 from hypothesis import strategies as st
@@ -44,8 +45,13 @@ def test_overridden_fields_are_named() -> None:
     assert overridden == ["keep_alive", "num_ctx", "options.num_ctx", "options.num_gpu"]
 
 
-def test_ollama_must_listen_on_loopback() -> None:
-    assert check_loopback("http://127.0.0.1:11434/") == "http://127.0.0.1:11434"
-    assert check_loopback("http://[::1]:11434") == "http://[::1]:11434"
-    with pytest.raises(ValidationError, match="loopback"):
-        check_loopback("http://10.0.0.5:11434")
+@pytest.mark.parametrize(
+    ("adapter", "port", "env"),
+    [(OllamaAdapter, 11434, "GRID_OLLAMA_URL"), (ComfyUIAdapter, 8188, "GRID_COMFYUI_URL")],
+)
+def test_gateway_services_must_listen_on_loopback(adapter: type, port: int, env: str) -> None:
+    # Neither service authenticates: only its Grid gateway may be reachable off the host.
+    assert adapter(f"http://127.0.0.1:{port}/").url == f"http://127.0.0.1:{port}"
+    assert adapter(f"http://[::1]:{port}").url == f"http://[::1]:{port}"
+    with pytest.raises(ValidationError, match=f"{env}=.*must listen on loopback"):
+        _ = adapter(f"http://10.0.0.5:{port}").url
