@@ -90,6 +90,9 @@ from grid_core.errors import (
     UnavailableError,
     ValidationError,
 )
+from grid_core.grids import GridEntry
+from grid_core.grids import register as register_grid
+from grid_core.grids import unregister as unregister_grid
 from grid_core.hookspecs import PROJECT_NAME, hookimpl
 from grid_core.planner import Plan, PlanInputs, PlannerPolicy, plan
 from grid_core.planner.exact import DEFAULT_TIME_LIMIT_S, exact_optimum, prime_quietly
@@ -228,6 +231,7 @@ __all__ = [
     "GatewayHandler",
     "GpuDevice",
     "GridClient",
+    "GridEntry",
     "GridError",
     "HookStatus",
     "HostSnapshot",
@@ -311,6 +315,7 @@ __all__ = [
     "prove",
     "read_keys",
     "reap",
+    "register_grid",
     "render_table",
     "replace_durably",
     "run_gateway",
@@ -322,6 +327,7 @@ __all__ = [
     "spawn_detached",
     "stop_process",
     "stop_process_sync",
+    "unregister_grid",
     "validate_profile",
     "wait_until",
     "wait_until_sync",

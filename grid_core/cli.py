@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 import typer
 
-from grid_core.cliregistry import CliRegistry
+from grid_core.cliregistry import HELP_MARKUP, CliRegistry
 from grid_core.errors import EXIT_RUNTIME_FAILURE, GridError
 from grid_core.plugins import COLLECT_KINDS, HookStatus, Plugins, get_plugins
 
@@ -127,6 +127,7 @@ def build_app(plugins: Plugins | None = None) -> typer.Typer:
         no_args_is_help=True,
         add_completion=False,
         pretty_exceptions_enable=False,
+        rich_markup_mode=HELP_MARKUP,
     )
 
     @app.callback()

@@ -424,12 +424,16 @@ class _Base:
             headers[JOIN_HEADER] = self.join_token
         return self.url + call.path, headers
 
-    @staticmethod
-    def _unreachable(base: str, exc: httpx.HTTPError) -> GridError:
+    start_hint = "grid up"
+    """The command quoted when no server answers (a named grid may know a better one)."""
+
+    def _unreachable(self, base: str, exc: httpx.HTTPError) -> GridError:
         tls = describe_tls_failure(exc, base)
         if tls is not None:
             return TlsRefused(tls)
-        msg = f"no Grid server answered at {base} ({type(exc).__name__}); start one with 'grid up'"
+        hint = self.start_hint
+        verb = "start one with" if hint == "grid up" else "bring it back with"
+        msg = f"no Grid server answered at {base} ({type(exc).__name__}); {verb} '{hint}'"
         return ServerUnreachable(msg)
 
     @staticmethod

@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Final
 
 import typer
+
+HELP_MARKUP: Final = "markdown"
+"""Command help is written as docstrings: Markdown rendering shows ``code`` spans as code
+and joins wrapped lines into paragraphs, instead of printing the quoting and line breaks."""
 
 GROUP_HELP: dict[str, str] = {
     "allocator": "Placement policy, modes, status, tokens and this machine's managed node.",
@@ -42,6 +47,7 @@ class CliRegistry:
                 help=help or GROUP_HELP.get(name),
                 no_args_is_help=True,
                 add_completion=False,
+                rich_markup_mode=HELP_MARKUP,
             )
             self._groups[name] = app
             self.root.add_typer(app, name=name)
@@ -52,7 +58,13 @@ class CliRegistry:
         key = f"{parent} {name}"
         app = self._groups.get(key)
         if app is None:
-            app = typer.Typer(name=name, help=help, no_args_is_help=True, add_completion=False)
+            app = typer.Typer(
+                name=name,
+                help=help,
+                no_args_is_help=True,
+                add_completion=False,
+                rich_markup_mode=HELP_MARKUP,
+            )
             self._groups[key] = app
             self.group(parent).add_typer(app, name=name)
         return app

@@ -55,6 +55,8 @@ class GridEntry(msgspec.Struct, kw_only=True, omit_defaults=True):
         token_file: file holding the operator capability for this grid.
         client_key_file: file holding a client API key for ``/v1`` on this grid.
         node_token_file: a node credential file (``grid allocator node start`` on a worker).
+        start_hint: the command that brings this grid's server back, quoted when it does not
+            answer (e.g. ``grid test restart`` for the logical test fleet).
     """
 
     url: str
@@ -62,6 +64,7 @@ class GridEntry(msgspec.Struct, kw_only=True, omit_defaults=True):
     token_file: str | None = None
     client_key_file: str | None = None
     node_token_file: str | None = None
+    start_hint: str | None = None
 
 
 class GridsConfig(msgspec.Struct, kw_only=True):
@@ -82,6 +85,7 @@ class GridTarget:
         token_file: operator capability file for this grid, if configured.
         client_key_file: client API key file for ``/v1``, if configured.
         node_token_file: node credential file, if configured.
+        start_hint: how to bring this grid's server back when it does not answer.
     """
 
     url: str
@@ -90,6 +94,7 @@ class GridTarget:
     token_file: Path | None = None
     client_key_file: Path | None = None
     node_token_file: Path | None = None
+    start_hint: str = "grid up"
 
 
 def config_path(home: Path | None = None) -> Path:
@@ -180,7 +185,43 @@ def _from_entry(name: str, entry: GridEntry) -> GridTarget:
         token_file=_path(entry.token_file),
         client_key_file=_path(entry.client_key_file),
         node_token_file=_path(entry.node_token_file),
+        start_hint=entry.start_hint or "grid up",
     )
+
+
+def register(name: str, entry: GridEntry, home: Path | None = None) -> Path:
+    """Add or replace the named grid ``name`` (the default grid is left as it is).
+
+    Used by tools that start a grid of their own, such as the logical test fleet, so that a
+    bare ``--grid URL`` finds its token file and its restart command.
+
+    Raises:
+        ValidationError: a malformed name or URL.
+        StateError: the config file is malformed or could not be written.
+    """
+    check_name(name)
+    check_url(entry.url)
+    config = load_config(home)
+    config.grids[name] = entry
+    return save_config(config, home)
+
+
+def unregister(name: str, url: str, home: Path | None = None) -> bool:
+    """Remove the named grid ``name`` if it still points at ``url`` (an operator who re-used
+    the name for another grid keeps theirs); returns whether it was removed.
+
+    Raises:
+        StateError: the config file is malformed or could not be written.
+    """
+    config = load_config(home)
+    entry = config.grids.get(name)
+    if entry is None or entry.url.rstrip("/") != url.rstrip("/"):
+        return False
+    del config.grids[name]
+    if config.default == name:
+        config.default = None
+    save_config(config, home)
+    return True
 
 
 def _local(home: Path | None) -> GridTarget:

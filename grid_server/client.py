@@ -143,6 +143,7 @@ def send(grid: str | None, call: Call[T], *, token_file: Path | None = None) -> 
     ) as client:
         if call.path.startswith("/v1/"):
             client.client_key = client_key(target)
+        client.start_hint = target.start_hint
         return client.send(call)
 
 

@@ -75,10 +75,22 @@ JSON_HEADERS = [(b"content-type", b"application/json")]
 MODELS_PREFIX = "/v1/models/"
 
 
-def error_body(status: int, message: str, kind: str, code: str | None = None) -> bytes:
-    """An OpenAI-shaped error document."""
+REQUIRED_FIELDS: dict[EndpointFamily, str] = {
+    "chat": "messages",
+    "completions": "prompt",
+    "embeddings": "input",
+}
+"""The input field each OpenAI endpoint family cannot do without (OpenAI API reference); a
+request without it is refused by Grid with ``param`` naming it, before any engine is woken."""
+
+
+def error_body(
+    status: int, message: str, kind: str, code: str | None = None, param: str | None = None
+) -> bytes:
+    """An OpenAI-shaped error document: ``code`` is a short string (or null) and ``param``
+    names the offending request field when one is to blame, as OpenAI's API does."""
     return msgspec.json.encode(
-        {"error": {"message": message, "type": kind, "param": None, "code": code or status}}
+        {"error": {"message": message, "type": kind, "param": param, "code": code}}
     )
 
 
@@ -129,6 +141,8 @@ class ProxyError(Exception):
         code: OpenAI error ``code``.
         outcome: what demand tracking records for it.
         retry_after_s: ``Retry-After`` seconds, when the caller should come back.
+        param: the request field to blame, when one is.
+        headers: extra response headers (e.g. ``Allow`` on a 405).
     """
 
     def __init__(
@@ -140,6 +154,8 @@ class ProxyError(Exception):
         kind: str | None = None,
         outcome: Outcome | None = None,
         retry_after_s: int | None = None,
+        param: str | None = None,
+        headers: list[tuple[bytes, bytes]] | None = None,
     ) -> None:
         super().__init__(message)
         self.status = status
@@ -148,15 +164,16 @@ class ProxyError(Exception):
         self.kind = kind or ("server_error" if status >= 500 else "invalid_request_error")
         self.outcome: Outcome = outcome or ("error" if status >= 500 else "client_error")
         self.retry_after_s = retry_after_s
+        self.param = param
+        self.headers = headers or []
 
     async def answer(self, send: Send) -> None:
         """Send this error as a complete OpenAI-shaped response."""
-        headers = JSON_HEADERS
+        headers = [*JSON_HEADERS, *self.headers]
         if self.retry_after_s is not None:
-            headers = [*JSON_HEADERS, (b"retry-after", str(self.retry_after_s).encode())]
-        await respond(
-            send, self.status, error_body(self.status, self.message, self.kind, self.code), headers
-        )
+            headers.append((b"retry-after", str(self.retry_after_s).encode()))
+        body = error_body(self.status, self.message, self.kind, self.code, self.param)
+        await respond(send, self.status, body, headers)
 
 
 class Exchange:
@@ -269,6 +286,14 @@ class Proxy:
             await respond(send, 200, self._models())
         elif path.startswith(MODELS_PREFIX) and method == "GET":
             await self._model(send, path[len(MODELS_PREFIX) :])
+        elif endpoint is not None or path == "/v1/models" or path.startswith(MODELS_PREFIX):
+            allowed = "POST" if endpoint is not None else "GET"
+            await ProxyError(
+                405,
+                f"{method} is not allowed on {path}; use {allowed}",
+                "method_not_allowed",
+                headers=[(b"allow", allowed.encode())],
+            ).answer(send)
         else:
             await ProxyError(404, f"no route {method} {path}", "not_found").answer(send)
 
@@ -411,7 +436,8 @@ class Proxy:
         """Step 1: body, model, affinity key, shape, and the model for ``auto``.
 
         Raises:
-            ProxyError: 413 oversized body, 400 non-JSON body or missing model.
+            ProxyError: 413 oversized body; 400 non-JSON body, missing model or missing input
+                field (:data:`REQUIRED_FIELDS`, with ``param``).
         """
         try:
             body = await read_body(ex.scope, ex.receive)
@@ -430,7 +456,17 @@ class Proxy:
             raise ProxyError(400, str(exc), "invalid_json") from None
         model = doc.get("model") if isinstance(doc, dict) else None
         if not isinstance(model, str) or not model:
-            raise ProxyError(400, "request needs a string 'model' field", "missing_model")
+            raise ProxyError(
+                400, "request needs a string 'model' field", "missing_model", param="model"
+            )
+        required = REQUIRED_FIELDS.get(ex.endpoint)
+        if required is not None and doc.get(required) in (None, "", []):
+            raise ProxyError(
+                400,
+                f"{ex.path} needs a non-empty '{required}' field",
+                "missing_required_parameter",
+                param=required,
+            )
         ex.body = body
         ex.requested = model
         operator: str | None = None

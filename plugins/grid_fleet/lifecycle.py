@@ -31,10 +31,13 @@ from grid_core.api import (
     Calls,
     ConflictError,
     GridClient,
+    GridEntry,
     GridError,
     UnavailableError,
     is_gone,
+    register_grid,
     same_birth,
+    unregister_grid,
     wait_until_sync,
 )
 from grid_fleet import layout, media
@@ -198,6 +201,7 @@ def _start(settings: FleetSettings, echo: Echo, root: Path) -> FleetRecord:
     )
     layout.save_record(root, rec)
     echo(f"  server pid {server.pid} on {url}")
+    _name_grid(root, url, echo)
     try:
         for m in models:
             api(url, root, Calls.put_model(m.model_id, layout.profile_document(m)))
@@ -218,6 +222,25 @@ def _start(settings: FleetSettings, echo: Echo, root: Path) -> FleetRecord:
         _stop(echo, root)
         raise
     return rec
+
+
+FLEET_GRID_NAME = "test-fleet"
+"""The named grid a running test fleet registers, so that ``--grid test-fleet`` (or the bare
+URL) finds the fleet server's operator token and its restart command."""
+FLEET_START_HINT = "grid test restart"
+
+
+def _name_grid(root: Path, url: str, echo: Echo) -> None:
+    """Register the fleet as the named grid :data:`FLEET_GRID_NAME` (best effort: a grids
+    file the operator broke by hand costs only the convenience, so it is reported, not
+    fatal)."""
+    entry = GridEntry(url=url, token_file=str(token_path(root)), start_hint=FLEET_START_HINT)
+    try:
+        register_grid(FLEET_GRID_NAME, entry)
+    except GridError as exc:
+        echo(f"  could not name the fleet grid {FLEET_GRID_NAME!r}: {exc}")
+        return
+    echo(f"  named grid {FLEET_GRID_NAME!r}: --grid {FLEET_GRID_NAME} (or {url}) uses its token")
 
 
 def _put_profile(url: str, root: Path) -> Callable[[ModelSpec], None]:
@@ -382,6 +405,10 @@ def _stop(echo: Echo, root: Path) -> list[int]:
     left += [pid for pid in stray_processes(root) if pid not in left]
     if not left:
         layout.record_path(root).unlink(missing_ok=True)
+        try:
+            unregister_grid(FLEET_GRID_NAME, rec.url)
+        except GridError as exc:
+            echo(f"  could not remove the named grid {FLEET_GRID_NAME!r}: {exc}")
     return left
 
 

@@ -123,6 +123,27 @@ def test_errors_are_honest_and_openai_shaped(grid: Grid) -> None:
     assert grid.http.get(grid.url + "/healthz").status_code == 200
 
 
+def test_a_missing_input_field_or_wrong_method_gets_an_openai_error(grid: Grid) -> None:
+    """A client library reads ``param`` and a string ``code`` (OpenAI's error shape); a GET on
+    a POST route is a 405 with ``Allow``, not a 404 that says the route does not exist."""
+    http = grid.http
+    r = http.post(grid.url + "/v1/chat/completions", json={"model": "never-configured"})
+    err = r.json()["error"]
+    assert r.status_code == 400
+    assert (err["param"], err["code"]) == ("messages", "missing_required_parameter")
+    r = http.post(grid.url + "/v1/embeddings", json={"model": "m", "input": ""})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "input"
+    r = http.post(grid.url + "/v1/completions", json={"prompt": "hi"})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "model"
+    r = http.get(grid.url + "/v1/chat/completions")
+    assert r.status_code == 405 and r.headers["allow"] == "POST"
+    assert r.json()["error"]["code"] == "method_not_allowed"
+    r = http.post(grid.url + "/v1/models", json={})
+    assert r.status_code == 405 and r.headers["allow"] == "GET"
+    r = http.get(grid.url + "/v1/nothing-here")
+    assert r.status_code == 404 and isinstance(r.json()["error"]["code"], str)
+
+
 def test_failed_post_is_never_replayed(grid: Grid, engines: Callable[[str], Engine]) -> None:
     a, b = engines("m-dup"), engines("m-dup")
     serve_model(grid, a, "host-a")

@@ -7,9 +7,17 @@ from pathlib import Path
 
 import pytest
 
-from grid_core.client import plain_http_refusal
+from grid_core.client import GridClient, ServerUnreachable, plain_http_refusal
 from grid_core.errors import ValidationError
-from grid_core.grids import GridEntry, GridsConfig, resolve_target, save_config
+from grid_core.grids import (
+    GridEntry,
+    GridsConfig,
+    load_config,
+    register,
+    resolve_target,
+    save_config,
+    unregister,
+)
 from grid_core.tls import TlsError, init_tls, normalize_fingerprint, parse_san
 
 
@@ -31,6 +39,26 @@ def test_resolution_order_url_name_default_local(tmp_path: Path) -> None:
         resolve_target("lab", tmp_path)
     with pytest.raises(ValidationError, match="give https://host:port"):
         resolve_target("https://grid.lan:22100/v1", tmp_path)
+
+
+def test_a_tool_registered_grid_brings_its_token_and_restart_command(tmp_path: Path) -> None:
+    """The test fleet names itself: a bare URL finds its token, and a server that does not
+    answer is met with the fleet's own restart command instead of 'grid up'."""
+    save_config(GridsConfig(default="office", grids={}), tmp_path)
+    fleet = GridEntry(url="http://127.0.0.1:1", token_file="/f/tok", start_hint="grid test restart")
+    register("test-fleet", fleet, tmp_path)
+    target = resolve_target("http://127.0.0.1:1", tmp_path)
+    assert (target.name, target.token_file) == ("test-fleet", Path("/f/tok"))
+    assert load_config(tmp_path).default == "office"  # the operator's default is untouched
+    with GridClient(target.url, timeout=1.0) as client:
+        client.start_hint = target.start_hint
+        with pytest.raises(ServerUnreachable, match="bring it back with 'grid test restart'"):
+            client.status()
+    # Another grid re-using the name is left alone; the fleet's own entry is removed.
+    assert not unregister("test-fleet", "http://127.0.0.1:2", tmp_path)
+    assert unregister("test-fleet", "http://127.0.0.1:1", tmp_path)
+    assert "test-fleet" not in load_config(tmp_path).grids
+    assert resolve_target("http://127.0.0.1:1", tmp_path).start_hint == "grid up"
 
 
 def test_the_server_side_transport_rule() -> None:
