@@ -90,6 +90,7 @@ from grid_core.errors import (
     UnavailableError,
     ValidationError,
 )
+from grid_core.gateway_adapter import GatewayAdapter
 from grid_core.grids import GridEntry
 from grid_core.grids import register as register_grid
 from grid_core.grids import unregister as unregister_grid
@@ -181,7 +182,6 @@ from grid_core.system import (
 )
 from grid_core.system.engine_child import EngineChildAdapter, lists_model, log_tail
 from grid_core.system.gateway import EngineGateway, GatewayHandler, read_keys, run_gateway
-from grid_core.gateway_adapter import GatewayAdapter
 from grid_core.system.runtime_host import DEFAULT_ENGINE_PORT_RANGE, LocalRuntimeHost
 from grid_core.system.state_file import FileStateStore
 from grid_core.table import render_table
