@@ -14,12 +14,13 @@ order of decisions (see docs/planner.md):
    scoring; a round cut short by capacity is re-decided by attributable harm; bounded repair
    and ejection chains; held-back incumbents re-admitted; staged preemption in fair rounds;
 6. unmet constraints for every shortfall;
-7. while demand stays unmet, at most two re-plans with prices learned from what bound in the
+7. while demand stays unmet, at most one re-plan with prices learned from what bound in the
    plan before, each kept only when it places more (grid_core.planner.replan).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 from bisect import bisect_right
 
@@ -147,6 +148,8 @@ class PlanState:
             """Memoised fair-round order key per model (fixed within one plan)."""
             self._static: dict[tuple[int, int], float] = {}
             self._dynamic: dict[tuple[int, int, int, bool], float] = {}
+            self._contexts: dict[tuple[int, int], ScoreContext] = {}
+            """Score context per model and host class (free memory and domain replaced)."""
             self.host_class, self.class_rep = _host_classes(self.hosts)
             self.res_maps = [_residency_map(h) for h in self.hosts]
         else:  # a re-plan of the same inputs: static indexes and term scores carry over
@@ -156,6 +159,7 @@ class PlanState:
             self.round_keys = shared.round_keys
             self._static = shared._static
             self._dynamic = shared._dynamic
+            self._contexts = shared._contexts
             self.host_class, self.class_rep = shared.host_class, shared.class_rep
             self.res_maps = shared.res_maps
         self.scarce: dict[int, tuple[list[int], list[float], dict[int, float]]] = {}
@@ -203,21 +207,30 @@ class PlanState:
 
     # --- scoring --------------------------------------------------------------------------
     def _context(self, mi: int, hi: int, domain_new: bool) -> ScoreContext:
-        p, host, book = self.profiles[mi], self.hosts[hi], self.ledger.books[hi]
-        perf = host.performance.get(p.model_id)
-        cached = self.ledger.cached(mi, hi)
-        return ScoreContext(
-            now=self.now,
-            demand=self.demand[mi],
-            memory_mb=self.ledger.memory(mi, hi)[1],
-            allocatable_mb=self.alloc[hi],
-            free_mb=min(book.inc_free, book.raw_free),
-            domain_new=domain_new,
-            speed_weight=self.weights[mi],
-            cached=cached,
-            resident=self.res_maps[hi].get(p.model_id),
-            startup_s=startup_path_s(p, perf, cached),
-        )
+        book = self.ledger.books[hi]
+        free = min(book.inc_free, book.raw_free)
+        key = (mi, self.host_class[hi])
+        base = self._contexts.get(key)
+        if base is None:  # the facts of one model on one host class; free memory varies
+            p, host = self.profiles[mi], self.hosts[hi]
+            perf = host.performance.get(p.model_id)
+            cached = self.ledger.cached(mi, hi)
+            base = ScoreContext(
+                now=self.now,
+                demand=self.demand[mi],
+                memory_mb=self.ledger.memory(mi, hi)[1],
+                allocatable_mb=self.alloc[hi],
+                free_mb=free,
+                domain_new=domain_new,
+                speed_weight=self.weights[mi],
+                cached=cached,
+                resident=self.res_maps[hi].get(p.model_id),
+                startup_s=startup_path_s(p, perf, cached),
+            )
+            self._contexts[key] = base
+        if base.free_mb == free and base.domain_new == domain_new:
+            return base
+        return dataclasses.replace(base, free_mb=free, domain_new=domain_new)
 
     def prepare_scarcity(self, priority: int | None = None) -> None:
         """Price every host by how much still-unplaced demand needs it (the specification's

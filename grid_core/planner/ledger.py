@@ -111,6 +111,9 @@ class Ledger:
                 self.excludes.setdefault(other, set()).add(p.model_id)
         self._mem: dict[tuple[int, tuple[str, ...]], tuple[str, int]] = {}
         self._pair: list[dict[int, tuple[str, int]]] = [{} for _ in profiles]
+        self._extra: list[dict[int, int]] = [{} for _ in profiles]
+        """Per model, host → headroom share beyond the floor (memoised: the fit checks of
+        one plan ask for it tens of thousands of times)."""
         self._compat: dict[tuple[int, int], str | None] = {}
         for host in hosts:
             self._add_host(host)
@@ -194,14 +197,18 @@ class Ledger:
     def headroom_extra(self, mi: int, hi: int) -> int:
         """MB of admission headroom a new replica of ``mi`` on ``hi`` needs beyond the policy
         floor that ``inc_free`` already keeps (0 for a model whose share is below the floor)."""
-        floor = max(0, self.policy.admission_headroom_mb)
-        own = admission_headroom_mb(
-            self.memory(mi, hi)[1],
-            floor_mb=floor,
-            fraction=self.policy.admission_headroom_fraction,
-            override_mb=self.profiles[mi].admission_headroom_mb,
-        )
-        return own - floor
+        row = self._extra[mi]
+        got = row.get(hi)
+        if got is None:
+            floor = max(0, self.policy.admission_headroom_mb)
+            own = admission_headroom_mb(
+                self.memory(mi, hi)[1],
+                floor_mb=floor,
+                fraction=self.policy.admission_headroom_fraction,
+                override_mb=self.profiles[mi].admission_headroom_mb,
+            )
+            got = row[hi] = own - floor
+        return got
 
     def admit_mb(self, mi: int, hi: int) -> int:
         """Incremental MB a new replica of ``mi`` needs free on ``hi`` (compare with
@@ -282,8 +289,10 @@ class Ledger:
         if mid in book.present:
             return "present"
         _, mem = self.memory(mi, hi)
-        others = (p for p in book.models.values() if not p.incumbent and p is not leaving)
-        extra = max((self.headroom_extra(p.mi, hi) for p in others), default=0)
+        extra = book.extra_mb  # the largest share of the new replicas there (exact max)
+        if leaving.mi in book.models and self.headroom_extra(leaving.mi, hi) >= extra:
+            others = (p for p in book.models.values() if not p.incumbent and p is not leaving)
+            extra = max((self.headroom_extra(p.mi, hi) for p in others), default=0)
         admit = mem + max(self.headroom_extra(mi, hi), extra)
         if book.inc_free + leaving.inc_mb < admit or book.raw_free + leaving.raw_mb < mem:
             return "memory"
@@ -382,8 +391,8 @@ class Ledger:
         """Undo :meth:`keep` or :meth:`place` for ``(mi, hi)``."""
         book = self.books[hi]
         placed = book.models.pop(mi)
-        if not placed.incumbent and book.extra_mb:
-            self._recount_extra(hi)
+        if not placed.incumbent and book.extra_mb and self.headroom_extra(mi, hi) >= book.extra_mb:
+            self._recount_extra(hi)  # it held the largest share: another may hold it too
         book.version += 1
         mid = self.profiles[mi].model_id
         book.inc_free += placed.inc_mb
