@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
@@ -34,6 +35,8 @@ from grid_core.wire import (
 from grid_node import admission
 from grid_node.config import NodeConfig
 from grid_node.state import NodeState, PredictiveDownload, Receipt, StateFile
+
+log = logging.getLogger("grid.node")
 
 DRAIN_WAIT_S = 60.0
 """Seconds a drain waits for running requests after fencing the route before reporting; the
@@ -112,7 +115,8 @@ class Actuator:
         self.save()
 
     def note(self, line: str) -> None:
-        """Keep a bounded list of notable events for status."""
+        """Keep a bounded list of notable events for status (each is also a log line)."""
+        log.info("%s", line)
         self.events.append(f"{time.strftime('%H:%M:%S')} {line}")
         del self.events[:-MAX_EVENTS]
 
@@ -337,6 +341,14 @@ class Actuator:
                 self.save()
                 self.note(f"rejected {cmd.kind} {cmd.model_id}: {reason}")
                 return ack
+            log.info(
+                "executing %s %s (reason %s, term %s, action %s)",
+                cmd.kind,
+                cmd.model_id,
+                cmd.reason or "-",
+                cmd.controller_term,
+                cmd.action_id,
+            )
             admission.remember_authority(cmd, self.state)
             self.state.running_action = cmd.action_id
             self.state.running_kind = cmd.kind
@@ -363,7 +375,10 @@ class Actuator:
             self.state.running_action = None
             self.state.add_receipt(Receipt(ack=ack, kind=cmd.kind, model_id=cmd.model_id))
             self.save()
-            self.note(f"{cmd.kind} {cmd.model_id}: {status} ({message[:120]})")
+            self.note(
+                f"{cmd.kind} {cmd.model_id}: {status} in {ack.duration_seconds or 0.0:.1f} s "
+                f"({message[:120]})"
+            )
         if self.on_route_change is not None:
             await self.on_route_change()
         return ack

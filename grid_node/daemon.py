@@ -18,6 +18,7 @@ from pathlib import Path
 
 from grid_core.errors import GridError
 from grid_core.plugins import load_plugins
+from grid_core.system.logs import configure_daemon_logging
 from grid_node.agent import NodeAgent
 from grid_node.config import NodeConfig, load_config
 
@@ -51,6 +52,7 @@ async def serve(config: NodeConfig, instance: str) -> None:
 def main(argv: list[str] | None = None) -> None:
     """Process entry point; a handled error prints one line and exits with its code."""
     path, instance = parse_args(sys.argv[1:] if argv is None else argv)
+    configure_daemon_logging()
     try:
         asyncio.run(serve(load_config(path), instance))
     except GridError as exc:

@@ -324,7 +324,27 @@ class ControllerRunner:
             self._inputs.append(lambda: note(elapsed))
         self.ticks += 1
         self.last_error = None
+        self._log_issued(result)
         return result
+
+    def _log_issued(self, result: Any) -> None:
+        """One log line per action this pass issued: what, where, why (status has the rest)."""
+        book = getattr(self.ctl, "book", None)
+        for action_id in getattr(result, "issued", ()):
+            a = book.get(action_id) if book is not None else None
+            if a is None:
+                continue
+            why = f" for {a.beneficiary}" if a.beneficiary else ""
+            log.info(
+                "issued %s %s on %s: %s%s (priority %s, action %s)",
+                a.kind,
+                a.model_id,
+                a.host_id,
+                a.reason,
+                why,
+                a.priority,
+                action_id,
+            )
 
     async def status(self, detail: bool) -> dict[str, Any]:
         """The controller's status as plain data."""
@@ -338,6 +358,11 @@ class ControllerRunner:
             return  # a follower's controller is a read-only view: the leader takes receipts
         now = self.clock()
         batch = list(acks)
+        for ack in batch:
+            if ack.status != "succeeded":
+                log.warning(
+                    "%s reported action %s %s: %s", host_id, ack.action_id, ack.status, ack.message
+                )
         self._inputs.append(lambda: self.ctl.acknowledge(host_id, batch, now))
         self.poke()
 

@@ -20,6 +20,7 @@ import uvicorn
 from grid_core import grids
 from grid_core.errors import EXIT_USAGE, GridError
 from grid_core.system import ProcessIdentity, write_atomic
+from grid_core.system.logs import configure_daemon_logging
 from grid_core.tls import server_context
 from grid_server.home import SERVER_FILE, grid_home
 
@@ -281,6 +282,7 @@ def serve(
         timeout_graceful_shutdown=10,
         **ssl_files,  # type: ignore[arg-type]  # str paths for uvicorn's SSL options
     )
+    configure_daemon_logging()
     try:
         uvicorn.Server(config).run(sockets=[sock])
     finally:

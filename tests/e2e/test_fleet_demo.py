@@ -86,6 +86,17 @@ def test_each_logical_host_has_its_own_identity_share_ports_and_credential(fleet
     assert len(set(sizes)) == 3, "the three default models must differ in size"
     assert sorted(m["min_replicas"] for m in doc["models"]) == [0, 0, 1]
     assert len({m["priority"] for m in doc["models"]}) == 3
+    # The logs explain what the fleet did: the server says which warm it issued and why, the
+    # agent that ran it says so; the named grid lets a bare --grid URL find the token.
+    baseline = next(m["model_id"] for m in doc["models"] if m["min_replicas"] == 1)
+    server_log = (home / "fleet" / "server.log").read_text()
+    assert f"issued warm {baseline} on host-0" in server_log, server_log[-2000:]
+    agent_logs = "".join(
+        (home / "fleet" / "hosts" / h["host_id"] / "agent.log").read_text() for h in hosts
+    )
+    assert f"executing warm {baseline}" in agent_logs, agent_logs[-2000:]
+    grids = json.loads((home / "grids.json").read_text())
+    assert grids["grids"]["test-fleet"]["url"] == doc["url"]
 
 
 def test_start_is_idempotent_and_refuses_conflicting_settings(fleet):

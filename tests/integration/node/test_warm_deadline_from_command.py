@@ -9,6 +9,7 @@ number in its acknowledgement, and leave no process behind.
 
 from __future__ import annotations
 
+import logging
 import sys
 import time
 from pathlib import Path
@@ -57,7 +58,9 @@ def _warm(ready_timeout_s: float | None) -> Command:
     )
 
 
-async def test_a_warm_waits_the_deadline_its_command_carries(tmp_path: Path) -> None:
+async def test_a_warm_waits_the_deadline_its_command_carries(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     exe = tmp_path / "fake-llama-server"
     exe.write_text(FAKE_ENGINE)
     exe.chmod(0o755)
@@ -75,6 +78,7 @@ async def test_a_warm_waits_the_deadline_its_command_carries(tmp_path: Path) -> 
     adapter = LlamaCppAdapter(str(exe), term_grace_s=1.0)
     assert adapter.ready_timeout_s == READY_TIMEOUT_S == 180.0
     act = Actuator(config=config, store=store, state=state, adapters={"llama.cpp": adapter})
+    caplog.set_level(logging.INFO, logger="grid.node")
     ack = await act.execute(
         _warm(COMMAND_DEADLINE_S), deadline_mono=time.monotonic() + 60, decision=ACCEPTING
     )
@@ -83,3 +87,7 @@ async def test_a_warm_waits_the_deadline_its_command_carries(tmp_path: Path) -> 
     child = state.children.get("stub.gguf")
     assert child is not None and child.state == "failed"
     assert is_gone(child.pid), f"fake engine pid {child.pid} was left running"
+    # The agent's log says what it ran, for whom, and how it ended (agent.log in a daemon).
+    lines = [r.getMessage() for r in caplog.records if r.name == "grid.node"]
+    assert any(line.startswith("executing warm stub.gguf") and "term 1" in line for line in lines)
+    assert any(line.startswith("warm stub.gguf: failed in 1.") for line in lines), lines
