@@ -419,6 +419,24 @@ class PlanState:
         chosen = best_new if need_new and best_new is not None else best_any
         return None if chosen is None else (chosen[1], chosen[0])
 
+    def fit_reason(self, mi: int, hi: int) -> str | None:
+        """Why a new replica of ``mi`` cannot go on candidate host ``hi`` now (``None``: it
+        fits), as :meth:`~grid_core.planner.ledger.Ledger.fit_new` says, reusing what
+        :meth:`best_host` found while the host is unchanged (repair scans the same hosts
+        right after a failed best-host search)."""
+        book = self.ledger.books[hi]
+        got = self._fit[mi].get(hi)
+        if got is not None and got[0] == book.version:
+            why = got[1]
+            if why == "memory" and self.profiles[mi].model_id not in book.present:
+                return why  # the quick check's "memory" is fit_new's unless it is present
+            if why is None:
+                return None
+        why = self.ledger.fit_new(mi, hi)
+        if why is not None:
+            self._fit[mi][hi] = (book.version, why, False, None)
+        return why
+
     # --- helpers used by the phases -------------------------------------------------------
     def protected(self, mi: int | None, res_loaded_at: float | None, state: str) -> bool:
         """Minimum residency protects a recently loaded live replica from preemption."""

@@ -167,7 +167,7 @@ def _make_room(state: PlanState, mi: int, avoid: set[int], depth: int) -> bool:
     """
     ledger = state.ledger
     for hi in state.cands[mi]:
-        if ledger.fit_new(mi, hi) not in REPAIRABLE:
+        if state.fit_reason(mi, hi) not in REPAIRABLE:
             continue
         book = ledger.books[hi]
         need = state.mem_rows[mi][hi] - min(book.inc_free, book.raw_free)
