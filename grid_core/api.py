@@ -95,6 +95,8 @@ from grid_core.grids import GridEntry
 from grid_core.grids import register as register_grid
 from grid_core.grids import unregister as unregister_grid
 from grid_core.hookspecs import PROJECT_NAME, hookimpl
+from grid_core.nodeconfig import NodeConfig
+from grid_core.nodelaunch import NodeLauncher, NodeProcesses
 from grid_core.planner import Plan, PlanInputs, PlannerPolicy, plan
 from grid_core.planner.exact import DEFAULT_TIME_LIMIT_S, exact_optimum, prime_quietly
 from grid_core.planner.exact import loss_by_class as exact_loss_by_class
@@ -243,7 +245,10 @@ __all__ = [
     "ModelDemand",
     "ModelPerformance",
     "ModelProfile",
+    "NodeConfig",
     "NodeCredential",
+    "NodeLauncher",
+    "NodeProcesses",
     "NotFoundError",
     "PlainHttpRefused",
     "Plan",

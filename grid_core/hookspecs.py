@@ -32,6 +32,7 @@ if TYPE_CHECKING:  # imported only for type checkers; keeps grid_core import-lig
     from grid_core.demand.sequence import SequenceBook
     from grid_core.demand.series import DemandSeries, Forecast, ForecastPolicy
     from grid_core.demand.types import ModelDemand
+    from grid_core.nodelaunch import NodeLauncher
     from grid_core.planner.preemption import VictimCandidate, VictimContext, VictimNeed
     from grid_core.planner.scoring import ScoreTerm
     from grid_core.portfolio.types import PortfolioContext, PortfolioDecision, PortfolioSnapshot
@@ -179,6 +180,19 @@ def grid_gpu_devices(register: Callable[[GpuDevice], None]) -> None:
             ``memory_total_mb``, ``memory_used_mb`` or ``None`` when unknown); a device
             missing one is refused with one line naming the plugin. Hosts with no plugin
             report no GPU, which placement treats as zero GPUs.
+    """
+
+
+@hookspec(firstresult=True)
+def grid_node_launcher() -> NodeLauncher | None:
+    """The launcher of node agent daemons (start, inspect, stop by state directory).
+
+    firstresult: the built-in ``grid_node`` package answers by default. Tools that run node
+    agents (the logical fleet) go through it with a saved node configuration document, never
+    through the node's internals.
+
+    Returns:
+        A :class:`~grid_core.api.NodeLauncher`, or ``None`` to let another plugin answer.
     """
 
 

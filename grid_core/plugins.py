@@ -27,6 +27,7 @@ from grid_core.demand.sequence import SequenceBook
 from grid_core.demand.series import DemandSeries, Forecast, ForecastPolicy
 from grid_core.demand.types import ModelDemand
 from grid_core.errors import PluginError
+from grid_core.nodelaunch import NODE_LAUNCHER_METHODS, NodeLauncher
 from grid_core.planner.hooks import PlannerHooks
 from grid_core.planner.preemption import VictimCandidate, VictimContext, VictimNeed, VictimSelector
 from grid_core.planner.scoring import ScoreTerm
@@ -363,6 +364,34 @@ class Plugins:
             snapshot=snapshot, ctx=ctx
         )
         return result
+
+    def node_launcher(self) -> NodeLauncher:
+        """The first plugin's node agent launcher.
+
+        Raises:
+            PluginError: no plugin provides one (the node package is not installed), or the
+                answer lacks a launcher method (the plugin and the method are named).
+        """
+        launcher: object = None
+        owner = ""
+        for impl in self._call_order("grid_node_launcher"):  # first answer wins
+            launcher, owner = impl.function(), impl.plugin_name
+            if launcher is not None:
+                break
+        if launcher is None:
+            msg = (
+                "no installed plugin provides grid_node_launcher; install Grid's node agent "
+                "(the grid_node package) to start node agents"
+            )
+            raise PluginError(msg)
+        missing = [m for m in NODE_LAUNCHER_METHODS if not callable(getattr(launcher, m, None))]
+        if missing or not isinstance(launcher, NodeLauncher):
+            msg = (
+                f"plugin {owner}: its grid_node_launcher answer lacks "
+                f"{', '.join(f'{m}()' for m in missing)} (see grid_core.api.NodeLauncher)"
+            )
+            raise PluginError(msg)
+        return launcher
 
     # --- broadcast hooks ----------------------------------------------------------------
     def cli_commands(self, cli: CliRegistry) -> None:

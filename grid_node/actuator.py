@@ -21,6 +21,7 @@ import psutil
 
 from grid_core.demand.prefetch import PREDICTIVE_FETCH, PREDICTIVE_FLOOR_MB
 from grid_core.errors import GridError, UnavailableError
+from grid_core.nodeconfig import NodeConfig
 from grid_core.protection import ProtectionDecision
 from grid_core.runtime import ArtifactSpec, ChildRecord, Probe, RuntimeAdapter
 from grid_core.system.runtime_host import LocalRuntimeHost
@@ -33,7 +34,6 @@ from grid_core.wire import (
     ResidencyState,
 )
 from grid_node import admission
-from grid_node.config import NodeConfig
 from grid_node.state import NodeState, PredictiveDownload, Receipt, StateFile
 
 log = logging.getLogger("grid.node")

@@ -26,6 +26,7 @@ import msgspec
 
 from grid_core.client import AsyncGridClient, Call, Calls, RequestRefused
 from grid_core.errors import AuthError, GridError, StateError, ValidationError
+from grid_core.nodeconfig import NodeConfig
 from grid_core.plugins import Plugins
 from grid_core.protection import (
     DEFAULT_THROTTLE_FRACTION,
@@ -50,7 +51,6 @@ from grid_core.wire import (
 )
 from grid_node import telemetry
 from grid_node.actuator import UNLOAD_IDLE_WAIT_S, Actuator
-from grid_node.config import NodeConfig
 from grid_node.engine_tls import EngineFronts, load_engine_tls
 from grid_node.state import NodeState, StateFile
 

@@ -19,10 +19,10 @@ from grid_core.client import Calls, GridClient, ServerUnreachable
 from grid_core.cliregistry import CliRegistry
 from grid_core.errors import NotFoundError, ValidationError
 from grid_core.grids import GridTarget, resolve_target
+from grid_core.nodeconfig import NodeConfig, load_config, parse_port_range
 from grid_core.protection import Override, OverrideKind
 from grid_core.system import grid_home
 from grid_node.agent import read_override, write_override
-from grid_node.config import NodeConfig, load_config, parse_port_range
 from grid_node.join import join, read_join_file
 from grid_node.launch import agent_record, start_node, stop_node
 
@@ -182,7 +182,7 @@ def start(
     """Start this machine's node agent in the background and wait until it has registered.
 
     The flags become the node configuration document ``$STATE_DIR/node-config.json`` (its
-    defaults and bounds are those of :class:`grid_node.config.NodeConfig`); the daemon reads
+    defaults and bounds are those of :class:`grid_core.nodeconfig.NodeConfig`); the daemon reads
     only that document.
     """
     fields: dict[str, object] = {}

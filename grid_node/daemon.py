@@ -2,7 +2,7 @@
 
 Started by :func:`grid_node.launch.start_node` (``grid allocator node start`` and the logical
 fleet). Every option comes from the configuration document ``FILE``
-(:class:`~grid_node.config.NodeConfig`); ``--instance`` only names this process for identity
+(:class:`~grid_core.nodeconfig.NodeConfig`); ``--instance`` only names this process for identity
 proofs. SIGTERM (sent by ``node stop`` after proving this process's identity) triggers the
 graceful stop: fence routes, wait for running requests, stop identity-proven children,
 deregister.
@@ -17,10 +17,10 @@ import sys
 from pathlib import Path
 
 from grid_core.errors import GridError
+from grid_core.nodeconfig import NodeConfig, load_config
 from grid_core.plugins import load_plugins
 from grid_core.system.logs import configure_daemon_logging
 from grid_node.agent import NodeAgent
-from grid_node.config import NodeConfig, load_config
 
 
 def parse_args(argv: list[str]) -> tuple[Path, str]:

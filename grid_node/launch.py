@@ -1,7 +1,9 @@
 """Start, stop and inspect a node agent daemon: the API behind ``grid allocator node``.
 
-The CLI and the logical fleet both go through these functions: they hand over a
-:class:`~grid_node.config.NodeConfig`, which is written to the state directory as the one
+The CLI goes through these functions, and every other tool through
+:class:`NodeAgentLauncher`, the node package's answer to the ``grid_node_launcher`` hook
+(:class:`~grid_core.nodelaunch.NodeLauncher`). Both hand over a
+:class:`~grid_core.nodeconfig.NodeConfig`, which is written to the state directory as the one
 configuration document the daemon reads (``python -m grid_node.daemon --config FILE``). What
 the running daemon reports about itself is read back as a typed :class:`AgentRecord`.
 """
@@ -19,6 +21,8 @@ from pathlib import Path
 import msgspec
 
 from grid_core.errors import ConflictError, UnavailableError
+from grid_core.nodeconfig import NodeConfig, load_config
+from grid_core.nodelaunch import NodeProcesses
 from grid_core.system import (
     ProcessIdentity,
     Proof,
@@ -27,7 +31,6 @@ from grid_core.system import (
     stop_process_sync,
     wait_until_sync,
 )
-from grid_node.config import NodeConfig
 from grid_node.engine_tls import load_engine_tls
 
 AGENT_FILE = "agent.json"
@@ -260,3 +263,42 @@ async def _stop_children(sdir: Path, force: bool) -> list[str]:
     finally:
         store.unlock()
     return lines or ["no children to stop"]
+
+
+class NodeAgentLauncher:
+    """The node package's :class:`~grid_core.nodelaunch.NodeLauncher`.
+
+    Registered through the ``grid_node_launcher`` hook (:mod:`grid_node.plugin`); tools that
+    may import only the public plugin API (the logical fleet) start and stop agents with it.
+    """
+
+    def start(self, config_file: Path, *, env: Mapping[str, str] | None = None) -> NodeProcesses:
+        """Read and validate the document at ``config_file``, then :func:`start_node` it.
+
+        Raises:
+            ValidationError: the document is invalid (the field is named).
+            ConflictError / UnavailableError: as :func:`start_node`.
+        """
+        config = load_config(config_file)
+        rec = start_node(config, env=env)
+        return NodeProcesses(
+            agent_pid=rec.pid,
+            agent_birth=rec.birth,
+            agent_running=True,
+            engines=tuple(engine_processes(config.state_dir)),
+        )
+
+    def stop(self, state_dir: Path, *, force: bool = False) -> list[str]:
+        """:func:`stop_node` of ``state_dir``."""
+        return stop_node(state_dir, force=force)
+
+    def processes(self, state_dir: Path) -> NodeProcesses:
+        """The recorded daemon (proven or not) and its recorded engine children."""
+        rec = agent_record(state_dir)
+        proof = rec.proof() if rec else None
+        return NodeProcesses(
+            agent_pid=rec.pid if rec else None,
+            agent_birth=rec.birth if rec else None,
+            agent_running=proof is not None and proof.status == "proven",
+            engines=tuple(engine_processes(state_dir)),
+        )

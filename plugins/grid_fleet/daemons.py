@@ -4,7 +4,8 @@ Starting and stopping one daemon, and finding the processes that belong to a fle
 they were started; :mod:`grid_fleet.lifecycle` composes these into ``grid test start``,
 ``stop`` and ``restart``. The server is ``python -m grid_server.serve``; each host credential
 is issued through ``POST /allocator/tokens`` into an owner-only file; host agents start and
-stop through the node API (:mod:`grid_node.launch`). Processes are only ever signalled after
+stop through the node launcher of the public plugin API (``NodeLauncher``, which the node
+package provides), by their saved configuration documents. Processes are only ever signalled after
 an identity proof (PID + birth time + a command-line marker).
 """
 
@@ -25,11 +26,15 @@ from grid_core.api import (
     Calls,
     GridClient,
     GridError,
+    NodeConfig,
+    NodeLauncher,
+    NodeProcesses,
     ProcessIdentity,
     RequestRefused,
     SpawnedChild,
     UnavailableError,
     exit_status,
+    get_plugins,
     spawn_detached,
     stop_process_sync,
     wait_until_sync,
@@ -37,8 +42,6 @@ from grid_core.api import (
 )
 from grid_fleet import layout, media
 from grid_fleet.layout import FleetRecord, HostSpec, ProcessRecord
-from grid_node.config import NodeConfig
-from grid_node.launch import AgentRecord, agent_record, agent_running, engine_processes, start_node
 
 SERVER_START_S = 30.0
 """The server binds and answers /healthz within a second or two; 30 s covers a busy machine."""
@@ -192,8 +195,10 @@ def _credential(root: Path, url: str, host: HostSpec) -> Path:
     return token_file
 
 
-def _start_host(root: Path, url: str, host: HostSpec) -> tuple[str, int, str]:
-    """Write the host's node configuration document and start its daemon (grid_node API).
+def _start_host(
+    root: Path, url: str, host: HostSpec, launcher: NodeLauncher
+) -> tuple[str, int, str]:
+    """Write the host's node configuration document and start its daemon through ``launcher``.
 
     Returns:
         ``(host_id, 0, "")`` on success, else ``(host_id, exit code, one-line reason)``.
@@ -223,25 +228,32 @@ def _start_host(root: Path, url: str, host: HostSpec) -> tuple[str, int, str]:
             heartbeat_interval_s=layout.HEARTBEAT_INTERVAL_S,
             throttle_fraction=layout.THROTTLED_FRACTION,
         )
-        start_node(config, env=env)
+        launcher.start(config.save(), env=env)
     except GridError as exc:
         return host.host_id, exc.exit_code or 1, str(exc)
     return host.host_id, 0, ""
 
 
-def node_record(root: Path, host_id: str) -> AgentRecord | None:
-    """The node agent's own record (pid, birth, instance) from its state directory."""
-    return agent_record(root / "hosts" / host_id)
+def node_launcher() -> NodeLauncher:
+    """The node package's launcher (the ``grid_node_launcher`` hook): the fleet starts, reads
+    and stops its agents only through it, by their configuration documents."""
+    return get_plugins().node_launcher()
+
+
+def node_processes(root: Path, host_id: str) -> NodeProcesses:
+    """The host's recorded node agent (pid, birth, proven or not) and engine children."""
+    return node_launcher().processes(root / "hosts" / host_id)
 
 
 def node_running(root: Path, host_id: str) -> bool:
     """True when the host's node agent is alive and provably itself."""
-    return agent_running(root / "hosts" / host_id)
+    return node_processes(root, host_id).agent_running
 
 
 def start_hosts(root: Path, url: str, hosts: tuple[HostSpec, ...], echo: Echo) -> None:
+    launcher = node_launcher()  # loads the plugins once, before the worker threads
     with ThreadPoolExecutor(max_workers=min(8, len(hosts))) as pool:
-        results = list(pool.map(lambda h: _start_host(root, url, h), hosts))
+        results = list(pool.map(lambda h: _start_host(root, url, h, launcher), hosts))
     failed = [(hid, out) for hid, code, out in results if code]
     for h in hosts:
         if not any(hid == h.host_id for hid, _ in failed):
@@ -270,16 +282,11 @@ def owned_pids(root: Path, rec: FleetRecord) -> list[tuple[int, float | None]]:
     if rec.comfyui is not None:
         out.append((rec.comfyui.pid, rec.comfyui.birth))
     for h in rec.hosts:
-        agent = node_record(root, h.host_id)
-        if agent is not None and agent.pid:
-            out.append((agent.pid, agent.birth))
-        out.extend(engine_pids(root, h.host_id))
+        node = node_processes(root, h.host_id)
+        if node.agent_pid:
+            out.append((node.agent_pid, node.agent_birth))
+        out.extend(node.engines)
     return out
-
-
-def engine_pids(root: Path, host_id: str) -> list[tuple[int, float | None]]:
-    """Engine children recorded in a host's durable node state."""
-    return engine_processes(root / "hosts" / host_id)
 
 
 def fleet_processes(root: Path) -> list[ProcessIdentity]:

@@ -6,8 +6,8 @@ composes them under the fleet lock, with the baseline wait and the status docume
 the specification's "Single-machine scenario lab and logical fleet test" and "CLI workflow"
 (token write, node start/stop). The fleet drives the shipped pieces as an operator would:
 ``python -m grid_server.serve`` for the API, ``POST /allocator/tokens`` + an owner-only file
-for each host credential, the node API behind ``grid allocator node start/stop``
-(:mod:`grid_node.launch`: one configuration document per logical host, then the daemon) and
+for each host credential, the node launcher of the public plugin API (the one behind
+``grid allocator node start/stop``: one configuration document per logical host) and
 ``PUT /allocator/models/…`` / ``PUT /allocator/mode`` through the typed client.
 
 Processes are only ever signalled after an identity proof (PID + birth time + a command-line
@@ -47,7 +47,8 @@ from grid_fleet.daemons import (
     api,
     fleet_processes,
     is_server,
-    node_record,
+    node_launcher,
+    node_processes,
     node_running,
     owned_pids,
     server_proof,
@@ -60,7 +61,6 @@ from grid_fleet.daemons import (
 )
 from grid_fleet.layout import FleetRecord, FleetSettings, HostSpec, ModelSpec
 from grid_fleet.models import check_gguf, prepare_models
-from grid_node.launch import stop_node
 
 BASELINE_READY_S = 120.0
 """Start waits this long for the baseline replica: a tiny model warms in seconds."""
@@ -382,16 +382,18 @@ def _stop(echo: Echo, root: Path) -> list[int]:
     pids = owned_pids(root, rec)
     _kill_switch(rec, root, echo)
 
+    launcher = node_launcher()  # loads the plugins once, before the worker threads
+
     def stop_host(h: HostSpec) -> tuple[str, str]:
         sdir = root / "hosts" / h.host_id
         if not sdir.exists():
             return h.host_id, "no agent was started"
-        agent = node_record(root, h.host_id)
+        agent = node_processes(root, h.host_id)
         try:
-            stop_node(sdir)
+            launcher.stop(sdir)
         except GridError as exc:
             return h.host_id, f"stop failed (exit {exc.exit_code}): {exc}"
-        pid = f" pid {agent.pid}" if agent is not None and agent.pid else ""
+        pid = f" pid {agent.agent_pid}" if agent.agent_pid else ""
         return h.host_id, f"agent{pid} drained and stopped with its engines"
 
     with ThreadPoolExecutor(max_workers=min(8, max(1, len(rec.hosts)))) as pool:

@@ -19,10 +19,10 @@ from grid_llamacpp.tinymodel import TinyModelSpec, make_model
 from netns import netlab as netlab  # the namespace lab fixture (tests/support/netns.py)
 from ports import port_range
 
+from grid_core.nodeconfig import NodeConfig
 from grid_core.system import ProcessIdentity, stop_process
 from grid_core.wire import Command
 from grid_node.actuator import Actuator
-from grid_node.config import NodeConfig
 from grid_node.state import StateFile
 
 E2E_PORTS = port_range(22400, 22499)

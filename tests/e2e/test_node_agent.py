@@ -235,9 +235,9 @@ def test_node_stop_refuses_an_unprovable_daemon_pid(tmp_path):
 
 @pytest.mark.anyio
 async def test_lease_and_fence_heartbeats_never_consume_commands(tmp_path):
+    from grid_core.nodeconfig import NodeConfig
     from grid_core.testing import plugins_with
     from grid_node.agent import NodeAgent
-    from grid_node.config import NodeConfig
 
     home = tmp_path / "home"
     server = start_server(home, tick_interval_s=0.3)

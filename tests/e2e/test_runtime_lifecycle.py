@@ -38,12 +38,12 @@ from grid_ollama.adapter import OllamaAdapter
 from grid_vllm.adapter import VllmAdapter
 from ports import port_range
 
+from grid_core.nodeconfig import NodeConfig
 from grid_core.protection import ProtectionDecision
 from grid_core.runtime import ChildRecord, RuntimeAdapter
 from grid_core.system import ProcessIdentity, is_gone, stop_process, wait_until
 from grid_core.wire import Command
 from grid_node.actuator import Actuator
-from grid_node.config import NodeConfig
 from grid_node.state import StateFile
 from grid_server.harness import Testbed, start_server
 

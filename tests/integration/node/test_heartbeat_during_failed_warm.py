@@ -21,12 +21,12 @@ from grid_llamacpp.adapter import LlamaCppAdapter
 from ports import port_range
 
 from grid_core import hookimpl
+from grid_core.nodeconfig import NodeConfig
 from grid_core.runtime import LoadResult
 from grid_core.system import is_gone, wait_until
 from grid_core.testing import plugins_with
 from grid_core.wire import Command
 from grid_node.agent import NodeAgent
-from grid_node.config import NodeConfig
 from grid_server.harness import start_server
 
 pytestmark = [pytest.mark.integration, pytest.mark.anyio]

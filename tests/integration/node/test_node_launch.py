@@ -9,7 +9,7 @@ import psutil
 import pytest
 
 from grid_core.client import GridClient
-from grid_node.config import NodeConfig, load_config
+from grid_core.nodeconfig import NodeConfig, load_config
 from grid_node.launch import agent_record, agent_running, start_node, stop_node
 from grid_server.harness import start_server
 

@@ -18,12 +18,12 @@ import pytest
 from grid_llamacpp.adapter import READY_TIMEOUT_S, LlamaCppAdapter
 from ports import port_range
 
+from grid_core.nodeconfig import NodeConfig
 from grid_core.protection import ProtectionDecision
 from grid_core.runtime import LoadResult
 from grid_core.system import is_gone
 from grid_core.wire import Command
 from grid_node.actuator import Actuator
-from grid_node.config import NodeConfig
 from grid_node.state import StateFile
 
 pytestmark = [pytest.mark.integration, pytest.mark.anyio]

@@ -25,6 +25,7 @@ from grid_core.api import (
     ForecastPolicy,
     HostSnapshot,
     ModelProfile,
+    PluginError,
     Plugins,
     RequestFeatures,
     ResidencySnapshot,
@@ -368,3 +369,63 @@ def test_hook_grid_cli_commands(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
     assert result.exit_code == 0, result.output
     assert result.output.strip() == "hello ops from acme"
     assert "acme_cli" in _status(plugins, "grid_cli_commands")[0]
+
+
+def test_hook_grid_node_launcher(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tools start node agents through the launcher the hook answers: by default the node
+    package's, and a third-party launcher (a supervisor that runs agents its own way) wins."""
+    from grid_node.launch import NodeAgentLauncher
+
+    assert isinstance(plugins_with(builtins=DEFAULTS).node_launcher(), NodeAgentLauncher)
+    plugins = _install(
+        tmp_path,
+        monkeypatch,
+        "acme_launcher",
+        """
+        from grid_core.api import NodeProcesses, hookimpl
+
+        class SupervisedNodes:
+            def start(self, config_file, *, env=None):
+                return NodeProcesses(agent_pid=4242, agent_running=True)
+
+            def stop(self, state_dir, *, force=False):
+                return [f"acme supervisor stopped {state_dir.name}"]
+
+            def processes(self, state_dir):
+                return NodeProcesses()
+
+        @hookimpl
+        def grid_node_launcher():
+            return SupervisedNodes()
+        """,
+    )
+    launcher = plugins.node_launcher()
+    assert launcher.start(tmp_path / "node-config.json").agent_pid == 4242
+    assert launcher.stop(tmp_path / "host-01") == ["acme supervisor stopped host-01"]
+    assert _status(plugins, "grid_node_launcher") == (("acme_launcher",), ("grid_node",))
+
+
+def test_a_launcher_without_stop_is_refused_naming_the_plugin(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    plugins = _install(
+        tmp_path,
+        monkeypatch,
+        "acme_halfway",
+        """
+        from grid_core.api import NodeProcesses, hookimpl
+
+        class StartOnly:
+            def start(self, config_file, *, env=None):
+                return NodeProcesses()
+
+            def processes(self, state_dir):
+                return NodeProcesses()
+
+        @hookimpl
+        def grid_node_launcher():
+            return StartOnly()
+        """,
+    )
+    with pytest.raises(PluginError, match=r"plugin acme_halfway: .* lacks stop\(\)"):
+        plugins.node_launcher()

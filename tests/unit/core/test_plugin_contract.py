@@ -30,6 +30,7 @@ def test_the_hook_list_is_what_grid_defines() -> None:
         "grid_forecast",
         "grid_gpu_devices",
         "grid_infer_demand",
+        "grid_node_launcher",
         "grid_placement_score_terms",
         "grid_runtime_adapters",
         "grid_search_portfolio",

@@ -140,7 +140,7 @@ def test_node_refuses_plain_http_off_loopback(tmp_path):
     import pytest
 
     from grid_core.errors import ValidationError
-    from grid_node.config import NodeConfig
+    from grid_core.nodeconfig import NodeConfig
 
     for ok in (
         "http://127.0.0.1:22100",

@@ -12,11 +12,11 @@ from grid_llamacpp.adapter import LlamaCppAdapter
 from grid_llamacpp.artifacts import ArtifactStore
 
 from grid_core.errors import NotFoundError, ValidationError
+from grid_core.nodeconfig import NodeConfig
 from grid_core.protection import ProtectionDecision
 from grid_core.runtime import ArtifactSpec
 from grid_core.wire import Command
 from grid_node.actuator import Actuator
-from grid_node.config import NodeConfig
 from grid_node.state import StateFile
 
 MB = 1024 * 1024

@@ -12,8 +12,8 @@ import pytest
 from tlsfiles import make_ca
 
 from grid_core.errors import ValidationError
+from grid_core.nodeconfig import NodeConfig
 from grid_core.tls import TlsError
-from grid_node.config import NodeConfig
 from grid_node.engine_tls import engine_url, listen_address, load_engine_tls
 
 

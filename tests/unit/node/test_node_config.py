@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from grid_core.errors import ValidationError
-from grid_node.config import CONFIG_FILE, NodeConfig, load_config
+from grid_core.nodeconfig import CONFIG_FILE, NodeConfig, load_config
 
 
 def test_document_round_trips_and_is_owner_only(tmp_path: Path) -> None:

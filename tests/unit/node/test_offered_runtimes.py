@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from grid_core.errors import ValidationError
+from grid_core.nodeconfig import NodeConfig
 from grid_core.plugins import get_plugins
 from grid_node.agent import offered_adapters
-from grid_node.config import NodeConfig
 
 
 def test_offered_runtimes_are_the_configured_subset_of_the_installed_plugins(tmp_path):

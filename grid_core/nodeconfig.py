@@ -2,9 +2,12 @@
 
 ``grid allocator node start`` turns its flags into a :class:`NodeConfig`, writes it to
 ``$STATE_DIR/node-config.json`` (0600) and starts the daemon with ``--config`` pointing at
-it; the daemon reads nothing else. The logical fleet builds the same document in Python
-(:func:`grid_node.launch.start_node`). Defaults, bounds and the checks that name a bad value
-live here and nowhere else.
+it; the daemon reads nothing else. Tools that run agents (the logical fleet) build the same
+document in Python, save it and hand the file to the node launcher
+(:class:`~grid_core.nodelaunch.NodeLauncher`, the ``grid_node_launcher`` hook). It lives in
+the core, re-exported by :mod:`grid_core.api`, because it is the contract between the node
+agent and whoever starts one. Defaults, bounds and the checks that name a bad value live here
+and nowhere else.
 
 Several agents may run on one machine (a logical fleet) when each has its own state
 directory, credential, port range and capacity share.
