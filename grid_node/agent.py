@@ -52,6 +52,7 @@ from grid_core.wire import (
 from grid_node import telemetry
 from grid_node.actuator import UNLOAD_IDLE_WAIT_S, Actuator
 from grid_node.engine_tls import EngineFronts, load_engine_tls
+from grid_node.offer import RuntimeOffer
 from grid_node.state import NodeState, StateFile
 
 OVERRIDE_FILE = "override.json"
@@ -189,6 +190,7 @@ class NodeAgent:
         )
         self.decision: ProtectionDecision | None = None
         self.actuator: Actuator | None = None
+        self.offer = RuntimeOffer({}, lambda _line: None)
         self.credential: Credential | None = None
         self.sessions: list[ServerSession] = []
         self.last_error = ""
@@ -223,6 +225,7 @@ class NodeAgent:
             adapters=adapters,
             on_route_change=self.fence,
         )
+        self.offer = RuntimeOffer(adapters, self.actuator.note)
         if self.config.engine_tls_enabled:
             assert self.config.engine_tls_cert is not None and self.config.engine_tls_key
             assert self.config.advertise_host is not None
@@ -358,6 +361,7 @@ class NodeAgent:
         previous = self.decision
         decision = self.protect()
         await self.actuator.refresh()
+        await self.offer.refresh(time.monotonic())
         fenced = previous is not None and previous.admits_new_work and not decision.admits_new_work
         errors = []
         for session in self.sessions:
@@ -457,7 +461,7 @@ class NodeAgent:
             capacity_share=self.config.capacity_share,
             managed_pids=[c.pid for c in self.state.children.values()],
             artifact_dir=self.config.artifact_dir,
-            runtimes=sorted(self.actuator.adapters),
+            runtimes=self.offer.offered,
             throttle_fraction=self.decision.throttle_fraction,
             failure_domain=self.config.failure_domain,
             tags=self.config.tags,

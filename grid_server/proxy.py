@@ -552,6 +552,18 @@ class Proxy:
                 outcome="rejected",
                 retry_after_s=self.ctx.router.busy_retry_after_s(served or "", time.time()),
             )
+        why = self.ctx.runner.unplaceable(served)
+        if why is not None:
+            # Waiting will not help: say so, and why. Retry-After is the longest cold-start
+            # advice so that a client that retries anyway does not hammer the grid.
+            return ProxyError(
+                503,
+                f"model '{served}' cannot be placed on any host: {why}; an operator must change "
+                f"its profile or the fleet (grid allocator explain {served})",
+                "model_unplaceable",
+                outcome="unavailable",
+                retry_after_s=routing.MAX_COLD_RETRY_AFTER_S,
+            )
         return ProxyError(
             503,
             f"model '{ex.requested}' has no ready engine right now; retry after the advised delay",

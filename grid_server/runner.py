@@ -201,6 +201,22 @@ class ControllerRunner:
             log.debug("retry-after estimate failed", exc_info=True)
             return routing.cold_retry_after_s(())
 
+    def unplaceable(self, model_id: str | None) -> str | None:
+        """Why the last plan could place ``model_id`` on no host at all (its
+        ``no_eligible_host`` shortfall message), or ``None``.
+
+        Such a model will not start by waiting: no host offers what its profile requires
+        (runtime, tags, backends, GPUs) until an operator changes the profile or the fleet.
+        Reads the last plan without the lock (a torn read only means ``None``).
+        """
+        plan = getattr(getattr(self.ctl, "last", None), "plan", None)
+        if model_id is None or plan is None:
+            return None
+        for unmet in plan.unmet:
+            if unmet.model_id == model_id and unmet.code == "no_eligible_host":
+                return str(unmet.message)
+        return None
+
     def _startup_estimates(self, model_id: str, now: float) -> list[float]:
         profile = self.profiles.get(model_id)
         if profile is None:

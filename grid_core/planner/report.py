@@ -10,6 +10,7 @@ from grid_core.planner.core import PlanState
 from grid_core.planner.eligibility import incompatibility
 from grid_core.planner.phases import surplus_hold
 from grid_core.planner.types import SurplusReplica, Unmet, UnmetCode, UnmetResource
+from grid_core.profile import ModelProfile
 
 STATIC_RESOURCE: dict[str, UnmetResource] = {
     "runtime": "runtime",
@@ -189,6 +190,26 @@ def _lacks(state: PlanState, mi: int, hi: int) -> list[UnmetResource]:
     return out
 
 
+def _rule_values(p: ModelProfile, resource: UnmetResource) -> str:
+    """What the profile asks for under ``resource``, e.g. `` (runtime vllm)``, so that the
+    unmet message names the value an operator would check or change."""
+    wants: list[str] = []
+    if resource == "runtime":
+        wants = [f"runtime {'/'.join(p.runtimes)}"]
+        if p.backends:
+            wants.append(f"backend {'/'.join(p.backends)}")
+    elif resource == "tags":
+        wants = [f"tag {t}" for t in p.required_tags]
+        wants += [f"not tag {t}" for t in p.forbidden_tags]
+    elif resource == "gpu":
+        wants = [f"{p.min_gpu_count} GPU(s)"] if p.min_gpu_count else []
+        if p.min_gpu_memory_mb:
+            wants.append(f"{p.min_gpu_memory_mb} MB per GPU")
+    elif resource == "tier" and p.data_tier:
+        wants = [f"data tier {p.data_tier}"]
+    return f" ({', '.join(wants)})" if wants else ""
+
+
 def _static_binding(state: PlanState, mi: int) -> tuple[UnmetCode, UnmetResource, str]:
     """Every compatible host is used (or none exists): which static rule binds."""
     p = state.profiles[mi]
@@ -209,7 +230,10 @@ def _static_binding(state: PlanState, mi: int) -> tuple[UnmetCode, UnmetResource
         detail = f"{eligible} host(s) are eligible for new work"
     else:
         resource = max(sorted(counts), key=lambda r: counts[r])
-        detail = f"its {resource} rule excludes {counts[resource]} of {eligible} eligible host(s)"
+        detail = (
+            f"its {resource} rule{_rule_values(p, resource)} excludes {counts[resource]} of "
+            f"{eligible} eligible host(s)"
+        )
     if n == 0:
         return "no_eligible_host", resource, f"no eligible host is compatible ({detail})"
     return (

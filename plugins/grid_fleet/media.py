@@ -27,7 +27,6 @@ directory (``fleet/media``): Grid still never downloads workflow assets.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 from collections.abc import Callable
@@ -35,6 +34,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 import httpx
+import msgspec
 
 from grid_core.api import (
     ConflictError,
@@ -79,6 +79,14 @@ WORKFLOW_PRIORITY = 50
 """The same priority as the text baseline: image work is neither batch nor critical."""
 
 
+class BundleManifest(msgspec.Struct):
+    """The two fields of a workflow manifest the fleet reads (the ComfyUI plugin checks the
+    whole manifest when it loads the workflow)."""
+
+    id: str
+    checkpoints: list[str] = msgspec.field(default_factory=list)
+
+
 def comfyui_executable(given: Path | None) -> str:
     """The ComfyUI launcher: ``--comfyui PATH``, else ``$GRID_COMFYUI``.
 
@@ -116,12 +124,17 @@ def bundle_manifests(bundle: Path) -> list[tuple[str, Path, list[str]]]:
     out = []
     for path in sorted(bundle.glob(f"*{MANIFEST_SUFFIX}")):
         try:
-            doc = json.loads(path.read_bytes())
-            model_id = str(doc["id"])
-            ckpts = [str(c) for c in doc.get("checkpoints") or ()]
-        except (OSError, ValueError, KeyError, TypeError) as exc:
-            msg = f"--media-bundle: {path} is not a workflow manifest ({exc})"
+            entry = msgspec.json.decode(path.read_bytes(), type=BundleManifest)
+        except OSError as exc:
+            msg = f"--media-bundle: {path}: cannot read ({exc.strerror})"
             raise ValidationError(msg) from None
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            msg = (
+                f"--media-bundle: {path} is not a workflow manifest: {exc} "
+                '(a manifest needs at least "id", the model id, and lists its "checkpoints")'
+            )
+            raise ValidationError(msg) from None
+        model_id, ckpts = entry.id, entry.checkpoints
         if path.name != f"{model_id}{MANIFEST_SUFFIX}":
             want = f"{model_id}{MANIFEST_SUFFIX}"
             msg = f"--media-bundle: {path.name} declares id {model_id!r}; name it {want}"

@@ -8,9 +8,9 @@ from collections.abc import Callable
 import httpx
 import openai
 import pytest
-from server_testbed import Engine, Grid, serve_model
+from server_testbed import Engine, Grid, host_with_cached_model, serve_model
 
-from grid_core.routing import UNKNOWN_STARTUP_RETRY_AFTER_S
+from grid_core.routing import MAX_COLD_RETRY_AFTER_S, UNKNOWN_STARTUP_RETRY_AFTER_S
 from grid_core.system import wait_until_sync
 from grid_core.wire import AFFINITY_HEADER
 from grid_server.proxy import MAX_BODY_BYTES
@@ -121,6 +121,23 @@ def test_errors_are_honest_and_openai_shaped(grid: Grid) -> None:
     r = http.post(grid.url + "/v1/chat/completions", content=big)
     assert r.status_code == 413
     assert grid.http.get(grid.url + "/healthz").status_code == 200
+
+
+def test_a_model_no_host_can_serve_says_why_instead_of_asking_to_wait(grid: Grid) -> None:
+    """A profile whose runtime no host offers will never start by waiting: once a pass has
+    planned it, the 503 names the reason and the fix instead of "retry shortly"."""
+    host_with_cached_model(grid, "host-1", "m-base", "a" * 64)
+    grid.client.put_model("m-vllm", {"memory_mb": 1000, "min_replicas": 1, "runtimes": ["vllm"]})
+    grid.http.post(grid.url + "/allocator/tick", headers=grid.operator()).raise_for_status()
+    r = post(grid, {"model": "m-vllm", **CHAT})
+    err = r.json()["error"]
+    assert (r.status_code, err["code"]) == (503, "model_unplaceable"), r.text
+    assert "cannot be placed on any host" in err["message"] and "vllm" in err["message"]
+    assert "grid allocator explain m-vllm" in err["message"]
+    assert r.headers["retry-after"] == str(MAX_COLD_RETRY_AFTER_S)
+    # A model that can be placed still gets the ordinary cold-start advice.
+    r = post(grid, {"model": "m-base", **CHAT})
+    assert (r.status_code, r.json()["error"]["code"]) == (503, "model_not_ready")
 
 
 def test_a_missing_input_field_or_wrong_method_gets_an_openai_error(grid: Grid) -> None:

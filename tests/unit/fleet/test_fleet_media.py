@@ -59,6 +59,11 @@ def test_bundle_manifests_need_their_checkpoints_and_matching_names(tmp_path: Pa
     traversal = _bundle(tmp_path / "t", ckpt="../a.safetensors")
     with pytest.raises(ValidationError, match="needs checkpoint"):
         media.bundle_manifests(traversal)
+    no_id = tmp_path / "n"
+    no_id.mkdir()
+    (no_id / "x.workflow.json").write_text(json.dumps({"workflow": {}}))
+    with pytest.raises(ValidationError, match=r"missing required field `id`.*needs at least"):
+        media.bundle_manifests(no_id)
 
 
 def test_prepared_workflows_are_comfyui_profiles_starting_cold(tmp_path: Path):
