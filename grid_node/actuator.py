@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import shutil
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
@@ -515,7 +516,13 @@ class Actuator:
         return f"stopped pid {child.pid}"
 
     def _evict(self, model_id: str) -> str:
-        """Delete a cached artifact Grid fetched (never an operator's own file)."""
+        """Delete a cached artifact Grid fetched: a weights file or a snapshot directory
+        inside the node's artifact directory (never an operator's own file, never a path
+        another cached model still uses).
+
+        Raises:
+            UnavailableError: the model is running (unload it first).
+        """
         if model_id in self.state.children:
             msg = f"{model_id} is running; unload it before evicting its artifact"
             raise UnavailableError(msg)
@@ -525,11 +532,31 @@ class Actuator:
         if art is None:
             return "not cached"
         path = Path(art.path)
-        if path.parent == self.config.artifact_dir / "sha256":
-            with contextlib.suppress(FileNotFoundError):
-                path.unlink()
+        if any(Path(a.path) == path for a in self.state.artifacts.values()):
+            kept = " (kept: another cached model uses it)"
+        elif self._delete_fetched(path):
+            kept = ""
+        else:
+            kept = " (kept: the operator's own file)"
         self.save()
-        return f"evicted {path}"
+        return f"evicted {path}{kept}"
+
+    def _delete_fetched(self, path: Path) -> bool:
+        """Remove ``path`` when it is Grid's own download (under the artifact directory,
+        reached without leaving it through a symlink); returns whether it was Grid's."""
+        root = self.config.artifact_dir.resolve()
+        try:
+            real = path.resolve(strict=True)
+        except (FileNotFoundError, RuntimeError):
+            return path.parent == self.config.artifact_dir / "sha256"  # already gone
+        if not real.is_relative_to(root) or real == root or path.is_symlink():
+            return False
+        if real.is_dir():
+            shutil.rmtree(real, ignore_errors=True)
+        else:
+            with contextlib.suppress(FileNotFoundError):
+                real.unlink()
+        return True
 
     async def stop_all(self, idle_wait_s: float, force: bool = False) -> list[str]:
         """Drain and stop every proven child (``node stop``); returns one line per child."""

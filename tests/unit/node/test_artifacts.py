@@ -14,7 +14,7 @@ from grid_llamacpp.artifacts import ArtifactStore
 from grid_core.errors import NotFoundError, ValidationError
 from grid_core.nodeconfig import NodeConfig
 from grid_core.protection import ProtectionDecision
-from grid_core.runtime import ArtifactSpec
+from grid_core.runtime import ArtifactSpec, LoadResult
 from grid_core.wire import Command
 from grid_node.actuator import Actuator
 from grid_node.state import StateFile
@@ -203,3 +203,62 @@ async def test_a_predictive_prefetch_keeps_its_provenance_until_used_or_evicted(
     assert ack.artifact_fetched
     [art] = act.cached_artifacts()
     assert not art.predictive and art.cached_age_s is None
+
+
+@pytest.mark.anyio
+async def test_evict_deletes_grids_own_download_file_or_directory_and_nothing_else(tmp_path):
+    """A vLLM snapshot is a directory under the artifact directory: evicting it frees the disk
+    (it used to stay behind). An operator's model directory, a symlink out of the artifact
+    directory and a path another cached model still uses are never deleted."""
+    config = NodeConfig(state_dir=tmp_path / "node", model_dirs=(tmp_path / "operator",))
+    store = StateFile(config.state_dir)
+    state = store.load_or_create("host-a")
+    act = Actuator(
+        config=config, store=store, state=state, adapters={"llama.cpp": LlamaCppAdapter()}
+    )
+    snapshot = config.artifact_dir / "snapshots" / ("c" * 64)
+    (snapshot / "weights").mkdir(parents=True)
+    (snapshot / "config.json").write_text("{}")
+    (snapshot / "weights" / "model.safetensors").write_bytes(b"w" * 1024)
+    operator = tmp_path / "operator" / "m-own"
+    operator.mkdir(parents=True)
+    (operator / "config.json").write_text("{}")
+    escape = config.artifact_dir / "snapshots" / "escape"
+    escape.symlink_to(operator, target_is_directory=True)
+    shared = config.artifact_dir / "sha256" / ("d" * 64)
+    shared.parent.mkdir(parents=True)
+    shared.write_bytes(b"g")
+    rows = {
+        "m-snap": snapshot,
+        "m-own": operator,
+        "m-link": escape,
+        "m-a": shared,
+        "m-b": shared,
+    }
+    for model_id, path in rows.items():
+        state.artifacts[model_id] = LoadResult(
+            model_id=model_id, path=str(path), sha256=None, size_bytes=1
+        )
+
+    async def evict(model_id: str) -> str:
+        cmd = Command(
+            action_id=f"evict-{model_id}",
+            kind="evict",
+            node_id="host-a",
+            model_id=model_id,
+            plan_generation="e:00000000000000000001:d",
+            controller_term=1,
+            controller_id="c1",
+            executable=True,
+        )
+        ack = await act.execute(cmd, deadline_mono=time.monotonic() + 60, decision=ACCEPTING)
+        assert ack.status == "succeeded", ack
+        return ack.message
+
+    assert await evict("m-snap") == f"evicted {snapshot}"
+    assert not snapshot.exists()
+    assert "operator's own file" in await evict("m-own") and (operator / "config.json").exists()
+    assert "operator's own file" in await evict("m-link") and (operator / "config.json").exists()
+    assert "another cached model" in await evict("m-a") and shared.exists()
+    assert await evict("m-b") == f"evicted {shared}" and not shared.exists()
+    assert act.cached_artifacts() == []
