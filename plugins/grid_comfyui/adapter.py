@@ -37,6 +37,7 @@ from grid_comfyui.manifest import (
     parse_manifest,
 )
 from grid_core.api import (
+    AdoptOutcome,
     ArtifactSpec,
     ChildRecord,
     GatewayAdapter,
@@ -94,6 +95,34 @@ class ComfyUIAdapter(GatewayAdapter):
 
     def __init__(self, url: str | None = None, *, ready_timeout_s: float = READY_TIMEOUT_S) -> None:
         super().__init__(url, ready_timeout_s=ready_timeout_s, max_concurrency=MAX_CONCURRENCY)
+        self.live: set[str] = set()
+        """Workflows with a ready (or adopted) gateway on this node: ComfyUI's ``/free``
+        unloads every checkpoint at once, so it waits until the last of them stops."""
+
+    async def warm(
+        self,
+        host: RuntimeHost,
+        loaded: LoadResult,
+        memory_mb: int,
+        *,
+        embeddings: bool = False,
+        ready_timeout_s: float | None = None,
+    ) -> ChildRecord:
+        """Start the workflow's gateway (see :meth:`EngineChildAdapter.warm`) and count it
+        among the live workflows."""
+        child = await super().warm(
+            host, loaded, memory_mb, embeddings=embeddings, ready_timeout_s=ready_timeout_s
+        )
+        self.live.add(child.model_id)
+        return child
+
+    async def adopt(self, host: RuntimeHost, child: ChildRecord) -> tuple[AdoptOutcome, str]:
+        """Adopt after a node restart (see :meth:`EngineChildAdapter.adopt`); an adopted
+        gateway counts among the live workflows."""
+        outcome, why = await super().adopt(host, child)
+        if outcome == "adopted":
+            self.live.add(child.model_id)
+        return outcome, why
 
     async def object_info(self) -> dict:
         """ComfyUI's node catalogue.
@@ -190,11 +219,17 @@ class ComfyUIAdapter(GatewayAdapter):
         return ["--manifest", loaded.path]
 
     async def after_stop(self, host: RuntimeHost, child: ChildRecord) -> None:
-        """Unload models from accelerator memory (``POST /free``; files stay on disk).
+        """Unload models from accelerator memory (``POST /free``; files stay on disk) once
+        the last live workflow stopped: ``/free`` cannot unload one checkpoint, and calling
+        it while another workflow serves would make that workflow's next image reload its
+        checkpoint.
 
         Raises:
             UnavailableError: ComfyUI did not accept the request (retried by a later unload).
         """
+        self.live.discard(child.model_id)
+        if self.live:
+            return
         try:
             async with self.service_client() as c:
                 r = await c.post("/free", json={"unload_models": True, "free_memory": True})
