@@ -20,7 +20,7 @@ from grid_core.controller import Controller
 from grid_core.errors import ConflictError
 from grid_core.planner import plan
 from grid_core.planner.types import Assignment, Plan, PlanInputs
-from grid_core.profile import ModelProfile
+from grid_core.profile import ModelProfile, revision_matches
 from grid_core.reconcile.authority import CONTROLLER_LEASE_S
 from grid_core.reconcile.state import ControllerState, decode_state
 from grid_core.snapshot import HostSnapshot, ResidencySnapshot
@@ -481,6 +481,8 @@ class SimFleet:
             return
         if action.eviction:
             b = self.profiles.get(action.beneficiary or "")
+            if self._rolled_out_elsewhere(node, victim):
+                return  # a finished rollout's old revision: the model keeps its service
             if b is not None and b.priority <= victim.priority:
                 self.violations.append(
                     f"priority inversion: {c.model_id} (priority {victim.priority}) evicted on "
@@ -507,6 +509,22 @@ class SimFleet:
                     f"short) drained on {node.host_id} while {a.model_id} (priority "
                     f"{lower.priority}) is placed there"
                 )
+
+    def _rolled_out_elsewhere(self, node: SimNode, profile: ModelProfile) -> bool:
+        """Whether ``node``'s replica of ``profile``'s model is an old revision while one of
+        the profile's revision is ready on another accepting host: draining it takes no
+        service away (the rollout is done; specification, "Managed host actuator")."""
+        r = node.residencies.get(profile.model_id)
+        if r is None or revision_matches(profile, r.sha):
+            return False
+        return any(
+            n is not node
+            and n.lifecycle in ("accepting", "throttled")
+            and (cur := n.residencies.get(profile.model_id)) is not None
+            and cur.state == "ready"
+            and revision_matches(profile, cur.sha)
+            for n in self.nodes.values()
+        )
 
     def engine_dies(self, host_id: str, model_id: str) -> None:
         """A serving engine dies (``kill -9``): the node reports its residency gone."""
