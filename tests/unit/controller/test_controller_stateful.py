@@ -47,6 +47,9 @@ TALLY: Counter[str] = Counter()
 """Rules run so far in this process, by name (the soak prints it; see test_controller_soak)."""
 CONVERGENCE_RULES = frozenset({"fleet_rounds"})
 """Rules that model a well-behaved fleet; every other rule is a perturbation."""
+NODE_REFUSALS: Counter[str] = Counter()
+"""Commands the simulated nodes refused when they started, by kind (a drain whose engine
+died in flight); the soak prints them, to show the node-side check was exercised."""
 
 
 def counted(fn: F) -> F:
@@ -272,6 +275,11 @@ class FleetMachine(RuleBasedStateMachine):
         # A lingering instance keeps ticking on its stale view and tries to save it.
         self.fleet.zombie_tick()
 
+    def teardown(self) -> None:
+        fleet = getattr(self, "fleet", None)
+        if fleet is not None:
+            NODE_REFUSALS.update(kind for _, kind, _, _ in fleet.refused)
+
     # --- invariants -------------------------------------------------------------------------
     @invariant()
     def nothing_harmful_was_asked(self) -> None:
@@ -362,6 +370,7 @@ class EtcdFleetMachine(FleetMachine):
         assert self.fleet.durable_state() is not None  # read back from etcd
 
     def teardown(self) -> None:
+        super().teardown()
         for store in getattr(self, "_stores", []):
             store.close()
 
