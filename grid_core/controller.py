@@ -44,9 +44,9 @@ from collections.abc import Callable, Iterable
 import msgspec
 
 from grid_core import planner
-from grid_core.demand import DemandTracker, RequestFeatures
-from grid_core.demand.inference import plan_with_predictions
-from grid_core.demand.prefetch import prefetch_for_plan
+from grid_core.demand import DemandTracker, ModelDemand, RequestFeatures
+from grid_core.demand.inference import Released, plan_with_predictions, without_residencies
+from grid_core.demand.prefetch import prediction_homes, prefetch_for_plan
 from grid_core.demand.tracker import UNBOUND
 from grid_core.errors import ConflictError, GridError, NotFoundError, StateError
 from grid_core.planner.hooks import PlannerHooks
@@ -469,20 +469,19 @@ class Controller:
             (profiles, planned_hosts, self.policy.planner),
             now,
         )
+
+        def plan_of(demand: dict[str, ModelDemand], released: Released) -> Plan:
+            hosts = without_residencies(planned_hosts, released)
+            inputs = PlanInputs(
+                now=now, profiles=profiles, hosts=hosts, demand=demand, policy=self.policy.planner
+            )
+            return self._plan_fn(inputs, hooks)
+
         plan, self.last.forecasts = plan_with_predictions(
-            lambda demand: self._plan_fn(
-                PlanInputs(
-                    now=now,
-                    profiles=profiles,
-                    hosts=planned_hosts,
-                    demand=demand,
-                    policy=self.policy.planner,
-                ),
-                hooks,
-            ),
-            portfolio.demand,
-            self.last.predictions,
-            self.profiles,
+            plan_of, portfolio.demand, self.last.predictions, self.profiles
+        )
+        self.last.homes = prediction_homes(
+            plan_of, self.last.forecasts, self.last.predictions, plan.assignments, self.profiles
         )
         self.last.portfolio = self.portfolio.finish(
             portfolio, plan, host_map, Fit(profiles, planned_hosts, self.policy.planner, direct)
@@ -517,7 +516,14 @@ class Controller:
         clear_proven_blocks(self.blocks, self.book, host_map, now, self.policy.governor)
         last = self.last
         last.prefetch = prefetch_for_plan(
-            now, plan.assignments, host_map, self.profiles, last.predictions, last.forecasts
+            now,
+            plan.assignments,
+            host_map,
+            self.profiles,
+            last.predictions,
+            last.forecasts,
+            last.homes,
+            self.policy.planner.predictive_floor_mb,
         )
         result = reconcile(
             ReconcileInputs(

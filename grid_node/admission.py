@@ -14,6 +14,10 @@ from grid_node.state import NodeState
 
 CONSTRUCTIVE = frozenset({"load", "warm"})
 """Kinds that start new work; a local protection decision can cancel them."""
+DRAINABLE_CHILD_STATES = frozenset({"ready", "draining"})
+"""Child states a drain can act on: a serving engine, or one already draining (the same
+drain again is harmless). The controller drains only residencies it saw in these states, so
+a drain that finds anything else was decided on facts that are no longer true."""
 
 
 def authority_deadline(sent_mono: float, ttl_s: float) -> float:
@@ -90,7 +94,31 @@ def check(
             return f"dependency {dep} has not succeeded ({status})"
     if cmd.kind in CONSTRUCTIVE and not decision.admits_new_work:
         return f"local protection: host is {decision.state} ({decision.reason})"
+    if cmd.kind == "drain":
+        return stale_drain(cmd.model_id, state)
     return None
+
+
+def stale_drain(model_id: str, state: NodeState) -> str | None:
+    """Why a drain of ``model_id`` names a residency that is not serving here, or ``None``.
+
+    A destructive command is decided on the controller's last view of this host. When the
+    engine it names has since died, failed or been replaced by a fresh start (a command
+    carried by a slow response, or redelivered by a controller instance that lost track),
+    running it would act on a residency the controller never saw, so the node refuses it
+    and says why; a failed engine is cleaned up by an unload instead. This is the node's own
+    copy of the controller's final destructive check (specification, "Local wire contract":
+    a drain is revalidated against fresh facts before it may run), made with the freshest
+    facts there are: the node's own.
+    """
+    child = state.children.get(model_id)
+    if child is None:
+        return f"drain of {model_id} refused: no {model_id} engine runs on this host"
+    if child.state in DRAINABLE_CHILD_STATES:
+        return None
+    why = f" ({child.failure})" if child.state == "failed" and child.failure else ""
+    fix = "unload it instead" if child.state == "failed" else "it is not serving yet"
+    return f"drain of {model_id} refused: its engine is {child.state}{why}; {fix}"
 
 
 def remember_authority(cmd: Command, state: NodeState) -> None:

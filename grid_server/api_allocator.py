@@ -24,6 +24,7 @@ from grid_core.bodies import (
     EvaluationBody,
     JoinTokenBody,
     ModeBody,
+    ObservationBatch,
     TokenBody,
 )
 from grid_core.errors import NotFoundError, ValidationError
@@ -33,27 +34,17 @@ from grid_server.auth import new_host_id
 from grid_server.client_keys import ClientKeys
 from grid_server.context import ServerContext
 from grid_server.guards import check_transport, operator_guard
-from grid_server.http import MAX_CONTROL_BODY_BYTES, json_response
+from grid_server.http import MAX_CONTROL_BODY_BYTES, MAX_OBSERVATION_BODY_BYTES, json_response
+from grid_server.runner import NotLeaderError
 
 
 def allocator_routes(ctx: ServerContext) -> list[HTTPRouteHandler]:
-    """The ``/allocator`` handlers bound to ``ctx`` (and the public ``/tls/ca.pem``).
+    """The ``/allocator`` handlers bound to ``ctx``.
 
     Mutations carry the operator guard; bodies are typed Structs decoded and validated by
     Litestar (a refusal names the field path); every body is capped at
-    :data:`MAX_CONTROL_BODY_BYTES`. Four groups: status and profiles, the controller's
-    controls, node credentials, client keys.
+    :data:`MAX_CONTROL_BODY_BYTES`.
     """
-    return [
-        *profile_routes(ctx),
-        *control_routes(ctx),
-        *credential_routes(ctx),
-        *client_key_routes(ctx),
-    ]
-
-
-def profile_routes(ctx: ServerContext) -> list[HTTPRouteHandler]:
-    """Status and the model profiles: ``GET /allocator/status``, ``/allocator/models/{id}``."""
     operator = [operator_guard(ctx.credentials)]
     limit = MAX_CONTROL_BODY_BYTES
 
@@ -121,14 +112,6 @@ def profile_routes(ctx: ServerContext) -> list[HTTPRouteHandler]:
         await ctx.runner.remove_profile(model_id)
         return json_response({"model_id": model_id, "removed": True})
 
-    return [status, get_model, put_model, delete_model]
-
-
-def control_routes(ctx: ServerContext) -> list[HTTPRouteHandler]:
-    """The controller's controls: mode, an immediate tick, labelled evaluations."""
-    operator = [operator_guard(ctx.credentials)]
-    limit = MAX_CONTROL_BODY_BYTES
-
     @put("/allocator/mode", status_code=200, guards=operator, request_max_body_size=limit)
     async def put_mode(data: JSONBody[ModeBody]) -> Response:
         """Select observe, recommend or automatic."""
@@ -140,6 +123,22 @@ def control_routes(ctx: ServerContext) -> list[HTTPRouteHandler]:
         """Run one reconciliation pass now and return its result."""
         result = await ctx.runner.tick()
         return json_response({"tick": msgspec.to_builtins(result) if result is not None else None})
+
+    @post(
+        "/allocator/observations",
+        status_code=200,
+        guards=operator,
+        request_max_body_size=MAX_OBSERVATION_BODY_BYTES,
+    )
+    async def observations(data: JSONBody[ObservationBatch]) -> Response:
+        """Requests a follower server answered, counted as demand here (leader only: a
+        follower refuses with 503 naming the leader, and the sender keeps them)."""
+        runner = ctx.runner
+        if runner.follower is not None:
+            raise NotLeaderError(runner.follower)
+        for features in data.features:
+            runner.observe_here(features)
+        return json_response({"accepted": len(data.features), "from_server": data.from_server})
 
     @post("/allocator/evaluations", status_code=200, guards=operator, request_max_body_size=limit)
     async def evaluations(data: JSONBody[EvaluationBody]) -> Response:
@@ -163,14 +162,6 @@ def control_routes(ctx: ServerContext) -> list[HTTPRouteHandler]:
                 "evidence": msgspec.to_builtins(evidence),
             }
         )
-
-    return [put_mode, tick, evaluations]
-
-
-def credential_routes(ctx: ServerContext) -> list[HTTPRouteHandler]:
-    """Node credentials: issue, join tokens, join, revoke a host."""
-    operator = [operator_guard(ctx.credentials)]
-    limit = MAX_CONTROL_BODY_BYTES
 
     @post("/allocator/tokens", status_code=200, guards=operator, request_max_body_size=limit)
     async def tokens(data: JSONBody[TokenBody]) -> Response:
@@ -220,14 +211,6 @@ def credential_routes(ctx: ServerContext) -> list[HTTPRouteHandler]:
         rev = ctx.credentials.revoke(host_id, time.time())
         return json_response({"host_id": rev.host_id, "revoked_at": rev.revoked_at})
 
-    return [tokens, join_tokens, join, revoke]
-
-
-def client_key_routes(ctx: ServerContext) -> list[HTTPRouteHandler]:
-    """``/v1`` client API keys, and the public CA certificate for join-token pinning."""
-    operator = [operator_guard(ctx.credentials)]
-    limit = MAX_CONTROL_BODY_BYTES
-
     @post("/allocator/client-keys", status_code=200, guards=operator, request_max_body_size=limit)
     async def create_client_key(data: JSONBody[ClientKeyBody]) -> Response:
         """Create a ``/v1`` client API key; the answer is the only place it appears."""
@@ -261,7 +244,24 @@ def client_key_routes(ctx: ServerContext) -> list[HTTPRouteHandler]:
             raise NotFoundError("this server was started without --tls-ca")
         return Response(content=ctx.ca_pem, media_type="application/x-pem-file")
 
-    return [create_client_key, list_client_keys, revoke_client_key, ca_pem]
+    return [
+        status,
+        get_model,
+        put_model,
+        delete_model,
+        put_mode,
+        tick,
+        evaluations,
+        observations,
+        tokens,
+        join_tokens,
+        join,
+        revoke,
+        create_client_key,
+        list_client_keys,
+        revoke_client_key,
+        ca_pem,
+    ]
 
 
 def _keys(ctx: ServerContext) -> ClientKeys:

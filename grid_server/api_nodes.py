@@ -45,7 +45,15 @@ def node_routes(ctx: ServerContext) -> list[HTTPRouteHandler]:
     limit = MAX_NODE_BODY_BYTES
 
     async def decoded(request: Request, host_id: str, node_id: str, kind: type[T]) -> Decoded[T]:
-        return await decode_or_fail_closed(ctx, request, host_id, node_id, kind)
+        body = await request.body()
+        try:
+            return decode(body, kind)
+        except WireError as exc:
+            # An invalid lifecycle or document from a known host fails closed at once
+            # instead of leaving its last (possibly accepting) report in force.
+            if ctx.registry.mark_invalid(host_id, node_id, str(exc)):
+                ctx.runner.input_changed(time.time(), safety_changed=True)
+            raise
 
     @put("/nodes/{node_id:str}", status_code=200, guards=node, request_max_body_size=limit)
     async def register(request: Request, node_id: FromPath[str]) -> Response:
@@ -83,12 +91,23 @@ def node_routes(ctx: ServerContext) -> list[HTTPRouteHandler]:
         hb = doc.document
         ctx.runner.acknowledge(claims.host_id, hb.acknowledgements)
         ctx.runner.input_changed(now, safety_changed=safety_facts(rec) != before)
+        if hb.request_commands and rec.role == "allocator":
+            d = await ctx.runner.deliver(claims.host_id)
+            allocator = AllocatorResponse(
+                mode=d.mode,
+                controller_lease_ttl_seconds=d.lease_ttl_s,
+                commands=list(d.commands),
+                follower=ctx.runner.follower is not None,
+            )
+        else:
+            # Early lease/fence heartbeat: registry truth only, nothing marked delivered.
+            allocator = AllocatorResponse(
+                mode=ctx.runner.mode(), follower=ctx.runner.follower is not None
+            )
         body = HeartbeatResponse(
             ttl_seconds=LEASE_TTL_S,
             model_last_used_at=ctx.router.model_last_used(claims.host_id),
-            allocator=await allocator_part(
-                ctx, claims.host_id, commands=(hb.request_commands and rec.role == "allocator")
-            ),
+            allocator=allocator,
             engine_key_required=True,
         )
         return Response(content=encode(body), media_type="application/json")
@@ -108,44 +127,3 @@ def node_routes(ctx: ServerContext) -> list[HTTPRouteHandler]:
         return json_response({"nodes": ctx.registry.public(time.time())})
 
     return [register, heartbeat, remove, nodes]
-
-
-async def decode_or_fail_closed(
-    ctx: ServerContext, request: Request, host_id: str, node_id: str, kind: type[T]
-) -> Decoded[T]:
-    """The request body decoded as a wire ``kind``; an invalid one fails its host closed.
-
-    Raises:
-        WireError: the body is not a valid ``kind`` (the host's record is marked invalid
-            first, so its last, possibly accepting, report is no longer in force).
-    """
-    body = await request.body()
-    try:
-        return decode(body, kind)
-    except WireError as exc:
-        # An invalid lifecycle or document from a known host fails closed at once
-        # instead of leaving its last (possibly accepting) report in force.
-        if ctx.registry.mark_invalid(host_id, node_id, str(exc)):
-            ctx.runner.input_changed(time.time(), safety_changed=True)
-        raise
-
-
-async def allocator_part(ctx: ServerContext, host_id: str, *, commands: bool) -> AllocatorResponse:
-    """The allocator section of a heartbeat response.
-
-    Args:
-        ctx: the server.
-        host_id: the authenticated host.
-        commands: the heartbeat of the host's control record asked for commands; otherwise
-            (an early lease/fence heartbeat) only the mode, and nothing is marked delivered.
-    """
-    if not commands:
-        # Early lease/fence heartbeat: registry truth only, nothing marked delivered.
-        return AllocatorResponse(mode=ctx.runner.mode(), follower=ctx.runner.follower is not None)
-    d = await ctx.runner.deliver(host_id)
-    return AllocatorResponse(
-        mode=d.mode,
-        controller_lease_ttl_seconds=d.lease_ttl_s,
-        commands=list(d.commands),
-        follower=ctx.runner.follower is not None,  # read after delivery, as leadership may move
-    )

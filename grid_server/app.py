@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -166,9 +166,29 @@ def build_app(
     registry = Registry()
     router = RouterState(registry)
     runner = ControllerRunner(controller, registry, router, interval_s=tick_interval_s)
+    leadership = None
+    if state_store is not None:
+        from grid_server.leadership import Leadership
+
+        def build(controller_id: str) -> Any:
+            return make_controller(home, plugins, None, policy, state_store, controller_id)[0]
+
+        leadership = Leadership(
+            state_store, runner, build, lease_s=controller.policy.controller_lease_s
+        )
+    credentials = Credentials(home)
+    if leadership is not None:
+        from grid_server.forwarding import DemandForwarder
+
+        runner.forwarder = DemandForwarder(
+            leadership,
+            runner.observe_here,
+            lambda: credentials.operator_token_path.read_text().strip(),
+            ca_file=tls_ca,
+        )
     ctx = ServerContext(
         home=home,
-        credentials=Credentials(home),
+        credentials=credentials,
         registry=registry,
         router=router,
         runner=runner,
@@ -176,15 +196,46 @@ def build_app(
         warnings=warnings,
         ca_pem=tls_ca.read_bytes() if tls_ca is not None else None,
         client_keys=ClientKeys(home, required=client_keys_required),
-        leadership=(
-            None
-            if state_store is None
-            else leader_election(home, plugins, policy, state_store, runner)
-        ),
+        leadership=leadership,
     )
 
-    history = observed(ctx)
-    lifespan = server_lifespan(ctx, on_ready, on_stopped)
+    history = DemandHistory.empty()
+    runner.on_request = ctx.metrics.observe_request
+
+    def on_tick(seconds: float) -> None:
+        ctx.metrics.observe_tick(seconds)
+        history.sample(runner.ctl, time.time())
+
+    runner.on_tick = on_tick
+
+    @asynccontextmanager
+    async def lifespan(_app: Litestar) -> AsyncIterator[None]:
+        ctx.client = UpstreamPool()
+        try:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(runner.run)
+                if leadership is not None:
+                    tg.start_soon(leadership.run)
+                if runner.forwarder is not None:
+                    tg.start_soon(runner.forwarder.run)
+                if on_ready is not None:
+                    on_ready(ctx)
+                try:
+                    yield
+                finally:
+                    tg.cancel_scope.cancel()
+        finally:
+            if leadership is not None:
+                leadership.release()  # a follower takes over at once, not after the lease
+            await ctx.client.aclose()
+            if on_stopped is not None:
+                on_stopped()
+
+    @get("/healthz")
+    async def healthz() -> Response:
+        """Liveness: the server answers."""
+        return json_response({"status": "ok"})
+
     litestar = Litestar(
         route_handlers=[
             healthz,
@@ -201,81 +252,3 @@ def build_app(
     )
     add_openai_routes(litestar)
     return GridApp(ctx, litestar)
-
-
-@get("/healthz")
-async def healthz() -> Response:
-    """Liveness: the server answers."""
-    return json_response({"status": "ok"})
-
-
-def observed(ctx: ServerContext) -> DemandHistory:
-    """Feed the metrics from the controller runner; returns the demand history it samples.
-
-    Every finished request and every pass reach ``ctx.metrics``; after each pass the demand
-    history (what ``/dashboard/history`` serves) takes a sample of the controller.
-    """
-    runner = ctx.runner
-    history = DemandHistory.empty()
-    runner.on_request = ctx.metrics.observe_request
-
-    def on_tick(seconds: float) -> None:
-        ctx.metrics.observe_tick(seconds)
-        history.sample(runner.ctl, time.time())
-
-    runner.on_tick = on_tick
-    return history
-
-
-def leader_election(
-    home: Path, plugins: Plugins, policy: Any | None, state_store: Any, runner: ControllerRunner
-) -> Any:
-    """Leader election on a replicated state store (:mod:`grid_server.leadership`).
-
-    A server that wins the lease builds a fresh controller over the shared store (its own
-    controller id) and runs it in ``runner``; a follower serves without commanding.
-    """
-    from grid_server.leadership import Leadership
-
-    def build(controller_id: str) -> Any:
-        return make_controller(home, plugins, None, policy, state_store, controller_id)[0]
-
-    return Leadership(state_store, runner, build, lease_s=runner.ctl.policy.controller_lease_s)
-
-
-def server_lifespan(
-    ctx: ServerContext,
-    on_ready: Callable[[ServerContext], None] | None,
-    on_stopped: Callable[[], None] | None,
-) -> Callable[[Litestar], AbstractAsyncContextManager[None]]:
-    """The app's lifespan: the upstream pool, the controller loop and (on etcd) leadership.
-
-    On start it opens the proxy's upstream pool, starts the controller runner and the
-    leader election, then calls ``on_ready``; on shutdown it stops them, releases the lease
-    at once (a follower takes over without waiting for it to expire), closes the pool and
-    calls ``on_stopped``.
-    """
-    runner, leadership = ctx.runner, ctx.leadership
-
-    @asynccontextmanager
-    async def lifespan(_app: Litestar) -> AsyncIterator[None]:
-        ctx.client = UpstreamPool()
-        try:
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(runner.run)
-                if leadership is not None:
-                    tg.start_soon(leadership.run)
-                if on_ready is not None:
-                    on_ready(ctx)
-                try:
-                    yield
-                finally:
-                    tg.cancel_scope.cancel()
-        finally:
-            if leadership is not None:
-                leadership.release()  # a follower takes over at once, not after the lease
-            await ctx.client.aclose()
-            if on_stopped is not None:
-                on_stopped()
-
-    return lifespan

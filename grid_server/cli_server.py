@@ -40,7 +40,6 @@ from grid_server.serve import (
     DEFAULT_PORT,
     ETCD_FLAGS,
     SERVER_MARKER,
-    ServerTls,
     check_port,
     client_keys_required,
     exposure_warning,
@@ -123,12 +122,30 @@ def up(
     ),
 ) -> None:
     """Start the Grid server (foreground unless --detach); HTTPS with --tls-cert/--tls-key."""
-    files = {"etcd-ca": etcd_ca, "etcd-cert": etcd_cert, "etcd-key": etcd_key}
-    files["etcd-password-file"] = etcd_password_file
-    etcd_args = {k: str(v.expanduser().resolve()) for k, v in files.items() if v}
+    etcd_files = {
+        "etcd-ca": etcd_ca,
+        "etcd-cert": etcd_cert,
+        "etcd-key": etcd_key,
+        "etcd-password-file": etcd_password_file,
+    }
+    etcd_args = {k: str(v.expanduser().resolve()) for k, v in etcd_files.items() if v}
     if etcd_user is not None:
         etcd_args["etcd-user"] = etcd_user
-    tls = _checked_flags(host, port, tls_cert, tls_key, tls_ca, client_keys, state_store, etcd_args)
+    try:
+        check_port(port)
+        tls = tls_from_flags(tls_cert, tls_key, tls_ca)
+        client_keys_required(host, client_keys)
+        if state_store is not None:
+            from grid_server.store import open_state_store
+
+            open_state_store(  # validate the URL and options before anything starts
+                state_store, **{ETCD_FLAGS[k]: v for k, v in etcd_args.items()}
+            ).close()
+        elif etcd_args:
+            msg = "--etcd-* options need --state-store etcd://host:port"
+            raise ValidationError(msg)
+    except GridError as exc:
+        raise CliError(str(exc), exc.exit_code) from None
     warning = exposure_warning(host, tls is not None)
     if warning:
         typer.echo(warning, err=True)
@@ -137,8 +154,24 @@ def up(
     if rec and _proven(rec):
         msg = f"a Grid server is already running at {rec.get('url')} (pid {rec.get('pid')})"
         raise CliError(msg)
+    args = [sys.executable, "-m", SERVER_MARKER, "--host", host, "--port", str(port)]
+    if state_dir is not None:
+        args += ["--state-dir", str(state_dir)]
+    if tls is not None:
+        # Paths only: the key stays in its 0600 file, never in argv or the environment.
+        args += ["--tls-cert", str(tls.cert), "--tls-key", str(tls.key)]
+        args += ["--tls-ca", str(tls.ca)] if tls.ca is not None else []
+    if client_keys is not None:
+        args += ["--client-keys", client_keys]
     if policy is not None:
         policy = policy.expanduser().resolve()
+        args += ["--policy", str(policy)]
+    if tick_interval is not None:
+        args += ["--tick-interval", str(tick_interval)]
+    if state_store is not None:
+        args += ["--state-store", state_store]
+        for flag, value in etcd_args.items():  # paths and the user name only, never a secret
+            args += [f"--{flag}", value]
     if not detach:
         from grid_server.serve import serve
 
@@ -159,68 +192,6 @@ def up(
         except OSError as exc:
             raise CliError(f"cannot listen on {host}:{port}: {exc.strerror}") from None
         return
-    args = [sys.executable, "-m", SERVER_MARKER, "--host", host, "--port", str(port)]
-    options: dict[str, object | None] = {
-        "--state-dir": state_dir,
-        "--client-keys": client_keys,
-        "--policy": policy,
-        "--tick-interval": tick_interval,
-        "--state-store": state_store,
-    }
-    args += [x for flag, value in options.items() if value is not None for x in (flag, str(value))]
-    if tls is not None:
-        # Paths only: the key stays in its 0600 file, never in argv or the environment.
-        args += ["--tls-cert", str(tls.cert), "--tls-key", str(tls.key)]
-        args += ["--tls-ca", str(tls.ca)] if tls.ca is not None else []
-    if state_store is not None:
-        for flag, value in etcd_args.items():  # paths and the user name only, never a secret
-            args += [f"--{flag}", value]
-    _start_detached(args, home)
-
-
-def _checked_flags(
-    host: str,
-    port: int,
-    tls_cert: Path | None,
-    tls_key: Path | None,
-    tls_ca: Path | None,
-    client_keys: str | None,
-    state_store: str | None,
-    etcd_args: dict[str, str],
-) -> ServerTls | None:
-    """Refuse bad ``grid up`` flags before anything starts; returns the TLS files, if any.
-
-    The port, the TLS files, ``--client-keys`` and the etcd store URL with its options are
-    all checked here (the store is opened once and closed), so a mistake is one line.
-
-    Raises:
-        CliError: the first bad flag, named.
-    """
-    try:
-        check_port(port)
-        tls = tls_from_flags(tls_cert, tls_key, tls_ca)
-        client_keys_required(host, client_keys)
-        if state_store is not None:
-            from grid_server.store import open_state_store
-
-            open_state_store(  # validate the URL and options before anything starts
-                state_store, **{ETCD_FLAGS[k]: v for k, v in etcd_args.items()}
-            ).close()
-        elif etcd_args:
-            msg = "--etcd-* options need --state-store etcd://host:port"
-            raise ValidationError(msg)
-    except GridError as exc:
-        raise CliError(str(exc), exc.exit_code) from None
-    return tls
-
-
-def _start_detached(args: list[str], home: Path) -> None:
-    """Start the server command ``args`` in the background and wait until it announces itself.
-
-    Raises:
-        CliError: the server exited during its start (its last log line is quoted), or did
-            not announce itself within :data:`START_TIMEOUT_S` (it is then stopped).
-    """
     (home / SERVER_FILE).unlink(missing_ok=True)
     log_path = home / "server.log"
     run_start = log_path.stat().st_size if log_path.exists() else 0  # this run's lines only

@@ -235,18 +235,36 @@ def serve(
         tls.check()
     sock = bind(host, port)
     url = url_of(sock, tls is not None)
+    record_path = home / SERVER_FILE
     store = None
     if state_store is not None:
         from grid_server.store import open_state_store
 
         store = open_state_store(state_store, advertise_url=url, **(etcd_options or {}))
-    announcement = Announcement(url, home, tls.ca if tls else None, host, url_file)
+
+    def ready(ctx: ServerContext) -> None:
+        ctx.url = url
+        data = json.dumps(server_record(url, home, tls.ca if tls else None, host))
+        for path in (record_path, url_file):
+            if path is not None:
+                write_atomic(path, data, mode=ANNOUNCE_MODE)
+        print(f"grid: serving on {url}", flush=True)
+
+    def stopped() -> None:
+        # uvicorn re-raises SIGTERM after a graceful shutdown, so clean up here, not later.
+        for path in (record_path, url_file):
+            try:
+                if path is not None and json.loads(path.read_text()).get("pid") == os.getpid():
+                    path.unlink()
+            except (OSError, ValueError):
+                pass
+
     app = build_app(
         home,
         get_plugins(),
         state_dir=state_dir,
-        on_ready=announcement.ready,
-        on_stopped=announcement.withdraw,
+        on_ready=ready,
+        on_stopped=stopped,
         tick_interval_s=tick_interval_s or TICK_INTERVAL_S,
         policy=policy,
         tls_ca=tls.ca if tls is not None else None,
@@ -268,46 +286,7 @@ def serve(
     try:
         uvicorn.Server(config).run(sockets=[sock])
     finally:
-        announcement.withdraw()
-
-
-class Announcement:
-    """The running server's record (``$GRID_HOME/server.json`` and an optional URL file).
-
-    Written once the socket listens, so clients find the server; removed at shutdown, but only
-    while it still names this process (a newer server may have replaced it).
-
-    Args:
-        url: the server's URL.
-        home: the Grid home the record lives in.
-        tls_ca: the CA certificate path clients verify the server with (HTTPS only).
-        host: the bound address.
-        url_file: a second place to announce to (the test harness and the logical fleet).
-    """
-
-    def __init__(
-        self, url: str, home: Path, tls_ca: Path | None, host: str, url_file: Path | None
-    ) -> None:
-        self.url = url
-        self.record = json.dumps(server_record(url, home, tls_ca, host))
-        self.paths = [p for p in (home / SERVER_FILE, url_file) if p is not None]
-
-    def ready(self, ctx: ServerContext) -> None:
-        """Write the record (owner-only, atomic) and say where the server serves."""
-        ctx.url = self.url
-        for path in self.paths:
-            write_atomic(path, self.record, mode=ANNOUNCE_MODE)
-        print(f"grid: serving on {self.url}", flush=True)
-
-    def withdraw(self) -> None:
-        """Remove the records that still name this process (safe to call twice)."""
-        # uvicorn re-raises SIGTERM after a graceful shutdown, so clean up here, not later.
-        for path in self.paths:
-            try:
-                if json.loads(path.read_text()).get("pid") == os.getpid():
-                    path.unlink()
-            except (OSError, ValueError):
-                pass
+        stopped()
 
 
 def load_policy(path: Path) -> object:

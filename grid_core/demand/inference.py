@@ -200,19 +200,47 @@ class _Placed(Protocol):
     @property
     def model_id(self) -> str: ...
 
+    @property
+    def incumbent(self) -> bool: ...
+
+
+class _Short(Protocol):
+    @property
+    def model_id(self) -> str: ...
+
+
+class _Staged(Protocol):
+    @property
+    def model_id(self) -> str: ...
+
+    @property
+    def host_id(self) -> str: ...
+
+    @property
+    def beneficiary(self) -> str | None: ...
+
 
 class PlanLike(Protocol):
-    """The part of a planner ``Plan`` this module reads (its assignments)."""
+    """The part of a planner ``Plan`` this module reads."""
 
     @property
     def assignments(self) -> Sequence[_Placed]: ...
 
+    @property
+    def evictions(self) -> Sequence[_Staged]: ...
+
+    @property
+    def unmet(self) -> Sequence[_Short]: ...
+
 
 P = TypeVar("P", bound=PlanLike)
 
+Released = frozenset[tuple[str, str]]
+"""(model id, host id) residencies a hypothetical plan treats as already gone."""
+
 
 def plan_with_predictions(
-    plan_of: Callable[[dict[str, ModelDemand]], P],
+    plan_of: Callable[[dict[str, ModelDemand], Released], P],
     demand: Mapping[str, ModelDemand],
     rows: Sequence[InferredDemand],
     profiles: Mapping[str, ModelProfile],
@@ -222,13 +250,21 @@ def plan_with_predictions(
     Prediction is opportunistic (specification, "Global placement loop"): it may use capacity
     nothing else wants. Workload demand projected by the portfolio is also non-direct, so the
     planner alone would let a predicted model compete with it for a spare slot. This plans
-    twice when there are predictions: without them, then with them, and keeps the second plan
-    only if every (model, host) the first one assigned to a non-predicted model is still
-    there. Otherwise the predictions get no serving slot (they may still earn a cache-only
-    prefetch).
+    without the predictions, then with them, and keeps the second plan only if
+
+    * every (model, host) the first one assigned to a non-predicted model is still there, and
+      every preemption it staged for a non-predicted model too; and
+    * no replica the first plan releases is kept by a prediction alone while real demand waits
+      for its room. A release is staged (unload first, place later), so the waiting model is
+      not yet assigned in the first plan: a third plan, without predictions and with the kept
+      replicas treated as gone, shows whether real demand would take their hosts. It runs
+      only when a prediction holds a released replica and the first plan left something
+      unmet.
+
+    Otherwise the predictions get no serving slot (they may still earn a cache-only prefetch).
 
     Args:
-        plan_of: demand → the planner's plan for it.
+        plan_of: (demand, residencies treated as gone) → the planner's plan.
         demand: this tick's demand (direct, baseline, workload projection).
         rows: inferred demand rows.
         profiles: configured models by id.
@@ -236,15 +272,54 @@ def plan_with_predictions(
     Returns:
         (plan, the demand it was made for).
     """
-    base = plan_of(dict(demand))
+    base = plan_of(dict(demand), frozenset())
     applied = apply_inferred(demand, rows, profiles)
     if applied == dict(demand):
         return base, applied
     predicted = {m for m in applied if applied[m] is not demand.get(m)}
-    candidate = plan_of(applied)
+    candidate = plan_of(applied, frozenset())
+    if not _keeps_base(base, candidate, predicted):
+        return base, dict(demand)
+    base_pairs = {(a.model_id, a.host_id) for a in base.assignments}
+    held = frozenset(
+        (a.model_id, a.host_id)
+        for a in candidate.assignments
+        if a.incumbent and a.model_id in predicted and (a.model_id, a.host_id) not in base_pairs
+    )
+    if held and base.unmet:
+        # Planned from the demand without predictions: every new assignment is real demand.
+        after = plan_of(dict(demand), held)
+        hosts = {h for _, h in held}
+        if any(
+            a.host_id in hosts and (a.model_id, a.host_id) not in base_pairs
+            for a in after.assignments
+        ):
+            return base, dict(demand)
+    return candidate, applied
+
+
+def without_residencies(
+    hosts: Sequence[HostSnapshot], released: Released
+) -> tuple[HostSnapshot, ...]:
+    """``hosts`` with the ``released`` (model, host) residencies removed (a hypothetical fleet
+    for :func:`plan_with_predictions`'s third plan; the input is unchanged)."""
+    out = []
+    for h in hosts:
+        keep = tuple(r for r in h.residencies if (r.model_id, h.host_id) not in released)
+        same = len(keep) == len(h.residencies)
+        out.append(h if same else msgspec.structs.replace(h, residencies=keep))
+    return tuple(out)
+
+
+def _keeps_base(base: PlanLike, candidate: PlanLike, predicted: set[str]) -> bool:
+    """Whether ``candidate`` keeps every assignment and staged preemption ``base`` made for
+    non-predicted models."""
     kept = {(a.model_id, a.host_id) for a in candidate.assignments}
-    if all(
+    staged = {(e.model_id, e.host_id, e.beneficiary) for e in candidate.evictions}
+    return all(
         (a.model_id, a.host_id) in kept for a in base.assignments if a.model_id not in predicted
-    ):
-        return candidate, applied
-    return base, dict(demand)
+    ) and all(
+        (e.model_id, e.host_id, e.beneficiary) in staged
+        for e in base.evictions
+        if e.beneficiary not in predicted
+    )

@@ -21,14 +21,14 @@ the disk was reclaimed.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Literal, Protocol
 
 import msgspec
 
-from grid_core.demand.inference import InferredDemand
+from grid_core.demand.inference import InferredDemand, PlanLike, Released
 from grid_core.demand.types import ModelDemand
-from grid_core.eligibility import incompatibility
+from grid_core.eligibility import NEW_WORK_STATES, incompatibility
 from grid_core.profile import ModelProfile
 from grid_core.snapshot import HostSnapshot
 
@@ -92,6 +92,10 @@ class PrefetchInputs(msgspec.Struct, frozen=True, kw_only=True):
         entries: predictive cache provenance reported by the nodes.
         floor_mb: the planner reserve a speculative transfer must leave; 0 disables it.
         budget: at most this many transfers.
+        homes: model → hosts it would start on if its predicted request arrived now
+            (:func:`prediction_homes`); a transfer goes only there, since weights cached
+            where the real request will not land save nothing. A model without homes (or
+            ``None``): any eligible host.
     """
 
     now: float
@@ -104,6 +108,7 @@ class PrefetchInputs(msgspec.Struct, frozen=True, kw_only=True):
     entries: tuple[PredictiveEntry, ...] = ()
     floor_mb: int = PREDICTIVE_FLOOR_MB
     budget: int = MAX_PREFETCHES
+    homes: Mapping[str, frozenset[str]] | None = None
 
 
 class Advisory(msgspec.Struct, frozen=True, kw_only=True):
@@ -163,10 +168,12 @@ def prefetch_value(row: InferredDemand, profile: ModelProfile, host: HostSnapsho
 
 
 def _eligible(profile: ModelProfile, host: HostSnapshot) -> bool:
+    """A future-compatible host: it accepts new placements (a throttled host does, within its
+    throttled share), reports authenticated free disk and can load the model."""
     return (
         host.authenticated
         and host.healthy
-        and host.state == "accepting"
+        and host.state in NEW_WORK_STATES
         and "load" in host.actuator_capabilities
         and host.artifact_disk_free_mb is not None  # missing telemetry never authorizes
         and incompatibility(profile, host) is None
@@ -245,8 +252,8 @@ def plan_prefetch(inp: PrefetchInputs) -> PrefetchDecision:
         if p is None or not _authorized(p):
             refused.append(f"{model_id}: no operator-authorized source, SHA-256 and size")
             continue
-        if any(h.cached.get(model_id) == p.artifact_sha256 for h in inp.hosts if _eligible(p, h)):
-            continue  # already cached where it can run
+        if any(h.cached.get(model_id) == p.artifact_sha256 for h in _targets(inp, p, model_id)):
+            continue  # already cached where it would start
         todo[model_id] = r
     fetches = 0
     while todo and fetches < inp.budget:
@@ -285,6 +292,14 @@ def plan_prefetch(inp: PrefetchInputs) -> PrefetchDecision:
     return PrefetchDecision(advisories=tuple(advisories), refused=tuple(refused))
 
 
+def _targets(inp: PrefetchInputs, profile: ModelProfile, model_id: str) -> list[HostSnapshot]:
+    """Eligible hosts a transfer of ``model_id`` may go to: its homes when the hypothetical
+    plan found some, else every eligible host (nothing would start it now; it may start
+    wherever capacity frees first)."""
+    home = inp.homes.get(model_id) if inp.homes is not None else None
+    return [h for h in inp.hosts if _eligible(profile, h) and (not home or h.host_id in home)]
+
+
 def _best_choice(
     inp: PrefetchInputs, todo: Mapping[str, InferredDemand], ledger: Mapping[str, int]
 ) -> tuple[str, HostSnapshot, float] | None:
@@ -293,8 +308,8 @@ def _best_choice(
     for model_id, r in todo.items():
         p = inp.profiles[model_id]
         size = p.artifact_size_mb or 0
-        for h in inp.hosts:
-            if not _eligible(p, h) or ledger[h.host_id] - size < inp.floor_mb:
+        for h in _targets(inp, p, model_id):
+            if ledger[h.host_id] - size < inp.floor_mb:
                 continue
             value = prefetch_value(r, p, h)
             if value > 0:
@@ -336,8 +351,8 @@ def replacement(
     size = p.artifact_size_mb or 0
     rows = {r.model_id: r for r in inp.predictions}
     best: tuple[float, list[PredictiveEntry], HostSnapshot] | None = None
-    for h in sorted(inp.hosts, key=lambda h: h.host_id):
-        if h.host_id in busy or not _eligible(p, h) or "evict" not in h.actuator_capabilities:
+    for h in sorted(_targets(inp, p, incoming.model_id), key=lambda h: h.host_id):
+        if h.host_id in busy or "evict" not in h.actuator_capabilities:
             continue
         value = prefetch_value(incoming, p, h)
         mature = [
@@ -398,6 +413,62 @@ class Placed(Protocol):
         ...
 
 
+def prediction_homes(
+    plan_of: Callable[[dict[str, ModelDemand], Released], PlanLike],
+    demand: Mapping[str, ModelDemand],
+    predictions: Sequence[InferredDemand],
+    assignments: Sequence[Placed],
+    profiles: Mapping[str, ModelProfile],
+) -> dict[str, frozenset[str]]:
+    """Where each prediction that could earn a transfer would start if its request came now.
+
+    A prediction without a serving slot is planned once more as the real request it
+    predicts: direct demand for one replica at the predicted rate, which may stage a
+    preemption as a real request would. The hosts of its assignments and staged preemptions
+    are its *homes*: the only hosts where cached weights shorten that request's cold start
+    (specification: the advisory goes to a future-compatible host). The hypothetical plan is
+    never executed and runs only while some such prediction exists.
+
+    Args:
+        plan_of: (demand, residencies treated as gone) → the planner's plan.
+        demand: the demand the authoritative plan was made for.
+        predictions: this tick's inferred demand rows.
+        assignments: the authoritative plan's assignments (served models need no transfer).
+        profiles: configured models by id.
+
+    Returns:
+        model → home host ids (empty: no host would start it now); only models without a
+        serving slot whose profile authorizes a fetch.
+    """
+    served = {a.model_id for a in assignments}
+    rates: dict[str, float] = {}
+    for r in predictions:
+        p = profiles.get(r.model_id)
+        if r.model_id in served or r.model_id not in demand or p is None or not _authorized(p):
+            continue
+        rates[r.model_id] = max(rates.get(r.model_id, 0.0), r.rate_rps)
+    if not rates:
+        return {}
+    real = dict(demand)
+    for model_id, rate in rates.items():
+        d = real[model_id]
+        real[model_id] = msgspec.structs.replace(
+            d,
+            direct=True,
+            desired_replicas=max(1, d.desired_replicas),
+            request_rate_rps=max(d.request_rate_rps, rate),
+        )
+    hypothetical = plan_of(real, frozenset())
+    homes: dict[str, set[str]] = {m: set() for m in rates}
+    for a in hypothetical.assignments:
+        if a.model_id in homes:
+            homes[a.model_id].add(a.host_id)
+    for e in hypothetical.evictions:
+        if e.beneficiary in homes:
+            homes[e.beneficiary].add(e.host_id)
+    return {m: frozenset(h) for m, h in homes.items()}
+
+
 def prefetch_for_plan(
     now: float,
     assignments: Sequence[Placed],
@@ -405,6 +476,8 @@ def prefetch_for_plan(
     profiles: Mapping[str, ModelProfile],
     predictions: Sequence[InferredDemand],
     demand: Mapping[str, ModelDemand],
+    homes: Mapping[str, frozenset[str]] | None = None,
+    floor_mb: int = PREDICTIVE_FLOOR_MB,
 ) -> PrefetchDecision:
     """The controller's per-tick predictive cache decision around its authoritative plan.
 
@@ -412,6 +485,10 @@ def prefetch_for_plan(
     from each host's reported provenance, the models the plan serves, the models with real
     demand (direct, queued, baseline or pinned: never victims), and the disk ledger after the
     plan's own uncached assignments, so a guess never races a demanded load for space.
+
+    Args:
+        homes: :func:`prediction_homes` (``None``: any eligible host may take a transfer).
+        floor_mb: the planner reserve (``PlannerPolicy.predictive_floor_mb``; 0 disables).
 
     Returns:
         :func:`plan_prefetch`'s decision; empty without predictions or predictive entries.
@@ -447,5 +524,7 @@ def prefetch_for_plan(
             demanded=frozenset(demanded),
             reserved_mb=reserved,
             entries=entries,
+            homes=homes,
+            floor_mb=floor_mb,
         )
     )

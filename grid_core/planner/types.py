@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 import msgspec
 
+from grid_core.demand.prefetch import PREDICTIVE_FLOOR_MB as PREDICTIVE_FLOOR_MB
 from grid_core.demand.types import ModelDemand
 from grid_core.eligibility import FUTURE_SKEW_S as FUTURE_SKEW_S
 from grid_core.eligibility import STALE_HEARTBEAT_S as STALE_HEARTBEAT_S
@@ -172,6 +173,9 @@ class PlannerPolicy(msgspec.Struct, frozen=True, kw_only=True):
         throttled_fraction: capacity share a throttled host offers for new placement.
         max_evictions: staged evictions per plan.
         repair_budget: backtracking repair steps per plan.
+        predictive_floor_mb: free disk (MB) a cache-only predictive transfer must leave on
+            its host, by the host's authenticated report (specification: 10 GiB by default,
+            operators tune or disable it; 0 disables). Demanded loads never use it.
     """
 
     stale_heartbeat_s: float = STALE_HEARTBEAT_S
@@ -181,6 +185,7 @@ class PlannerPolicy(msgspec.Struct, frozen=True, kw_only=True):
     throttled_fraction: float = THROTTLED_FRACTION
     max_evictions: int = MAX_EVICTIONS
     repair_budget: int = REPAIR_BUDGET
+    predictive_floor_mb: Annotated[int, msgspec.Meta(ge=0)] = PREDICTIVE_FLOOR_MB
 
 
 class PlanInputs(msgspec.Struct, frozen=True, kw_only=True):

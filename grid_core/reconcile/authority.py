@@ -157,6 +157,34 @@ class Authority:
         self.term, self.lease_expires_at, self.state = term, expires, "held"
         return True
 
+    def confirm(self, now: float) -> bool:
+        """Renew through the store even inside the lease's fresh half; returns whether the
+        lease is still this controller's.
+
+        :meth:`renew` trusts a recently renewed lease without asking the store, which is
+        right for availability work. A drain or unload is different: an instance that lost
+        the lease without noticing (its store released it, or a successor took it over) must
+        not hand one out under its old term, so the delivery of a destructive command asks
+        the store first (specification, "Local wire contract": a renewable single-writer
+        lease fences mutation authority).
+        """
+        if self.mode != "automatic" or self.superseded or self.state != "held":
+            return False
+        try:
+            term, expires = self._lease.acquire_lease(self.controller_id, now, self.lease_s)
+        except GridError as exc:
+            self.state = f"lost: {exc}"
+            self.lease_expires_at = 0.0
+            return False
+        if term != self.term:
+            # The store gave this controller a new term: whatever it decided under the old
+            # one was decided without authority in between, so nothing is handed out now.
+            self._warn(f"controller term moved from {self.term} to {term}")
+            self.term, self.lease_expires_at = term, expires
+            return False
+        self.lease_expires_at = expires
+        return True
+
     def ttl(self, now: float) -> float:
         """Seconds of authority left in the server's clock (never more than one lease)."""
         return min(self.lease_s, max(0.0, self.lease_expires_at - now))

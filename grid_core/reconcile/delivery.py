@@ -235,8 +235,9 @@ class Dispatcher:
         if unsafe:
             self._withdraw(fresh_marks, unsafe, now)
             chosen = [a for a in chosen if not (a.destructive and a.model_id in unsafe)]
-        if auth.superseded:
-            # Another controller wrote the state meanwhile: this instance commands nothing.
+        if auth.superseded or (any(a.destructive for a in chosen) and not auth.confirm(now)):
+            # Another controller wrote the state or holds the lease now: this instance
+            # commands nothing (a destructive command asks the lease store first).
             return Delivery(mode=auth.mode, commands=(), lease_ttl_s=0.0)
         commands = tuple(
             command_for(

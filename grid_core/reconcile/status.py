@@ -179,11 +179,11 @@ class ControllerStatus(msgspec.Struct, kw_only=True):
     """Unbound workload demand: the joint mapping, the exploration slot, the admission gate,
     candidate rows (feasibility and evidence) and one admission row per active workload."""
     predictions: list[InferredDemand] = []
+    """Inferred demand the plan used: each row names its learned edge (``source→target``),
+    kind (``sequence``, ``group``, ``pair``), confidence, support and rate."""
     prefetch: PrefetchDecision | None = None
     """Cache-only predictive advisories (fetch, TTL and replacement evictions) and the
     predictions that got none, with the reason."""
-    """Inferred demand the plan used: each row names its learned edge (``source→target``),
-    kind (``sequence``, ``group``, ``pair``), confidence, support and rate."""
     delivery_refusals: list[str] = []
     """The latest destructive commands the final delivery check held back
     (``action_id: reason``), newest last; bounded by :data:`MAX_DELIVERY_REFUSALS`."""
@@ -205,6 +205,8 @@ class LastTick:
         duration_ms: how long the caller measured it to take (milliseconds).
         portfolio: the portfolio pass's report with its admission rows.
         predictions: inferred demand rows (learned workflows, co-activation) the plan used.
+        homes: model → hosts an unserved prediction would start on if its request came now
+            (where a cache-only transfer may go).
         delivery_refusals: destructive commands the final delivery check held back, as
             ``action_id: reason`` (the latest :data:`MAX_DELIVERY_REFUSALS`).
     """
@@ -219,6 +221,7 @@ class LastTick:
         self.duration_ms: float | None = None
         self.portfolio: PortfolioReport | None = None
         self.predictions: list[InferredDemand] = []
+        self.homes: dict[str, frozenset[str]] = {}
         self.prefetch = PrefetchDecision()
 
 

@@ -64,6 +64,11 @@ MIN_RESIDENCY_S = 15.0
 """A fresh replica is protected from preemption and scale-down for 15 s (anti-flap)."""
 SCALE_DOWN_COOLDOWN_S = 15.0
 """Replicas used within the last 15 s, and the recent demand high-water mark, are kept."""
+PREDICTIVE_FLOOR_MB = 1024
+"""Free disk a predictive transfer must leave on a logical host (MB). Each logical host
+reports its capacity share of this machine's one disk, so the default 10 GiB of a one-eighth
+share would forbid every transfer; 1 GiB of the share keeps the rule visible and the node's
+own check of the real disk still keeps the full default floor."""
 THROTTLED_FRACTION = 1.0
 """All logical hosts share one CPU, so one host's CPU throttle is mostly its siblings' load;
 a throttled logical host still offers its whole memory share (the state stays visible)."""
@@ -343,7 +348,10 @@ def sha256_of(path: Path) -> str:
 def policy_document() -> dict[str, object]:
     """The demo fleet's ``ControllerPolicy`` (JSON for ``grid_server.serve --policy``)."""
     return {
-        "planner": {"throttled_fraction": THROTTLED_FRACTION},
+        "planner": {
+            "throttled_fraction": THROTTLED_FRACTION,
+            "predictive_floor_mb": PREDICTIVE_FLOOR_MB,
+        },
         "governor": {"mutation_cooldown_s": MUTATION_COOLDOWN_S},
         "forecast": {"bucket_s": DEMAND_BUCKET_S, "window_buckets": DEMAND_WINDOW_BUCKETS},
     }

@@ -16,10 +16,11 @@ CLI_TIMEOUT_S = 900
 
 
 def grid(
-    home: Path, *args: str, timeout: float = CLI_TIMEOUT_S
+    home: Path, *args: str, timeout: float = CLI_TIMEOUT_S, extra_env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
-    """Run ``grid *args`` with ``GRID_HOME=home``; output captured, exit code not checked."""
-    env = dict(os.environ, GRID_HOME=str(home))
+    """Run ``grid *args`` with ``GRID_HOME=home`` (plus ``extra_env``, which the daemons a
+    ``grid test start`` launches inherit); output captured, exit code not checked."""
+    env = dict(os.environ, **(extra_env or {}), GRID_HOME=str(home))
     return subprocess.run(
         [sys.executable, "-c", "from grid_core.cli import main; main()", *args],
         capture_output=True,
@@ -45,14 +46,20 @@ def owned(home: Path) -> list[psutil.Process]:
 
 @contextmanager
 def started_fleet(
-    home: Path, *, machines: int, engine_port_base: int, capacities_gib: str | None = None
+    home: Path,
+    *,
+    machines: int,
+    engine_port_base: int,
+    capacities_gib: str | None = None,
+    extra_env: dict[str, str] | None = None,
 ) -> Iterator[tuple[Path, str, str]]:
     """Start a logical fleet with ``grid test start`` under ``home``; yield (fleet root, URL,
     operator token); stop it with ``grid test stop`` and prove from the process table that
     no fleet process is left, including one started by hand (found by its GRID_HOME).
 
     ``capacities_gib`` (``"3,3"``) sets each host's text capacity; the fleet's default
-    otherwise. The server binds a free port (``--port 0``)."""
+    otherwise. ``extra_env`` reaches the server and the node agents (e.g. the loopback
+    artifact mirror ``GRID_HF_ENDPOINT``). The server binds a free port (``--port 0``)."""
     from grid_fleet import layout
     from grid_fleet.daemons import fleet_processes
 
@@ -70,6 +77,7 @@ def started_fleet(
         "0",
         "--engine-port-base",
         str(engine_port_base),
+        extra_env=extra_env,
     )
     root = home / "fleet"
     try:

@@ -20,7 +20,7 @@ from grid_core.controller import Controller
 from grid_core.errors import ConflictError
 from grid_core.planner import plan
 from grid_core.planner.types import Assignment, Plan, PlanInputs
-from grid_core.profile import ModelProfile
+from grid_core.profile import ModelProfile, revision_matches
 from grid_core.reconcile.authority import CONTROLLER_LEASE_S
 from grid_core.reconcile.state import ControllerState, decode_state
 from grid_core.snapshot import HostSnapshot, ResidencySnapshot
@@ -149,6 +149,8 @@ class SimFleet:
         self.profiles: dict[str, ModelProfile] = {}
         self.retired: set[str] = set()
         self.terms_sent: list[int] = []
+        self.refused: list[tuple[str, str, str, str]] = []
+        """(host, kind, model, reason) of every command a node refused when it started."""
         self.forced: list[tuple[str, str, int]] = []
         """(host, model, requests cut) of every unload the controller forced."""
 
@@ -253,9 +255,18 @@ class SimFleet:
 
     # --- heartbeats ----------------------------------------------------------------------
     def heartbeat(
-        self, host_id: str, *, ack_order: str = "all", tick: bool = True
+        self,
+        host_id: str,
+        *,
+        ack_order: str = "all",
+        tick: bool = True,
+        dies_in_flight: str | None = None,
     ) -> list[Command]:
-        """One command-bearing heartbeat of ``host_id`` (a no-op while it is down)."""
+        """One command-bearing heartbeat of ``host_id`` (a no-op while it is down).
+
+        ``dies_in_flight``: that model's engine dies after the node sent its report and
+        before the response arrives (the commands were decided on a report already old).
+        """
         node = self.nodes[host_id]
         if not node.up:
             return []
@@ -270,16 +281,36 @@ class SimFleet:
         if tick and self.ctl.revisions.processed < poll:
             self.ctl.tick(self.now, hosts)
         d = self.ctl.deliver(host_id, self.now, hosts, poll)
+        if dies_in_flight is not None:
+            self.engine_dies(host_id, dies_in_flight)
         self.receive(node, list(d.commands), d.lease_ttl_s)
         return list(d.commands)
 
     def zombie_deliver(self, host_id: str) -> None:
-        """A superseded controller instance tries to command a node (split brain)."""
+        """A superseded controller instance tries to command a node (split brain).
+
+        Like every Grid server, a lingering instance answers only a heartbeat: the node must
+        be up, and its current report is registered (and noted as input) before the instance
+        ticks if behind and selects commands, with the same final re-read of the registry as
+        the server's delivery. A node that is down or cut off receives nothing.
+        """
         node = self.nodes[host_id]
+        if not node.up:
+            return
         for z in self.zombies:
             if z.mode != "automatic":
                 continue
-            d = z.deliver(host_id, self.now, self.hosts(), z.revisions.dirty)
+            node.last_report = node.snapshot(self.now)
+            node.last_report_at = self.now
+            for c in (z, self.ctl):
+                c.note_input(self.now, safety_changed=True)
+            poll = z.revisions.dirty
+            hosts = self.hosts()
+            if z.revisions.processed < poll:
+                z.tick(self.now, hosts)
+            d = z.deliver(
+                host_id, self.now, hosts, poll, fresh_hosts=lambda: (self.now, self.hosts())
+            )
             self.receive(node, list(d.commands), d.lease_ttl_s, trusted=False)
 
     def zombie_tick(self) -> None:
@@ -313,6 +344,8 @@ class SimFleet:
                 self._check_target(node, c)
                 if c.kind == "drain":
                     self._check_priority_order(node, c)
+            if c.kind == "drain":
+                self._check_drain_matches_report(node, c)
             if c.node_id != node.host_id or not c.executable or ttl_s <= 0:
                 continue
             if c.controller_term < node.highest_term:
@@ -364,9 +397,42 @@ class SimFleet:
             if any(d not in node.receipts for d in c.dependencies):
                 return
             node.queue.pop(0)
+            refusal = self._admit(node, c)
+            if refusal is not None:
+                node.receipts[c.action_id] = "rejected"
+                node.outbox.append(
+                    Acknowledgement(action_id=c.action_id, status="rejected", message=refusal)
+                )
+                self.refused.append((node.host_id, c.kind, c.model_id, refusal))
+                continue
             self._begin(node, c)
             node.started[c.action_id] = c
             node.outbox.append(Acknowledgement(action_id=c.action_id, status="running"))
+
+    @staticmethod
+    def _admit(node: SimNode, c: Command) -> str | None:
+        """The node's own check when a command starts (as ``grid_node.admission``): a drain
+        runs only on a residency that is serving or already draining here. One decided on a
+        report that is no longer true (its engine died or failed since) is refused."""
+        if c.kind != "drain":
+            return None
+        r = node.residencies.get(c.model_id)
+        if r is None:
+            return f"drain of {c.model_id} refused: no {c.model_id} engine runs on this host"
+        if r.state not in ("ready", "draining"):
+            return f"drain of {c.model_id} refused: its engine is {r.state}"
+        return None
+
+    def _check_drain_matches_report(self, node: SimNode, c: Command) -> None:
+        """A controller answers a heartbeat whose report it has just registered: a drain of a
+        residency that report shows absent or not serving was decided against the facts."""
+        report = node.last_report
+        r = report.residency(c.model_id) if report is not None else None
+        if r is None or r.state not in ("ready", "draining"):
+            state = "absent" if r is None else r.state
+            self.violations.append(
+                f"stale drain of {c.model_id} sent to {node.host_id}: its report showed {state}"
+            )
 
     def _begin(self, node: SimNode, c: Command) -> None:
         """The effect that happens at the start of an action, with its safety checks."""
@@ -415,6 +481,8 @@ class SimFleet:
             return
         if action.eviction:
             b = self.profiles.get(action.beneficiary or "")
+            if self._rolled_out_elsewhere(node, victim):
+                return  # a finished rollout's old revision: the model keeps its service
             if b is not None and b.priority <= victim.priority:
                 self.violations.append(
                     f"priority inversion: {c.model_id} (priority {victim.priority}) evicted on "
@@ -441,6 +509,22 @@ class SimFleet:
                     f"short) drained on {node.host_id} while {a.model_id} (priority "
                     f"{lower.priority}) is placed there"
                 )
+
+    def _rolled_out_elsewhere(self, node: SimNode, profile: ModelProfile) -> bool:
+        """Whether ``node``'s replica of ``profile``'s model is an old revision while one of
+        the profile's revision is ready on another accepting host: draining it takes no
+        service away (the rollout is done; specification, "Managed host actuator")."""
+        r = node.residencies.get(profile.model_id)
+        if r is None or revision_matches(profile, r.sha):
+            return False
+        return any(
+            n is not node
+            and n.lifecycle in ("accepting", "throttled")
+            and (cur := n.residencies.get(profile.model_id)) is not None
+            and cur.state == "ready"
+            and revision_matches(profile, cur.sha)
+            for n in self.nodes.values()
+        )
 
     def engine_dies(self, host_id: str, model_id: str) -> None:
         """A serving engine dies (``kill -9``): the node reports its residency gone."""

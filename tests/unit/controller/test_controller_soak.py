@@ -18,7 +18,7 @@ import time
 
 from hypothesis import HealthCheck, Phase, settings
 from hypothesis.stateful import run_state_machine_as_test
-from test_controller_stateful import CONVERGENCE_RULES, TALLY, FleetMachine
+from test_controller_stateful import CONVERGENCE_RULES, NODE_REFUSALS, TALLY, FleetMachine
 
 SOAK_STEPS_ENV = "GRID_SOAK_STEPS"
 CI_STEPS = 1000
@@ -46,9 +46,11 @@ def run_soak(target_steps: int, *, derandomize: bool) -> dict[str, object]:
 
     Returns:
         ``steps``, ``perturbations``, ``fleets``, ``violations`` (0: a violation raises
-        Hypothesis's failing example instead), ``seconds`` and ``by_rule``.
+        Hypothesis's failing example instead), ``seconds``, ``by_rule`` and
+        ``node_refusals`` (stale commands the simulated nodes refused, by kind).
     """
     TALLY.clear()
+    NODE_REFUSALS.clear()
     started = time.monotonic()
     runs = 0
     batch = 0
@@ -79,6 +81,7 @@ def run_soak(target_steps: int, *, derandomize: bool) -> dict[str, object]:
         "violations": 0,
         "seconds": round(time.monotonic() - started, 1),
         "by_rule": dict(sorted(TALLY.items())),
+        "node_refusals": dict(sorted(NODE_REFUSALS.items())),
     }
 
 
@@ -94,6 +97,8 @@ def test_controller_soak_keeps_every_safety_invariant() -> None:
     )
     for rule, n in report["by_rule"].items():  # type: ignore[attr-defined]  # dict from run_soak
         print(f"  {rule:32} {n}")
+    refused = report["node_refusals"]
+    print(f"  stale commands refused by nodes: {refused or 'none'}")
     assert report["violations"] == 0
     if soak:
         assert report["steps"] >= target

@@ -200,9 +200,62 @@ def test_a_prediction_never_displaces_what_the_plan_would_serve_without_it() -> 
         model_id="guess", kind="sequence", edge="a→guess", confidence=1.0, support=9, rate_rps=9.0
     )
 
-    def plan_of(d: dict[str, ModelDemand]):  # type: ignore[no-untyped-def]  # test helper
+    def plan_of(d: dict[str, ModelDemand], released: frozenset):  # type: ignore[no-untyped-def, type-arg]  # test helper
         return plan(PlanInputs(now=T0, profiles=profiles, hosts=(free,), demand=d), PlannerHooks())
 
     chosen, used = plan_with_predictions(plan_of, demand, [row], {p.model_id: p for p in profiles})
     assert [(a.host_id, a.model_id) for a in chosen.assignments] == [("h1", "projected")]
     assert used["guess"].desired_replicas == 0
+
+
+def test_a_prediction_never_holds_a_released_replica_that_real_demand_is_waiting_for() -> None:
+    """The lab's 4-machine seed-144 regression: a replica whose demand ended is released
+    before real demand can take its one-model host (unload first, place later), so the
+    waiting model is unmet, not assigned, in the plan without predictions. A sequence
+    prediction for the released model must not keep it there: the plan without predictions
+    is kept, and the next tick places the waiting model."""
+    from grid_core.demand.inference import plan_with_predictions, without_residencies
+
+    profiles = (_profile("waiting"), _profile("guess"))
+    host = HostSnapshot(
+        host_id="h1",
+        capacity_mb=4000,
+        heartbeat_age_s=1.0,
+        runtimes=("llama.cpp",),
+        max_models=1,
+        residencies=(
+            ResidencySnapshot(
+                model_id="guess",
+                memory_mb=1000,
+                state="ready",
+                active_requests=0,
+                loaded_at=T0 - 10_000,
+                routable=True,
+            ),
+        ),
+    )
+    demand = {
+        "waiting": ModelDemand(model_id="waiting", desired_replicas=1, direct=True),
+        "guess": ModelDemand(model_id="guess"),
+    }
+    row = InferredDemand(
+        model_id="guess", kind="sequence", edge="a→guess", confidence=1.0, support=9, rate_rps=1.0
+    )
+    calls: list[frozenset[tuple[str, str]]] = []
+
+    def plan_of(d: dict[str, ModelDemand], released: frozenset[tuple[str, str]]):  # type: ignore[no-untyped-def]  # test helper
+        calls.append(released)
+        hosts = without_residencies((host,), released)
+        return plan(PlanInputs(now=T0, profiles=profiles, hosts=hosts, demand=d), PlannerHooks())
+
+    base = plan_of(dict(demand), frozenset())
+    assert not base.assignments and [u.model_id for u in base.unmet] == ["waiting"]
+    calls.clear()
+    chosen, used = plan_with_predictions(plan_of, demand, [row], {p.model_id: p for p in profiles})
+    assert not chosen.assignments  # the release goes ahead; "guess" is not kept
+    assert calls[-1] == {("guess", "h1")}  # the third plan: the held replica treated as gone
+    assert used["guess"].desired_replicas == 0
+    # Without anyone waiting the same prediction keeps the replica (spare capacity).
+    alone = {"guess": ModelDemand(model_id="guess")}
+    chosen, used = plan_with_predictions(plan_of, alone, [row], {p.model_id: p for p in profiles})
+    assert [(a.host_id, a.model_id) for a in chosen.assignments] == [("h1", "guess")]

@@ -304,3 +304,79 @@ def test_demanded_used_and_resident_artifacts_are_never_victims() -> None:
         )
     )
     assert d.advisories == ()
+
+
+def test_a_throttled_host_is_future_compatible_but_a_draining_or_paused_one_is_not() -> None:
+    """The planner still places new work on a throttled host (within its throttled share), so
+    a throttled host may take a transfer; a draining or paused one never does."""
+    b = _profile("b", 4 * GIB, _sha("b"))
+    for state, fetched in (("throttled", True), ("draining", False), ("paused", False)):
+        d = plan_prefetch(
+            PrefetchInputs(
+                now=NOW,
+                predictions=(_row("b"),),
+                profiles={"b": b},
+                hosts=(_host(state=state),),
+            )
+        )
+        assert bool(d.advisories) is fetched, state
+
+
+def test_the_transfer_goes_to_the_host_where_the_predicted_request_would_start() -> None:
+    """Both hosts are full. h1 holds the only replica of a priority-50 baseline, h2 a
+    priority-10 filler: the real request for priority-100 ``b`` would preempt the filler on
+    h2, so weights cached on h1 would save nothing. The hypothetical plan (the prediction as
+    the real request it predicts) names h2, and the transfer goes there."""
+    from grid_core.demand.prefetch import prediction_homes
+    from grid_core.demand.types import ModelDemand
+    from grid_core.planner import plan
+    from grid_core.planner.types import PlanInputs
+    from grid_core.testing import plugins_with
+
+    hooks = plugins_with(builtins=("grid_scoring", "grid_victims")).planner_hooks()
+
+    def resident(mid: str) -> ResidencySnapshot:
+        return ResidencySnapshot(
+            model_id=mid,
+            memory_mb=5000,
+            state="ready",
+            active_requests=0,
+            loaded_at=NOW - 7200,
+            last_used_at=NOW - 7200,
+            routable=True,
+        )
+
+    base = ModelProfile(model_id="base", memory_mb=5000, min_replicas=1, priority=50)
+    filler = ModelProfile(model_id="filler", memory_mb=5000, min_replicas=1, priority=10)
+    b = msgspec.structs.replace(_profile("b", 4 * GIB, _sha("b")), memory_mb=5000, priority=100)
+    profiles = {p.model_id: p for p in (base, filler, b)}
+    hosts = (
+        _host("h1", residencies=(resident("base"),)),
+        _host("h2", residencies=(resident("filler"),)),
+    )
+    demand = {
+        "base": ModelDemand(model_id="base", desired_replicas=1, reasons=("baseline",)),
+        "filler": ModelDemand(model_id="filler", desired_replicas=1, reasons=("baseline",)),
+        "b": ModelDemand(model_id="b"),
+    }
+
+    def plan_of(d: dict[str, ModelDemand], released: frozenset[tuple[str, str]]):  # type: ignore[no-untyped-def]  # test helper
+        del released
+        inputs = PlanInputs(now=NOW, profiles=tuple(profiles.values()), hosts=hosts, demand=d)
+        return plan(inputs, hooks)
+
+    authoritative = plan_of(demand, frozenset())
+    assert "b" not in {a.model_id for a in authoritative.assignments}
+    homes = prediction_homes(plan_of, demand, [_row("b")], authoritative.assignments, profiles)
+    assert homes == {"b": frozenset({"h2"})}
+    inputs = PrefetchInputs(now=NOW, predictions=(_row("b"),), profiles=profiles, hosts=hosts)
+    [anywhere] = plan_prefetch(inputs).advisories
+    assert anywhere.host_id == "h1"  # without homes the first eligible host wins the tie
+    [fetch] = plan_prefetch(msgspec.structs.replace(inputs, homes=homes)).advisories
+    assert (fetch.kind, fetch.host_id, fetch.model_id) == ("fetch", "h2", "b")
+    # Weights already cached on h1 do not count as cached where the request will start.
+    cached_h1 = (msgspec.structs.replace(hosts[0], cached={"b": _sha("b")}), hosts[1])
+    [again] = plan_prefetch(
+        msgspec.structs.replace(inputs, homes=homes, hosts=cached_h1)
+    ).advisories
+    assert again.host_id == "h2"

@@ -7,6 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from grid_core.protection import ProtectionDecision
+from grid_core.runtime import ChildRecord
 from grid_core.wire import Acknowledgement, Command
 from grid_node.admission import authority_deadline, check, remember_authority
 from grid_node.state import NodeState, Receipt
@@ -113,8 +114,9 @@ def test_dependencies_must_have_succeeded():
 def test_local_protection_cancels_constructive_work_only():
     for kind in ("load", "warm"):
         assert "local protection" in verdict(cmd(kind=kind), decision=PAUSED)
+    serving = NodeState(host_id="host-a", children={"m": _child("ready")})
     for kind in ("drain", "unload"):
-        assert verdict(cmd(kind=kind), decision=PAUSED) is None
+        assert verdict(cmd(kind=kind), serving, decision=PAUSED) is None
 
 
 @settings(max_examples=100, deadline=None)
@@ -159,3 +161,32 @@ def test_node_refuses_plain_http_off_loopback(tmp_path):
     for bad in ("http://10.0.0.5:22100", "http://grid.company.internal", "ftp://x", "nohost"):
         with pytest.raises(ValidationError, match="--grid"):
             NodeConfig(state_dir=tmp_path, grid_url=bad)
+
+
+def _child(state: str, failure: str = "") -> ChildRecord:
+    return ChildRecord(
+        runtime="llama.cpp",
+        model_id="m",
+        alias="m",
+        pid=4242,
+        port=18001,
+        state=state,
+        failure=failure,
+    )
+
+
+def test_stale_drain_is_refused_when_the_named_residency_is_not_serving():
+    # The kind "duplicate drain": a drain decided on an old view of this host (its engine
+    # died, failed or restarted since) names a residency that is not there; it must not run.
+    drain = cmd(kind="drain")
+    absent = verdict(drain)
+    assert absent is not None and "no m engine runs on this host" in absent
+    failed = verdict(drain, NodeState(host_id="host-a", children={"m": _child("failed", "exit 9")}))
+    assert failed is not None and "failed (exit 9)" in failed and "unload it instead" in failed
+    starting = verdict(drain, NodeState(host_id="host-a", children={"m": _child("starting")}))
+    assert starting is not None and "not serving yet" in starting
+    for serving in ("ready", "draining"):
+        state = NodeState(host_id="host-a", children={"m": _child(serving)})
+        assert verdict(drain, state) is None
+    # Unload stays idempotent: its postcondition (no engine) may already hold.
+    assert verdict(cmd(kind="unload")) is None
