@@ -266,14 +266,16 @@ def _portfolio(ctl: dict[str, Any]) -> list[RenderableType]:
     """Unbound workload demand: the joint choice, admission rows and candidate rows."""
     rep = ctl.get("portfolio") or {}
     rows = rep.get("admissions") or []
-    if not rep or not (rows or rep.get("workloads")):
+    if not rep or not (rows or rep.get("workloads") or rep.get("standby")):
         return []
     gate = rep.get("thresholds") or {}
+    standby = ", ".join(f"{w}->{m}" for w, m in sorted((rep.get("standby") or {}).items()))
     head = Text(
         f"portfolio: {rep.get('plugin')}  models: {_cell(rep.get('models'))}  "
         f"exploring: {_cell(rep.get('exploring'))}  evaluated: {rep.get('evaluated', 0)}  "
         f"gate: {gate.get('observations')} requests or {gate.get('concurrency')} units "
-        f"(media {gate.get('media_concurrency')})"
+        f"(media {gate.get('media_concurrency')})\n"
+        f"standby on idle capacity: {standby or '-'} ({rep.get('standby_reason') or '-'})"
     )
     t = _table(
         "Workload admission",

@@ -4,6 +4,13 @@ from __future__ import annotations
 
 import msgspec
 
+STANDBY_REASON = "standby"
+"""Reason of demand that only keeps a workload's chosen model on idle capacity before any
+request (:mod:`grid_core.portfolio.standby`). It carries no evidence: the planner places it
+after every evidence-backed round of its priority class and never lets it preempt, relocate
+or take capacity real demand needs (specification, "Proactive observation and portfolio
+planning": counterfactual demand may fill spare capacity but never evicts)."""
+
 
 class ModelDemand(msgspec.Struct, frozen=True, kw_only=True):
     """Near-term demand of one configured model and the replica count it asks for.

@@ -13,6 +13,7 @@ from collections import OrderedDict
 import msgspec
 
 from grid_core.errors import ValidationError
+from grid_core.planner import topology
 from grid_core.planner.core import PlanState, desired_count
 from grid_core.planner.hooks import NO_HOOKS, PlannerHooks
 from grid_core.planner.phases import (
@@ -29,6 +30,7 @@ from grid_core.planner.repair import homogeneous_empty, repair_class
 from grid_core.planner.replan import MAX_REPLANS, improves, learned_prices
 from grid_core.planner.report import surplus_report, unmet
 from grid_core.planner.scoring import ScoreTerm
+from grid_core.planner.topology import Topology, lookup, topology_for
 from grid_core.planner.types import (
     Assignment,
     Eviction,
@@ -59,6 +61,7 @@ __all__ = [
     "desired_count",
     "input_digest",
     "plan",
+    "topology",
 ]
 
 
@@ -118,15 +121,21 @@ def plan(inputs: PlanInputs, hooks: PlannerHooks, *, reuse: bool = True) -> Plan
     Raises:
         ValidationError: duplicate model or host ids.
     """
-    canon = canonical_inputs(inputs)
-    digest = hashlib.sha256(msgspec.json.encode(canon, order="sorted")).hexdigest()
+    topo = lookup(inputs)
+    if topo is None:
+        first = canonical_inputs(inputs)
+        topo = topology_for(inputs, (first.profiles, first.hosts))
+    demand = {k: inputs.demand[k] for k in sorted(inputs.demand)}
+    canon = msgspec.structs.replace(topo.canon, demand=demand)
+    digest = topo.digest(demand)
     key = (digest, id(hooks))
     if reuse and key in _MEMO:
         _MEMO.move_to_end(key)
         return _MEMO[key][1]
     terms = list(hooks.score_terms)
     selector = hooks.victim_selector
-    result = _solve_with_replans(canon, terms, selector, digest)
+    topo.builds += 1
+    result = _solve_with_replans(canon, terms, selector, digest, topo)
     if reuse:
         _MEMO[key] = (hooks, result)
         while len(_MEMO) > MEMO_SIZE:
@@ -135,11 +144,15 @@ def plan(inputs: PlanInputs, hooks: PlannerHooks, *, reuse: bool = True) -> Plan
 
 
 def _solve_with_replans(
-    canon: PlanInputs, terms: list[ScoreTerm], selector: VictimSelector | None, digest: str
+    canon: PlanInputs,
+    terms: list[ScoreTerm],
+    selector: VictimSelector | None,
+    digest: str,
+    topo: Topology | None = None,
 ) -> Plan:
     """Plan once; while demand stays unmet, plan again with prices learned from the binding
     resources of the best plan so far, as long as each re-plan improves (:mod:`.replan`)."""
-    best = PlanState(canon, terms, selector)
+    best = PlanState(canon, terms, selector, topology=topo)
     result = _solve(best, digest)
     for _ in range(MAX_REPLANS):
         prices = learned_prices(best)

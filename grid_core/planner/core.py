@@ -37,6 +37,7 @@ from grid_core.planner.scoring import (
     speed_weight,
     split_terms,
 )
+from grid_core.planner.topology import Statics, Topology
 from grid_core.planner.types import Assignment, Eviction, PlanInputs
 from grid_core.profile import ModelProfile, revision_matches
 from grid_core.snapshot import HostSnapshot, ResidencySnapshot
@@ -100,6 +101,9 @@ class PlanState:
         select_victims: the victim selector (``None`` disables preemption).
         shared: an earlier state of the same inputs and terms whose static indexes and
             memoised term scores this one reuses (a re-plan, :mod:`grid_core.planner.replan`).
+        topology: the snapshot's shared hard-topology context (same timestamp, profiles,
+            hosts and policy; any demand): its ledger tables and static indexes are reused,
+            and filled by the first plan that builds them (:mod:`grid_core.planner.topology`).
     """
 
     def __init__(
@@ -108,13 +112,16 @@ class PlanState:
         terms: list[ScoreTerm],
         select_victims: VictimSelector | None,
         shared: PlanState | None = None,
+        topology: Topology | None = None,
     ) -> None:
         self.inputs = inputs
         self.now = inputs.now
         self.policy = inputs.policy
         self.profiles: list[ModelProfile] = list(inputs.profiles)
         self.hosts: list[HostSnapshot] = list(inputs.hosts)
-        self.ledger = Ledger(self.profiles, self.hosts, self.policy)
+        self.ledger = Ledger(
+            self.profiles, self.hosts, self.policy, topology.tables if topology else None
+        )
         self.static_terms, self.dynamic_terms = split_terms(terms)
         self.select_victims = select_victims
         self.demand = [inputs.demand.get(p.model_id) for p in self.profiles]
@@ -139,10 +146,24 @@ class PlanState:
                 speed_weight(d, p.replica_concurrency * p.target_utilization)
                 for p, d in zip(self.profiles, self.demand, strict=True)
             ]
-            self.cands = self._candidates()
-            self.mem_rows = [
-                {hi: self.ledger.memory(mi, hi)[1] for hi in hs} for mi, hs in enumerate(self.cands)
-            ]
+            statics = topology.statics if topology is not None else None
+            if statics is None:
+                cands = self._candidates()
+                host_class, class_rep = _host_classes(self.hosts)
+                statics = Statics(
+                    cands=cands,
+                    mem_rows=[
+                        {hi: self.ledger.memory(mi, hi)[1] for hi in hs}
+                        for mi, hs in enumerate(cands)
+                    ],
+                    host_class=host_class,
+                    class_rep=class_rep,
+                    res_maps=[_residency_map(h) for h in self.hosts],
+                )
+                if topology is not None:
+                    topology.statics = statics
+            self.cands = statics.cands
+            self.mem_rows = statics.mem_rows
             """Per model, MB of one new replica on each candidate host (runtime-specific)."""
             self.round_keys: dict[int, RoundKey] = {}
             """Memoised fair-round order key per model (fixed within one plan)."""
@@ -150,8 +171,8 @@ class PlanState:
             self._dynamic: dict[tuple[int, int, int, bool], float] = {}
             self._contexts: dict[tuple[int, int], ScoreContext] = {}
             """Score context per model and host class (free memory and domain replaced)."""
-            self.host_class, self.class_rep = _host_classes(self.hosts)
-            self.res_maps = [_residency_map(h) for h in self.hosts]
+            self.host_class, self.class_rep = statics.host_class, statics.class_rep
+            self.res_maps = statics.res_maps
         else:  # a re-plan of the same inputs: static indexes and term scores carry over
             self.weights = shared.weights
             self.cands = shared.cands

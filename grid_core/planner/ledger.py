@@ -27,6 +27,7 @@ from grid_core.planner.eligibility import (
     incompatibility,
     runtime_for,
 )
+from grid_core.planner.topology import LedgerTables
 from grid_core.planner.types import PlannerPolicy
 from grid_core.profile import ModelProfile, revision_matches
 from grid_core.snapshot import HostSnapshot, ResidencySnapshot
@@ -87,10 +88,16 @@ class Ledger:
         profiles: configured models sorted by id (index = model index).
         hosts: snapshots sorted by id (index = host index).
         policy: planner policy.
+        tables: compatibility and footprint memo tables shared by every plan of the same
+            snapshot (:mod:`grid_core.planner.topology`); ``None`` builds private ones.
     """
 
     def __init__(
-        self, profiles: list[ModelProfile], hosts: list[HostSnapshot], policy: PlannerPolicy
+        self,
+        profiles: list[ModelProfile],
+        hosts: list[HostSnapshot],
+        policy: PlannerPolicy,
+        tables: LedgerTables | None = None,
     ) -> None:
         self.profiles = profiles
         self.hosts = hosts
@@ -109,12 +116,12 @@ class Ledger:
         for p in profiles:  # exclusions are reciprocal even when declared on one side
             for other in p.colocation_excludes:
                 self.excludes.setdefault(other, set()).add(p.model_id)
-        self._mem: dict[tuple[int, tuple[str, ...]], tuple[str, int]] = {}
-        self._pair: list[dict[int, tuple[str, int]]] = [{} for _ in profiles]
-        self._extra: list[dict[int, int]] = [{} for _ in profiles]
-        """Per model, host → headroom share beyond the floor (memoised: the fit checks of
-        one plan ask for it tens of thousands of times)."""
-        self._compat: dict[tuple[int, int], str | None] = {}
+        if tables is None:  # no shared snapshot context: this ledger's own tables
+            tables = LedgerTables(pair=[{} for _ in profiles], extra=[{} for _ in profiles])
+        self._mem = tables.mem
+        self._pair = tables.pair
+        self._compat = tables.compat
+        self._extra = tables.extra
         for host in hosts:
             self._add_host(host)
         self.domain_list = [h.failure_domain or f"host:{h.host_id}" for h in hosts]

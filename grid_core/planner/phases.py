@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from grid_core.demand.desired import startup_path_s
+from grid_core.demand.types import STANDBY_REASON
 from grid_core.planner.core import PlanState, RankedPool, RoundKey, Unasked, serving_incumbents
 from grid_core.planner.eligibility import MEMORY_STATES
 from grid_core.planner.preemption import (
@@ -220,16 +221,22 @@ def place_pins(state: PlanState) -> None:
 
 # --- 5. fair rounds -----------------------------------------------------------------------
 def place_class(state: PlanState, models: list[int]) -> None:
-    """Baseline rounds, then direct-demand rounds, then inferred-only rounds for one class.
+    """Baseline rounds, then direct-demand rounds, then inferred-only rounds, then standby
+    rounds for one class.
 
     Required baselines come first and real (direct) demand before demand that is only
-    inferred, so a prediction can use spare capacity but never take a slot real traffic needs.
+    inferred, so a prediction can use spare capacity but never take a slot real traffic needs;
+    standby (a workload's chosen model on idle capacity before any request) comes last.
     """
     stuck = {mi for mi in models if not state.cands[mi]}  # no host could ever take them
-    for phase in ("baseline", "direct", "inferred"):
+    for phase in ("baseline", "direct", "inferred", "standby"):
 
         def target(mi: int, phase: str = phase) -> int:
-            if phase == "baseline" or (phase == "direct" and _inferred_only(state, mi)):
+            if (
+                phase == "baseline"
+                or (phase == "direct" and _inferred_only(state, mi))
+                or (phase == "inferred" and _standby_only(state, mi))
+            ):
                 return min(state.profiles[mi].min_replicas, state.desired[mi])
             return state.needed(mi)  # replicas only hysteresis holds are never placed anew
 
@@ -243,8 +250,15 @@ def place_class(state: PlanState, models: list[int]) -> None:
 
 
 def _inferred_only(state: PlanState, mi: int) -> bool:
+    """Demand without direct evidence: inferred from correlations or workloads, or standby."""
     d = state.demand[mi]
-    return d is not None and not d.direct and d.inferred_rps > 0
+    return d is not None and not d.direct and (d.inferred_rps > 0 or STANDBY_REASON in d.reasons)
+
+
+def _standby_only(state: PlanState, mi: int) -> bool:
+    """Standby demand with nothing inferred behind it (placed after every inferred round)."""
+    d = state.demand[mi]
+    return d is not None and not d.direct and d.inferred_rps <= 0 and STANDBY_REASON in d.reasons
 
 
 def _fair_round(state: PlanState, active: list[int], stuck: set[int]) -> None:

@@ -33,6 +33,7 @@ from grid_core.portfolio.replace import (
     release,
     starvation_paths,
 )
+from grid_core.portfolio.standby import choose_standby, displaced, with_standby
 from grid_core.portfolio.types import (
     MAX_PORTFOLIOS,
     AdmissionRow,
@@ -144,7 +145,8 @@ def run_portfolio(
 
     Args:
         inp: the tick's immutable inputs.
-        search: the ``grid_search_portfolio`` hook, or ``None`` for the built-in projection.
+        search: the ``grid_search_portfolio`` hook, or ``None`` for the built-in projection
+            (no proactive planning: no standby either).
         plan_of: the planner with the tick's hooks bound.
         plugin_name: the answering plugin's name (status).
     """
@@ -223,6 +225,19 @@ def run_portfolio(
         replacing = _end_starvation(inp, fit, mapping, admitted, demand, plan_of, previous)
         if replacing is not None:
             demand = release(demand, replacing, by_id, inp.hosts)
+    standby: dict[str, str] = {}
+    standby_note = "no portfolio search: workloads wait for the admission gate"
+    if search is not None:  # a portfolio search is installed: the proactive planner
+
+        def candidates_of(w: str) -> tuple[Candidate, ...]:
+            got = candidates.get(w)
+            if got is None:
+                got = candidates_for(w, fit, inp.outcomes, inp.quality, inp.now, admitted)
+            return got
+
+        demand, standby, standby_note = fill_standby(
+            inp, fit, demand, workloads, candidates_of, plan_of
+        )
     report = PortfolioReport(
         plugin=plugin,
         mapping=mapping,
@@ -235,8 +250,37 @@ def run_portfolio(
         workloads=list(workloads.values()),
         candidates=[c for w in sorted(candidates) for c in candidates[w]],
         replacing=replacing,
+        standby=standby,
+        standby_reason=standby_note,
     )
     return TickPortfolio(demand=demand, report=report, candidates=candidates, workloads=workloads)
+
+
+def fill_standby(
+    inp: TickInputs,
+    fit: Fit,
+    demand: dict[str, ModelDemand],
+    workloads: Mapping[str, WorkloadDemand],
+    candidates_of: Callable[[str], tuple[Candidate, ...]],
+    plan_of: PlanOf,
+) -> tuple[dict[str, ModelDemand], dict[str, str], str]:
+    """The tick's demand with standby added, the standby map and a one-line reason.
+
+    Plans the real demand, lets :func:`~grid_core.portfolio.standby.choose_standby` fill the
+    idle hosts, and keeps the result only when the plan with standby places every real
+    model as often as the real plan did (two planner evaluations; the second is the
+    authoritative plan when no prediction is added, so the controller reuses it).
+    """
+    real = _plan(inp, plan_of, demand)
+    chosen = choose_standby(real, fit, workloads, candidates_of)
+    if not chosen:
+        return demand, {}, "no idle host, or every workload's leader already planned"
+    trial_demand = with_standby(demand, chosen)
+    lost = displaced(real, _plan(inp, plan_of, trial_demand), set(chosen.values()))
+    if lost:
+        return demand, {}, f"standby withdrawn: it would displace {', '.join(lost)}"
+    models = sorted(set(chosen.values()))
+    return trial_demand, chosen, f"{len(models)} model(s) stand by on idle capacity"
 
 
 def _keeps_victim(plan: Plan, rep: Replacement) -> bool:
@@ -374,6 +418,8 @@ def admission_rows(
             )
             if d.admission == "weak_media":
                 why += f"; media canary refused: {spare_capacity_proof(fit, w)}"
+            if w in rep.standby:
+                why += f"; {rep.standby[w]} stands by on idle capacity"
             rows.append(_row_for(d, "awaiting-plan", why))
             continue
         cands = tick.candidates.get(w, ())
@@ -489,7 +535,8 @@ class PortfolioPass:
 
     def run(self, inp: TickInputs, plan_of: PlanOf) -> TickPortfolio:
         """One pass (see :func:`run_portfolio`)."""
-        return run_portfolio(inp, self._search, plan_of, self.plugin_name)
+        search = self._search if self.source is not None else None
+        return run_portfolio(inp, search, plan_of, self.plugin_name)
 
     def finish(
         self, tick: TickPortfolio, plan: Plan, hosts: Mapping[str, HostSnapshot], fit: Fit

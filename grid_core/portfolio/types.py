@@ -279,6 +279,9 @@ class PortfolioReport(msgspec.Struct, frozen=True, kw_only=True):
         candidates: candidate rows (feasibility and evidence) per workload.
         admissions: one row per active unbound workload.
         replacing: the one speculative replacement this tick uses, if any.
+        standby: workload → model kept on idle capacity before the workload is admitted
+            (:mod:`grid_core.portfolio.standby`).
+        standby_reason: why standby holds what it holds (or nothing) this tick.
     """
 
     plugin: str = "builtin-projection"
@@ -293,3 +296,5 @@ class PortfolioReport(msgspec.Struct, frozen=True, kw_only=True):
     candidates: list[Candidate] = []
     admissions: list[AdmissionRow] = []
     replacing: Replacement | None = None
+    standby: dict[str, str] = {}
+    standby_reason: str = ""

@@ -12,7 +12,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any, TypedDict
 
-from grid_core.scenario.config import STRATEGIES, ScenarioConfig
+from grid_core.scenario.config import (
+    ORACLE_MAX_DURATION_S,
+    ORACLE_MAX_MACHINES,
+    ORACLE_MAX_MODELS,
+    STRATEGIES,
+    ScenarioConfig,
+)
 from grid_core.scenario.run import LabEnv, run_scenario
 
 SCORE_REGRESSION = 0.05
@@ -50,6 +56,19 @@ class Graduation(TypedDict):
     """One row per (fleet size, seed, strategy): its score, served fraction, mutations…"""
     gates: list[Gate]
     passed: bool
+    oracle: list[dict[str, Any]]
+    """One row per (fleet size, seed): smart's served fraction against the proven capacity
+    bound and, on fleets within the oracle's bounds, the hindsight schedule (achievable) and
+    the exhaustive per-minute bound (proven); see :func:`oracle_rows`."""
+
+
+def _oracle_ok(cfg: ScenarioConfig) -> bool:
+    """Whether the hindsight oracle's bounds admit ``cfg`` (small fleets only)."""
+    return (
+        cfg.machines <= ORACLE_MAX_MACHINES
+        and cfg.models <= ORACLE_MAX_MODELS
+        and cfg.duration_s <= ORACLE_MAX_DURATION_S
+    )
 
 
 def _row(report: dict[str, Any]) -> dict[str, object]:
@@ -61,7 +80,7 @@ def _row(report: dict[str, Any]) -> dict[str, object]:
         for s, n in states.items()
         if s in WAIT_STATES
     )
-    return {
+    out: dict[str, object] = {
         "score": report["score"]["overall"],
         "served": d["served_fraction"],
         "violations": report["safety"]["total"],
@@ -71,7 +90,15 @@ def _row(report: dict[str, Any]) -> dict[str, object]:
         "least_served": least["served_fraction"],
         "wait_minutes": waits,
         "prefetch": report.get("prefetch", {}),
+        "capacity_bound": report["upper_bound"]["served_fraction"],
     }
+    if "oracle" in report:
+        o = report["oracle"]
+        n = max(1, o["requests"])
+        out["oracle_schedule"] = round(o["ceiling_served"] / n, 6)
+        out["oracle_bound"] = round(o["upper_bound_served"] / n, 6)
+        out["oracle_exact"] = o["exact"]
+    return out
 
 
 def _gate(
@@ -110,6 +137,8 @@ def graduate(
         for seed in seeds:
             for strategy in STRATEGIES:
                 cfg = replace(base, machines=size, seed=seed, strategy=strategy, oracle=False)
+                if strategy == "smart" and _oracle_ok(cfg):
+                    cfg = replace(cfg, oracle=True)
                 row = {
                     "machines": size,
                     "seed": seed,
@@ -123,7 +152,42 @@ def graduate(
                         f"served={row['served']} mutations={row['mutations']}"
                     )
     gates = evaluate_gates(runs, max(machines))
-    return {"runs": runs, "gates": gates, "passed": all(g["pass"] for g in gates)}
+    return {
+        "runs": runs,
+        "gates": gates,
+        "passed": all(g["pass"] for g in gates),
+        "oracle": oracle_rows(runs),
+    }
+
+
+def oracle_rows(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Smart's gap to the bounds, one row per (fleet size, seed).
+
+    ``capacity_bound`` is the proven bound of :mod:`grid_core.scenario.bound` (every fleet);
+    ``oracle_schedule`` the hindsight schedule's served fraction (exhaustive when
+    ``oracle_exact``, else the best found by the beam: achievable either way) and
+    ``oracle_bound`` the oracle's exhaustive per-minute bound (proven), both only on fleets
+    within the oracle's bounds. Gaps are bound minus smart (served fraction).
+    """
+    out = []
+    for (size, seed), r in sorted(_by(runs, "smart").items()):
+        row: dict[str, Any] = {
+            "machines": size,
+            "seed": seed,
+            "smart": r["served"],
+            "capacity_bound": r["capacity_bound"],
+            "gap_to_capacity_bound": round(r["capacity_bound"] - r["served"], 6),
+        }
+        if "oracle_schedule" in r:
+            row.update(
+                oracle_schedule=r["oracle_schedule"],
+                gap_to_oracle_schedule=round(r["oracle_schedule"] - r["served"], 6),
+                oracle_bound=r["oracle_bound"],
+                gap_to_oracle_bound=round(r["oracle_bound"] - r["served"], 6),
+                oracle_exact=r["oracle_exact"],
+            )
+        out.append(row)
+    return out
 
 
 def _by(runs: list[dict[str, Any]], strategy: str) -> dict[tuple[int, int], dict[str, Any]]:

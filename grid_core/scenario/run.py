@@ -25,6 +25,7 @@ from grid_core.scenario.arrivals import (
     builtin_mean,
     iter_arrivals,
 )
+from grid_core.scenario.bound import CapacityBound
 from grid_core.scenario.catalog import BASELINE_MODEL, build_catalog
 from grid_core.scenario.config import TICK_S, ScenarioConfig
 from grid_core.scenario.fleet import SimFleet
@@ -120,6 +121,7 @@ def run_scenario(cfg: ScenarioConfig, env: LabEnv) -> dict[str, object]:
     metrics = Metrics(catalog, machines, allocatable_workloads(catalog, machines))
     scorecard = PrefetchScorecard({p.model_id: p for p in profiles})
     jitter = stream(cfg.seed, "outcomes")
+    bound = CapacityBound(catalog, machines, events, cfg.seed)
 
     def classify(features: RequestFeatures, text: str) -> str | None:
         return env.plugins.classify_request(features, text, WORKLOADS)
@@ -135,6 +137,7 @@ def run_scenario(cfg: ScenarioConfig, env: LabEnv) -> dict[str, object]:
         step = control.step(fleet)
         fleet.audit_memory()
         results, features, pools = serve_minute(fleet, batch, texts, classify, jitter)
+        bound.add(tick, results)
         fleet.demanded = {s.model for s in results if s.model} | {
             s.arrival.requested_model for s in results if s.arrival.requested_model != "auto"
         }
@@ -188,6 +191,7 @@ def run_scenario(cfg: ScenarioConfig, env: LabEnv) -> dict[str, object]:
         "arrivals": {"count": digest.count, "digest": digest.hexdigest()},
         **metrics.report(fleet, cfg.duration_s / 3600.0),
         "prefetch": scorecard.report(),
+        "upper_bound": bound.report(),
     }
     if cfg.oracle:
         from grid_core.scenario.oracle import run_oracle
@@ -199,5 +203,6 @@ def run_scenario(cfg: ScenarioConfig, env: LabEnv) -> dict[str, object]:
         oracle["strategy_served"] = served
         oracle["gap"] = oracle["ceiling_served"] - served
         oracle["gap_fraction"] = round(oracle["gap"] / max(1, oracle["ceiling_served"]), 6)
+        oracle["upper_bound_gap"] = oracle.get("upper_bound_served", served) - served
         report["oracle"] = oracle
     return report

@@ -288,6 +288,8 @@ def graduate_cmd(
             )
         )
         typer.echo("")
+        typer.echo(render_oracle(result["oracle"]))
+        typer.echo("")
         typer.echo(
             render_table(
                 ["gate", "result", "measured", "failing"],
@@ -305,6 +307,42 @@ def graduate_cmd(
     typer.echo(f"grid: graduate finished in {time.perf_counter() - started:.1f} s", err=True)
     if not result["passed"]:
         sys.exit(1)
+
+
+def render_oracle(rows: list[dict]) -> str:
+    """Smart's served fraction against the bounds, one line per fleet size and seed."""
+    table = []
+    for r in rows:
+        exact = r.get("oracle_exact")
+        table.append(
+            [
+                r["machines"],
+                r["seed"],
+                r["smart"],
+                r["capacity_bound"],
+                r["gap_to_capacity_bound"],
+                r.get("oracle_schedule", "-"),
+                "-" if exact is None else ("exhaustive" if exact else "beam"),
+                r.get("gap_to_oracle_schedule", "-"),
+                r.get("oracle_bound", "-"),
+                r.get("gap_to_oracle_bound", "-"),
+            ]
+        )
+    return render_table(
+        [
+            "machines",
+            "seed",
+            "smart served",
+            "capacity bound",
+            "gap",
+            "oracle schedule",
+            "search",
+            "gap",
+            "oracle bound",
+            "gap",
+        ],
+        table,
+    )
 
 
 def _ints(flag: str, text: str) -> list[int]:

@@ -134,14 +134,17 @@ def test_auto_demand_fills_spare_capacity(tmp_path: Path) -> None:
 
 
 def test_below_the_admission_gate_nothing_is_planned(tmp_path: Path) -> None:
-    """Two short requests are below the gate (3 observations or 1.5 units): no canary."""
+    """Two short requests are below the gate (3 observations or 1.5 units): no canary (and
+    one host is all the spare-capacity reserve a fleet has, so no standby either)."""
     ctl = _controller(tmp_path, CODER)
     host = _host(capacity_mb=16_000)
     for i in range(2):
         ctl.observe_request(_auto(NOW + i))
     result = ctl.tick(NOW + 10, [host])
     assert result.plan.hosts_of("coder") == ()
-    row = ctl.last.portfolio.admissions[0]  # type: ignore[union-attr]
+    report = ctl.last.portfolio
+    assert report is not None and report.mapping == {} and report.standby == {}
+    row = report.admissions[0]
     assert row.state == "awaiting-plan" and "2/3 observations" in row.reason
 
 
@@ -163,3 +166,4 @@ def test_allocator_status_renders_the_admission_rows(tmp_path: Path) -> None:
     assert "Workload admission" in text and "Portfolio candidates" in text
     assert "coding" in text and "planned" in text and "awaiting-plan" in text
     assert "gate: 3 requests or 1.5 units" in text
+    assert "standby on idle capacity:" in text

@@ -170,6 +170,8 @@ def test_graduate_prints_every_gate(app) -> None:
     ):
         assert gate in result.stdout
     assert ("FAIL" in result.stdout) == (result.exit_code == 1)
+    assert "capacity bound" in result.stdout and "oracle schedule" in result.stdout
+    assert "exhaustive" in result.stdout  # 1- and 2-machine fleets are searched exhaustively
 
 
 def test_reports_are_identical_across_processes_with_different_hash_seeds() -> None:

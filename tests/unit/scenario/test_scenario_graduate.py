@@ -80,6 +80,13 @@ def test_the_matrix_runs_to_completion(lab) -> None:
     identical = next(g for g in result["gates"] if g["gate"] == "identical_demand_traces")
     assert identical["pass"]
     assert result["passed"] == all(g["pass"] for g in result["gates"])
+    # One oracle row per cell: smart against the proven bounds (never above them).
+    assert [(r["machines"], r["seed"]) for r in result["oracle"]] == [(1, 5), (2, 5)]
+    for row in result["oracle"]:
+        assert row["smart"] <= row["oracle_bound"] <= row["capacity_bound"]
+        assert row["oracle_schedule"] <= row["oracle_bound"]
+        assert row["oracle_exact"] is True
+        assert row["gap_to_oracle_bound"] == round(row["oracle_bound"] - row["smart"], 6)
 
 
 def test_predictive_savings_fail_when_a_cell_shows_no_effect_of_prediction() -> None:

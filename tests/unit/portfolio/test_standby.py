@@ -1,0 +1,193 @@
+"""Standby: idle capacity holds each workload's chosen model before its first request.
+
+Specification, "Proactive observation and portfolio planning": counterfactual demand may
+fill spare capacity but never evicts, and real demand reclaims it first. These tests drive
+the production controller (with the built-in portfolio search) on small fleets.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from grid_core.controller import Controller
+from grid_core.demand.features import RequestFeatures
+from grid_core.demand.types import STANDBY_REASON, ModelDemand
+from grid_core.planner import NO_HOOKS, PlanInputs, plan
+from grid_core.profile import ModelProfile
+from grid_core.snapshot import HostSnapshot, ResidencySnapshot
+from grid_core.system.state_file import FileStateStore
+from grid_core.testing import plugins_with
+
+NOW = 1_790_000_000.0
+WITH_SEARCH = ("grid_forecast_ewma", "grid_scoring", "grid_victims", "grid_portfolio")
+WITHOUT_SEARCH = ("grid_forecast_ewma", "grid_scoring", "grid_victims")
+
+GENERAL = ModelProfile(
+    model_id="general",
+    memory_mb=2_000,
+    min_replicas=1,
+    priority=10,
+    workload_scores={"general": 0.8, "coding": 0.4},
+)
+CODER = ModelProfile(
+    model_id="coder", memory_mb=2_000, max_replicas=8, workload_scores={"coding": 0.95}
+)
+VIDEO = ModelProfile(
+    model_id="video",
+    memory_mb=3_000,
+    expected_service_time_s=90.0,
+    load_estimate_s=60.0,
+    warm_estimate_s=30.0,
+    workload_scores={"video": 0.9},
+)
+
+
+def _host(host_id: str, *residents: str, active: int = 0) -> HostSnapshot:
+    return HostSnapshot(
+        host_id=host_id,
+        capacity_mb=8_000,
+        runtimes=("llama.cpp",),
+        heartbeat_age_s=1.0,
+        max_models=1,
+        residencies=tuple(
+            ResidencySnapshot(
+                model_id=m,
+                memory_mb=3_000 if m == "video" else 2_000,
+                state="ready",
+                active_requests=active,
+                loaded_at=NOW - 7_200,
+                routable=True,
+            )
+            for m in residents
+        ),
+    )
+
+
+def _controller(tmp: Path, builtins: tuple[str, ...] = WITH_SEARCH) -> Controller:
+    store = FileStateStore(tmp / "controller-state.json")
+    ctl = Controller(plugins=plugins_with(builtins=builtins), store=store).restore()
+    for p in (GENERAL, CODER, VIDEO):
+        ctl.put_profile(p, NOW)
+    return ctl
+
+
+def _hosts(n: int) -> list[HostSnapshot]:
+    return [_host(f"h{i}") for i in range(1, n + 1)]
+
+
+def test_idle_hosts_hold_every_unseen_workloads_leader_before_any_request(
+    tmp_path: Path,
+) -> None:
+    """Five empty one-slot hosts and one short coding request (below the admission gate):
+    the baseline takes one host, two slots stay free (one unseen workload, one node failure),
+    and the video and coding workloads' leaders stand by on the other two."""
+    ctl = _controller(tmp_path)
+    ctl.observe_request(
+        RequestFeatures(
+            at=NOW - 30,
+            endpoint="chat",
+            requested_model="auto",
+            workload="coding",
+            served_model="general",
+            service_time_s=1.0,
+            outcome="ok",
+        )
+    )
+    ctl.tick(NOW, _hosts(5))
+    report, p = ctl.last.portfolio, ctl.last.plan
+    assert report is not None and p is not None
+    assert report.standby == {"coding": "coder", "video": "video"}
+    assert {a.model_id for a in p.assignments} == {"general", "coder", "video"}
+    assert len(p.assignments) == 3 and not p.evictions
+    assert ctl.last.forecasts["video"].reasons[-1] == STANDBY_REASON
+    assert not ctl.last.forecasts["video"].direct
+    row = next(r for r in report.admissions if r.workload == "coding")
+    assert row.state == "awaiting-plan" and "coder stands by on idle capacity" in row.reason
+
+
+def test_a_small_fleet_keeps_its_margin_free(tmp_path: Path) -> None:
+    """Three hosts: after the baseline, the two idle slots are the reserve for an unseen
+    workload and a node failure, so nothing stands by."""
+    ctl = _controller(tmp_path)
+    ctl.tick(NOW, _hosts(3))
+    report, p = ctl.last.portfolio, ctl.last.plan
+    assert report is not None and p is not None
+    assert report.standby == {}
+    assert {a.model_id for a in p.assignments} == {"general"}
+
+
+def test_standby_never_evicts_and_waits_for_an_idle_host(tmp_path: Path) -> None:
+    """Every host is busy with directly named work: nothing stands by, nothing is staged."""
+    ctl = _controller(tmp_path)
+    for i in range(6):
+        ctl.observe_request(
+            RequestFeatures(
+                at=NOW - 50 + i,
+                endpoint="chat",
+                requested_model="coder",
+                served_model="coder",
+                service_time_s=1.0,
+                outcome="ok",
+            )
+        )
+    ctl.tick(NOW, [_host("h1", "general"), _host("h2", "coder", active=1)])
+    report, p = ctl.last.portfolio, ctl.last.plan
+    assert report is not None and p is not None
+    assert report.standby == {}
+    assert not p.evictions
+    assert p.hosts_of("video") == ()
+
+
+def test_standby_gives_way_when_real_demand_could_use_its_host(tmp_path: Path) -> None:
+    """The video model stands by on h2 while the fleet is idle; then named coding traffic
+    arrives that wants more hosts than the empty ones. Standby withdraws from h2 and the plan
+    no longer keeps video there."""
+    fleet = [_host("h1", "general"), _host("h2", "video"), *_hosts(5)[2:]]
+    quiet = _controller(tmp_path / "quiet")
+    quiet.tick(NOW, fleet)
+    assert quiet.last.portfolio is not None and "video" in quiet.last.portfolio.standby.values()
+    assert quiet.last.plan is not None and quiet.last.plan.hosts_of("video") == ("h2",)
+    busy = _controller(tmp_path / "busy")
+    for i in range(600):
+        busy.observe_request(
+            RequestFeatures(
+                at=NOW - 50 + i / 12,
+                endpoint="chat",
+                requested_model="coder",
+                served_model=None,
+                outcome="unavailable",
+            )
+        )
+    busy.tick(NOW, fleet)
+    report, p = busy.last.portfolio, busy.last.plan
+    assert report is not None and p is not None
+    assert p.desired["coder"] > 3  # more than the three empty hosts
+    assert "video" not in report.standby.values()
+    assert p.hosts_of("video") == ()
+
+
+def test_without_a_portfolio_search_workloads_wait_for_evidence(tmp_path: Path) -> None:
+    """The reactive control (no portfolio search installed) keeps idle hosts idle."""
+    ctl = _controller(tmp_path, WITHOUT_SEARCH)
+    ctl.tick(NOW, _hosts(5))
+    report, p = ctl.last.portfolio, ctl.last.plan
+    assert report is not None and p is not None
+    assert report.standby == {}
+    assert {a.model_id for a in p.assignments} == {"general"}
+
+
+def test_the_planner_places_standby_after_inferred_demand() -> None:
+    """One free slot, an inferred (workload) demand and a standby demand: the evidence wins,
+    whatever the model ids or sizes; the standby replica is reported short, nothing evicted."""
+    hosts = (_host("h1"),)
+    inferred = ModelDemand(model_id="video", desired_replicas=1, inferred_rps=0.01)
+    standby = ModelDemand(model_id="coder", desired_replicas=1, reasons=(STANDBY_REASON,))
+    for demand in ({"video": inferred, "coder": standby},):
+        got = plan(
+            PlanInputs(now=NOW, profiles=(CODER, VIDEO), hosts=hosts, demand=demand),
+            NO_HOOKS,
+            reuse=False,
+        )
+        assert got.hosts_of("video") == ("h1",)
+        assert got.hosts_of("coder") == ()
+        assert not got.evictions
