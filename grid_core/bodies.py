@@ -16,6 +16,7 @@ from typing import Annotated
 
 import msgspec
 
+from grid_core.demand.features import RequestFeatures
 from grid_core.wire import IDENT_PATTERN, MAX_LIST, Id, Mode, ModelId, Text
 
 NODE_CREDENTIAL_TTL_S = 30 * 24 * 3600.0
@@ -129,6 +130,24 @@ class ModeBody(OperatorBody, frozen=True):
     """``PUT /allocator/mode``: observe, recommend or automatic."""
 
     mode: Mode
+
+
+MAX_FORWARDED_OBSERVATIONS = 512
+"""Request observations one forwarding call may carry: a follower forwards every two seconds,
+so 512 covers 256 requests/s through one follower per call; a larger backlog takes more calls."""
+
+
+class ObservationBatch(OperatorBody, frozen=True, kw_only=True):
+    """``POST /allocator/observations``: requests a follower server answered, forwarded to the
+    leader so that they count as demand (the leader's controller is the only one that plans).
+
+    Attributes:
+        from_server: the forwarding server's id (for status and logs).
+        features: bounded request features, never prompts or raw affinity keys.
+    """
+
+    from_server: Annotated[str, msgspec.Meta(max_length=64)]
+    features: Annotated[list[RequestFeatures], msgspec.Meta(max_length=MAX_FORWARDED_OBSERVATIONS)]
 
 
 class EvaluationBody(OperatorBody, frozen=True, kw_only=True):

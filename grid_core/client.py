@@ -38,6 +38,7 @@ from grid_core.bodies import (
     JoinTokenIssued,
     ModeBody,
     NodeCredential,
+    ObservationBatch,
     Registered,
     TokenBody,
 )
@@ -309,6 +310,12 @@ class Calls:
     def tick() -> Call[dict[str, Any]]:
         """``POST /allocator/tick``: one reconciliation pass now (operator)."""
         return Call("POST", "/allocator/tick", dict, None, "operator")
+
+    @staticmethod
+    def forward_observations(body: ObservationBatch) -> Call[dict[str, Any]]:
+        """``POST /allocator/observations``: a follower's answered requests, as demand for the
+        leader's controller (operator; a follower refuses it with 503)."""
+        return Call("POST", "/allocator/observations", dict, _json(body), "operator")
 
     @staticmethod
     def record_evaluation(body: EvaluationBody) -> Call[dict[str, Any]]:

@@ -24,6 +24,7 @@ from grid_core.bodies import (
     EvaluationBody,
     JoinTokenBody,
     ModeBody,
+    ObservationBatch,
     TokenBody,
 )
 from grid_core.errors import NotFoundError, ValidationError
@@ -33,7 +34,8 @@ from grid_server.auth import new_host_id
 from grid_server.client_keys import ClientKeys
 from grid_server.context import ServerContext
 from grid_server.guards import check_transport, operator_guard
-from grid_server.http import MAX_CONTROL_BODY_BYTES, json_response
+from grid_server.http import MAX_CONTROL_BODY_BYTES, MAX_OBSERVATION_BODY_BYTES, json_response
+from grid_server.runner import NotLeaderError
 
 
 def allocator_routes(ctx: ServerContext) -> list[HTTPRouteHandler]:
@@ -121,6 +123,22 @@ def allocator_routes(ctx: ServerContext) -> list[HTTPRouteHandler]:
         """Run one reconciliation pass now and return its result."""
         result = await ctx.runner.tick()
         return json_response({"tick": msgspec.to_builtins(result) if result is not None else None})
+
+    @post(
+        "/allocator/observations",
+        status_code=200,
+        guards=operator,
+        request_max_body_size=MAX_OBSERVATION_BODY_BYTES,
+    )
+    async def observations(data: JSONBody[ObservationBatch]) -> Response:
+        """Requests a follower server answered, counted as demand here (leader only: a
+        follower refuses with 503 naming the leader, and the sender keeps them)."""
+        runner = ctx.runner
+        if runner.follower is not None:
+            raise NotLeaderError(runner.follower)
+        for features in data.features:
+            runner.observe_here(features)
+        return json_response({"accepted": len(data.features), "from_server": data.from_server})
 
     @post("/allocator/evaluations", status_code=200, guards=operator, request_max_body_size=limit)
     async def evaluations(data: JSONBody[EvaluationBody]) -> Response:
@@ -234,6 +252,7 @@ def allocator_routes(ctx: ServerContext) -> list[HTTPRouteHandler]:
         put_mode,
         tick,
         evaluations,
+        observations,
         tokens,
         join_tokens,
         join,

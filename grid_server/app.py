@@ -176,9 +176,19 @@ def build_app(
         leadership = Leadership(
             state_store, runner, build, lease_s=controller.policy.controller_lease_s
         )
+    credentials = Credentials(home)
+    if leadership is not None:
+        from grid_server.forwarding import DemandForwarder
+
+        runner.forwarder = DemandForwarder(
+            leadership,
+            runner.observe_here,
+            lambda: credentials.operator_token_path.read_text().strip(),
+            ca_file=tls_ca,
+        )
     ctx = ServerContext(
         home=home,
-        credentials=Credentials(home),
+        credentials=credentials,
         registry=registry,
         router=router,
         runner=runner,
@@ -206,6 +216,8 @@ def build_app(
                 tg.start_soon(runner.run)
                 if leadership is not None:
                     tg.start_soon(leadership.run)
+                if runner.forwarder is not None:
+                    tg.start_soon(runner.forwarder.run)
                 if on_ready is not None:
                     on_ready(ctx)
                 try:

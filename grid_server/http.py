@@ -11,6 +11,8 @@ from grid_core.wire import check_json_depth
 
 MAX_CONTROL_BODY_BYTES = 256 * 1024
 """A profile, mode or token request is a few hundred bytes; 256 KiB is generous."""
+MAX_OBSERVATION_BODY_BYTES = 1024 * 1024
+"""A follower's forwarding call: 512 request observations of ~500 bytes each, with headroom."""
 MAX_NODE_BODY_BYTES = 1024 * 1024
 """A registration or heartbeat with 256 residencies is ~100 KiB; 1 MiB leaves headroom."""
 

@@ -198,4 +198,5 @@ class Leadership:
             },
             "took_over_at": self.took_over_at,
             "error": self.error,
+            "forwarding": forwarder.status() if (forwarder := self.runner.forwarder) else None,
         }

@@ -98,6 +98,9 @@ class ControllerRunner:
         self.last_error: str | None = None
         self.last_tick_s: float | None = None
         self.profiles: dict[str, ModelProfile] = {}
+        self.forwarder: Any = None
+        """A :class:`grid_server.forwarding.DemandForwarder` on a replicated store (else
+        ``None``): where request features go while this server follows."""
         self.profile_ids: frozenset[str] = frozenset()
         self.vocabulary: tuple[str, ...] = ()
         self.on_request: Callable[[RequestFeatures], None] | None = None
@@ -171,12 +174,24 @@ class ControllerRunner:
 
     # --- events ---------------------------------------------------------------------------
     def observe(self, features: RequestFeatures) -> None:
-        """Queue one request's features (never blocks, never raises into the request)."""
+        """Queue one request's features (never blocks, never raises into the request).
+
+        While this server follows, the features go to :attr:`forwarder` for the leader: a
+        follower's controller is a read-only view whose history is discarded.
+        """
+        if self.on_request is not None:
+            self.on_request(features)
+        if self.follower is not None and self.forwarder is not None:
+            self.forwarder.add(features)
+            return
+        self.observe_here(features)
+
+    def observe_here(self, features: RequestFeatures) -> None:
+        """Queue one observation for this server's own controller (also one forwarded here
+        by a follower, or kept while this server followed)."""
         if len(self._features) == self._features.maxlen:
             self.dropped_features += 1
         self._features.append(features)
-        if self.on_request is not None:
-            self.on_request(features)
         mono = time.monotonic()
         if mono - self._last_demand_poke >= DEMAND_POKE_MIN_GAP_S:
             self._last_demand_poke = mono

@@ -116,3 +116,49 @@ def test_one_leader_followers_refuse_and_a_clean_stop_hands_over_at_once(
     assert after["leader"]["term"] == 2
     assert after["profiles"] == ["m.gguf"] and after["mode"] == "automatic"
     follow.client.send(Calls.put_model("m.gguf", {**PROFILE, "max_replicas": 2}))
+
+
+def test_requests_a_follower_answers_count_as_demand_on_the_leader(
+    pair: dict[str, tuple[Child, Testbed]],
+) -> None:
+    """Clients may reach any server; only the leader plans. A model used only through a
+    follower must not look idle to the leader (it would be scaled down)."""
+    roles = wait_for(
+        lambda: (
+            (r := {n: store_status(c.url)["role"] for n, (c, _) in pair.items()})
+            and sorted(r.values()) == ["follower", "leader"]
+            and r
+        ),
+        "one leader and one follower",
+    )
+    leader = next(n for n, role in roles.items() if role == "leader")
+    follower = next(n for n in pair if n != leader)
+    (_, lead), (follow_child, _) = pair[leader], pair[follower]
+    lead.client.send(Calls.put_model("m.gguf", {**PROFILE, "min_replicas": 0}))
+    wait_for(lambda: store_status(follow_child.url)["profiles"] == ["m.gguf"], "the view")
+    body = {"model": "m.gguf", "messages": [{"role": "user", "content": "hi"}]}
+    with httpx.Client(base_url=follow_child.url, timeout=10.0) as client:
+        for _ in range(6):
+            r = client.post("/v1/chat/completions", json=body)
+            assert r.status_code == 503, r.text  # no engine anywhere: cold-start advice
+
+    def leader_rate() -> float:
+        doc = httpx.get(f"{lead.url}/allocator/status?detail=1", timeout=10.0).json()
+        forecast = doc["controller"]["forecasts"].get("m.gguf") or {}
+        return float(forecast.get("request_rate_rps") or 0.0)
+
+    wait_for(lambda: leader_rate() > 0, "the follower's requests in the leader's forecast")
+    forwarding = wait_for(
+        lambda: (f := store_status(follow_child.url)["forwarding"])["forwarded"] >= 6 and f,
+        "the follower's forwarding counters",
+    )
+    assert forwarding["pending"] == 0 and forwarding["dropped"] == 0
+    assert forwarding["error"] is None
+    # Only the leader takes them: a follower refuses, so a sender keeps its queue.
+    refused = httpx.post(
+        f"{follow_child.url}/allocator/observations",
+        json={"from_server": "x", "features": []},
+        headers=pair[follower][1].operator(),
+        timeout=10.0,
+    )
+    assert refused.status_code == 503, refused.text

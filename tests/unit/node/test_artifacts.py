@@ -262,3 +262,58 @@ async def test_evict_deletes_grids_own_download_file_or_directory_and_nothing_el
     assert "another cached model" in await evict("m-a") and shared.exists()
     assert await evict("m-b") == f"evicted {shared}" and not shared.exists()
     assert act.cached_artifacts() == []
+
+
+@pytest.mark.anyio
+async def test_the_node_refuses_a_predictive_transfer_that_would_leave_less_than_the_floor(
+    tmp_path, artifact_server, monkeypatch
+):
+    """The node re-checks the predictive floor against its own fresh disk reading: with free
+    disk just short of floor plus artifact, a cache-only predictive load fails before a byte
+    is transferred, while a demanded load of the same weights on the same disk proceeds."""
+    import psutil
+
+    from grid_core.demand.prefetch import PREDICTIVE_FLOOR_MB
+    from grid_node import actuator as actuator_module
+
+    artifact_server.files["models/m.gguf"] = PAYLOAD
+    real = psutil.disk_usage(str(tmp_path))
+    short = (PREDICTIVE_FLOOR_MB + 4 - 1) * MB  # one MB short of floor + the 4 MB ceiling
+
+    def disk_usage(path: str):  # type: ignore[no-untyped-def]  # psutil's shape
+        return real._replace(free=short)
+
+    monkeypatch.setattr(actuator_module.psutil, "disk_usage", disk_usage)
+    config = NodeConfig(state_dir=tmp_path / "node", model_dirs=(tmp_path / "none",))
+    store = StateFile(config.state_dir)
+    act = Actuator(
+        config=config,
+        store=store,
+        state=store.load_or_create("host-a"),
+        adapters={"llama.cpp": LlamaCppAdapter()},
+    )
+
+    def load(action: str, gen: int, reason: str) -> Command:
+        return Command(
+            action_id=action,
+            kind="load",
+            node_id="host-a",
+            model_id="m.gguf",
+            plan_generation=f"e:{gen:020d}:d",
+            controller_term=1,
+            controller_id="c1",
+            executable=True,
+            reason=reason,
+            artifact_sha256=DIGEST,
+            artifact_source=SOURCE,
+            artifact_size_mb=4,
+        )
+
+    deadline = time.monotonic() + 60
+    ack = await act.execute(
+        load("p1", 1, "predictive_prefetch"), deadline_mono=deadline, decision=ACCEPTING
+    )
+    assert ack.status == "failed" and "predictive prefetch refused" in ack.message
+    assert artifact_server.bytes_sent == 0 and act.cached_artifacts() == []
+    ack = await act.execute(load("l1", 2, "place"), deadline_mono=deadline, decision=ACCEPTING)
+    assert ack.status == "succeeded" and ack.artifact_fetched
