@@ -29,6 +29,7 @@ from grid_core.bodies import (
 )
 from grid_core.errors import NotFoundError, ValidationError
 from grid_core.profile import profile_from_json, profile_version
+from grid_core.profile_fit import fit_warnings, known_runtimes, runtime_warnings
 from grid_core.tls import ca_fingerprint
 from grid_server.auth import new_host_id
 from grid_server.client_keys import ClientKeys
@@ -76,12 +77,21 @@ def allocator_routes(ctx: ServerContext) -> list[HTTPRouteHandler]:
         # The profile's own validator refuses unknown fields by name with the known ones
         # listed; persisted state stays additive, so the Struct itself cannot forbid them.
         profile = profile_from_json(data)
+        hosts = ctx.runner.hosts(time.time())
+        installed = ctx.plugins.runtime_adapters() if ctx.plugins is not None else {}
         expected = version_precondition(request.headers)
         await ctx.runner.put_profile(profile, expected)
         stored = ctx.runner.profiles.get(model_id, profile)
         version = profile_version(stored)
+        # Accepted, but what keeps it from being placed in full is said now (and in status).
         return json_response(
-            {"model_id": model_id, "profile": stored, "version": version},
+            {
+                "model_id": model_id,
+                "profile": stored,
+                "version": version,
+                "warnings": runtime_warnings(stored, known_runtimes(installed, hosts))
+                + fit_warnings(stored, hosts),
+            },
             headers={"ETag": f'"{version}"'},
         )
 

@@ -163,7 +163,7 @@ def model_set(
         return
     call = Calls.put_model(model_id, msgspec.to_builtins(profile), if_version=version)
     try:
-        send(grid, call, token_file=token_file)
+        answer = send(grid, call, token_file=token_file)
     except RequestRefused as exc:
         if exc.status == HTTPStatus.CONFLICT:
             raise CliError(_conflict_text(model_id, exc, profile), EXIT_USAGE) from None
@@ -172,6 +172,9 @@ def model_set(
     typer.echo(f"grid: profile for '{model_id}' {verb}")
     for line in profile_changes(current, profile):
         typer.echo(f"  {line}")
+    for warning in answer.get("warnings") or ():
+        # Accepted (hosts may join later), but it cannot be placed in full today.
+        typer.echo(f"grid: warning: {warning}", err=True)
 
 
 def _cleared(clears: dict[str, bool], given: dict[str, Any]) -> dict[str, Any]:

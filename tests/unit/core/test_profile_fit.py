@@ -1,0 +1,53 @@
+"""A profile against the fleet that exists: unknown runtimes and unplaceable values are said.
+
+The operator's ``grid allocator model set`` used to accept, with exit 0 and no word, a runtime
+no plugin provides, a pin to a host that never registered, and more required replicas than
+hosts that can run the model.
+"""
+
+from __future__ import annotations
+
+from grid_core.profile import ModelProfile
+from grid_core.profile_fit import fit_warnings, known_runtimes, runtime_warnings
+from grid_core.snapshot import HostSnapshot
+
+
+def _host(host_id: str, *runtimes: str) -> HostSnapshot:
+    return HostSnapshot(host_id=host_id, capacity_mb=16_000, runtimes=runtimes or ("llama.cpp",))
+
+
+HOSTS = [_host("h1"), _host("h2"), _host("h3", "echo")]
+
+
+def test_unknown_runtime_is_said_naming_the_field_and_the_known_names() -> None:
+    known = known_runtimes(installed={"grid-demo"}, hosts=HOSTS)
+    assert {"llama.cpp", "vllm", "grid-demo", "echo"} <= known
+    typo = ModelProfile(model_id="m", memory_mb=100, runtimes=("lama.cpp",))
+    (warning,) = runtime_warnings(typo, known)
+    assert warning.startswith("runtimes: 'lama.cpp' is not provided by any plugin")
+    assert "llama.cpp" in warning and "stays unplaced until a host offers it" in warning
+    sized = ModelProfile(model_id="m", memory_mb=100, runtime_memory_mb={"vlm": 10})
+    assert runtime_warnings(sized, known)[0].startswith("runtime_memory_mb: 'vlm'")
+    # Built in, provided by a server plugin, or offered by a registered host: nothing said.
+    for rt in ("vllm", "grid-demo", "echo"):
+        assert (
+            runtime_warnings(ModelProfile(model_id="m", memory_mb=100, runtimes=(rt,)), known) == []
+        )
+
+
+def test_pin_to_an_unregistered_host_is_accepted_with_a_warning() -> None:
+    p = ModelProfile(model_id="m", memory_mb=100, max_replicas=2, pins=("h1", "h9"))
+    (warning,) = fit_warnings(p, HOSTS)
+    assert warning.startswith("pins: host 'h9' is not registered")
+    assert fit_warnings(ModelProfile(model_id="m", memory_mb=100, pins=("h1",)), HOSTS) == []
+
+
+def test_more_required_replicas_than_able_hosts_is_accepted_with_a_warning() -> None:
+    # Two hosts run llama.cpp; h3 offers only echo.
+    p = ModelProfile(model_id="m", memory_mb=100, min_replicas=3, max_replicas=3)
+    (warning,) = fit_warnings(p, HOSTS)
+    assert warning.startswith("min_replicas: 3 required replica(s)")
+    assert "llama.cpp" in warning and "2 registered host(s) can" in warning
+    ok = ModelProfile(model_id="m", memory_mb=100, min_replicas=2, max_replicas=3)
+    assert fit_warnings(ok, HOSTS) == []
+    assert len(fit_warnings(ok, [])) == 1  # no host registered yet: said, not refused
