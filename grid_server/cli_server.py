@@ -59,6 +59,9 @@ CHAT_WAIT_S = 180.0
 with Retry-After). Three minutes covers loading and warming a mid-sized GGUF on a laptop."""
 CHAT_RETRY_MAX_S = 30.0
 """Longest single pause between chat retries, whatever Retry-After advises."""
+GIVE_UP_CODES = frozenset({"model_unplaceable"})
+"""503 error codes that waiting cannot cure (no host can run the model until an operator
+changes its profile or the fleet): ``grid chat`` reports them at once instead of retrying."""
 
 GridOpt = typer.Option(None, "--grid", help="Server URL, or 'local' (default).")
 
@@ -298,8 +301,9 @@ def chat(
 
     A model that is still starting answers 503 with ``Retry-After``; the command waits that
     long (at most :data:`CHAT_RETRY_MAX_S` per pause) and tries again until ``--wait`` seconds
-    have passed, saying on stderr what it waits for. Exit codes: 0 answered, 1 unavailable or
-    no server, 2 refused (bad request, unknown model).
+    have passed, saying on stderr what it waits for. A model that no host can run
+    (``model_unplaceable``) fails at once with the server's reason. Exit codes: 0 answered,
+    1 unavailable or no server, 2 refused (bad request, unknown model).
     """
     target = resolve_target(grid)
     body: dict[str, object] = {
@@ -347,10 +351,13 @@ def _chat_once(
             if resp.status_code >= 400:
                 resp.read()
                 try:
-                    message = resp.json()["error"]["message"]
-                except (ValueError, KeyError, TypeError):
-                    message = resp.text[:200]
+                    error = resp.json()["error"]
+                    message, code = str(error["message"]), error.get("code")
+                except (ValueError, KeyError, TypeError, AttributeError):
+                    message, code = resp.text[:200], None
                 retry_after = resp.headers.get("retry-after", "")
+                if resp.status_code == 503 and code in GIVE_UP_CODES:
+                    raise CliError(f"chat → 503: {message}", exit_code_for(503))
                 if resp.status_code == 503 and retry_after.isdigit():
                     return message, max(1.0, float(retry_after))
                 code = exit_code_for(resp.status_code)

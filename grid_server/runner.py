@@ -222,10 +222,12 @@ class ControllerRunner:
 
         Such a model will not start by waiting: no host offers what its profile requires
         (runtime, tags, backends, GPUs) until an operator changes the profile or the fleet.
-        Reads the last plan without the lock (a torn read only means ``None``).
+        A grid with no live host at all is still waiting for its hosts to register, so it
+        answers ``None`` (an ordinary cold start). Reads the last plan without the lock (a
+        torn read only means ``None``); call on the event loop, where the registry lives.
         """
         plan = getattr(getattr(self.ctl, "last", None), "plan", None)
-        if model_id is None or plan is None:
+        if model_id is None or plan is None or not self.registry.live(time.time()):
             return None
         for unmet in plan.unmet:
             if unmet.model_id == model_id and unmet.code == "no_eligible_host":

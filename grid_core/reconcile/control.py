@@ -102,7 +102,11 @@ class _ActionCommon(TypedDict):
 def build_actions(
     admitted: Iterable[Proposal], generation: str, now: float, next_order: Callable[[], int]
 ) -> list[Action]:
-    """Turn admitted proposals into action records (a cold warm becomes load + warm)."""
+    """Turn admitted proposals into action records (a cold warm becomes load + warm).
+
+    Every load action, whether it precedes a warm or stands alone, carries the profile's
+    ``artifact_source`` and ``artifact_size_mb``: a node refuses to download without them.
+    """
     out: list[Action] = []
     for p in admitted:
         common: _ActionCommon = {
@@ -138,6 +142,10 @@ def build_actions(
                 memory_mb=p.memory_mb,
                 dependencies=deps,
                 order=next_order(),
+                # A standalone load (a cache-only predictive fetch, a pre-drain fetch of the
+                # beneficiary) needs the source and size a node checks before it downloads.
+                artifact_source=p.artifact_source if p.kind == "load" else None,
+                artifact_size_mb=p.artifact_size_mb if p.kind == "load" else None,
                 ready_timeout_s=p.ready_timeout_s,
                 deadline_basis=p.deadline_basis,
                 **common,

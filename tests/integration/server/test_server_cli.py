@@ -13,7 +13,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from server_testbed import Engine, Grid, serve_model
+from server_testbed import Engine, Grid, host_with_cached_model, serve_model
 
 from grid_core.wire import control_record_id
 
@@ -224,16 +224,17 @@ def test_chat_waits_for_a_starting_model_and_then_answers(
         stderr=subprocess.PIPE,
         text=True,
     )
-    try:
-        assert waiting.stderr is not None
-        first = waiting.stderr.readline()  # the command says it waits before it retries
-        assert "no ready engine" in first and "trying again in" in first, first
-        serve_model(grid, engines("m-later"), "host-later")
-        out, err = waiting.communicate(timeout=120)
-    finally:
-        if waiting.poll() is None:
-            waiting.kill()
-            waiting.wait()
+    with waiting:  # closes its pipes whatever happens
+        try:
+            assert waiting.stderr is not None
+            first = waiting.stderr.readline()  # the command says it waits before it retries
+            assert "no ready engine" in first and "trying again in" in first, first
+            serve_model(grid, engines("m-later"), "host-later")
+            out, err = waiting.communicate(timeout=120)
+        finally:
+            if waiting.poll() is None:
+                waiting.kill()
+                waiting.communicate()
     assert waiting.returncode == 0, err
     assert out.split() == ["tok0", "tok1", "tok2"]
 
@@ -247,6 +248,18 @@ def test_chat_gives_up_after_its_wait(grid: Grid) -> None:
     r = run(grid, "chat", "-m", "m-never", "--wait", "1", "hi")
     assert r.returncode == 1
     assert "trying again in" in r.stderr and "gave up after --wait 1 s" in r.stderr
+
+
+def test_chat_does_not_wait_for_a_model_no_host_can_run(grid: Grid) -> None:
+    """Waiting cannot start a model whose runtime no registered host offers: the command
+    says why at once instead of retrying for its whole --wait."""
+    host_with_cached_model(grid, "host-1", "m-base", "a" * 64)
+    grid.client.put_model("m-vllm", {"memory_mb": 1000, "min_replicas": 1, "runtimes": ["vllm"]})
+    grid.http.post(grid.url + "/allocator/tick", headers=grid.operator()).raise_for_status()
+    r = run(grid, "chat", "-m", "m-vllm", "--wait", "600", "hi")
+    assert r.returncode == 1, r.stderr
+    assert "cannot be placed on any host" in r.stderr and "vllm" in r.stderr
+    assert "trying again" not in r.stderr  # it never paused to retry
 
 
 def test_no_server_is_one_line_exit_1(tmp_path: Path) -> None:

@@ -176,6 +176,17 @@ def test_without_a_free_slot_the_prediction_is_a_cache_only_fetch(tmp_path: Path
     # Nothing warms, nothing drains or unloads: one exact, cache-only load of b.
     assert [k for k in kinds if k[1] == "b"] == [("load", "b", "predictive_prefetch")]
     assert not [k for k in kinds if k[0] in ("warm", "drain", "unload", "evict")]
+    # The command a node receives names where to fetch from and how big it is: a node
+    # refuses a download without them, so a prediction without them never reaches disk.
+    [fetch_action] = [a for a in issued if a is not None and a.model_id == "b"]
+    hosts = _full_hosts(free_disk_mb=60_000)
+    delivered = ctl.deliver(fetch_action.host_id, now, hosts, ctl.revisions.dirty).commands
+    [cmd] = [c for c in delivered if c.model_id == "b"]
+    assert (cmd.artifact_source, cmd.artifact_sha256, cmd.artifact_size_mb) == (
+        "hf://owner/repo/b.gguf",
+        SHA_B,
+        2_000,
+    )
     [fetch] = ctl.status(now).prefetch.advisories
     assert (fetch.kind, fetch.model_id, fetch.artifact_sha256, fetch.edge) == (
         "fetch",
