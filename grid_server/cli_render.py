@@ -137,14 +137,17 @@ def _hosts(ctl: dict[str, Any]) -> Table:
     t.columns[2].no_wrap = True  # one line per host: residencies fold instead
     for h in ctl["hosts"][:MAX_ROWS]:
         res = Text()
-        for i, r in enumerate(h.get("residencies", [])):
-            if i:
+        for r in h.get("residencies", []):
+            if r["state"] == "cached" and "cached" in h:
+                continue  # shown below with its provenance
+            if res.plain:
                 res.append(" ")
             res.append(f"{r['model_id']}:")
             res.append(r["state"], style=RESIDENCY_STYLE.get(r["state"], ""))
             if r.get("ownership", "managed") != "managed":
                 # Grid never commands it: say so where the operator looks for it.
                 res.append(f"({r['ownership']})", style="dim")
+        _cached(h, res)
         t.add_row(
             h["host_id"],
             _styled(h.get("state"), HOST_STYLE),
@@ -155,6 +158,22 @@ def _hosts(ctl: dict[str, Any]) -> Table:
             res if res.plain else Text("-"),
         )
     return t
+
+
+def _cached(h: dict[str, Any], res: Text) -> None:
+    """Append ``b.gguf:cached(predictive)`` per weights on the host's disk that no residency
+    row names: a predictive prefetch's unused download is marked, since only those may be
+    expired or replaced by prediction."""
+    shown = {r["model_id"] for r in h.get("residencies", []) if r["state"] != "cached"}
+    for c in h.get("cached", []):
+        if c["model_id"] in shown:
+            continue
+        if res.plain:
+            res.append(" ")
+        res.append(f"{c['model_id']}:")
+        res.append("cached", style=RESIDENCY_STYLE.get("cached", ""))
+        if c.get("predictive"):
+            res.append("(predictive)", style="cyan")
 
 
 def _offered(h: dict[str, Any]) -> str:

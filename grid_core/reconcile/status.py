@@ -89,6 +89,38 @@ class ActionView(msgspec.Struct, frozen=True, kw_only=True):
         )
 
 
+class CachedView(msgspec.Struct, frozen=True, kw_only=True):
+    """One artifact a host reported verified on its disk (no memory, no model slot).
+
+    Attributes:
+        model_id: the model the weights belong to.
+        artifact_sha256: their exact SHA-256, ``None`` when the host did not say.
+        predictive: the node downloaded them for a cache-only predictive prefetch and no
+            replica has started from them since (the only cache the predictive lifecycle may
+            expire or replace; specification, "Proactive observation and portfolio planning").
+        cached_at: for a predictive entry, when its verified download finished (server-clock
+            Unix seconds); ``None`` otherwise.
+    """
+
+    model_id: str
+    artifact_sha256: str | None = None
+    predictive: bool = False
+    cached_at: float | None = None
+
+
+def cached_views(h: HostSnapshot) -> list[CachedView]:
+    """The host's cached artifacts by model id, each with its predictive provenance."""
+    return [
+        CachedView(
+            model_id=m,
+            artifact_sha256=sha,
+            predictive=m in h.predictive_cached,
+            cached_at=h.predictive_cached.get(m),
+        )
+        for m, sha in sorted(h.cached.items())
+    ]
+
+
 class HostView(msgspec.Struct, frozen=True, kw_only=True):
     """One host's lifecycle and memory as the controller last saw it (MB, seconds).
 
@@ -96,7 +128,9 @@ class HostView(msgspec.Struct, frozen=True, kw_only=True):
     the ``--kind`` of a joined engine), ``backends`` the compute backends it reported
     (``cpu``, ``metal``, ``cuda``…), ``gpu_count``/``gpu_memory_mb`` its GPU facts (the
     smallest device's memory). Whether Grid owns an engine is per residency
-    (``ownership``: only ``managed`` ones are ever commanded).
+    (``ownership``: only ``managed`` ones are ever commanded). ``cached`` lists the weights
+    on its disk and which of them a predictive prefetch put there (always shown: bounded by
+    the heartbeat's list limit).
     """
 
     host_id: str
@@ -116,6 +150,7 @@ class HostView(msgspec.Struct, frozen=True, kw_only=True):
     gpu_count: int = 0
     gpu_memory_mb: int = 0
     residencies: list[ResidencySnapshot] = []
+    cached: list[CachedView] = []
 
 
 class ReconcileReport(msgspec.Struct, frozen=True, kw_only=True):
@@ -278,6 +313,7 @@ def host_views(
                 gpu_count=h.gpu_count,
                 gpu_memory_mb=h.gpu_memory_mb,
                 residencies=list(h.residencies) if detail else [],
+                cached=cached_views(h),
             )
         )
     return out

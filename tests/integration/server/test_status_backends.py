@@ -61,3 +61,33 @@ def test_status_lists_each_hosts_runtimes_backends_gpus_and_external_engines(gri
     # The residencies column folds on a narrow table: compare without the layout's spaces.
     assert "external-lab-ollamaacceptingollama/-" in "".join(text.split())
     assert "llama3:8b:ready(external)" in "".join(text.split())
+
+
+def test_status_shows_each_hosts_cached_weights_and_which_a_prediction_fetched(
+    grid: Grid,
+) -> None:
+    """An operator sees which cache on a host is an unused predictive download (the only kind
+    the predictive lifecycle may expire or replace) and which is ordinary cache."""
+    sha_b, sha_c = "b" * 64, "c" * 64
+    cached = [
+        {"model_id": "b.gguf", "artifact_sha256": sha_b, "size_mb": 6, "predictive": True,
+         "cached_age_s": 30.0},
+        {"model_id": "c.gguf", "artifact_sha256": sha_c, "size_mb": 6},
+    ]  # fmt: skip
+    managed = ["load", "warm", "drain", "unload", "evict"]
+    _put(grid, "worker", {"capacity_mb": 8192, "runtimes": ["llama.cpp"]},
+         {"cached_artifacts": cached, "actuator_capabilities": managed})  # fmt: skip
+    grid.http.post(f"{grid.url}/allocator/tick", headers=grid.operator()).raise_for_status()
+
+    # Without ?detail: which weights sit on which disk is part of the summary.
+    doc = grid.http.get(f"{grid.url}/allocator/status", headers=grid.operator()).json()
+    [host] = [h for h in doc["controller"]["hosts"] if h["host_id"] == "worker"]
+    rows = {c["model_id"]: c for c in host["cached"]}
+    assert (rows["b.gguf"]["artifact_sha256"], rows["b.gguf"]["predictive"]) == (sha_b, True)
+    assert rows["b.gguf"]["cached_at"] <= doc["controller"]["last_tick_at"] - 29.0
+    assert (rows["c.gguf"]["artifact_sha256"], rows["c.gguf"]["predictive"]) == (sha_c, False)
+    assert rows["c.gguf"]["cached_at"] is None
+
+    text = "".join(render_status(doc).split())
+    assert "b.gguf:cached(predictive)c.gguf:cached" in text
+    assert "c.gguf:cached(predictive)" not in text
