@@ -40,12 +40,23 @@ from grid_server.runner import NotLeaderError
 
 
 def allocator_routes(ctx: ServerContext) -> list[HTTPRouteHandler]:
-    """The ``/allocator`` handlers bound to ``ctx``.
+    """The ``/allocator`` handlers bound to ``ctx`` (and the CA certificate route).
 
     Mutations carry the operator guard; bodies are typed Structs decoded and validated by
     Litestar (a refusal names the field path); every body is capped at
-    :data:`MAX_CONTROL_BODY_BYTES`.
+    :data:`MAX_CONTROL_BODY_BYTES`. Four groups: status and profiles, controls (mode, tick,
+    observations, evaluations), node credentials, client keys.
     """
+    return [
+        *_profile_routes(ctx),
+        *_control_routes(ctx),
+        *_credential_routes(ctx),
+        *_client_key_routes(ctx),
+    ]
+
+
+def _profile_routes(ctx: ServerContext) -> list[HTTPRouteHandler]:
+    """Status and model profiles: read, conditional write, removal."""
     operator = [operator_guard(ctx.credentials)]
     limit = MAX_CONTROL_BODY_BYTES
 
@@ -122,6 +133,14 @@ def allocator_routes(ctx: ServerContext) -> list[HTTPRouteHandler]:
         await ctx.runner.remove_profile(model_id)
         return json_response({"model_id": model_id, "removed": True})
 
+    return [status, get_model, put_model, delete_model]
+
+
+def _control_routes(ctx: ServerContext) -> list[HTTPRouteHandler]:
+    """Mode, an immediate tick, forwarded observations and labelled evaluations."""
+    operator = [operator_guard(ctx.credentials)]
+    limit = MAX_CONTROL_BODY_BYTES
+
     @put("/allocator/mode", status_code=200, guards=operator, request_max_body_size=limit)
     async def put_mode(data: JSONBody[ModeBody]) -> Response:
         """Select observe, recommend or automatic."""
@@ -173,6 +192,14 @@ def allocator_routes(ctx: ServerContext) -> list[HTTPRouteHandler]:
             }
         )
 
+    return [put_mode, tick, evaluations, observations]
+
+
+def _credential_routes(ctx: ServerContext) -> list[HTTPRouteHandler]:
+    """Node credentials: tokens, join tokens, joining, revocation, and the CA certificate."""
+    operator = [operator_guard(ctx.credentials)]
+    limit = MAX_CONTROL_BODY_BYTES
+
     @post("/allocator/tokens", status_code=200, guards=operator, request_max_body_size=limit)
     async def tokens(data: JSONBody[TokenBody]) -> Response:
         """Issue an expiring node credential scoped to one host id (operator only)."""
@@ -221,6 +248,21 @@ def allocator_routes(ctx: ServerContext) -> list[HTTPRouteHandler]:
         rev = ctx.credentials.revoke(host_id, time.time())
         return json_response({"host_id": rev.host_id, "revoked_at": rev.revoked_at})
 
+    @get("/tls/ca.pem")
+    async def ca_pem() -> Response:
+        """The CA certificate of this server (public), for join-token pinning."""
+        if ctx.ca_pem is None:
+            raise NotFoundError("this server was started without --tls-ca")
+        return Response(content=ctx.ca_pem, media_type="application/x-pem-file")
+
+    return [tokens, join_tokens, join, revoke, ca_pem]
+
+
+def _client_key_routes(ctx: ServerContext) -> list[HTTPRouteHandler]:
+    """Client API keys: create, list, revoke."""
+    operator = [operator_guard(ctx.credentials)]
+    limit = MAX_CONTROL_BODY_BYTES
+
     @post("/allocator/client-keys", status_code=200, guards=operator, request_max_body_size=limit)
     async def create_client_key(data: JSONBody[ClientKeyBody]) -> Response:
         """Create a ``/v1`` client API key; the answer is the only place it appears."""
@@ -247,31 +289,7 @@ def allocator_routes(ctx: ServerContext) -> list[HTTPRouteHandler]:
         _keys(ctx).revoke(name)
         return json_response({"name": name, "revoked": True})
 
-    @get("/tls/ca.pem")
-    async def ca_pem() -> Response:
-        """The CA certificate of this server (public), for join-token pinning."""
-        if ctx.ca_pem is None:
-            raise NotFoundError("this server was started without --tls-ca")
-        return Response(content=ctx.ca_pem, media_type="application/x-pem-file")
-
-    return [
-        status,
-        get_model,
-        put_model,
-        delete_model,
-        put_mode,
-        tick,
-        evaluations,
-        observations,
-        tokens,
-        join_tokens,
-        join,
-        revoke,
-        create_client_key,
-        list_client_keys,
-        revoke_client_key,
-        ca_pem,
-    ]
+    return [create_client_key, list_client_keys, revoke_client_key]
 
 
 def _keys(ctx: ServerContext) -> ClientKeys:

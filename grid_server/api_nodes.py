@@ -44,22 +44,11 @@ def node_routes(ctx: ServerContext) -> list[HTTPRouteHandler]:
     node = [node_guard(ctx.credentials)]
     limit = MAX_NODE_BODY_BYTES
 
-    async def decoded(request: Request, host_id: str, node_id: str, kind: type[T]) -> Decoded[T]:
-        body = await request.body()
-        try:
-            return decode(body, kind)
-        except WireError as exc:
-            # An invalid lifecycle or document from a known host fails closed at once
-            # instead of leaving its last (possibly accepting) report in force.
-            if ctx.registry.mark_invalid(host_id, node_id, str(exc)):
-                ctx.runner.input_changed(time.time(), safety_changed=True)
-            raise
-
     @put("/nodes/{node_id:str}", status_code=200, guards=node, request_max_body_size=limit)
     async def register(request: Request, node_id: FromPath[str]) -> Response:
         """Register or refresh a record (control or engine) of the authenticated host."""
         claims = node_claims(request)
-        doc = await decoded(request, claims.host_id, node_id, NodeRegistration)
+        doc = await decoded(ctx, request, claims.host_id, node_id, NodeRegistration)
         if doc.document.role == "engine" and doc.document.url:
             refuse_route_to_server(doc.document.url, ctx.url)
         now = time.time()
@@ -84,30 +73,19 @@ def node_routes(ctx: ServerContext) -> list[HTTPRouteHandler]:
     async def heartbeat(request: Request, node_id: FromPath[str]) -> Response:
         """Refresh a lease; deliver commands when asked (control records only)."""
         claims = node_claims(request)
-        doc = await decoded(request, claims.host_id, node_id, Heartbeat)
+        doc = await decoded(ctx, request, claims.host_id, node_id, Heartbeat)
         now = time.time()
         before = safety_facts(ctx.registry.records.get(node_id))
         rec = ctx.registry.heartbeat(claims.host_id, node_id, doc, now)
         hb = doc.document
         ctx.runner.acknowledge(claims.host_id, hb.acknowledgements)
         ctx.runner.input_changed(now, safety_changed=safety_facts(rec) != before)
-        if hb.request_commands and rec.role == "allocator":
-            d = await ctx.runner.deliver(claims.host_id)
-            allocator = AllocatorResponse(
-                mode=d.mode,
-                controller_lease_ttl_seconds=d.lease_ttl_s,
-                commands=list(d.commands),
-                follower=ctx.runner.follower is not None,
-            )
-        else:
-            # Early lease/fence heartbeat: registry truth only, nothing marked delivered.
-            allocator = AllocatorResponse(
-                mode=ctx.runner.mode(), follower=ctx.runner.follower is not None
-            )
         body = HeartbeatResponse(
             ttl_seconds=LEASE_TTL_S,
             model_last_used_at=ctx.router.model_last_used(claims.host_id),
-            allocator=allocator,
+            allocator=await allocator_answer(
+                ctx, claims.host_id, hb.request_commands and rec.role == "allocator"
+            ),
             engine_key_required=True,
         )
         return Response(content=encode(body), media_type="application/json")
@@ -127,3 +105,38 @@ def node_routes(ctx: ServerContext) -> list[HTTPRouteHandler]:
         return json_response({"nodes": ctx.registry.public(time.time())})
 
     return [register, heartbeat, remove, nodes]
+
+
+async def decoded(
+    ctx: ServerContext, request: Request, host_id: str, node_id: str, kind: type[T]
+) -> Decoded[T]:
+    """The request body decoded as ``kind`` by :func:`grid_core.wire.decode`.
+
+    Raises:
+        WireError: the document is invalid; a known host's record is then marked invalid
+            first, so it fails closed at once instead of leaving its last (possibly
+            accepting) report in force.
+    """
+    body = await request.body()
+    try:
+        return decode(body, kind)
+    except WireError as exc:
+        if ctx.registry.mark_invalid(host_id, node_id, str(exc)):
+            ctx.runner.input_changed(time.time(), safety_changed=True)
+        raise
+
+
+async def allocator_answer(ctx: ServerContext, host_id: str, deliver: bool) -> AllocatorResponse:
+    """The allocator part of a heartbeat answer: with ``deliver`` (a control record asked for
+    commands) the delivery step runs and its commands go out; otherwise (an early lease or
+    fence heartbeat) only the mode, and nothing is marked delivered."""
+    follower = ctx.runner.follower is not None
+    if not deliver:
+        return AllocatorResponse(mode=ctx.runner.mode(), follower=follower)
+    d = await ctx.runner.deliver(host_id)
+    return AllocatorResponse(
+        mode=d.mode,
+        controller_lease_ttl_seconds=d.lease_ttl_s,
+        commands=list(d.commands),
+        follower=follower,
+    )

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -124,6 +124,75 @@ def _header(scope: Scope, name: bytes) -> str | None:
     return None
 
 
+def leader_election(
+    state_store: Any,
+    runner: ControllerRunner,
+    build: Callable[[str], Any],
+    lease_s: float,
+    credentials: Credentials,
+    tls_ca: Path | None,
+) -> Any:
+    """The :class:`~grid_server.leadership.Leadership` of a server on a replicated store,
+    with the runner's demand forwarder wired to it (a follower sends the requests it answers
+    to the leader with the operator token).
+
+    Args:
+        state_store: the replicated state store.
+        runner: this server's controller runner (its controller is replaced on takeover).
+        build: makes a controller for a controller id.
+        lease_s: the controller lease length (seconds).
+        credentials: this server's credentials (the operator token is read at send time).
+        tls_ca: the CA that signed the servers' certificates (verifies the leader's).
+    """
+    from grid_server.forwarding import DemandForwarder
+    from grid_server.leadership import Leadership
+
+    leadership = Leadership(state_store, runner, build, lease_s=lease_s)
+    runner.forwarder = DemandForwarder(
+        leadership,
+        runner.observe_here,
+        lambda: credentials.operator_token_path.read_text().strip(),
+        ca_file=tls_ca,
+    )
+    return leadership
+
+
+def server_lifespan(
+    ctx: ServerContext,
+    on_ready: Callable[[ServerContext], None] | None,
+    on_stopped: Callable[[], None] | None,
+) -> Callable[[Litestar], AbstractAsyncContextManager[None]]:
+    """The server's lifespan: the upstream pool, then the controller runner, leader election
+    and demand forwarding as tasks until shutdown; on the way out a leader releases its lease
+    at once (a follower takes over without waiting for it to expire)."""
+
+    @asynccontextmanager
+    async def lifespan(_app: Litestar) -> AsyncIterator[None]:
+        runner, leadership = ctx.runner, ctx.leadership
+        ctx.client = UpstreamPool()
+        try:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(runner.run)
+                if leadership is not None:
+                    tg.start_soon(leadership.run)
+                if runner.forwarder is not None:
+                    tg.start_soon(runner.forwarder.run)
+                if on_ready is not None:
+                    on_ready(ctx)
+                try:
+                    yield
+                finally:
+                    tg.cancel_scope.cancel()
+        finally:
+            if leadership is not None:
+                leadership.release()
+            await ctx.client.aclose()
+            if on_stopped is not None:
+                on_stopped()
+
+    return lifespan
+
+
 def build_app(
     home: Path,
     plugins: Plugins,
@@ -166,25 +235,15 @@ def build_app(
     registry = Registry()
     router = RouterState(registry)
     runner = ControllerRunner(controller, registry, router, interval_s=tick_interval_s)
+    credentials = Credentials(home)
     leadership = None
     if state_store is not None:
-        from grid_server.leadership import Leadership
 
         def build(controller_id: str) -> Any:
             return make_controller(home, plugins, None, policy, state_store, controller_id)[0]
 
-        leadership = Leadership(
-            state_store, runner, build, lease_s=controller.policy.controller_lease_s
-        )
-    credentials = Credentials(home)
-    if leadership is not None:
-        from grid_server.forwarding import DemandForwarder
-
-        runner.forwarder = DemandForwarder(
-            leadership,
-            runner.observe_here,
-            lambda: credentials.operator_token_path.read_text().strip(),
-            ca_file=tls_ca,
+        leadership = leader_election(
+            state_store, runner, build, controller.policy.controller_lease_s, credentials, tls_ca
         )
     ctx = ServerContext(
         home=home,
@@ -208,29 +267,6 @@ def build_app(
 
     runner.on_tick = on_tick
 
-    @asynccontextmanager
-    async def lifespan(_app: Litestar) -> AsyncIterator[None]:
-        ctx.client = UpstreamPool()
-        try:
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(runner.run)
-                if leadership is not None:
-                    tg.start_soon(leadership.run)
-                if runner.forwarder is not None:
-                    tg.start_soon(runner.forwarder.run)
-                if on_ready is not None:
-                    on_ready(ctx)
-                try:
-                    yield
-                finally:
-                    tg.cancel_scope.cancel()
-        finally:
-            if leadership is not None:
-                leadership.release()  # a follower takes over at once, not after the lease
-            await ctx.client.aclose()
-            if on_stopped is not None:
-                on_stopped()
-
     @get("/healthz")
     async def healthz() -> Response:
         """Liveness: the server answers."""
@@ -243,7 +279,7 @@ def build_app(
             Router("/", route_handlers=allocator_routes(ctx), tags=["allocator"]),
             Router("/", route_handlers=observe_routes(ctx, history), tags=["observation"]),
         ],
-        lifespan=[lifespan],
+        lifespan=[server_lifespan(ctx, on_ready, on_stopped)],
         exception_handlers={GridError: on_grid_error, HTTPException: on_http_exception},
         before_request=bounded_json,
         request_max_body_size=MAX_CONTROL_BODY_BYTES,

@@ -198,6 +198,42 @@ def server_record(
     }
 
 
+class Announcement:
+    """The files that tell local clients where this server listens: ``server.json`` in the
+    Grid home and, when asked, ``--url-file``.
+
+    Args:
+        url: the server's URL.
+        home: the Grid home.
+        bind_host: the address the listener is bound to.
+        ca_file: the CA certificate clients verify a TLS server with (``None``: plain HTTP).
+        url_file: a second copy of the record (``None``: none).
+    """
+
+    def __init__(
+        self, url: str, home: Path, bind_host: str, ca_file: Path | None, url_file: Path | None
+    ) -> None:
+        self.url, self.home, self.bind_host, self.ca_file = url, home, bind_host, ca_file
+        self.paths = [p for p in (home / SERVER_FILE, url_file) if p is not None]
+
+    def ready(self, ctx: ServerContext) -> None:
+        """Write the record (atomically, owner-readable) once the socket listens, and say so."""
+        ctx.url = self.url
+        data = json.dumps(server_record(self.url, self.home, self.ca_file, self.bind_host))
+        for path in self.paths:
+            write_atomic(path, data, mode=ANNOUNCE_MODE)
+        print(f"grid: serving on {self.url}", flush=True)
+
+    def withdraw(self) -> None:
+        """Remove the records this process wrote (never another server's); idempotent."""
+        for path in self.paths:
+            try:
+                if json.loads(path.read_text()).get("pid") == os.getpid():
+                    path.unlink()
+            except (OSError, ValueError):
+                pass
+
+
 def serve(
     host: str,
     port: int,
@@ -235,36 +271,18 @@ def serve(
         tls.check()
     sock = bind(host, port)
     url = url_of(sock, tls is not None)
-    record_path = home / SERVER_FILE
     store = None
     if state_store is not None:
         from grid_server.store import open_state_store
 
         store = open_state_store(state_store, advertise_url=url, **(etcd_options or {}))
-
-    def ready(ctx: ServerContext) -> None:
-        ctx.url = url
-        data = json.dumps(server_record(url, home, tls.ca if tls else None, host))
-        for path in (record_path, url_file):
-            if path is not None:
-                write_atomic(path, data, mode=ANNOUNCE_MODE)
-        print(f"grid: serving on {url}", flush=True)
-
-    def stopped() -> None:
-        # uvicorn re-raises SIGTERM after a graceful shutdown, so clean up here, not later.
-        for path in (record_path, url_file):
-            try:
-                if path is not None and json.loads(path.read_text()).get("pid") == os.getpid():
-                    path.unlink()
-            except (OSError, ValueError):
-                pass
-
+    announce = Announcement(url, home, host, tls.ca if tls else None, url_file)
     app = build_app(
         home,
         get_plugins(),
         state_dir=state_dir,
-        on_ready=ready,
-        on_stopped=stopped,
+        on_ready=announce.ready,
+        on_stopped=announce.withdraw,
         tick_interval_s=tick_interval_s or TICK_INTERVAL_S,
         policy=policy,
         tls_ca=tls.ca if tls is not None else None,
@@ -286,7 +304,8 @@ def serve(
     try:
         uvicorn.Server(config).run(sockets=[sock])
     finally:
-        stopped()
+        # uvicorn re-raises SIGTERM after a graceful shutdown, so clean up here too.
+        announce.withdraw()
 
 
 def load_policy(path: Path) -> object:
