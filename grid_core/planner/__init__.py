@@ -15,6 +15,7 @@ import msgspec
 from grid_core.errors import ValidationError
 from grid_core.planner import topology
 from grid_core.planner.core import PlanState, desired_count
+from grid_core.planner.holds import lift_holds, reserve_holds, short_models
 from grid_core.planner.hooks import NO_HOOKS, PlannerHooks
 from grid_core.planner.phases import (
     place_class,
@@ -151,7 +152,9 @@ def _solve_with_replans(
     topo: Topology | None = None,
 ) -> Plan:
     """Plan once; while demand stays unmet, plan again with prices learned from the binding
-    resources of the best plan so far, as long as each re-plan improves (:mod:`.replan`)."""
+    resources of the best plan so far, as long as each re-plan improves (:mod:`.replan`);
+    then, if lower-priority models are still short, once more holding room for them from
+    the start (:mod:`.holds`), kept only when it improves too."""
     best = PlanState(canon, terms, selector, topology=topo)
     result = _solve(best, digest)
     for _ in range(MAX_REPLANS):
@@ -164,12 +167,23 @@ def _solve_with_replans(
         if not improves(alt, best):
             break
         best, result = alt, alt_result
+    short = short_models(best)
+    if short and not (best.evictions or best.relocations or best.staged):
+        # one more plan holding room for what is still short (pure packing only: a hold
+        # must never stand in the way of a staged preemption or relocation; see .holds)
+        alt = PlanState(canon, terms, selector, shared=best)
+        alt.hold_for = sorted(short, key=lambda mi: round_key(best, mi))
+        alt_result = _solve(alt, digest)
+        if improves(alt, best):
+            best, result = alt, alt_result
     return result
 
 
 def _solve(state: PlanState, digest: str) -> Plan:
     seed_incumbents(state)
     place_pins(state)
+    if state.hold_for:
+        reserve_holds(state, state.hold_for)
     homogeneous = homogeneous_empty(state)
     classes = sorted({p.priority for p in state.profiles}, reverse=True)
     for prio in classes:
@@ -179,6 +193,7 @@ def _solve(state: PlanState, digest: str) -> Plan:
         )
         state.prepare_scarcity(prio)
         place_class(state, models)
+        lift_holds(state, models)
         repair_class(state, models, homogeneous)
         readmit_deferred(state, models)
         preempt_rounds(state, models)

@@ -29,6 +29,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from grid_core.planner.core import PlanState
+from grid_core.planner.holds import FIXED_REASONS
 from grid_core.planner.ledger import Placed
 from grid_core.planner.phases import round_key
 
@@ -96,7 +97,7 @@ def _any_terminal(state: PlanState) -> bool:
     for book in books:
         for pl in book.models.values():
             xi = pl.mi
-            if pl.incumbent or pl.reason == "pin" or xi in seen:
+            if pl.incumbent or pl.reason in FIXED_REASONS or xi in seen:
                 continue
             seen.add(xi)
             mid = state.profiles[xi].model_id
@@ -182,7 +183,7 @@ def _displaceable(state: PlanState, hi: int, xi: int) -> Placed | None:
             pl.incumbent
             or pl.inc_mb < inc_short
             or pl.raw_mb < raw_short
-            or pl.reason == "pin"
+            or pl.reason in FIXED_REASONS
             or pl.mi == xi
             or (best is not None and (pl.memory_mb, pl.mi) >= (best.memory_mb, best.mi))
             or ledger.cached(pl.mi, hi)

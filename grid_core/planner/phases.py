@@ -6,6 +6,7 @@ from grid_core.demand.desired import startup_path_s
 from grid_core.demand.types import STANDBY_REASON
 from grid_core.planner.core import PlanState, RankedPool, RoundKey, Unasked, serving_incumbents
 from grid_core.planner.eligibility import MEMORY_STATES
+from grid_core.planner.holds import release_hold, take_hold
 from grid_core.planner.preemption import (
     MAX_PREEMPTION_HOSTS,
     MAX_VICTIM_CANDIDATES,
@@ -291,7 +292,11 @@ def _try_round(state: PlanState, order: list[int]) -> list[bool]:
     state.last_round = []
     done: list[bool] = []
     for mi in order:
-        found = state.best_host(mi)
+        found = take_hold(state, mi) if state.holds.get(mi) else None
+        if found is None:
+            found = state.best_host(mi)
+        if found is None and state.holds:
+            found = release_hold(state, mi)
         if found is None:
             done.append(False)
             state.last_round.append(None)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from grid_core.planner.chains import chain_rounds
 from grid_core.planner.core import PlanState
+from grid_core.planner.holds import FIXED_REASONS
 from grid_core.planner.ledger import Placed
 
 REPAIRABLE = frozenset({"memory", "slots"})
@@ -114,7 +115,7 @@ def _movable(state: PlanState, hi: int, mi: int, need: int, avoid: set[int]) -> 
         pl
         for pl in book.models.values()
         if not pl.incumbent
-        and pl.reason != "pin"
+        and pl.reason not in FIXED_REASONS
         and pl.mi != mi
         and pl.mi not in avoid
         and pl.memory_mb >= need

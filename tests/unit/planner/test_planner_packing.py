@@ -138,6 +138,7 @@ def test_a_replan_with_learned_prices_places_more_of_the_lower_class(monkeypatch
     # the roomy host holds "m3", "m1" and "m2": as many priority-2 replicas, one more
     # priority-0 replica.
     monkeypatch.setattr(planner_pkg, "MAX_REPLANS", 0)
+    monkeypatch.setattr(planner_pkg, "short_models", lambda state: [])  # no held-room re-plan
     once = run(REPLAN_MODELS, REPLAN_HOSTS, REPLAN_DEMAND, HEADROOM)
     monkeypatch.undo()
     best = run(REPLAN_MODELS, REPLAN_HOSTS, REPLAN_DEMAND, HEADROOM)
@@ -150,3 +151,38 @@ def test_a_replan_with_learned_prices_places_more_of_the_lower_class(monkeypatch
     assert (per_class(once, 0), per_class(best, 0)) == (1, 2)
     assert best.hosts_of("m0") == ("h2-cuda-1slot",)
     assert run(REPLAN_MODELS, REPLAN_HOSTS, REPLAN_DEMAND, HEADROOM) == best  # deterministic
+
+
+HOLD_HOSTS = [
+    _cuda("a-cuda-3slot", 30, max_models=3),
+    _cuda("b-cuda-1slot", 94, max_models=1),
+    _cuda("c-cuda-3slot", 14, max_models=3),
+]
+HOLD_MODELS = [
+    _vllm("big", 26, min_replicas=2, max_replicas=2, priority=3),
+    _vllm("small", 8, min_replicas=1, max_replicas=2, priority=3),
+    model("gguf", 14, min_replicas=2, max_replicas=2, priority=0),
+]
+HOLD_DEMAND = [demand("big", 2), demand("small", 2), demand("gguf", 2)]
+
+
+def test_a_replan_that_holds_room_for_the_short_lower_class_places_it(monkeypatch):
+    # The first plans put "big" on both roomy hosts and "small" on the 14 GB host: three
+    # priority-3 replicas, and the 14 GB priority-0 "gguf" fits nowhere (4 GB left on the
+    # 30 GB host, no slot on the single-slot one, too little memory on the small one). The
+    # re-plan that holds room for "gguf" first places "big" once on the single-slot host and
+    # "small" on the 30 GB host beside the held room: still three priority-3 replicas, and
+    # one "gguf" (the exact optimum: four).
+    monkeypatch.setattr(planner_pkg, "short_models", lambda state: [])
+    before = run(HOLD_MODELS, HOLD_HOSTS, HOLD_DEMAND, HEADROOM)
+    monkeypatch.undo()
+    after = run(HOLD_MODELS, HOLD_HOSTS, HOLD_DEMAND, HEADROOM)
+
+    def count(p, ids):
+        return sum(1 for a in p.assignments if a.model_id in ids)
+
+    assert count(before, {"big", "small"}) == count(after, {"big", "small"}) == 3
+    assert (count(before, {"gguf"}), count(after, {"gguf"})) == (0, 1)
+    assert after.hosts_of("gguf") == ("a-cuda-3slot",)
+    assert not any(a.reason == "hold" for a in after.assignments)
+    assert run(HOLD_MODELS, HOLD_HOSTS, HOLD_DEMAND, HEADROOM) == after  # deterministic
