@@ -18,7 +18,7 @@ import anyio
 from litestar import Litestar, Response, Router, get
 from litestar.exceptions import HTTPException
 
-from grid_core.errors import AuthError, GridError
+from grid_core.errors import AuthError, GridError, StateError
 from grid_core.plugins import Plugins
 from grid_server.api_allocator import allocator_routes
 from grid_server.api_nodes import node_routes
@@ -69,6 +69,9 @@ def make_controller(
 
     Returns:
         ``(controller, warnings)``; a warning explains any fallback (for status).
+
+    Raises:
+        StateError: the file store's directory cannot be created (named, with the fix).
     """
     from grid_core.controller import Controller
 
@@ -77,7 +80,14 @@ def make_controller(
         ctl = Controller(plugins=plugins, store=store, policy=policy, controller_id=controller_id)
         return ctl.restore(), warnings
     state_dir = state_dir or home / STATE_DIR
-    state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    try:
+        state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    except OSError as exc:
+        msg = (
+            f"cannot create the controller state directory {state_dir}: {exc.strerror}; "
+            "give --state-dir a directory you can write"
+        )
+        raise StateError(msg) from None
     try:
         from grid_server.store import FileStateStore
 

@@ -29,9 +29,16 @@ def grid_home(explicit: str | Path | None = None) -> Path:
     """The Grid home directory for the server (created owner-only when missing).
 
     Raises:
-        OSError: the directory cannot be created.
+        StateError: the directory cannot be created (the message names it and the fix).
     """
-    return _toolkit_home(explicit, create=True)
+    try:
+        return _toolkit_home(explicit, create=True)
+    except OSError as exc:
+        msg = (
+            f"cannot create the Grid home {exc.filename or _toolkit_home(explicit)}: "
+            f"{exc.strerror}; point GRID_HOME at a directory you can write"
+        )
+        raise StateError(msg) from None
 
 
 def write_secret_file(path: Path, content: str) -> None:

@@ -261,6 +261,8 @@ def serve(
     Raises:
         ValidationError: the policy file is unreadable or not a valid policy.
         TlsError: the TLS files are unusable.
+        StateError: the controller state directory cannot be created.
+        OSError: the address cannot be bound.
     """
     from grid_core.plugins import get_plugins
     from grid_server.app import build_app

@@ -378,6 +378,34 @@ def test_up_detach_with_a_readable_secret_says_why_in_one_line(tmp_path: Path, s
 
 
 @pytest.mark.parametrize("detach", [False, True])
+def test_up_with_a_state_dir_it_cannot_create_names_the_directory(
+    tmp_path: Path, detach: bool
+) -> None:
+    # A regular file where the directory's parent should be: mkdir fails (not a directory).
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    home = tmp_path / "home"
+    args = ["up", "--port", "0", "--state-dir", str(blocker / "state")]
+    r = grid_cli(*args, *(["--detach"] if detach else []), home=home)
+    assert r.returncode == 1
+    assert r.stderr.strip().splitlines() == [r.stderr.strip()]
+    assert f"controller state directory {blocker / 'state'}" in r.stderr
+    assert "cannot listen" not in r.stderr and "Traceback" not in r.stderr
+    assert not (home / "server.json").exists()
+
+
+def test_up_with_a_grid_home_it_cannot_create_says_so_in_one_line(tmp_path: Path) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    r = grid_cli("up", "--port", "0", home=blocker / "home")
+    assert r.returncode == 1
+    assert r.stderr.strip().splitlines() == [
+        f"grid: error: cannot create the Grid home {blocker / 'home'}: Not a directory; "
+        "point GRID_HOME at a directory you can write"
+    ]
+
+
+@pytest.mark.parametrize("detach", [False, True])
 def test_up_on_a_non_loopback_address_warns_about_the_exposure(
     tmp_path: Path, detach: bool
 ) -> None:
