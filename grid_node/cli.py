@@ -182,7 +182,7 @@ def start(
     """Start this machine's node agent in the background and wait until it has registered.
 
     The flags become the node configuration document ``$STATE_DIR/node-config.json`` (its
-    defaults and bounds are those of :class:`grid_core.nodeconfig.NodeConfig`); the daemon reads
+    defaults and bounds are those of ``grid_core.nodeconfig.NodeConfig``); the daemon reads
     only that document.
     """
     fields: dict[str, object] = {}

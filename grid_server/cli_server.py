@@ -300,7 +300,7 @@ def chat(
     """Send one chat message and stream the reply.
 
     A model that is still starting answers 503 with ``Retry-After``; the command waits that
-    long (at most :data:`CHAT_RETRY_MAX_S` per pause) and tries again until ``--wait`` seconds
+    long (at most 30 s per pause, ``CHAT_RETRY_MAX_S``) and tries again until ``--wait`` seconds
     have passed, saying on stderr what it waits for. A model that no host can run
     (``model_unplaceable``) fails at once with the server's reason. Exit codes: 0 answered,
     1 unavailable or no server, 2 refused (bad request, unknown model).

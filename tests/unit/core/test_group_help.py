@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 GRID_BIN = Path(sys.executable).parent / "grid"
 
@@ -17,3 +19,28 @@ def test_engine_help_does_not_promise_missing_commands() -> None:
     # The only engine command is 'install'; the summary must not offer an inspect verb.
     assert "install" in r.stdout
     assert "inspect" not in r.stdout.lower()
+
+
+def _commands(cmd: Any, path: str = "grid") -> list[tuple[str, Any]]:
+    out = [(path, cmd)]
+    for name, sub in getattr(cmd, "commands", {}).items():
+        out += _commands(sub, f"{path} {name}")
+    return out
+
+
+def test_no_command_help_shows_docstring_cross_reference_markup() -> None:
+    # Command help comes from docstrings: a Sphinx role such as :data:`NAME` would reach the
+    # operator as literal markup naming a constant they cannot see.
+    import typer
+
+    from grid_core.cli import build_app
+
+    root = typer.main.get_command(build_app())
+    leaks = [
+        path
+        for path, cmd in _commands(root)
+        for text in (cmd.help or "", *(getattr(p, "help", None) or "" for p in cmd.params))
+        if re.search(r":(data|func|class|meth|attr|mod):`", text)
+    ]
+    assert len(_commands(root)) > 50  # the walk reached every group's commands
+    assert leaks == []
