@@ -2,11 +2,12 @@
 
 :func:`grid_core.profile.validate_profile` checks a profile on its own. These checks need the
 fleet: a runtime nothing here provides (a typo, or a plugin installed only on nodes that have
-not joined yet), a pin to a host that has not joined yet, or more required replicas than
-registered hosts can run. Each is accepted (hosts join later, and a plugin runtime may live
-only on nodes) but said out loud with the field named, so the operator sees it when the edit
-is made and not only in status (specification,
-"Safety invariants" 10: fail honestly; the plan's shortfall says the same in status).
+not joined yet), a pin to a host that has not joined yet, more required replicas than
+registered hosts can run, or a replica larger than every host that could run it. Each is
+accepted (hosts join later, and a plugin runtime may live only on nodes) but said out loud
+with the field named, so the operator sees it when the edit is made and not only in status
+(specification, "Safety invariants" 10: fail honestly; the plan's shortfall says the same in
+status).
 """
 
 from __future__ import annotations
@@ -55,6 +56,33 @@ def runtime_warnings(profile: ModelProfile, known: Collection[str]) -> list[str]
     return out
 
 
+def oversized(profile: ModelProfile, hosts: Sequence[HostSnapshot]) -> str | None:
+    """Why no registered host that can run the model could hold one replica even if empty.
+
+    The ceiling is a host's capacity minus its reserve (MB): thermal derating and other
+    processes' memory pass, so they never make a model look impossible. A model needing more
+    than that on every compatible host will not start by waiting, like one no host is
+    compatible with (specification, "Safety invariants" 10: fail honestly).
+
+    Returns:
+        One line naming ``memory_mb``, the MB one replica needs, the largest host that can
+        run it and the fix; ``None`` when some compatible host is large enough, or when no
+        host is compatible at all (that is said by the compatibility rules).
+    """
+    able = [h for h in hosts if incompatibility(profile, h) is None]
+    if not able:
+        return None
+    best = max(able, key=lambda h: h.capacity_mb - h.reserved_mb - profile.memory_for(h.runtimes))
+    need, room = profile.memory_for(best.runtimes), best.capacity_mb - best.reserved_mb
+    if need <= room:
+        return None
+    return (
+        f"memory_mb: one replica needs {need} MB, more than any registered host that can run "
+        f"it holds (largest: {best.host_id}, {room} MB after its reserve); lower memory_mb or "
+        "add a larger host"
+    )
+
+
 def fit_warnings(profile: ModelProfile, hosts: Sequence[HostSnapshot]) -> list[str]:
     """What keeps an accepted profile from being placed in full on the registered hosts.
 
@@ -64,8 +92,9 @@ def fit_warnings(profile: ModelProfile, hosts: Sequence[HostSnapshot]) -> list[s
 
     Returns:
         One line per problem, each naming the field: a pin to a host that is not registered,
-        and more required replicas (``min_replicas``) than registered hosts that can run the
-        model (one replica per host). Empty when neither applies.
+        more required replicas (``min_replicas``) than registered hosts that can run the
+        model (one replica per host), and a replica larger than every such host
+        (:func:`oversized`). Empty when none applies.
     """
     out: list[str] = []
     registered = {h.host_id for h in hosts}
@@ -83,4 +112,7 @@ def fit_warnings(profile: ModelProfile, hosts: Sequence[HostSnapshot]) -> list[s
             f"rules), {able} registered host(s) can; status reports the shortfall until "
             "more join"
         )
+    too_big = oversized(profile, hosts)
+    if too_big is not None:
+        out.append(too_big)
     return out

@@ -27,6 +27,7 @@ from grid_core.errors import UnavailableError
 from grid_core.hosts import build_host_snapshots
 from grid_core.planner.reclaim import surplus_release_s
 from grid_core.profile import ModelProfile
+from grid_core.profile_fit import oversized
 from grid_core.snapshot import HostSnapshot
 from grid_core.wire import Acknowledgement, Command, Mode
 
@@ -221,17 +222,24 @@ class ControllerRunner:
         ``no_eligible_host`` shortfall message), or ``None``.
 
         Such a model will not start by waiting: no host offers what its profile requires
-        (runtime, tags, backends, GPUs) until an operator changes the profile or the fleet.
+        (runtime, tags, backends, GPUs), or one replica needs more memory than any host that
+        can run it has even when empty (:func:`grid_core.profile_fit.oversized`), until an
+        operator changes the profile or the fleet.
         A grid with no live host at all is still waiting for its hosts to register, so it
         answers ``None`` (an ordinary cold start). Reads the last plan without the lock (a
         torn read only means ``None``); call on the event loop, where the registry lives.
         """
         plan = getattr(getattr(self.ctl, "last", None), "plan", None)
-        if model_id is None or plan is None or not self.registry.live(time.time()):
+        now = time.time()
+        if model_id is None or plan is None or not self.registry.live(now):
             return None
-        for unmet in plan.unmet:
-            if unmet.model_id == model_id and unmet.code == "no_eligible_host":
-                return str(unmet.message)
+        unmet = [u for u in plan.unmet if u.model_id == model_id]
+        for u in unmet:
+            if u.code == "no_eligible_host":
+                return str(u.message)
+        profile = self.profiles.get(model_id)
+        if unmet and profile is not None:
+            return oversized(profile, self.hosts(now))
         return None
 
     def _startup_estimates(self, model_id: str, now: float) -> list[float]:

@@ -140,6 +140,26 @@ def test_a_model_no_host_can_serve_says_why_instead_of_asking_to_wait(grid: Grid
     assert (r.status_code, r.json()["error"]["code"]) == (503, "model_not_ready")
 
 
+def test_a_model_larger_than_every_host_says_why_instead_of_asking_to_wait(grid: Grid) -> None:
+    """One replica needing more memory than any host holds even when empty will not start
+    by waiting either: the 503 names memory_mb and the largest host."""
+    host_with_cached_model(grid, "host-1", "m-base", "a" * 64)  # a 32768 MB host
+    grid.client.put_model("m-huge", {"memory_mb": 50_000, "min_replicas": 1})
+    grid.http.post(grid.url + "/allocator/tick", headers=grid.operator()).raise_for_status()
+    r = post(grid, {"model": "m-huge", **CHAT})
+    err = r.json()["error"]
+    assert (r.status_code, err["code"]) == (503, "model_unplaceable"), r.text
+    assert "memory_mb: one replica needs 50000 MB" in err["message"]
+    assert (
+        "host-1, 32768 MB" in err["message"] and "grid allocator explain m-huge" in err["message"]
+    )
+    # One that fits the host once it is free still gets the ordinary cold-start advice.
+    grid.client.put_model("m-fits", {"memory_mb": 30_000, "min_replicas": 1})
+    grid.http.post(grid.url + "/allocator/tick", headers=grid.operator()).raise_for_status()
+    r = post(grid, {"model": "m-fits", **CHAT})
+    assert (r.status_code, r.json()["error"]["code"]) == (503, "model_not_ready"), r.text
+
+
 def test_a_missing_input_field_or_wrong_method_gets_an_openai_error(grid: Grid) -> None:
     """A client library reads ``param`` and a string ``code`` (OpenAI's error shape); a GET on
     a POST route is a 405 with ``Allow``, not a 404 that says the route does not exist."""

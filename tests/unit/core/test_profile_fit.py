@@ -8,7 +8,7 @@ hosts that can run the model.
 from __future__ import annotations
 
 from grid_core.profile import ModelProfile
-from grid_core.profile_fit import fit_warnings, known_runtimes, runtime_warnings
+from grid_core.profile_fit import fit_warnings, known_runtimes, oversized, runtime_warnings
 from grid_core.snapshot import HostSnapshot
 
 
@@ -51,3 +51,20 @@ def test_more_required_replicas_than_able_hosts_is_accepted_with_a_warning() -> 
     ok = ModelProfile(model_id="m", memory_mb=100, min_replicas=2, max_replicas=3)
     assert fit_warnings(ok, HOSTS) == []
     assert len(fit_warnings(ok, [])) == 1  # no host registered yet: said, not refused
+
+
+def test_a_replica_larger_than_every_host_that_can_run_it_is_said() -> None:
+    # h1 and h2 (16,000 MB, one with a 1,000 MB reserve) run llama.cpp; h3 only echo.
+    hosts = [HOSTS[0], HostSnapshot(host_id="h2", capacity_mb=16_000, reserved_mb=1_000), HOSTS[2]]
+    (warning,) = fit_warnings(ModelProfile(model_id="m", memory_mb=20_000), hosts)
+    assert warning.startswith("memory_mb: one replica needs 20000 MB")
+    assert "h1, 16000 MB" in warning and "lower memory_mb" in warning
+    assert oversized(ModelProfile(model_id="m", memory_mb=16_000), hosts) is None
+    # A runtime-specific estimate that fits counts; a host that cannot run it does not.
+    small_echo = ModelProfile(
+        model_id="m", memory_mb=20_000, runtimes=("echo",), runtime_memory_mb={"echo": 8_000}
+    )
+    assert oversized(small_echo, hosts) is None
+    assert (
+        oversized(ModelProfile(model_id="m", memory_mb=20_000, runtimes=("vllm",)), hosts) is None
+    )
