@@ -391,7 +391,7 @@ def explain_view(doc: dict[str, Any]) -> RenderableType:
     if d:
         facts.append(
             f"\ndemand: {d.get('request_rate_rps', 0.0):.3f} req/s, offered concurrency "
-            f"{d.get('offered_concurrency', 0.0):.2f}, queue {d.get('queue_depth', 0)}"
+            f"{d.get('offered_concurrency', 0.0):.2f}, queue {d.get('queue_depth') or 0.0:.2f}"
             f"; count set by: {', '.join(d.get('reasons', [])) or '-'}"
         )
     binding = doc.get("binding")
