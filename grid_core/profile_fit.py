@@ -56,6 +56,39 @@ def runtime_warnings(profile: ModelProfile, known: Collection[str]) -> list[str]
     return out
 
 
+RULE_FIELDS = {
+    "runtime": "runtimes",
+    "backend": "backends",
+    "data_tier": "data_tier",
+    "required_tags": "required_tags",
+    "forbidden_tags": "forbidden_tags",
+    "gpu_count": "min_gpu_count",
+    "gpu_memory": "min_gpu_memory_mb",
+}
+"""The profile field behind each :func:`grid_core.eligibility.incompatibility` rule."""
+
+
+def no_host_warning(
+    profile: ModelProfile, hosts: Sequence[HostSnapshot], known: Collection[str] = ()
+) -> str | None:
+    """The line for a profile that no registered host can run, naming the fields that exclude
+    them, or ``None`` when some host can, none is registered, or ``min_replicas`` is set (its
+    own line says it). A runtime name nothing provides (not in ``known``) is said by
+    :func:`runtime_warnings` alone."""
+    reasons = [incompatibility(profile, h) for h in hosts]
+    if not hosts or profile.min_replicas or any(r is None for r in reasons):
+        return None
+    fields = sorted({RULE_FIELDS.get(r, r) for r in reasons if r is not None})
+    if fields == ["runtimes"] and not any(rt in known for rt in profile.runtimes):
+        return None
+    offered = sorted({rt for h in hosts for rt in h.runtimes})
+    return (
+        f"{', '.join(fields)}: none of the {len(hosts)} registered host(s) can run it (they "
+        f"offer {', '.join(offered) or 'no runtime'}); a request for it fails with "
+        "model_unplaceable until such a host joins or the profile changes"
+    )
+
+
 def oversized(profile: ModelProfile, hosts: Sequence[HostSnapshot]) -> str | None:
     """Why no registered host that can run the model could hold one replica even if empty.
 
@@ -83,18 +116,21 @@ def oversized(profile: ModelProfile, hosts: Sequence[HostSnapshot]) -> str | Non
     )
 
 
-def fit_warnings(profile: ModelProfile, hosts: Sequence[HostSnapshot]) -> list[str]:
+def fit_warnings(
+    profile: ModelProfile, hosts: Sequence[HostSnapshot], known: Collection[str] = ()
+) -> list[str]:
     """What keeps an accepted profile from being placed in full on the registered hosts.
 
     Args:
         profile: the validated profile.
         hosts: the registered hosts now (any state: a paused host still counts as there).
+        known: the runtime names something here provides (:func:`known_runtimes`).
 
     Returns:
         One line per problem, each naming the field: a pin to a host that is not registered,
         more required replicas (``min_replicas``) than registered hosts that can run the
-        model (one replica per host), and a replica larger than every such host
-        (:func:`oversized`). Empty when none applies.
+        model (one replica per host), no such host at all (:func:`no_host_warning`) and a
+        replica larger than every such host (:func:`oversized`). Empty when none applies.
     """
     out: list[str] = []
     registered = {h.host_id for h in hosts}
@@ -112,7 +148,7 @@ def fit_warnings(profile: ModelProfile, hosts: Sequence[HostSnapshot]) -> list[s
             f"rules), {able} registered host(s) can; status reports the shortfall until "
             "more join"
         )
-    too_big = oversized(profile, hosts)
-    if too_big is not None:
-        out.append(too_big)
+    for line in (no_host_warning(profile, hosts, known), oversized(profile, hosts)):
+        if line is not None:
+            out.append(line)
     return out

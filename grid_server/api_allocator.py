@@ -90,6 +90,7 @@ def _profile_routes(ctx: ServerContext) -> list[HTTPRouteHandler]:
         profile = profile_from_json(data)
         hosts = ctx.runner.hosts(time.time())
         installed = ctx.plugins.runtime_adapters() if ctx.plugins is not None else {}
+        known = known_runtimes(installed, hosts)
         expected = version_precondition(request.headers)
         await ctx.runner.put_profile(profile, expected)
         stored = ctx.runner.profiles.get(model_id, profile)
@@ -100,8 +101,7 @@ def _profile_routes(ctx: ServerContext) -> list[HTTPRouteHandler]:
                 "model_id": model_id,
                 "profile": stored,
                 "version": version,
-                "warnings": runtime_warnings(stored, known_runtimes(installed, hosts))
-                + fit_warnings(stored, hosts),
+                "warnings": runtime_warnings(stored, known) + fit_warnings(stored, hosts, known),
             },
             headers={"ETag": f'"{version}"'},
         )

@@ -2,7 +2,8 @@
 typo, or a plugin only on nodes not yet joined), a pin to a host that has not registered and
 more required replicas than hosts that can run the model are accepted (exit 0: hosts and
 plugins join later) with a warning naming the field on stderr, and status gives the reason;
-explain names the runtime."""
+explain names the runtime. A profile no registered host can run at all, or whose replica
+is larger than every host that could run it, is said too."""
 
 from __future__ import annotations
 
@@ -85,3 +86,18 @@ def test_explain_names_the_runtime_no_host_offers(grid: Grid) -> None:
     explained = run(grid, "allocator", "explain", "v", "--json")
     assert explained.returncode == 0, explained.stderr
     assert "runtime vllm" in explained.stdout
+
+
+def test_a_profile_no_registered_host_can_run_warns_without_min_replicas(grid: Grid) -> None:
+    # The quickstart's case: a vLLM profile on a fleet that offers only llama.cpp.
+    _register_llama_host(grid, "h1")
+    r = run(grid, "allocator", "model", "set", "v0", "--memory-mb", "100", "--runtime", "vllm")
+    assert r.returncode == 0, r.stderr
+    assert r.stderr.splitlines() == [
+        "grid: warning: runtimes: none of the 1 registered host(s) can run it (they offer "
+        "llama.cpp); a request for it fails with model_unplaceable until such a host joins or "
+        "the profile changes"
+    ]
+    big = run(grid, "allocator", "model", "set", "big", "--memory-mb", "40000")
+    assert big.returncode == 0, big.stderr
+    assert "grid: warning: memory_mb: one replica needs 40000 MB" in big.stderr

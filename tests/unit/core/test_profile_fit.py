@@ -68,3 +68,21 @@ def test_a_replica_larger_than_every_host_that_can_run_it_is_said() -> None:
     assert (
         oversized(ModelProfile(model_id="m", memory_mb=20_000, runtimes=("vllm",)), hosts) is None
     )
+
+
+def test_a_profile_no_registered_host_can_run_is_said_even_without_min_replicas() -> None:
+    known = known_runtimes(installed=(), hosts=HOSTS)
+    vllm = ModelProfile(model_id="m", memory_mb=100, runtimes=("vllm",))
+    (warning,) = fit_warnings(vllm, HOSTS, known)
+    assert warning.startswith("runtimes: none of the 3 registered host(s) can run it")
+    assert "(they offer echo, llama.cpp)" in warning and "model_unplaceable" in warning
+    quantum = ModelProfile(model_id="m", memory_mb=100, backends=("quantum",))
+    assert fit_warnings(quantum, HOSTS, known)[0].startswith("backends, runtimes: none of")
+    # Said elsewhere or not at all: an unknown runtime name (runtime_warnings), a required
+    # replica count (its own line), no host registered yet, a host that can run it.
+    typo = ModelProfile(model_id="m", memory_mb=100, runtimes=("lama.cpp",))
+    assert fit_warnings(typo, HOSTS, known) == []
+    required = ModelProfile(model_id="m", memory_mb=100, runtimes=("vllm",), min_replicas=1)
+    assert [w.split(":")[0] for w in fit_warnings(required, HOSTS, known)] == ["min_replicas"]
+    assert fit_warnings(vllm, [], known) == []
+    assert fit_warnings(ModelProfile(model_id="m", memory_mb=100), HOSTS, known) == []
