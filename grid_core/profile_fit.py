@@ -68,24 +68,38 @@ RULE_FIELDS = {
 """The profile field behind each :func:`grid_core.eligibility.incompatibility` rule."""
 
 
-def no_host_warning(
-    profile: ModelProfile, hosts: Sequence[HostSnapshot], known: Collection[str] = ()
-) -> str | None:
-    """The line for a profile that no registered host can run, naming the fields that exclude
-    them, or ``None`` when some host can, none is registered, or ``min_replicas`` is set (its
-    own line says it). A runtime name nothing provides (not in ``known``) is said by
-    :func:`runtime_warnings` alone."""
+def excluded_everywhere(profile: ModelProfile, hosts: Sequence[HostSnapshot]) -> str | None:
+    """Why none of ``hosts`` can run the model, naming the profile fields whose rules exclude
+    them and the runtimes they offer; ``None`` when one can or none is registered (a grid
+    still waiting for its hosts).
+
+    Such a model will not start by waiting (specification, "Safety invariants" 10).
+    """
     reasons = [incompatibility(profile, h) for h in hosts]
-    if not hosts or profile.min_replicas or any(r is None for r in reasons):
+    if not hosts or any(r is None for r in reasons):
         return None
     fields = sorted({RULE_FIELDS.get(r, r) for r in reasons if r is not None})
-    if fields == ["runtimes"] and not any(rt in known for rt in profile.runtimes):
-        return None
     offered = sorted({rt for h in hosts for rt in h.runtimes})
     return (
         f"{', '.join(fields)}: none of the {len(hosts)} registered host(s) can run it (they "
-        f"offer {', '.join(offered) or 'no runtime'}); a request for it fails with "
-        "model_unplaceable until such a host joins or the profile changes"
+        f"offer {', '.join(offered) or 'no runtime'})"
+    )
+
+
+def no_host_warning(
+    profile: ModelProfile, hosts: Sequence[HostSnapshot], known: Collection[str] = ()
+) -> str | None:
+    """:func:`excluded_everywhere` as a ``model set`` warning, or ``None`` when
+    ``min_replicas`` is set (its own line says it) or the only rule is a runtime name nothing
+    provides (not in ``known``: :func:`runtime_warnings` says it)."""
+    why = excluded_everywhere(profile, hosts)
+    if why is None or profile.min_replicas:
+        return None
+    if why.startswith("runtimes:") and not any(rt in known for rt in profile.runtimes):
+        return None
+    return (
+        f"{why}; a request for it fails with model_unplaceable until such a host joins or the "
+        "profile changes"
     )
 
 

@@ -27,7 +27,7 @@ from grid_core.errors import UnavailableError
 from grid_core.hosts import build_host_snapshots
 from grid_core.planner.reclaim import surplus_release_s
 from grid_core.profile import ModelProfile
-from grid_core.profile_fit import oversized
+from grid_core.profile_fit import excluded_everywhere, oversized
 from grid_core.snapshot import HostSnapshot
 from grid_core.wire import Acknowledgement, Command, Mode
 
@@ -218,29 +218,28 @@ class ControllerRunner:
             return routing.cold_retry_after_s(())
 
     def unplaceable(self, model_id: str | None) -> str | None:
-        """Why the last plan could place ``model_id`` on no host at all (its
-        ``no_eligible_host`` shortfall message), or ``None``.
+        """Why ``model_id`` can be placed on no host at all, or ``None``.
 
-        Such a model will not start by waiting: no host offers what its profile requires
-        (runtime, tags, backends, GPUs), or one replica needs more memory than any host that
-        can run it has even when empty (:func:`grid_core.profile_fit.oversized`), until an
-        operator changes the profile or the fleet.
+        Such a model will not start by waiting, until an operator changes the profile or the
+        fleet: the last plan found no eligible host for it (its ``no_eligible_host``
+        shortfall message), no live host offers what its profile requires (runtime, tags,
+        backends, GPUs: :func:`grid_core.profile_fit.excluded_everywhere`, known before any
+        pass has planned its demand), or one replica needs more memory than any host that
+        can run it has even when empty (:func:`grid_core.profile_fit.oversized`).
         A grid with no live host at all is still waiting for its hosts to register, so it
         answers ``None`` (an ordinary cold start). Reads the last plan without the lock (a
         torn read only means ``None``); call on the event loop, where the registry lives.
         """
-        plan = getattr(getattr(self.ctl, "last", None), "plan", None)
         now = time.time()
-        if model_id is None or plan is None or not self.registry.live(now):
+        profile = self.profiles.get(model_id) if model_id is not None else None
+        if profile is None or not self.registry.live(now):
             return None
-        unmet = [u for u in plan.unmet if u.model_id == model_id]
-        for u in unmet:
-            if u.code == "no_eligible_host":
+        plan = getattr(getattr(self.ctl, "last", None), "plan", None)
+        for u in plan.unmet if plan is not None else ():
+            if u.model_id == model_id and u.code == "no_eligible_host":
                 return str(u.message)
-        profile = self.profiles.get(model_id)
-        if unmet and profile is not None:
-            return oversized(profile, self.hosts(now))
-        return None
+        hosts = self.hosts(now)
+        return excluded_everywhere(profile, hosts) or oversized(profile, hosts)
 
     def _startup_estimates(self, model_id: str, now: float) -> list[float]:
         profile = self.profiles.get(model_id)

@@ -140,6 +140,20 @@ def test_a_model_no_host_can_serve_says_why_instead_of_asking_to_wait(grid: Grid
     assert (r.status_code, r.json()["error"]["code"]) == (503, "model_not_ready")
 
 
+def test_the_first_request_for_a_model_no_host_can_run_is_told_at_once(grid: Grid) -> None:
+    """No pass needs to plan its demand first: the very first request for a profile (no
+    minimum replicas) that no live host is compatible with already gets the reason."""
+    host_with_cached_model(grid, "host-1", "m-base", "a" * 64)
+    grid.client.put_model("m-vllm0", {"memory_mb": 1000, "runtimes": ["vllm"]})
+    r = post(grid, {"model": "m-vllm0", **CHAT})
+    err = r.json()["error"]
+    assert (r.status_code, err["code"]) == (503, "model_unplaceable"), r.text
+    assert (
+        "runtimes: none of the 1 registered host(s) can run it (they offer llama.cpp)"
+        in (err["message"])
+    )
+
+
 def test_a_model_larger_than_every_host_says_why_instead_of_asking_to_wait(grid: Grid) -> None:
     """One replica needing more memory than any host holds even when empty will not start
     by waiting either: the 503 names memory_mb and the largest host."""
