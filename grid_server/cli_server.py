@@ -43,6 +43,7 @@ from grid_server.serve import (
     check_port,
     client_keys_required,
     exposure_warning,
+    load_policy,
     tls_from_flags,
 )
 
@@ -138,6 +139,8 @@ def up(
         check_port(port)
         tls = tls_from_flags(tls_cert, tls_key, tls_ca)
         client_keys_required(host, client_keys)
+        if policy is not None:
+            load_policy(policy)  # a bad file is the operator's flag: exit 2 in both modes
         if state_store is not None:
             from grid_server.store import open_state_store
 

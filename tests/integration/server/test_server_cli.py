@@ -378,6 +378,21 @@ def test_up_detach_with_a_readable_secret_says_why_in_one_line(tmp_path: Path, s
 
 
 @pytest.mark.parametrize("detach", [False, True])
+def test_up_with_a_missing_policy_file_is_a_usage_error_in_both_modes(
+    tmp_path: Path, detach: bool
+) -> None:
+    home = tmp_path / "home"
+    missing = tmp_path / "no-policy.json"
+    r = grid_cli(
+        "up", "--port", "0", "--policy", str(missing), *(["--detach"] if detach else []), home=home
+    )
+    assert r.returncode == 2
+    assert r.stderr.strip().splitlines() == [r.stderr.strip()]
+    assert f"--policy {missing}" in r.stderr and "give a JSON ControllerPolicy" in r.stderr
+    assert not (home / "server.json").exists()
+
+
+@pytest.mark.parametrize("detach", [False, True])
 def test_up_with_a_state_dir_it_cannot_create_names_the_directory(
     tmp_path: Path, detach: bool
 ) -> None:
