@@ -40,6 +40,30 @@ requests this recent (two buckets: one full bucket of silence is not yet a trend
 evicting other work."""
 MAX_LEARNED_S = 3600.0
 """Learned durations above an hour are implausible reports and are ignored."""
+NAMED_IN_FLIGHT = 0.5
+"""Requests in flight attributable to named traffic that make a model's demand direct: half a
+request on average, the same bar as :data:`QUEUE_PRESSURE` (a share of one running request
+that is mostly unbound work is not named evidence)."""
+
+
+def named_share(named: float, unbound: float) -> float:
+    """The part (0..1) of a model's in-flight requests attributable to callers that named it.
+
+    Args:
+        named: requests naming the model that finished within the forecast window.
+        unbound: unbound (``auto``) requests the model served within the same window.
+
+    Engines report in-flight requests without saying who asked. Unbound requests running on
+    a model are the router's choice serving a workload whose device time the workload
+    forecast already counts (rate x measured service time), and the router's choice never
+    becomes direct demand (specification, "Proactive observation and portfolio planning").
+    Work *waiting* in the engine queue stays whole model evidence: queue-driven scale-out
+    comes from the model's own observations once real traffic reaches it (same section).
+    Without any completion in the window the activity is taken as named (a first long
+    generation).
+    """
+    total = named + unbound
+    return named / total if total > 0 else 1.0
 
 
 def learned_s(value: float | None, prior: float) -> float:
@@ -179,6 +203,7 @@ def desired_for(
     planner_policy: object | None = None,
     eligible: list[bool] | None = None,
     live: bool = True,
+    share: float = 1.0,
 ) -> tuple[ModelDemand, Watermark | None]:
     """Demand and desired replicas of one model, plus its new scale-down watermark.
 
@@ -194,6 +219,8 @@ def desired_for(
         live: whether a named request arrived within the live window (see
             :data:`LIVE_EVIDENCE_BUCKETS`); without it only the engines' current queue is
             direct evidence, the decaying forecast is not.
+        share: the part of the engines' in-flight requests attributable to named traffic
+            (:func:`named_share`); the rest is unbound work, which is workload demand.
 
     Returns:
         ``(ModelDemand, watermark)``; watermark ``None`` when nothing needs remembering.
@@ -201,12 +228,14 @@ def desired_for(
     mid = profile.model_id
     if eligible is None:
         eligible = eligible_hosts(hosts, planner_policy)
-    ready, recent_ready, engine_queue, in_flight = _live_replicas(profile, hosts, eligible, now)
+    ready, recent_ready, engine_queue, running = _live_replicas(profile, hosts, eligible, now)
+    share = min(1.0, max(0.0, share))
+    in_flight = running * share
     service = fc.service_time_s if fc.service_time_s else profile.expected_service_time_s
     queue = engine_queue + fc.queued
     # Requests running now are demand even before any of them completes (long generations
     # finish minutes later; the forecast only learns from finished requests).
-    offered = max(fc.rate_rps * service, float(in_flight)) + queue
+    offered = max(fc.rate_rps * service, in_flight) + queue
     reasons: list[str] = []
 
     horizon = min(startup_horizon_s(profile, hosts, eligible), policy.projection_cap_s)
@@ -217,12 +246,12 @@ def desired_for(
             fc.rate_rps + rising * horizon * max(0.0, min(1.0, fc.confidence)),
             fc.rate_rps * policy.projection_cap_ratio,
         )
-    projected = max(projected_rate * service, float(in_flight)) + queue
+    projected = max(projected_rate * service, in_flight) + queue
     if projected > offered + EPSILON:
         reasons.append("projection")
 
     per_replica = profile.replica_concurrency * profile.target_utilization
-    if in_flight > 0:
+    if in_flight >= NAMED_IN_FLIGHT:
         reasons.append("in_flight")
     want = 0
     if projected > EPSILON:
@@ -233,7 +262,7 @@ def desired_for(
         reasons.append(pressure)
     direct = (
         engine_queue >= QUEUE_PRESSURE
-        or in_flight > 0
+        or in_flight >= NAMED_IN_FLIGHT
         or (live and (fc.rate_rps > 0 or queue >= QUEUE_PRESSURE))
     )
     asked = max(profile.min_replicas, min(want, profile.max_replicas))

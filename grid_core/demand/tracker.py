@@ -20,7 +20,12 @@ from collections.abc import Iterable, Mapping, Sequence
 import msgspec
 
 from grid_core.demand.coactivation import CoActivationBook
-from grid_core.demand.desired import LIVE_EVIDENCE_BUCKETS, desired_for, eligible_hosts
+from grid_core.demand.desired import (
+    LIVE_EVIDENCE_BUCKETS,
+    desired_for,
+    eligible_hosts,
+    named_share,
+)
 from grid_core.demand.features import RequestFeatures
 from grid_core.demand.inference import InferenceSource, InferredDemand, workload_models
 from grid_core.demand.sequence import SequenceBook, stage_of
@@ -65,6 +70,7 @@ class _State(msgspec.Struct, kw_only=True):
     recent: dict[str, list[float]] = {}
     sequences: dict[str, object] | None = None
     coactivation: dict[str, object] | None = None
+    served_unbound: list[DemandSeries] = []
 
 
 REFUSED_EVIDENCE_S = 30.0
@@ -133,6 +139,9 @@ class DemandTracker:
         self._watermarks: dict[str, Watermark] = {}
         self._workloads: dict[str, DemandSeries] = {}
         self._recent: dict[str, list[float]] = {}
+        self._served_unbound: dict[str, DemandSeries] = {}
+        """Per configured model, unbound requests it served (counts only, never demand): the
+        share of its engines' in-flight work that is not named traffic (:func:`named_share`)."""
         self.sequences = SequenceBook()
         """Affinity-key workflows (:mod:`grid_core.demand.sequence`)."""
         self.coactivation = CoActivationBook()
@@ -163,6 +172,7 @@ class DemandTracker:
         if model in self._configured and not features.retry:
             self.coactivation.observe(model, features.at)
         if model == UNBOUND:
+            self._count_served_unbound(features)
             if features.workload not in WORKLOADS:
                 return False
             store, key = self._workloads, str(features.workload)
@@ -201,10 +211,36 @@ class DemandTracker:
             bucket.latency[b] = bucket.latency.get(b, 0) + 1
         return True
 
+    def _count_served_unbound(self, features: RequestFeatures) -> None:
+        """Count an unbound request against the configured model that served it (a retry
+        was counted already)."""
+        served = features.served_model
+        if served is None or served not in self._configured or features.retry:
+            return
+        series = self._served_unbound.get(served)
+        if series is None:
+            series = DemandSeries(model_id=served, bucket_s=self.policy.bucket_s, buckets=[])
+            self._served_unbound[served] = series
+        series.bucket_at(features.at, self.policy.window_buckets).requests += 1
+
+    def _share(self, model_id: str, series: DemandSeries | None, now: float, keep: int) -> float:
+        """The named part of ``model_id``'s in-flight work over the window (see
+        :func:`~grid_core.demand.desired.named_share`)."""
+        unbound = self._served_unbound.get(model_id)
+        if unbound is not None:
+            unbound.prune(now, keep)
+            if not unbound.buckets:
+                del self._served_unbound[model_id]
+                unbound = None
+        named = sum(b.requests for b in series.buckets) if series is not None else 0
+        served = sum(b.requests for b in unbound.buckets) if unbound is not None else 0
+        return named_share(float(named), float(served))
+
     def forget(self, model_id: str) -> None:
         """Drop a model's series and watermark (profile removed or retiring)."""
         self._series.pop(model_id, None)
         self._watermarks.pop(model_id, None)
+        self._served_unbound.pop(model_id, None)
 
     def series(self, model_id: str) -> DemandSeries | None:
         """The model's bounded series (read-only use), if it has one."""
@@ -293,6 +329,7 @@ class DemandTracker:
                 planner_policy,
                 eligible,
                 live=_live(series, now),
+                share=self._share(profile.model_id, series, now, fpolicy.window_buckets),
             )
             until = live_until(series)
             if until is not None:
@@ -338,6 +375,7 @@ class DemandTracker:
             recent={k: list(v) for k, v in sorted(self._recent.items())},
             sequences=self.sequences.to_state(),
             coactivation=self.coactivation.to_state(),
+            served_unbound=[self._served_unbound[k] for k in sorted(self._served_unbound)],
         )
         document: dict[str, object] = msgspec.to_builtins(state)  # a Struct encodes to a dict
         return document
@@ -371,4 +409,7 @@ class DemandTracker:
         self._workloads = {s.model_id: s for s in state.workloads if s.model_id in WORKLOADS}
         self._recent = {
             k: sorted(v)[-RECENT_ARRIVALS:] for k, v in state.recent.items() if k in WORKLOADS
+        }
+        self._served_unbound = {
+            s.model_id: s for s in state.served_unbound if s.model_id in self._configured
         }

@@ -26,6 +26,14 @@ workload's few long jobs). Standby closes that gap without giving speculation an
 When several standby models compete for fewer idle hosts, the ones whose workloads were seen
 (higher forecast rate) come first, then the longest cold start (a standby saves exactly that
 start), then the workload name, so the choice is deterministic.
+
+The reserve gates *new* standby loads only. A leader already standing by on an idle host keeps
+its replica even when the idle slots no longer exceed the reserve (:func:`kept_standby`):
+step 2 already withdraws it the moment real demand could use its host, so an empty reserve
+slot and an idle standby replica differ by one drain of an idle engine, while unloading it
+only to leave the slot empty costs a mutation now and the workload's whole cold start later
+(specification, "Safety invariants" 8: bound change; on the lab's 8-machine fleet the video
+model was unloaded from a host that then stayed idle until the first video job arrived).
 """
 
 from __future__ import annotations
@@ -97,6 +105,15 @@ def standby_slots(fit: Fit, hosts: tuple[int, ...]) -> int:
     return max(0, free - RESERVED_UNSEEN_WORKLOADS - max(1, largest))
 
 
+def kept_standby(fit: Fit, model_id: str, hosts: tuple[int, ...]) -> bool:
+    """Whether ``model_id`` already stands by: loading, warming or ready on an idle host."""
+    for hi in hosts:
+        res = fit.hosts[hi].residency(model_id)
+        if res is not None and res.state in SERVING:
+            return True
+    return False
+
+
 def _stands_by(fit: Fit, model_id: str, hosts: tuple[int, ...]) -> bool:
     """Whether ``model_id`` is resident on, or fits now on, one of ``hosts``."""
     ledger = fit.ledger
@@ -145,9 +162,9 @@ def choose_standby(
         already in the real plan).
     """
     hosts = idle_hosts(plan, fit)
-    room = standby_slots(fit, hosts)
-    if room <= 0:
+    if not hosts:
         return {}
+    room = standby_slots(fit, hosts)
     planned = {a.model_id for a in plan.assignments}
     rows = []
     for w in catalogue_workloads(fit):
@@ -164,11 +181,14 @@ def choose_standby(
         if _resident_elsewhere(fit, m, hosts) or not _stands_by(fit, m, hosts):
             continue
         rate = d.request_rate_rps if d is not None else 0.0
-        rows.append((-rate, -leader.startup_s, w, m))
+        kept = kept_standby(fit, m, hosts)
+        rows.append((not kept, -rate, -leader.startup_s, w, m))
     rows.sort()
+    # Leaders already standing by keep their slots (the reserve gates new loads only).
+    room = max(room, len({m for new, *_, m in rows if not new}))
     out: dict[str, str] = {}
     models: set[str] = set()
-    for _, _, w, m in rows:
+    for _, _, _, w, m in rows:
         if m not in models and len(models) >= room:
             continue  # the idle slots beyond the reserve are taken
         models.add(m)

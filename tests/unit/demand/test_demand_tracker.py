@@ -336,3 +336,65 @@ def test_a_refused_request_stays_live_while_its_caller_waits_out_retry_after():
     again = t.forecast(late, [p], [host()], EWMA)["m"]
     assert again.direct
     assert sum(b.requests for b in t.series("m").buckets) == 1
+
+
+# --- engine activity of unbound work (specification, "Proactive observation") -----------
+
+
+def _busy(active: int, queue: int = 0) -> list[HostSnapshot]:
+    r = ResidencySnapshot(
+        model_id="m", memory_mb=4096, state="ready", active_requests=active, queue_depth=queue
+    )
+    return [host("a", r)]
+
+
+def _unbound(t: DemandTracker, n: int, end: float = NOW) -> None:
+    for i in range(n):
+        t.observe(req(end - 60 + i * 60 / n, model="auto", workload="image", served_model="m"))
+
+
+def test_unbound_work_in_flight_never_becomes_direct_demand():
+    """An engine busy only with ``auto`` requests the router sent it reports them in flight;
+    that is workload demand (the router's choice, already in the workload forecast), so the
+    model gets no direct evidence and no preemption authority from it. Work waiting in its
+    queue is still the model's own evidence (queue-driven scale-out). The same in-flight work
+    on a model callers name stays direct, and so does a model with no finished request yet
+    (a first long generation)."""
+    routed = tracker_for()
+    _unbound(routed, 6)
+    d = routed.forecast(NOW, [prof()], _busy(3), EWMA)["m"]
+    assert not d.direct and "in_flight" not in d.reasons and d.offered_concurrency == 0.0
+    queued = routed.forecast(NOW, [prof()], _busy(3, queue=2), EWMA)["m"]
+    assert queued.direct and "queue_pressure" in queued.reasons
+    assert "in_flight" not in queued.reasons and queued.offered_concurrency == 2.0
+
+    named = tracker_for()
+    steady(named, 1, 6)
+    d = named.forecast(NOW, [prof()], _busy(3), EWMA)["m"]
+    assert d.direct and "in_flight" in d.reasons and d.offered_concurrency >= 3.0
+
+    fresh = tracker_for()
+    d = fresh.forecast(NOW, [prof()], _busy(3), EWMA)["m"]
+    assert d.direct and "in_flight" in d.reasons and d.offered_concurrency == 3.0
+
+
+def test_mixed_traffic_attributes_engine_activity_by_named_share():
+    """Half the model's finished requests named it: half its in-flight work is direct."""
+    t = tracker_for()
+    steady(t, 1, 6, end=NOW - 60)
+    _unbound(t, 6)
+    d = t.forecast(NOW, [prof()], _busy(8), EWMA)["m"]
+    assert d.direct and "in_flight" in d.reasons
+    assert d.offered_concurrency == pytest.approx(4.0)
+    # Once the unbound requests leave the forecast window the share is whole again.
+    later = NOW + POLICY.bucket_s * POLICY.window_buckets
+    steady(t, 1, 3, end=later)
+    assert t.forecast(later, [prof()], _busy(8), EWMA)["m"].offered_concurrency == 8.0
+
+
+def test_unbound_service_counts_survive_a_restart():
+    t = tracker_for()
+    _unbound(t, 4)
+    copy = DemandTracker(POLICY)
+    copy.from_state(t.to_state())
+    assert not copy.forecast(NOW, [prof()], _busy(2), EWMA)["m"].direct

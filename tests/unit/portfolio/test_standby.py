@@ -116,6 +116,20 @@ def test_a_small_fleet_keeps_its_margin_free(tmp_path: Path) -> None:
     assert {a.model_id for a in p.assignments} == {"general"}
 
 
+def test_a_leader_already_standing_by_keeps_its_slot_inside_the_margin(tmp_path: Path) -> None:
+    """The same three hosts, but the video model already stands by on h2 (idle, long past its
+    cooldown): the reserve stops new standby loads, yet the video replica is not unloaded just
+    to leave the slot empty; coding's leader, not resident, still gets nothing."""
+    ctl = _controller(tmp_path)
+    ctl.tick(NOW, [_host("h1", "general"), _host("h2", "video"), _host("h3")])
+    report, p = ctl.last.portfolio, ctl.last.plan
+    assert report is not None and p is not None
+    assert report.standby == {"video": "video"}
+    assert p.hosts_of("video") == ("h2",) and p.hosts_of("coder") == ()
+    assert not p.evictions
+    assert not ctl.last.forecasts["video"].direct
+
+
 def test_standby_never_evicts_and_waits_for_an_idle_host(tmp_path: Path) -> None:
     """Every host is busy with directly named work: nothing stands by, nothing is staged."""
     ctl = _controller(tmp_path)
