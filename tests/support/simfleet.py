@@ -149,6 +149,10 @@ class SimFleet:
         self.profiles: dict[str, ModelProfile] = {}
         self.retired: set[str] = set()
         self.terms_sent: list[int] = []
+        self.unobservable: list[tuple[str, str, str]] = []
+        """(drained host, replacement host, model) of drains decided on a replacement's valid
+        report whose engine died after that report and before the drain began (a crash no
+        controller can see yet); counted, not violations."""
         self.refused: list[tuple[str, str, str, str]] = []
         """(host, kind, model, reason) of every command a node refused when it started."""
         self.forced: list[tuple[str, str, int]] = []
@@ -483,6 +487,8 @@ class SimFleet:
             b = self.profiles.get(action.beneficiary or "")
             if self._rolled_out_elsewhere(node, victim):
                 return  # a finished rollout's old revision: the model keeps its service
+            if self._surplus_elsewhere(node, c.model_id):
+                return  # a replica beyond what the plan wants: the model keeps its service
             if b is not None and b.priority <= victim.priority:
                 self.violations.append(
                     f"priority inversion: {c.model_id} (priority {victim.priority}) evicted on "
@@ -526,6 +532,26 @@ class SimFleet:
             for n in self.nodes.values()
         )
 
+    def _surplus_elsewhere(self, node: SimNode, model_id: str) -> bool:
+        """Whether ``node``'s replica of ``model_id`` is surplus: the last plan wants no more
+        replicas of the model than it keeps ready on other accepting hosts (none at all for a
+        model without demand or a minimum), so evicting this one takes no wanted service away
+        (an equal-priority beneficiary may then use the room, as scale-down would free it
+        anyway)."""
+        plan = self.ctl.last.plan
+        if plan is None:
+            return False
+        kept = [
+            h
+            for h in plan.hosts_of(model_id)
+            if h != node.host_id
+            and (n := self.nodes.get(h)) is not None
+            and n.lifecycle in ("accepting", "throttled")
+            and (r := n.residencies.get(model_id)) is not None
+            and r.state == "ready"
+        ]
+        return len(kept) >= plan.desired.get(model_id, 0)
+
     def engine_dies(self, host_id: str, model_id: str) -> None:
         """A serving engine dies (``kill -9``): the node reports its residency gone."""
         node = self.nodes[host_id]
@@ -547,10 +573,40 @@ class SimFleet:
             and (r := n.residencies.get(c.model_id)) is not None
             and r.state == "ready"
         ]
-        if not others:
-            self.violations.append(
-                f"drain of the last ready replica of required {c.model_id} on {node.host_id}"
-            )
+        if others:
+            return
+        died = self._replacement_died_unreported(node, c.model_id)
+        if died is not None:
+            self.unobservable.append((node.host_id, died, c.model_id))
+            return
+        self.violations.append(
+            f"drain of the last ready replica of required {c.model_id} on {node.host_id}"
+        )
+
+    def _replacement_died_unreported(self, node: SimNode, model_id: str) -> str | None:
+        """The host whose replacement of ``model_id`` justified a drain on ``node`` by its
+        last report (ready, on an accepting host, young enough for the controller's own lease
+        rule) but whose engine has died since, unreported; ``None`` when no such host exists.
+
+        No controller can see a crash that happened after the last report it holds: the drain
+        was decided on valid evidence, and the next heartbeat reports the loss (the controller
+        then warms a replacement). The soak counts these apart instead of calling the
+        controller wrong; a drain with no such evidence is still a violation.
+        """
+        gov = self.ctl.policy.governor
+        for n in self.nodes.values():
+            report, at = n.last_report, n.last_report_at
+            if n is node or report is None or at is None:
+                continue
+            if report.state not in ("accepting", "throttled"):
+                continue
+            if self.now - at >= gov.route_lease_s - gov.lease_margin_s:
+                continue
+            seen = report.residency(model_id)
+            now = n.residencies.get(model_id)
+            if seen is not None and seen.state == "ready" and (now is None or now.state != "ready"):
+                return n.host_id
+        return None
 
     def complete(self, host_id: str, *, fail: bool = False) -> None:
         """The node finishes its running action (success or failure) and queues a receipt."""

@@ -18,7 +18,13 @@ import time
 
 from hypothesis import HealthCheck, Phase, settings
 from hypothesis.stateful import run_state_machine_as_test
-from test_controller_stateful import CONVERGENCE_RULES, NODE_REFUSALS, TALLY, FleetMachine
+from test_controller_stateful import (
+    CONVERGENCE_RULES,
+    NODE_REFUSALS,
+    TALLY,
+    UNOBSERVABLE_LOSSES,
+    FleetMachine,
+)
 
 SOAK_STEPS_ENV = "GRID_SOAK_STEPS"
 CI_STEPS = 1000
@@ -47,10 +53,13 @@ def run_soak(target_steps: int, *, derandomize: bool) -> dict[str, object]:
     Returns:
         ``steps``, ``perturbations``, ``fleets``, ``violations`` (0: a violation raises
         Hypothesis's failing example instead), ``seconds``, ``by_rule`` and
-        ``node_refusals`` (stale commands the simulated nodes refused, by kind).
+        ``node_refusals`` (stale commands the simulated nodes refused, by kind) and
+        ``unobservable_losses`` (drains decided on a replacement's valid report whose
+        engine died before the drain began).
     """
     TALLY.clear()
     NODE_REFUSALS.clear()
+    UNOBSERVABLE_LOSSES.clear()
     started = time.monotonic()
     runs = 0
     batch = 0
@@ -82,6 +91,7 @@ def run_soak(target_steps: int, *, derandomize: bool) -> dict[str, object]:
         "seconds": round(time.monotonic() - started, 1),
         "by_rule": dict(sorted(TALLY.items())),
         "node_refusals": dict(sorted(NODE_REFUSALS.items())),
+        "unobservable_losses": sum(UNOBSERVABLE_LOSSES.values()),
     }
 
 
@@ -99,6 +109,10 @@ def test_controller_soak_keeps_every_safety_invariant() -> None:
         print(f"  {rule:32} {n}")
     refused = report["node_refusals"]
     print(f"  stale commands refused by nodes: {refused or 'none'}")
+    print(
+        "  drains whose replacement died after its last report (no controller can see it): "
+        f"{report['unobservable_losses']}"
+    )
     assert report["violations"] == 0
     if soak:
         assert report["steps"] >= target

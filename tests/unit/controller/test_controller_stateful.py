@@ -48,6 +48,10 @@ TALLY: Counter[str] = Counter()
 CONVERGENCE_RULES = frozenset({"fleet_rounds"})
 """Rules that model a well-behaved fleet; every other rule is a perturbation."""
 NODE_REFUSALS: Counter[str] = Counter()
+UNOBSERVABLE_LOSSES: Counter[str] = Counter()
+"""Drains decided on a replacement's valid report whose engine then died unreported, by
+model (see ``SimFleet.unobservable``): a race no controller can see, counted for the soak
+report."""
 """Commands the simulated nodes refused when they started, by kind (a drain whose engine
 died in flight); the soak prints them, to show the node-side check was exercised."""
 
@@ -279,6 +283,7 @@ class FleetMachine(RuleBasedStateMachine):
         fleet = getattr(self, "fleet", None)
         if fleet is not None:
             NODE_REFUSALS.update(kind for _, kind, _, _ in fleet.refused)
+            UNOBSERVABLE_LOSSES.update(model for _, _, model in fleet.unobservable)
 
     # --- invariants -------------------------------------------------------------------------
     @invariant()

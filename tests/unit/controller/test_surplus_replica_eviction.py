@@ -1,0 +1,52 @@
+"""The soak's kind "priority inversion: a (priority 0) evicted on h3 for b (priority 0)", when
+the evicted replica is surplus.
+
+a runs on h2 and h3 after its minimum was two; the operator lowers it to at most one replica
+and gives b (same priority) a minimum of one. h1 is throttled and offers too little memory for
+b, so b needs the room of a's surplus replica: the plan keeps a on h2 and evicts its replica on
+h3 for b. a loses no service the profile asks for (specification, "Global placement loop":
+surplus work is released before anything wanted; "Safety invariants" 8 protects served, wanted
+work from lower- or equal-priority work). The checker calls an equal-priority eviction an
+inversion only when the victim model is left short.
+"""
+
+from __future__ import annotations
+
+from fleet_strategies import ModelSpec, SimFleetSpec
+from test_controller_stateful import FleetMachine
+
+
+def _ready(m: FleetMachine, model: str) -> list[str]:
+    return sorted(
+        h
+        for h, n in m.fleet.nodes.items()
+        if (r := n.residencies.get(model)) is not None and r.state == "ready"
+    )
+
+
+def test_an_equal_priority_model_may_take_the_room_of_a_surplus_replica() -> None:
+    m = FleetMachine()
+    m.start(
+        spec=SimFleetSpec(
+            hosts={"h1": 10_000, "h2": 10_000, "h3": 10_000},
+            models={
+                "a": ModelSpec(memory_mb=5000, min_replicas=0, max_replicas=1),
+                "b": ModelSpec(memory_mb=5000, min_replicas=0, max_replicas=1),
+            },
+        )
+    )
+    m.host_lifecycle(host="h1", state="throttled")
+    m.profile_change(extra=0, lo=2, model="a", prio=0, remove=False)
+    m.fleet_rounds(fail=False, rounds=2)
+    assert _ready(m, "a") == ["h2", "h3"]
+    m.profile_change(extra=0, lo=0, model="a", prio=0, remove=False)  # a: at most one
+    m.profile_change(extra=0, lo=1, model="b", prio=0, remove=False)
+    m.one_heartbeat(host="h3", order="all")
+    plan = m.fleet.ctl.last.plan
+    assert plan is not None
+    assert [(e.model_id, e.host_id, e.beneficiary) for e in plan.evictions] == [("a", "h3", "b")]
+    assert m.fleet.violations == []
+    m.fleet.converge(rounds=8)
+    assert _ready(m, "a") == ["h2"]  # a kept its one wanted replica throughout
+    assert _ready(m, "b") == ["h3"]
+    assert m.fleet.violations == []
