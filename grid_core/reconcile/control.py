@@ -191,11 +191,14 @@ def with_in_flight(hosts: Iterable[HostSnapshot], book: ActionBook) -> list[Host
     residency, so the planner seeds it as an incumbent instead of re-scoring its replica onto
     another host while the node converges (the old choice would then still finish, leaving a
     surplus replica and cancelled actions that later succeed). A ready replica with an
-    eviction drain or an unload in flight appears as ``draining``: it is leaving for good, so
-    it is not kept as a serving incumbent and its host stays the beneficiary's cheapest,
-    sticky target. Only the planner's view changes; reconciliation and
+    eviction drain, a delivered drain or an unload in flight appears as ``draining``: it is
+    leaving for good, so it is not kept as a serving incumbent (a peer that is not leaving is
+    kept instead) and its host stays the beneficiary's cheapest, sticky target. A routine
+    drain not yet delivered leaves the replica ``ready``, so returning demand can keep it and
+    cancel the drain. Only the planner's view changes; reconciliation and
     delivery keep judging the reported inventory (specification, "Global placement loop":
-    in-progress incumbents are occupied; "Safety invariants" 3 and 5).
+    in-progress incumbents are occupied, already-draining victims come first; "Reconciliation
+    and modes": a delivered drain may be running; "Safety invariants" 3 and 5).
 
     Args:
         hosts: reported host snapshots.
@@ -211,9 +214,11 @@ def with_in_flight(hosts: Iterable[HostSnapshot], book: ActionBook) -> list[Host
             continue
         if a.kind == "warm":
             warming.setdefault(a.host_id, {}).setdefault(a.model_id, a)
-        elif a.kind == "unload" or (a.kind == "drain" and a.eviction):
-            # A routine (obsolete) drain stays visible as ready: if the plan wants the replica
-            # again, keeping it and withdrawing the drain beats a cold load elsewhere.
+        elif a.kind == "unload" or (a.kind == "drain" and (a.eviction or a.delivered)):
+            # A routine (obsolete) drain stays visible as ready only while it is undelivered:
+            # if the plan wants the replica again, cancelling the drain beats a cold load
+            # elsewhere. Once delivered the node may have fenced the route already, and no
+            # command takes a drain back, so the replica is leaving like an evicted one.
             leaving.setdefault(a.host_id, set()).add(a.model_id)
     out = []
     for h in hosts:
