@@ -487,8 +487,11 @@ class SimFleet:
             b = self.profiles.get(action.beneficiary or "")
             if self._rolled_out_elsewhere(node, victim):
                 return  # a finished rollout's old revision: the model keeps its service
-            if self._surplus_elsewhere(node, c.model_id):
-                return  # a replica beyond what the plan wants: the model keeps its service
+            if b is not None and b.priority == victim.priority:
+                if self._surplus_elsewhere(node, c.model_id):
+                    return  # a replica beyond what the plan wants: nothing wanted is lost
+                if self._fair_share_kept(node, c.model_id, b):
+                    return  # max-min fair within the class: the victim keeps more than b has
             if b is not None and b.priority <= victim.priority:
                 self.violations.append(
                     f"priority inversion: {c.model_id} (priority {victim.priority}) evicted on "
@@ -551,6 +554,29 @@ class SimFleet:
             and r.state == "ready"
         ]
         return len(kept) >= plan.desired.get(model_id, 0)
+
+    def _ready_elsewhere(self, node: SimNode | None, model_id: str, sha: str | None) -> int:
+        """Ready replicas of ``model_id`` on accepting hosts other than ``node`` (only those
+        of revision ``sha`` when it is given)."""
+        return sum(
+            1
+            for n in self.nodes.values()
+            if n is not node
+            and n.lifecycle in ("accepting", "throttled")
+            and (r := n.residencies.get(model_id)) is not None
+            and r.state == "ready"
+            and (sha is None or r.sha == sha)
+        )
+
+    def _fair_share_kept(self, node: SimNode, model_id: str, beneficiary: ModelProfile) -> bool:
+        """Whether evicting ``node``'s replica of ``model_id`` for an equal-priority
+        ``beneficiary`` is max-min fair: the victim keeps at least one ready replica elsewhere
+        and still has more than the beneficiary has ready of its profile's revision before
+        this eviction (specification, "Global placement loop": within one priority class,
+        one replica per model per round)."""
+        kept = self._ready_elsewhere(node, model_id, None)
+        has = self._ready_elsewhere(None, beneficiary.model_id, beneficiary.artifact_sha256)
+        return kept >= 1 and kept > has
 
     def engine_dies(self, host_id: str, model_id: str) -> None:
         """A serving engine dies (``kill -9``): the node reports its residency gone."""

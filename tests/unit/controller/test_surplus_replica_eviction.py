@@ -50,3 +50,32 @@ def test_an_equal_priority_model_may_take_the_room_of_a_surplus_replica() -> Non
     assert _ready(m, "a") == ["h2"]  # a kept its one wanted replica throughout
     assert _ready(m, "b") == ["h3"]
     assert m.fleet.violations == []
+
+
+def test_a_rollout_may_take_the_second_replica_of_an_equal_priority_model() -> None:
+    """Max-min fairness within a class (the make test stateful run's shrunk trace): b rolls to
+    a new revision that has no ready replica yet; the only room is a's second replica on h4,
+    while a keeps one on h2. Taking it serves b's first replica before a's second."""
+    m = FleetMachine()
+    m.start(
+        spec=SimFleetSpec(
+            hosts={"h1": 10_000, "h2": 12_000, "h3": 10_000, "h4": 10_000},
+            models={
+                "a": ModelSpec(memory_mb=5000, min_replicas=1, max_replicas=2),
+                "b": ModelSpec(memory_mb=5000, min_replicas=1, max_replicas=1),
+                "c": ModelSpec(memory_mb=5000, min_replicas=0, max_replicas=1),
+            },
+        )
+    )
+    m.host_lifecycle(host="h1", state="throttled")
+    m.host_lifecycle(host="h3", state="throttled")
+    m.fleet_rounds(fail=True, rounds=3)
+    m.revision_change(model="b", second=False)
+    m.fleet_rounds(fail=False, rounds=2)
+    assert _ready(m, "a") == ["h2"]  # a keeps a replica throughout
+    evicted = [(a.model_id, a.host_id, a.beneficiary) for a in m.fleet.ctl.book if a.eviction]
+    assert ("a", "h4", "b") in evicted
+    assert m.fleet.violations == []
+    m.fleet.converge(rounds=10)
+    assert _ready(m, "a") and _ready(m, "b")
+    assert m.fleet.violations == []
