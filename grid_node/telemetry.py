@@ -285,7 +285,9 @@ def resources(
         for g in gpus or ()
     ]
     return Resources(
-        capacity_mb=int(vm.total / MB * capacity_share),
+        # round, not int: a logical host's share is kept to 6 decimals, so share × RAM can land
+        # a hair under the MB its fleet gave it (3,071.998 for 3,072 MB of a 24,105 MB machine).
+        capacity_mb=round(vm.total / MB * capacity_share),
         runtimes=runtimes,
         backends=backends_of(devices=gpus or ()),
         failure_domain=failure_domain,

@@ -55,6 +55,29 @@ def test_resources_scale_with_capacity_share_and_exclude_managed_memory(tmp_path
     assert mine.external_used_mb <= whole.external_used_mb + 64
 
 
+@pytest.mark.parametrize("total_mb", [8_192, 16_000, 24_002, 24_105.2578125, 65_536, 131_072])
+@pytest.mark.parametrize("capacity_mb", [1_024, 3_072, 7_189])
+def test_a_logical_host_reports_the_capacity_its_fleet_gave_it(
+    tmp_path, monkeypatch, total_mb, capacity_mb
+):
+    """The fleet stores a host's share of RAM to 6 decimals; the node must report back the
+    MB it was given, not one less (3,071 for 3,072 on a 24,105 MB machine)."""
+    from grid_fleet.layout import host_specs
+
+    real = psutil.virtual_memory()
+    fake = real._replace(total=int(total_mb * telemetry.MB))
+    monkeypatch.setattr(psutil, "virtual_memory", lambda: fake)
+    [host] = host_specs((capacity_mb,), 30_000)
+    got = telemetry.resources(
+        capacity_share=host.capacity_share,
+        managed_pids=[],
+        artifact_dir=tmp_path,
+        runtimes=["llama.cpp"],
+        throttle_fraction=1.0,
+    )
+    assert got.capacity_mb == capacity_mb
+
+
 @pytest.fixture
 def runner_app(tmp_path, monkeypatch):
     monkeypatch.setenv("GRID_HOME", str(tmp_path / "home"))
