@@ -737,6 +737,19 @@ def _withdrawals(
                 )
             )
             continue
+        if a.eviction and not a.delivered and key not in evictions:
+            # The latest plan no longer stages this eviction (its beneficiary was placed
+            # elsewhere, lost priority or need): the plan's authority for it is gone, and a drain
+            # never sent is cancelled for free. A delivered one may be running (left alone).
+            out.withdrawals.append(
+                Withdrawal(
+                    action_id=a.action_id,
+                    model_id=a.model_id,
+                    status="cancelled",
+                    reason="eviction_not_staged",
+                )
+            )
+            continue
         if a.eviction or a.model_id in inp.retired:
             continue
         if key in desired_pairs and key not in evictions:
