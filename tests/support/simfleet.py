@@ -487,11 +487,14 @@ class SimFleet:
             b = self.profiles.get(action.beneficiary or "")
             if self._rolled_out_elsewhere(node, victim):
                 return  # a finished rollout's old revision: the model keeps its service
-            if b is not None and b.priority == victim.priority:
-                if self._surplus_elsewhere(node, c.model_id):
-                    return  # a replica beyond what the plan wants: nothing wanted is lost
-                if self._fair_share_kept(node, c.model_id, b):
-                    return  # max-min fair within the class: the victim keeps more than b has
+            if self._surplus_elsewhere(node, c.model_id):
+                return  # a replica beyond what the victim needs: nothing needed is lost
+            if (
+                b is not None
+                and b.priority == victim.priority
+                and self._fair_share_kept(node, c.model_id, b)
+            ):
+                return  # max-min fair within the class, floors before extras
             if b is not None and b.priority <= victim.priority:
                 self.violations.append(
                     f"priority inversion: {c.model_id} (priority {victim.priority}) evicted on "
@@ -536,14 +539,22 @@ class SimFleet:
         )
 
     def _surplus_elsewhere(self, node: SimNode, model_id: str) -> bool:
-        """Whether ``node``'s replica of ``model_id`` is surplus: the last plan wants no more
-        replicas of the model than it keeps ready on other accepting hosts (none at all for a
-        model without demand or a minimum), so evicting this one takes no wanted service away
-        (an equal-priority beneficiary may then use the room, as scale-down would free it
-        anyway)."""
+        """Whether ``node``'s replica of ``model_id`` is surplus: the model keeps, ready on
+        other accepting hosts, as many replicas as it needs (the plan's desired count, or for
+        a replica the plan reclaims as surplus the count its current demand needs, the rest
+        being hysteresis), so evicting this one takes no needed service away, whatever the
+        beneficiary's priority (scale-down would free it anyway)."""
         plan = self.ctl.last.plan
         if plan is None:
             return False
+        needed = plan.desired.get(model_id, 0)
+        for extra in plan.surplus:
+            if (extra.model_id, extra.host_id, extra.decision) == (
+                model_id,
+                node.host_id,
+                "reclaimed",
+            ):
+                needed = extra.needed  # the plan's own count: the rest is hysteresis
         kept = [
             h
             for h in plan.hosts_of(model_id)
@@ -553,7 +564,7 @@ class SimFleet:
             and (r := n.residencies.get(model_id)) is not None
             and r.state == "ready"
         ]
-        return len(kept) >= plan.desired.get(model_id, 0)
+        return len(kept) >= needed
 
     def _ready_elsewhere(self, node: SimNode | None, model_id: str, sha: str | None) -> int:
         """Ready replicas of ``model_id`` on accepting hosts other than ``node`` (only those
@@ -573,10 +584,17 @@ class SimFleet:
         ``beneficiary`` is max-min fair: the victim keeps at least one ready replica elsewhere
         and still has more than the beneficiary has ready of its profile's revision before
         this eviction (specification, "Global placement loop": within one priority class,
-        one replica per model per round)."""
+        one replica per model per round), or the eviction raises the beneficiary towards its
+        ``min_replicas`` while the victim keeps its own minimum (a floor the operator set
+        comes before another model's extra replica)."""
         kept = self._ready_elsewhere(node, model_id, None)
         has = self._ready_elsewhere(None, beneficiary.model_id, beneficiary.artifact_sha256)
-        return kept >= 1 and kept > has
+        victim = self.profiles.get(model_id)
+        floor = victim.min_replicas if victim is not None else 0
+        # Floors before extras: the beneficiary is below its operator-set minimum and the
+        # victim keeps its own.
+        floors_first = has < beneficiary.min_replicas and kept >= floor
+        return kept >= 1 and (kept > has or floors_first)
 
     def engine_dies(self, host_id: str, model_id: str) -> None:
         """A serving engine dies (``kill -9``): the node reports its residency gone."""

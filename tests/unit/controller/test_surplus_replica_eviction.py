@@ -79,3 +79,29 @@ def test_a_rollout_may_take_the_second_replica_of_an_equal_priority_model() -> N
     m.fleet.converge(rounds=10)
     assert _ready(m, "a") and _ready(m, "b")
     assert m.fleet.violations == []
+
+
+def test_a_minimum_comes_before_another_models_extra_replica() -> None:
+    """Floors before extras (a soak trace): b's operator-set minimum rises to two on a
+    two-host fleet where a (minimum one) holds both hosts; a's second replica makes room for
+    b's second while a keeps its one."""
+    m = FleetMachine()
+    m.start(
+        spec=SimFleetSpec(
+            hosts={"h1": 10_000, "h2": 12_000},
+            models={
+                "a": ModelSpec(memory_mb=5000, min_replicas=1, max_replicas=2),
+                "b": ModelSpec(memory_mb=5000, min_replicas=0, max_replicas=1),
+            },
+        )
+    )
+    m.one_heartbeat(host="h1", order="all")
+    for _ in range(6):
+        m.engine_dies(host="h1", model="a")
+    m.profile_change(extra=0, lo=2, model="b", prio=0, remove=False)
+    m.fleet_rounds(fail=False, rounds=3)
+    assert _ready(m, "a")  # a keeps its minimum throughout
+    assert m.fleet.violations == []
+    m.fleet.converge(rounds=10)
+    assert len(_ready(m, "a")) >= 1 and len(_ready(m, "b")) == 2
+    assert m.fleet.violations == []
