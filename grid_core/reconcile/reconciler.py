@@ -667,6 +667,11 @@ def _destructive_block(
     return None
 
 
+def _cancelled(a: Action, reason: str) -> Withdrawal:
+    """The withdrawal that cancels undelivered action ``a`` for ``reason``."""
+    return Withdrawal(action_id=a.action_id, model_id=a.model_id, status="cancelled", reason=reason)
+
+
 def _withdrawals(
     inp: ReconcileInputs,
     desired_pairs: set[tuple[str, str]],
@@ -713,14 +718,7 @@ def _withdrawals(
                 )
                 continue
             if reason is not None:
-                out.withdrawals.append(
-                    Withdrawal(
-                        action_id=a.action_id,
-                        model_id=a.model_id,
-                        status="cancelled",
-                        reason=reason,
-                    )
-                )
+                out.withdrawals.append(_cancelled(a, reason))
             continue
         if a.kind != "drain":
             continue
@@ -728,27 +726,13 @@ def _withdrawals(
         if not a.delivered and (target is None or target.state not in DRAINABLE_STATES):
             # The replica died or left before the drain was sent: there is nothing to drain
             # (a failed residency gets its own unload); delivery would refuse it anyway.
-            out.withdrawals.append(
-                Withdrawal(
-                    action_id=a.action_id,
-                    model_id=a.model_id,
-                    status="cancelled",
-                    reason="not_serving",
-                )
-            )
+            out.withdrawals.append(_cancelled(a, "not_serving"))
             continue
         if a.eviction and not a.delivered and key not in evictions:
             # The latest plan no longer stages this eviction (its beneficiary was placed
             # elsewhere, lost priority or need): the plan's authority for it is gone, and a drain
             # never sent is cancelled for free. A delivered one may be running (left alone).
-            out.withdrawals.append(
-                Withdrawal(
-                    action_id=a.action_id,
-                    model_id=a.model_id,
-                    status="cancelled",
-                    reason="eviction_not_staged",
-                )
-            )
+            out.withdrawals.append(_cancelled(a, "eviction_not_staged"))
             continue
         if a.eviction or a.model_id in inp.retired:
             continue

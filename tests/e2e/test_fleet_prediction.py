@@ -25,17 +25,17 @@ from __future__ import annotations
 
 import hashlib
 import json
-import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 from fleet_cli import grid, started_fleet, wait_for
+from loopback_http import serving
 from ports import port
 
 pytestmark = pytest.mark.e2e
@@ -152,17 +152,9 @@ def mirror(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Mirror]:
                     "--seed", str(seed))  # fmt: skip
         assert made.returncode == 0, made.stdout + made.stderr
         state.files[name] = path.read_bytes()
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(state))
-    server.daemon_threads = True
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    state.url = f"http://127.0.0.1:{server.server_address[1]}"
-    try:
+    with serving(_handler(state)) as url:
+        state.url = url
         yield state
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join()
 
 
 # --- the fleet as an operator and a client see it ----------------------------------------

@@ -555,29 +555,30 @@ class SimFleet:
                 "reclaimed",
             ):
                 needed = extra.needed  # the plan's own count: the rest is hysteresis
-        kept = [
-            h
-            for h in plan.hosts_of(model_id)
-            if h != node.host_id
-            and (n := self.nodes.get(h)) is not None
-            and n.lifecycle in ("accepting", "throttled")
-            and (r := n.residencies.get(model_id)) is not None
-            and r.state == "ready"
-        ]
+        serving = self.ready_hosts(model_id, serving_only=True)
+        kept = [h for h in plan.hosts_of(model_id) if h != node.host_id and h in serving]
         return len(kept) >= needed
 
-    def _ready_elsewhere(self, node: SimNode | None, model_id: str, sha: str | None) -> int:
-        """Ready replicas of ``model_id`` on accepting hosts other than ``node`` (only those
-        of revision ``sha`` when it is given)."""
-        return sum(
-            1
-            for n in self.nodes.values()
-            if n is not node
-            and n.lifecycle in ("accepting", "throttled")
-            and (r := n.residencies.get(model_id)) is not None
+    def ready_hosts(
+        self, model_id: str, *, sha: str | None = None, serving_only: bool = False
+    ) -> list[str]:
+        """Hosts (sorted) where ``model_id`` is really ready now, whatever their reports say:
+        only of revision ``sha`` when it is given, only accepting or throttled hosts (whose
+        replicas serve) with ``serving_only``."""
+        return sorted(
+            h
+            for h, n in self.nodes.items()
+            if (r := n.residencies.get(model_id)) is not None
             and r.state == "ready"
             and (sha is None or r.sha == sha)
+            and (not serving_only or n.lifecycle in ("accepting", "throttled"))
         )
+
+    def _ready_elsewhere(self, node: SimNode | None, model_id: str, sha: str | None) -> int:
+        """Serving ready replicas of ``model_id`` on hosts other than ``node`` (only those of
+        revision ``sha`` when it is given)."""
+        skip = node.host_id if node is not None else None
+        return sum(1 for h in self.ready_hosts(model_id, sha=sha, serving_only=True) if h != skip)
 
     def _fair_share_kept(self, node: SimNode, model_id: str, beneficiary: ModelProfile) -> bool:
         """Whether evicting ``node``'s replica of ``model_id`` for an equal-priority

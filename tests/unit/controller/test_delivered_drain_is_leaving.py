@@ -20,14 +20,6 @@ from test_controller_stateful import FleetMachine
 from grid_core.reconcile.control import with_in_flight
 
 
-def _ready(m: FleetMachine, model: str) -> list[str]:
-    return sorted(
-        h
-        for h, n in m.fleet.nodes.items()
-        if (r := n.residencies.get(model)) is not None and r.state == "ready"
-    )
-
-
 def test_a_delivered_drain_leaves_the_other_replica_kept_and_b_takes_its_room() -> None:
     m = FleetMachine()
     m.start(
@@ -65,6 +57,6 @@ def test_a_delivered_drain_leaves_the_other_replica_kept_and_b_takes_its_room() 
         fleet.heartbeat(h)
     assert fleet.violations == []
     fleet.converge(rounds=8)
-    assert _ready(m, "a") == ["h4"]  # a kept its one replica throughout
-    assert _ready(m, "b") == ["h3"]
+    assert m.fleet.ready_hosts("a") == ["h4"]  # a kept its one replica throughout
+    assert m.fleet.ready_hosts("b") == ["h3"]
     assert fleet.violations == []

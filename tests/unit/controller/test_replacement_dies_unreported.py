@@ -35,20 +35,12 @@ def _moved_to_h3() -> FleetMachine:
     return m
 
 
-def _ready_hosts(m: FleetMachine, model: str) -> list[str]:
-    return sorted(
-        h
-        for h, n in m.fleet.nodes.items()
-        if (r := n.residencies.get(model)) is not None and r.state == "ready"
-    )
-
-
 @pytest.mark.parametrize("in_flight", [False, True])
 def test_a_replacement_that_dies_unreported_is_counted_and_the_model_recovers(
     in_flight: bool,
 ) -> None:
     m = _moved_to_h3()
-    assert _ready_hosts(m, "a") == ["h1", "h3"]  # made before break
+    assert m.fleet.ready_hosts("a") == ["h1", "h3"]  # made before break
     if in_flight:
         m.engine_dies_in_flight(host="h3", model="a")
     else:
@@ -58,7 +50,7 @@ def test_a_replacement_that_dies_unreported_is_counted_and_the_model_recovers(
     assert m.fleet.unobservable == [("h1", "h3", "a")]
     assert m.fleet.violations == []
     m.fleet.converge(rounds=6)
-    assert len(_ready_hosts(m, "a")) == 1  # the loss was reported and a replacement warmed
+    assert len(m.fleet.ready_hosts("a")) == 1  # the loss was reported and a replacement warmed
     assert m.fleet.violations == []
 
 

@@ -16,14 +16,6 @@ from fleet_strategies import ModelSpec, SimFleetSpec
 from test_controller_stateful import FleetMachine
 
 
-def _ready(m: FleetMachine, model: str) -> list[str]:
-    return sorted(
-        h
-        for h, n in m.fleet.nodes.items()
-        if (r := n.residencies.get(model)) is not None and r.state == "ready"
-    )
-
-
 def test_an_equal_priority_model_may_take_the_room_of_a_surplus_replica() -> None:
     m = FleetMachine()
     m.start(
@@ -38,7 +30,7 @@ def test_an_equal_priority_model_may_take_the_room_of_a_surplus_replica() -> Non
     m.host_lifecycle(host="h1", state="throttled")
     m.profile_change(extra=0, lo=2, model="a", prio=0, remove=False)
     m.fleet_rounds(fail=False, rounds=2)
-    assert _ready(m, "a") == ["h2", "h3"]
+    assert m.fleet.ready_hosts("a") == ["h2", "h3"]
     m.profile_change(extra=0, lo=0, model="a", prio=0, remove=False)  # a: at most one
     m.profile_change(extra=0, lo=1, model="b", prio=0, remove=False)
     m.one_heartbeat(host="h3", order="all")
@@ -47,8 +39,8 @@ def test_an_equal_priority_model_may_take_the_room_of_a_surplus_replica() -> Non
     assert [(e.model_id, e.host_id, e.beneficiary) for e in plan.evictions] == [("a", "h3", "b")]
     assert m.fleet.violations == []
     m.fleet.converge(rounds=8)
-    assert _ready(m, "a") == ["h2"]  # a kept its one wanted replica throughout
-    assert _ready(m, "b") == ["h3"]
+    assert m.fleet.ready_hosts("a") == ["h2"]  # a kept its one wanted replica throughout
+    assert m.fleet.ready_hosts("b") == ["h3"]
     assert m.fleet.violations == []
 
 
@@ -72,12 +64,12 @@ def test_a_rollout_may_take_the_second_replica_of_an_equal_priority_model() -> N
     m.fleet_rounds(fail=True, rounds=3)
     m.revision_change(model="b", second=False)
     m.fleet_rounds(fail=False, rounds=2)
-    assert _ready(m, "a") == ["h2"]  # a keeps a replica throughout
+    assert m.fleet.ready_hosts("a") == ["h2"]  # a keeps a replica throughout
     evicted = [(a.model_id, a.host_id, a.beneficiary) for a in m.fleet.ctl.book if a.eviction]
     assert ("a", "h4", "b") in evicted
     assert m.fleet.violations == []
     m.fleet.converge(rounds=10)
-    assert _ready(m, "a") and _ready(m, "b")
+    assert m.fleet.ready_hosts("a") and m.fleet.ready_hosts("b")
     assert m.fleet.violations == []
 
 
@@ -100,8 +92,8 @@ def test_a_minimum_comes_before_another_models_extra_replica() -> None:
         m.engine_dies(host="h1", model="a")
     m.profile_change(extra=0, lo=2, model="b", prio=0, remove=False)
     m.fleet_rounds(fail=False, rounds=3)
-    assert _ready(m, "a")  # a keeps its minimum throughout
+    assert m.fleet.ready_hosts("a")  # a keeps its minimum throughout
     assert m.fleet.violations == []
     m.fleet.converge(rounds=10)
-    assert len(_ready(m, "a")) >= 1 and len(_ready(m, "b")) == 2
+    assert len(m.fleet.ready_hosts("a")) >= 1 and len(m.fleet.ready_hosts("b")) == 2
     assert m.fleet.violations == []

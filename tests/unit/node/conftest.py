@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 
 import pytest
+from loopback_http import serving
 
 
 @dataclass
@@ -78,14 +78,7 @@ def artifact_server(monkeypatch: pytest.MonkeyPatch) -> Iterator[ArtifactServer]
             if cut is not None or path in state.hide_length:
                 self.close_connection = True
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    state.url = f"http://127.0.0.1:{server.server_address[1]}"
-    monkeypatch.setenv("GRID_HF_ENDPOINT", state.url)
-    try:
+    with serving(Handler) as url:
+        state.url = url
+        monkeypatch.setenv("GRID_HF_ENDPOINT", url)
         yield state
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join()

@@ -7,12 +7,12 @@ revision's file listing with sizes and each file's ``resolve`` URL.
 from __future__ import annotations
 
 import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pytest
 from grid_vllm.snapshots import SnapshotStore, parse_snapshot_source, snapshot_digest
+from loopback_http import serving
 
 from grid_core.errors import UnavailableError, ValidationError
 from grid_core.profile import ModelProfile, validate_profile
@@ -49,16 +49,9 @@ def hub(monkeypatch: pytest.MonkeyPatch):
             self.end_headers()
             self.wfile.write(body)
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    monkeypatch.setenv("GRID_HF_ENDPOINT", f"http://127.0.0.1:{server.server_address[1]}")
-    try:
+    with serving(Handler) as url:
+        monkeypatch.setenv("GRID_HF_ENDPOINT", url)
         yield state
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join()
 
 
 def expected_digest(tmp_path: Path) -> str:
