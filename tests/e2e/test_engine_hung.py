@@ -36,7 +36,13 @@ async def test_hung_engine_detected_out_of_routing_replaced_and_force_stopped(no
 
     # A caller is being served when the engine hangs.
     async def caller() -> str:
-        body = {"messages": [{"role": "user", "content": "count"}], "max_tokens": 400}
+        # ignore_eos: the tiny random model may otherwise end its reply before the 50 ms
+        # activity poll sees it, and the test would wait for a request that is already over.
+        body = {
+            "messages": [{"role": "user", "content": "count"}],
+            "max_tokens": 400,
+            "ignore_eos": True,
+        }
         async with httpx.AsyncClient(timeout=600.0) as client:
             try:
                 r = await client.post(
