@@ -403,6 +403,19 @@ def _unplanned_state(m: str, c: Candidate | None, plan: Plan) -> tuple[Admission
     return "infeasible", f"no live host can hold {m}"
 
 
+def _undersupplied(m: str, ready: int, desired: int, planned: int, plan: Plan) -> str:
+    """Why a workload's model has fewer ready replicas than desired: the plan's own reason
+    for the replicas it could not place (e.g. the memory other work holds, which workload
+    demand may not take), or how many placed replicas are still on their way."""
+    why = f"{ready} of {desired} replicas of {m} ready"
+    if planned < desired:
+        unmet = next((u.message for u in plan.unmet if u.model_id == m), "no headroom now")
+        why += f"; {unmet}"
+    if planned > ready:
+        why += f"; {planned - ready} more planned"
+    return why
+
+
 def admission_rows(
     tick: TickPortfolio, plan: Plan, hosts: Mapping[str, HostSnapshot], fit: Fit
 ) -> list[AdmissionRow]:
@@ -459,7 +472,7 @@ def admission_rows(
         if ready and ready >= desired:
             state, why = "ready", f"{ready} ready replica(s) of {m}"
         elif ready:
-            state, why = "undersupplied", f"{ready} of {desired} replicas of {m} ready"
+            state, why = "undersupplied", _undersupplied(m, ready, desired, planned, plan)
         elif starting:
             state, why = "starting", f"{m} is loading or warming"
         elif planned or staged:

@@ -133,6 +133,30 @@ def test_auto_demand_fills_spare_capacity(tmp_path: Path) -> None:
     assert row.state == "planned" and row.planned == 1
 
 
+def test_an_undersupplied_row_says_why_the_missing_replicas_wait(tmp_path: Path) -> None:
+    """A burst wants three coder replicas; one is ready on its own host and the only other
+    host holds a model in direct use: the row names the plan's reason for the two missing
+    replicas (memory), and nothing is evicted for them."""
+    import msgspec
+
+    coder = msgspec.structs.replace(CODER, max_replicas=3)
+    ctl = _controller(tmp_path, ModelProfile(model_id="named", memory_mb=4_000), coder)
+    hosts = [_host("named"), msgspec.structs.replace(_host("coder"), host_id="h2")]
+    ctl.set_mode("automatic", NOW)
+    for tick in range(3):
+        now = NOW + 60.0 * tick
+        for i in range(200):
+            ctl.observe_request(_auto(now + i * 0.1))
+        ctl.observe_request(_named(now, "named"))
+        result = ctl.tick(now + 30, hosts)
+        assert result.plan.evictions == ()
+    assert ctl.last.portfolio is not None
+    [row] = ctl.last.portfolio.admissions
+    assert (row.state, row.desired, row.ready, row.missing) == ("undersupplied", 3, 1, 2)
+    assert row.reason.startswith("1 of 3 replicas of coder ready; ")
+    assert "2 of 3 desired replica(s) unplaced" in row.reason and "memory" in row.reason
+
+
 def test_below_the_admission_gate_nothing_is_planned(tmp_path: Path) -> None:
     """Two short requests are below the gate (3 observations or 1.5 units): no canary (and
     one host is all the spare-capacity reserve a fleet has, so no standby either)."""
