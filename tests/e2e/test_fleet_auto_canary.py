@@ -128,6 +128,8 @@ class Observer:
     fleet: Fleet
     steps: list[Step] = field(default_factory=list)
     writer: set[tuple[str, str, float | None]] = field(default_factory=set)
+    """(host, state, loaded_at) of every writer residency seen; ("-", "absent", None) for a
+    poll that found none."""
     evictions: list[dict[str, Any]] = field(default_factory=list)
     polls: int = 0
     max_desired: int = 0
@@ -141,10 +143,13 @@ class Observer:
         if not ctl:
             return
         self.polls += 1
-        for h in ctl.get("hosts") or []:
-            for r in h.get("residencies") or []:
-                if r["model_id"] == WRITER:
-                    self.writer.add((h["host_id"], r["state"], r.get("loaded_at")))
+        homes = [
+            (h["host_id"], r["state"], r.get("loaded_at"))
+            for h in ctl.get("hosts") or []
+            for r in h.get("residencies") or []
+            if r["model_id"] == WRITER
+        ]
+        self.writer.update(homes or [("-", "absent", None)])
         plan = ctl.get("plan") or {}
         self.evictions += [e for e in plan.get("evictions") or [] if e.get("model_id") == WRITER]
         rows = (ctl.get("portfolio") or {}).get("admissions") or []
@@ -355,7 +360,8 @@ def _check_cli(fleet: Fleet) -> None:
     assert text.returncode == 0, text.stdout + text.stderr
     assert "Workload admission" in text.stdout, text.stdout
     line = next(ln for ln in text.stdout.splitlines() if "coding" in ln and CODER in ln)
-    print("operator's text status: " + " ".join(line.split()))
+    print("operator's text status (first line of the row): " + " ".join(line.split()))
+    print(f"operator's JSON status: {row['state']} {row['model_id']}: {row['reason']}")
 
 
 def _burst(fleet: Fleet) -> Counter[tuple[int, str]]:
@@ -411,9 +417,12 @@ def test_auto_coding_traffic_earns_a_canary_on_spare_capacity_and_never_evicts(
     assert {s.model_id for s in canary_steps if s.state != "awaiting-plan"} == {CODER}
     assert [s.observations for s in canary_steps if s.state == "awaiting-plan"] == [1, 2]
 
-    # The burst asked for more coder capacity than the spare host gives, yet the writer was
-    # never drained, unloaded, reloaded or made an eviction victim, and kept answering.
+    # The burst asked for more coder capacity than the spare host gives (the row says why the
+    # missing replicas wait), yet the writer was never drained, unloaded, reloaded or made an
+    # eviction victim, and kept answering.
     assert seen.max_desired > 1, seen.steps
+    short = [s for s in seen.steps[len(canary_steps) :] if s.state == "undersupplied"]
+    assert short and all("unplaced" in s.reason for s in short), seen.steps
     assert answers[(200, CODER)] > 0 and {c for c, _ in answers} <= {200, 503}, answers
     assert {(h, s) for h, s, _ in seen.writer} == {(writer_host, "ready")}, seen.writer
     born = [t or 0.0 for _, _, t in seen.writer]
