@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import math
 import re
+from collections.abc import Mapping
 from typing import Annotated
 
 import msgspec
@@ -313,6 +314,29 @@ def validate_profile(p: ModelProfile) -> ModelProfile:
         _check_finite("latency_slo_ms", p.latency_slo_ms, 1.0, 3_600_000.0)
     for name in ("load_estimate_s", "warm_estimate_s", "min_residency_s", "scale_down_cooldown_s"):
         _check_finite(name, getattr(p, name), 0.0, 86_400.0)
+    sha = _checked_artifact(p)
+    _check_workload_scores(p.workload_scores)
+    if p.model_id in p.colocation_excludes:
+        raise _fail("colocation_excludes", "names the model itself", "name other models only")
+    return msgspec.structs.replace(
+        p,
+        artifact_sha256=sha,
+        runtimes=tuple(dict.fromkeys(p.runtimes)),
+        backends=tuple(sorted(set(p.backends))),
+        required_tags=tuple(sorted(set(p.required_tags))),
+        forbidden_tags=tuple(sorted(set(p.forbidden_tags))),
+        colocation_excludes=tuple(sorted(set(p.colocation_excludes))),
+        pins=tuple(sorted(set(p.pins))),
+    )
+
+
+def _checked_artifact(p: ModelProfile) -> str | None:
+    """The lowercase artifact digest, after checking the digest, the source and the size.
+
+    Raises:
+        ValidationError: a digest that is not 64 hex digits, an unsafe or inexact source, a
+            source without its digest and size, or a non-positive size.
+    """
     sha = p.artifact_sha256.lower() if p.artifact_sha256 else None
     if sha is not None and not SHA256.match(sha):
         raise _fail("artifact_sha256", "is not 64 hex digits", "pass the file's SHA-256")
@@ -336,7 +360,16 @@ def validate_profile(p: ModelProfile) -> ModelProfile:
             )
     if p.artifact_size_mb is not None and p.artifact_size_mb <= 0:
         raise _fail("artifact_size_mb", "must be positive", "give the download ceiling in MB")
-    for w, score in p.workload_scores.items():
+    return sha
+
+
+def _check_workload_scores(scores: Mapping[str, float]) -> None:
+    """Each workload name is simple and each score lies in (0, 1].
+
+    Raises:
+        ValidationError: names the workload and the fix.
+    """
+    for w, score in scores.items():
         if not WORKLOAD_NAME.match(w):
             raise _fail(
                 "workload_scores",
@@ -349,18 +382,6 @@ def validate_profile(p: ModelProfile) -> ModelProfile:
                 f"{w}={score} is outside (0, 1]",
                 "use WORKLOAD=SCORE with 0 < SCORE <= 1",
             )
-    if p.model_id in p.colocation_excludes:
-        raise _fail("colocation_excludes", "names the model itself", "name other models only")
-    return msgspec.structs.replace(
-        p,
-        artifact_sha256=sha,
-        runtimes=tuple(dict.fromkeys(p.runtimes)),
-        backends=tuple(sorted(set(p.backends))),
-        required_tags=tuple(sorted(set(p.required_tags))),
-        forbidden_tags=tuple(sorted(set(p.forbidden_tags))),
-        colocation_excludes=tuple(sorted(set(p.colocation_excludes))),
-        pins=tuple(sorted(set(p.pins))),
-    )
 
 
 def _check_identifiers(p: ModelProfile) -> None:

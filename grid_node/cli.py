@@ -212,6 +212,33 @@ def start(
     fields.update({k: v for k, v in given.items() if v is not None})
     if "state_dir" not in fields:
         fields["state_dir"] = _state_dir(None)
+    _add_grid_target(fields, grid, grid_ca, token_file, join_file, config)
+    node = NodeConfig(**fields)  # type: ignore[arg-type]  # each value is checked in __post_init__
+    preflight(node)
+    rec = start_node(node)
+    typer.echo(
+        f"node agent started: host {rec.host_id} pid {rec.pid} grid {rec.grid_url} "
+        f"config {node.path}"
+    )
+
+
+def _add_grid_target(
+    fields: dict[str, object],
+    grid: str | None,
+    grid_ca: Path | None,
+    token_file: Path | None,
+    join_file: Path | None,
+    config: Path | None,
+) -> None:
+    """Add where the node registers (``grid_url``, ``grid_ca``, ``token_file``) to ``fields``.
+
+    A join file is spent here (its one-time token becomes the node credential) only after
+    every other field has been checked; otherwise ``--grid`` or the configured grid decides.
+
+    Raises:
+        ValidationError: ``--join`` given with ``--grid``, ``--token-file`` or ``--grid-ca``,
+            or a field of the configuration is invalid.
+    """
     if join_file is not None:
         if grid is not None or token_file is not None or grid_ca is not None:
             msg = (
@@ -234,13 +261,6 @@ def start(
             fields["token_file"] = target.node_token_file
     if grid_ca is not None:
         fields["grid_ca"] = grid_ca
-    node = NodeConfig(**fields)  # type: ignore[arg-type]  # each value is checked in __post_init__
-    preflight(node)
-    rec = start_node(node)
-    typer.echo(
-        f"node agent started: host {rec.host_id} pid {rec.pid} grid {rec.grid_url} "
-        f"config {node.path}"
-    )
 
 
 def status(
@@ -248,7 +268,6 @@ def status(
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object.")] = False,
 ) -> None:
     """Show this node: daemon, protection state, override, children and recent events."""
-    from grid_core.table import render_table
     from grid_node.state import StateFile
 
     sdir = _state_dir(state_dir)
@@ -304,7 +323,14 @@ def status(
     }
     if as_json:
         typer.echo(json.dumps(doc, indent=2))
-        return
+    else:
+        _print_status(doc)
+
+
+def _print_status(doc: dict[str, Any]) -> None:
+    """Render the ``grid allocator node status`` document as lines and a children table."""
+    from grid_core.table import render_table
+
     d = doc["daemon"]
     typer.echo(
         f"host {doc['host_id']}  daemon {'running' if d['running'] else 'stopped'}"

@@ -267,8 +267,19 @@ def build_app(
         client_keys=ClientKeys(home, required=client_keys_required),
         leadership=leadership,
     )
+    litestar = _litestar(ctx, server_lifespan(ctx, on_ready, on_stopped))
+    add_openai_routes(litestar)
+    return GridApp(ctx, litestar)
 
+
+def _litestar(ctx: ServerContext, lifespan: Any) -> Litestar:
+    """The Litestar application over ``ctx``: node, allocator and observation routes, the
+    health check, typed error handlers, the control-plane body limit and the OpenAPI schema.
+
+    Also wires the runner's request and tick observers to the metrics and the demand history.
+    """
     history = DemandHistory.empty()
+    runner = ctx.runner
     runner.on_request = ctx.metrics.observe_request
 
     def on_tick(seconds: float) -> None:
@@ -282,19 +293,17 @@ def build_app(
         """Liveness: the server answers."""
         return json_response({"status": "ok"})
 
-    litestar = Litestar(
+    return Litestar(
         route_handlers=[
             healthz,
             Router("/", route_handlers=node_routes(ctx), tags=["nodes"]),
             Router("/", route_handlers=allocator_routes(ctx), tags=["allocator"]),
             Router("/", route_handlers=observe_routes(ctx, history), tags=["observation"]),
         ],
-        lifespan=[server_lifespan(ctx, on_ready, on_stopped)],
+        lifespan=[lifespan],
         exception_handlers={GridError: on_grid_error, HTTPException: on_http_exception},
         before_request=bounded_json,
         request_max_body_size=MAX_CONTROL_BODY_BYTES,
         logging_config=None,
         openapi_config=openapi_config(grid_version()),
     )
-    add_openai_routes(litestar)
-    return GridApp(ctx, litestar)

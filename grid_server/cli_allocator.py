@@ -156,6 +156,26 @@ def model_set(
         "runtimes": clear_runtimes,
     }
     given.update(_cleared(clears, given))
+    _write_profile(grid, token_file, model_id, given, replace=replace)
+
+
+def _write_profile(
+    grid: str | None,
+    token_file: Path | None,
+    model_id: str,
+    given: dict[str, Any],
+    *,
+    replace: bool,
+) -> None:
+    """Merge ``given`` (profile field → value) into the model's profile and write it back.
+
+    The write names the version that was read (``if_version``); the changed fields are
+    printed as old → new and the server's warnings on stderr.
+
+    Raises:
+        CliError: the profile changed meanwhile (409; both versions are printed, exit 2).
+        CliError: a new profile without ``--memory-mb`` or an invalid merge (nothing is sent).
+    """
     current, version = _current_profile(grid, model_id)
     profile = _merged_profile(model_id, current, given, replace)
     if profile == current:

@@ -323,6 +323,11 @@ def _portfolio(ctl: dict[str, Any]) -> list[RenderableType]:
             _cell(r.get("startup_s")),
             r.get("reason", ""),
         )
+    return [head, t, _candidates(rep.get("candidates") or [])]
+
+
+def _candidates(rows: list[dict[str, Any]]) -> Table:
+    """The portfolio's candidate rows (workload, model, utility and its evidence terms)."""
     c = _table(
         "Portfolio candidates",
         [
@@ -341,7 +346,7 @@ def _portfolio(ctl: dict[str, Any]) -> list[RenderableType]:
             "rejected",
         ],
     )
-    for r in (rep.get("candidates") or [])[:MAX_ROWS]:
+    for r in rows[:MAX_ROWS]:
         quality = (
             "-"
             if r.get("quality") is None
@@ -362,7 +367,7 @@ def _portfolio(ctl: dict[str, Any]) -> list[RenderableType]:
             _cell(r.get("transition_penalty")),
             _cell(r.get("rejection")),
         )
-    return [head, t, c]
+    return c
 
 
 def _nodes(server: dict[str, Any]) -> Table:

@@ -7,6 +7,7 @@ import os
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +41,7 @@ from grid_server.serve import (
     DEFAULT_PORT,
     ETCD_FLAGS,
     SERVER_MARKER,
+    ServerTls,
     check_port,
     client_keys_required,
     exposure_warning,
@@ -141,63 +143,112 @@ def up(
         client_keys_required(host, client_keys)
         if policy is not None:
             load_policy(policy)  # a bad file is the operator's flag: exit 2 in both modes
-        if state_store is not None:
-            from grid_server.store import open_state_store
-
-            open_state_store(  # validate the URL and options before anything starts
-                state_store, **{ETCD_FLAGS[k]: v for k, v in etcd_args.items()}
-            ).close()
-        elif etcd_args:
-            msg = "--etcd-* options need --state-store etcd://host:port"
-            raise ValidationError(msg)
+            policy = policy.expanduser().resolve()
+        _check_state_store(state_store, etcd_args)
     except GridError as exc:
         raise CliError(str(exc), exc.exit_code) from None
+    launch = _Launch(
+        host, port, state_dir, tls, client_keys, policy, tick_interval, state_store, etcd_args
+    )
     warning = exposure_warning(host, tls is not None)
     if warning:
         typer.echo(warning, err=True)
-    home = grid_home()
     rec = local_server()
     if rec and _proven(rec):
         msg = f"a Grid server is already running at {rec.get('url')} (pid {rec.get('pid')})"
         raise CliError(msg)
-    args = [sys.executable, "-m", SERVER_MARKER, "--host", host, "--port", str(port)]
-    if state_dir is not None:
-        args += ["--state-dir", str(state_dir)]
-    if tls is not None:
-        # Paths only: the key stays in its 0600 file, never in argv or the environment.
-        args += ["--tls-cert", str(tls.cert), "--tls-key", str(tls.key)]
-        args += ["--tls-ca", str(tls.ca)] if tls.ca is not None else []
-    if client_keys is not None:
-        args += ["--client-keys", client_keys]
-    if policy is not None:
-        policy = policy.expanduser().resolve()
-        args += ["--policy", str(policy)]
-    if tick_interval is not None:
-        args += ["--tick-interval", str(tick_interval)]
+    if detach:
+        _start_detached(launch.argv(), grid_home())
+    else:
+        launch.serve_here()
+
+
+def _check_state_store(state_store: str | None, etcd_args: Mapping[str, str]) -> None:
+    """Open and close ``--state-store`` once so a bad URL or etcd option fails before start.
+
+    Raises:
+        ValidationError: ``--etcd-*`` options without an etcd ``--state-store``.
+        GridError: the store URL or its options are unusable.
+    """
     if state_store is not None:
-        args += ["--state-store", state_store]
-        for flag, value in etcd_args.items():  # paths and the user name only, never a secret
-            args += [f"--{flag}", value]
-    if not detach:
+        from grid_server.store import open_state_store
+
+        open_state_store(state_store, **{ETCD_FLAGS[k]: v for k, v in etcd_args.items()}).close()
+    elif etcd_args:
+        msg = "--etcd-* options need --state-store etcd://host:port"
+        raise ValidationError(msg)
+
+
+@dataclass(frozen=True)
+class _Launch:
+    """The checked options of one ``grid up``: run here, or as the argv of a detached server.
+
+    ``etcd_args`` maps ``etcd-*`` flag names to paths or the user name, never a secret.
+    """
+
+    host: str
+    port: int
+    state_dir: Path | None
+    tls: ServerTls | None
+    client_keys: str | None
+    policy: Path | None
+    tick_interval: float | None
+    state_store: str | None
+    etcd_args: Mapping[str, str]
+
+    def argv(self) -> list[str]:
+        """The detached server's command line (key paths only: the key stays in its file)."""
+        args = [sys.executable, "-m", SERVER_MARKER, "--host", self.host, "--port", str(self.port)]
+        if self.state_dir is not None:
+            args += ["--state-dir", str(self.state_dir)]
+        if self.tls is not None:
+            args += ["--tls-cert", str(self.tls.cert), "--tls-key", str(self.tls.key)]
+            args += ["--tls-ca", str(self.tls.ca)] if self.tls.ca is not None else []
+        if self.client_keys is not None:
+            args += ["--client-keys", self.client_keys]
+        if self.policy is not None:
+            args += ["--policy", str(self.policy)]
+        if self.tick_interval is not None:
+            args += ["--tick-interval", str(self.tick_interval)]
+        if self.state_store is not None:
+            args += ["--state-store", self.state_store]
+            for flag, value in self.etcd_args.items():
+                args += [f"--{flag}", value]
+        return args
+
+    def serve_here(self) -> None:
+        """Serve in this process until stopped.
+
+        Raises:
+            CliError: the address cannot be bound.
+        """
         from grid_server.serve import serve
 
         try:
             serve(
-                host,
-                port,
-                home,
-                state_dir,
+                self.host,
+                self.port,
+                grid_home(),
+                self.state_dir,
                 None,
-                tick_interval,
-                policy,
-                tls=tls,
-                client_keys=client_keys,
-                state_store=state_store,
-                etcd_options={ETCD_FLAGS[k]: v for k, v in etcd_args.items()},
+                self.tick_interval,
+                self.policy,
+                tls=self.tls,
+                client_keys=self.client_keys,
+                state_store=self.state_store,
+                etcd_options={ETCD_FLAGS[k]: v for k, v in self.etcd_args.items()},
             )
         except OSError as exc:
-            raise CliError(f"cannot listen on {host}:{port}: {exc.strerror}") from None
-        return
+            raise CliError(f"cannot listen on {self.host}:{self.port}: {exc.strerror}") from None
+
+
+def _start_detached(args: list[str], home: Path) -> None:
+    """Spawn the server in the background and wait until it announces its URL.
+
+    Raises:
+        CliError: the server exited first (with its last log line), or did not announce
+            itself within ``START_TIMEOUT_S`` (it is then stopped by proven identity).
+    """
     (home / SERVER_FILE).unlink(missing_ok=True)
     log_path = home / "server.log"
     run_start = log_path.stat().st_size if log_path.exists() else 0  # this run's lines only

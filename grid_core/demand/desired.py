@@ -239,32 +239,18 @@ def desired_for(
     reasons: list[str] = []
 
     horizon = min(startup_horizon_s(profile, hosts, eligible), policy.projection_cap_s)
-    rising = max(0.0, fc.trend_rps)  # a falling slope never speeds scale-down
-    projected_rate = fc.rate_rps
-    if rising > 0 and fc.rate_rps > 0:
-        projected_rate = min(
-            fc.rate_rps + rising * horizon * max(0.0, min(1.0, fc.confidence)),
-            fc.rate_rps * policy.projection_cap_ratio,
-        )
-    projected = max(projected_rate * service, in_flight) + queue
+    projected = max(_projected_rate(fc, horizon, policy) * service, in_flight) + queue
     if projected > offered + EPSILON:
         reasons.append("projection")
-
-    per_replica = profile.replica_concurrency * profile.target_utilization
-    if in_flight >= NAMED_IN_FLIGHT:
-        reasons.append("in_flight")
-    want = 0
-    if projected > EPSILON:
-        want = max(1, math.ceil(projected * (1.0 + policy.headroom) / per_replica - EPSILON))
-        reasons.append("demand")
-    for pressure in _pressures(profile, fc, queue, policy):
-        want = max(want, ready + 1)
-        reasons.append(pressure)
+    # Direct evidence: the engines' own queue, named work running now, or live arrivals.
     direct = (
         engine_queue >= QUEUE_PRESSURE
         or in_flight >= NAMED_IN_FLIGHT
         or (live and (fc.rate_rps > 0 or queue >= QUEUE_PRESSURE))
     )
+    if in_flight >= NAMED_IN_FLIGHT:
+        reasons.append("in_flight")
+    want = _wanted(profile, fc, policy, projected, queue, ready, reasons)
     asked = max(profile.min_replicas, min(want, profile.max_replicas))
     if not direct and want:
         # Without live evidence the decaying tail of old traffic (the window's EWMA level and
@@ -273,12 +259,7 @@ def desired_for(
         asked = profile.min_replicas
         reasons.append("not_live")
     want, new_mark = _cooldown(profile, want, recent_ready, watermark, now, reasons)
-    if want < profile.min_replicas:
-        want = profile.min_replicas
-        reasons.append("baseline")
-    if want > profile.max_replicas:
-        want = profile.max_replicas
-        reasons.append("clamped_max")
+    want = _within_bounds(profile, want, reasons)
     held = max(0, want - asked)
     if held:
         reasons.append("held")
@@ -301,3 +282,53 @@ def desired_for(
         held_replicas=held,
     )
     return demand, new_mark
+
+
+def _within_bounds(profile: ModelProfile, want: int, reasons: list[str]) -> int:
+    """``want`` clamped to ``[min_replicas, max_replicas]``, noting ``baseline`` or
+    ``clamped_max`` in ``reasons`` when a bound decided."""
+    if want < profile.min_replicas:
+        reasons.append("baseline")
+        return profile.min_replicas
+    if want > profile.max_replicas:
+        reasons.append("clamped_max")
+        return profile.max_replicas
+    return want
+
+
+def _projected_rate(fc: Forecast, horizon_s: float, policy: ForecastPolicy) -> float:
+    """The arrival rate (requests/s) expected once a replica started now is ready.
+
+    A rising trend is extrapolated over ``horizon_s`` (the startup horizon), weighted by the
+    forecast's confidence and capped at ``policy.projection_cap_ratio`` times today's rate; a
+    falling trend never speeds scale-down, so it leaves the rate as it is.
+    """
+    rising = max(0.0, fc.trend_rps)
+    if rising <= 0 or fc.rate_rps <= 0:
+        return fc.rate_rps
+    return min(
+        fc.rate_rps + rising * horizon_s * max(0.0, min(1.0, fc.confidence)),
+        fc.rate_rps * policy.projection_cap_ratio,
+    )
+
+
+def _wanted(
+    profile: ModelProfile,
+    fc: Forecast,
+    policy: ForecastPolicy,
+    projected: float,
+    queue: float,
+    ready: int,
+    reasons: list[str],
+) -> int:
+    """Replicas the projected concurrency and the queue/latency pressures ask for (before the
+    profile's bounds and the cooldown); appends ``demand`` and each pressure to ``reasons``."""
+    per_replica = profile.replica_concurrency * profile.target_utilization
+    want = 0
+    if projected > EPSILON:
+        want = max(1, math.ceil(projected * (1.0 + policy.headroom) / per_replica - EPSILON))
+        reasons.append("demand")
+    for pressure in _pressures(profile, fc, queue, policy):
+        want = max(want, ready + 1)
+        reasons.append(pressure)
+    return want

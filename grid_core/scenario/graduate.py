@@ -190,48 +190,71 @@ def oracle_rows(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def _by(runs: list[dict[str, Any]], strategy: str) -> dict[tuple[int, int], dict[str, Any]]:
+Cells = dict[tuple[int, int], dict[str, Any]]
+"""One strategy's runs keyed by (machines, seed)."""
+
+
+def _by(runs: list[dict[str, Any]], strategy: str) -> Cells:
     return {(r["machines"], r["seed"]): r for r in runs if r["strategy"] == strategy}
 
 
 def evaluate_gates(runs: list[dict[str, Any]], largest: int) -> list[Gate]:
-    """Every gate over the matrix (see the module constants for thresholds)."""
+    """Every gate over the matrix (see the module constants for thresholds).
+
+    ``runs`` are the matrix's run summaries (one per strategy, machine count and seed);
+    ``largest`` is the largest machine count, where the least-served workload is judged.
+    """
     smart, reactive = _by(runs, "smart"), _by(runs, "reactive")
     greedy, static = _by(runs, "greedy"), _by(runs, "static")
     keys = sorted(smart)
-    gates = []
+    return [
+        _safety_gate(smart, keys),
+        _trace_gate(runs, keys),
+        _regression_gate(smart, {"reactive": reactive, "greedy": greedy, "static": static}, keys),
+        _static_gain_gate(smart, static, keys),
+        _churn_gate(smart, greedy, keys),
+        _least_workload_gate(smart, (reactive, greedy, static), keys, largest),
+        _prediction_gate(smart, reactive, keys),
+    ]
+
+
+def _safety_gate(smart: Cells, keys: list[tuple[int, int]]) -> Gate:
     bad = [
         f"machines={k[0]} seed={k[1]}: {smart[k]['violations']} violations"
         for k in keys
         if smart[k]["violations"]
     ]
-    gates.append(
-        _gate(
-            "smart_safety",
-            not bad,
-            "smart has zero safety violations in every run",
-            {"violations": sum(smart[k]["violations"] for k in keys)},
-            bad,
-        )
+    return _gate(
+        "smart_safety",
+        not bad,
+        "smart has zero safety violations in every run",
+        {"violations": sum(smart[k]["violations"] for k in keys)},
+        bad,
     )
+
+
+def _trace_gate(runs: list[dict[str, Any]], keys: list[tuple[int, int]]) -> Gate:
     bad = [
         f"machines={k[0]} seed={k[1]}"
         for k in keys
         if len({r["digest"] for r in runs if (r["machines"], r["seed"]) == k}) != 1
     ]
-    gates.append(
-        _gate(
-            "identical_demand_traces",
-            not bad,
-            "all strategies of one size and seed replay the same arrival digest",
-            {"cells": len(keys)},
-            bad,
-        )
+    return _gate(
+        "identical_demand_traces",
+        not bad,
+        "all strategies of one size and seed replay the same arrival digest",
+        {"cells": len(keys)},
+        bad,
     )
+
+
+def _regression_gate(
+    smart: Cells, baselines: Mapping[str, Cells], keys: list[tuple[int, int]]
+) -> Gate:
     bad = []
     worst_score = worst_served = 0.0
     for k in keys:
-        for name, other in (("reactive", reactive), ("greedy", greedy), ("static", static)):
+        for name, other in baselines.items():
             ds = other[k]["score"] - smart[k]["score"]
             dv = other[k]["served"] - smart[k]["served"]
             worst_score, worst_served = max(worst_score, ds), max(worst_served, dv)
@@ -240,61 +263,67 @@ def evaluate_gates(runs: list[dict[str, Any]], largest: int) -> list[Gate]:
                     f"machines={k[0]} seed={k[1]} vs {name}: smart trails by "
                     f"{ds:+.3f} score, {dv:+.3f} served"
                 )
-    gates.append(
-        _gate(
-            "bounded_regression",
-            not bad,
-            f"smart trails no baseline by more than {SCORE_REGRESSION} score or "
-            f"{SERVICE_REGRESSION} served fraction",
-            {
-                "worst_score_deficit": round(worst_score, 6),
-                "worst_served_deficit": round(worst_served, 6),
-            },
-            bad,
-        )
+    return _gate(
+        "bounded_regression",
+        not bad,
+        f"smart trails no baseline by more than {SCORE_REGRESSION} score or "
+        f"{SERVICE_REGRESSION} served fraction",
+        {
+            "worst_score_deficit": round(worst_score, 6),
+            "worst_served_deficit": round(worst_served, 6),
+        },
+        bad,
     )
+
+
+def _static_gain_gate(smart: Cells, static: Cells, keys: list[tuple[int, int]]) -> Gate:
     gains = [smart[k]["served"] - static[k]["served"] for k in keys]
     med = statistics.median(gains) if gains else 0.0
-    gates.append(
-        _gate(
-            "service_gain_over_static",
-            med >= STATIC_GAIN,
-            f"median served-fraction gain over static >= {STATIC_GAIN}",
-            {"median_gain": round(med, 6), "gains": [round(g, 6) for g in gains]},
-            [] if med >= STATIC_GAIN else [f"median gain {med:.4f}"],
-        )
+    return _gate(
+        "service_gain_over_static",
+        med >= STATIC_GAIN,
+        f"median served-fraction gain over static >= {STATIC_GAIN}",
+        {"median_gain": round(med, 6), "gains": [round(g, 6) for g in gains]},
+        [] if med >= STATIC_GAIN else [f"median gain {med:.4f}"],
     )
+
+
+def _churn_gate(smart: Cells, greedy: Cells, keys: list[tuple[int, int]]) -> Gate:
     sm = statistics.median([smart[k]["mutations"] for k in keys]) if keys else 0
     gm = statistics.median([greedy[k]["mutations"] for k in keys]) if keys else 0
     ok = sm <= CHURN_RATIO * gm
-    gates.append(
-        _gate(
-            "churn_below_greedy",
-            ok,
-            f"median smart mutations <= {CHURN_RATIO} x median greedy mutations",
-            {"smart_median": sm, "greedy_median": gm},
-            [] if ok else [f"smart {sm} vs greedy {gm}"],
-        )
+    return _gate(
+        "churn_below_greedy",
+        ok,
+        f"median smart mutations <= {CHURN_RATIO} x median greedy mutations",
+        {"smart_median": sm, "greedy_median": gm},
+        [] if ok else [f"smart {sm} vs greedy {gm}"],
     )
+
+
+def _least_workload_gate(
+    smart: Cells, baselines: tuple[Cells, ...], keys: list[tuple[int, int]], largest: int
+) -> Gate:
     bad, measured = [], {}
     for k in [k for k in keys if k[0] == largest]:
-        best = max(o[k]["least_served"] for o in (reactive, greedy, static))
+        best = max(o[k]["least_served"] for o in baselines)
         measured[f"seed={k[1]}"] = {"smart": smart[k]["least_served"], "best_baseline": best}
         if smart[k]["least_served"] < best - LEAST_WORKLOAD_SLACK:
             bad.append(
                 f"seed={k[1]}: smart {smart[k]['least_served']} "
                 f"({smart[k]['least_workload']}) vs best baseline {best}"
             )
-    gates.append(
-        _gate(
-            "least_workload_largest_fleet",
-            not bad,
-            f"on {largest} machines smart's least-served workload is within "
-            f"{LEAST_WORKLOAD_SLACK} of the best baseline",
-            measured,
-            bad,
-        )
+    return _gate(
+        "least_workload_largest_fleet",
+        not bad,
+        f"on {largest} machines smart's least-served workload is within "
+        f"{LEAST_WORKLOAD_SLACK} of the best baseline",
+        measured,
+        bad,
     )
+
+
+def _prediction_gate(smart: Cells, reactive: Cells, keys: list[tuple[int, int]]) -> Gate:
     sw = statistics.median([smart[k]["wait_minutes"] for k in keys]) if keys else 0
     rw = statistics.median([reactive[k]["wait_minutes"] for k in keys]) if keys else 0
     same = [
@@ -303,20 +332,17 @@ def evaluate_gates(runs: list[dict[str, Any]], largest: int) -> list[Gate]:
         if all(smart[k][f] == reactive[k][f] for f in SAME_FIELDS)
     ]
     ok = sw < rw and not same
-    gates.append(
-        _gate(
-            "predictive_startup_savings",
-            ok,
-            "median workload wait minutes (starting/planned/deferred) below reactive, and "
-            "smart differs from reactive in every cell",
-            {
-                "smart_median": sw,
-                "reactive_median": rw,
-                "scorecard": {
-                    f"machines={k[0]} seed={k[1]}": smart[k].get("prefetch", {}) for k in keys
-                },
+    return _gate(
+        "predictive_startup_savings",
+        ok,
+        "median workload wait minutes (starting/planned/deferred) below reactive, and "
+        "smart differs from reactive in every cell",
+        {
+            "smart_median": sw,
+            "reactive_median": rw,
+            "scorecard": {
+                f"machines={k[0]} seed={k[1]}": smart[k].get("prefetch", {}) for k in keys
             },
-            ([] if sw < rw else [f"smart {sw} vs reactive {rw}"]) + same,
-        )
+        },
+        ([] if sw < rw else [f"smart {sw} vs reactive {rw}"]) + same,
     )
-    return gates
