@@ -285,6 +285,45 @@ def step(
         "Local host-protection loop".
     """
     enter_state, enter_reasons = _judge(sample, policy, recovering=False)
+    sensed = _advance_sensor(prev, sample, policy, (enter_state, enter_reasons))
+    sensor, sensor_reason = sensed.sensor_state, sensed.sensor_reason
+    active = override if override is not None and override.active(wall_now) else None
+    state, reason = sensor, sensor_reason or "normal"
+    if active is not None:
+        o_state = OVERRIDE_STATE[active.kind]
+        if SEVERITY[o_state] >= SEVERITY[sensor]:
+            state, reason = o_state, f"local {active.kind}: {active.reason}"
+    state, reason, drain_started = _drain_grace(
+        state, reason, prev.drain_started_at, sample.at, active_requests
+    )
+    fraction = {"accepting": 1.0, "throttled": policy.throttle_fraction}.get(state, 0.0)
+    new = msgspec.structs.replace(sensed, drain_started_at=drain_started)
+    decision = ProtectionDecision(
+        state=state,
+        reason=reason,
+        sensor_state=sensor,
+        sensor_reason=sensor_reason,
+        raw_state=enter_state,
+        raw_reasons=tuple(enter_reasons),
+        override=active,
+        throttle_fraction=fraction,
+    )
+    return new, decision
+
+
+def _advance_sensor(
+    prev: ProtectionState,
+    sample: Sample,
+    policy: ProtectionPolicy,
+    entered: tuple[HostState, list[str]],
+) -> ProtectionState:
+    """The sensor half of the state machine: escalate after ``DEBOUNCE_SAMPLES`` agreeing
+    samples (to the mildest level the streak agreed on), recover one level only after
+    ``RECOVERY_COOLDOWN_S`` seconds below the recovery thresholds. ``drain_started_at`` is
+    carried over unchanged. ``entered`` is the sample's judgement at the entry thresholds.
+    """
+    enter_state, enter_reasons = entered
+    at = sample.at
     hold_state, hold_reasons = _judge(sample, policy, recovering=True)
     sensor, sensor_reason = prev.sensor_state, prev.sensor_reason
     pending, count, pending_reason = prev.pending_state, prev.pending_count, prev.pending_reason
@@ -306,8 +345,8 @@ def step(
         pending, count, pending_reason = None, 0, ""
         if SEVERITY[hold_state] < SEVERITY[sensor]:
             if calm_since is None:
-                calm_since = sample.at
-            if sample.at - calm_since >= RECOVERY_COOLDOWN_S:
+                calm_since = at
+            if at - calm_since >= RECOVERY_COOLDOWN_S:
                 sensor = hold_state
                 sensor_reason = "; ".join(hold_reasons) if hold_reasons else "recovered"
                 calm_since = None
@@ -315,44 +354,35 @@ def step(
             calm_since = None
             if hold_state == sensor and hold_reasons:
                 sensor_reason = "; ".join(hold_reasons)
-
-    active = override if override is not None and override.active(wall_now) else None
-    state, reason = sensor, sensor_reason or "normal"
-    if active is not None:
-        o_state = OVERRIDE_STATE[active.kind]
-        if SEVERITY[o_state] >= SEVERITY[sensor]:
-            state, reason = o_state, f"local {active.kind}: {active.reason}"
-
-    drain_started = prev.drain_started_at
-    if state == "paused":
-        busy = active_requests is None or active_requests > 0
-        if drain_started is None:
-            drain_started = sample.at
-        if busy and sample.at - drain_started < DRAIN_GRACE_S:
-            state, reason = "draining", f"{reason} (letting running requests finish)"
-    elif state != "draining":
-        drain_started = None
-    if state == "draining" and drain_started is None:
-        drain_started = sample.at
-
-    fraction = {"accepting": 1.0, "throttled": policy.throttle_fraction}.get(state, 0.0)
-    new = ProtectionState(
+    return ProtectionState(
         sensor_state=sensor,
         sensor_reason=sensor_reason,
         pending_state=pending,
         pending_count=count,
         pending_reason=pending_reason,
         calm_since=calm_since,
-        drain_started_at=drain_started,
+        drain_started_at=prev.drain_started_at,
     )
-    decision = ProtectionDecision(
-        state=state,
-        reason=reason,
-        sensor_state=sensor,
-        sensor_reason=sensor_reason,
-        raw_state=enter_state,
-        raw_reasons=tuple(enter_reasons),
-        override=active,
-        throttle_fraction=fraction,
-    )
-    return new, decision
+
+
+def _drain_grace(
+    state: HostState,
+    reason: str,
+    drain_started: float | None,
+    at: float,
+    active_requests: int | None,
+) -> tuple[HostState, str, float | None]:
+    """``(state, reason, drain_started_at)`` after the drain grace: a host going to
+    ``paused`` stays ``draining`` while requests run, for at most ``DRAIN_GRACE_S`` seconds
+    (unknown activity counts as busy)."""
+    if state == "paused":
+        busy = active_requests is None or active_requests > 0
+        if drain_started is None:
+            drain_started = at
+        if busy and at - drain_started < DRAIN_GRACE_S:
+            state, reason = "draining", f"{reason} (letting running requests finish)"
+    elif state != "draining":
+        drain_started = None
+    if state == "draining" and drain_started is None:
+        drain_started = at
+    return state, reason, drain_started

@@ -8,7 +8,7 @@ control for its next tick.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from grid_core.demand.features import WORKLOADS, RequestFeatures
@@ -20,13 +20,14 @@ from grid_core.profile import ModelProfile
 from grid_core.scenario.arrivals import (
     Arrival,
     DemandCurves,
+    FleetEvents,
     TraceDigest,
     build_events,
     builtin_mean,
     iter_arrivals,
 )
 from grid_core.scenario.bound import CapacityBound
-from grid_core.scenario.catalog import BASELINE_MODEL, build_catalog
+from grid_core.scenario.catalog import BASELINE_MODEL, CatalogEntry, build_catalog
 from grid_core.scenario.config import TICK_S, ScenarioConfig
 from grid_core.scenario.fleet import SimFleet
 from grid_core.scenario.personas import PERSONAS, User, build_users, persona_named
@@ -39,7 +40,7 @@ from grid_core.scenario.strategies import (
     StaticControl,
 )
 from grid_core.scenario.streams import stream
-from grid_core.scenario.topology import build_fleet
+from grid_core.scenario.topology import Machine, build_fleet
 from grid_core.store import StateStore
 
 START = 1_767_225_600.0
@@ -155,12 +156,44 @@ def run_scenario(cfg: ScenarioConfig, env: LabEnv) -> dict[str, object]:
         metrics.record(tick, changes, step, results, pools, fleet, mapping)
     report: dict[str, object] = {
         "schema_version": SCHEMA_VERSION,
+        **_setup_report(cfg, curves, machines, events, catalog, users),
+        "arrivals": {"count": digest.count, "digest": digest.hexdigest()},
+        **metrics.report(fleet, cfg.duration_s / 3600.0),
+        "prefetch": scorecard.report(),
+        "upper_bound": bound.report(),
+    }
+    if cfg.oracle:
+        from grid_core.scenario.oracle import run_oracle
+
+        oracle = run_oracle(
+            catalog, machines, tuple(kept), fleet, texts, classify, events, cfg.seed
+        )
+        served = metrics.total.served
+        oracle["strategy_served"] = served
+        oracle["gap"] = oracle["ceiling_served"] - served
+        oracle["gap_fraction"] = round(oracle["gap"] / max(1, oracle["ceiling_served"]), 6)
+        oracle["upper_bound_gap"] = oracle.get("upper_bound_served", served) - served
+        report["oracle"] = oracle
+    return report
+
+
+def _setup_report(
+    cfg: ScenarioConfig,
+    curves: DemandCurves,
+    machines: Sequence[Machine],
+    events: FleetEvents,
+    catalog: Sequence[CatalogEntry],
+    users: Sequence[User],
+) -> dict[str, object]:
+    """The report's description of what ran: scenario options, fleet, events, catalogue and
+    user population (JSON-compatible)."""
+    return {
         "scenario": {
             "machines": cfg.machines,
             "models": cfg.models,
             "users": cfg.users,
             "duration_s": cfg.duration_s,
-            "ticks": ticks,
+            "ticks": cfg.ticks,
             "tick_s": TICK_S,
             "seed": cfg.seed,
             "strategy": cfg.strategy,
@@ -188,21 +221,4 @@ def run_scenario(cfg: ScenarioConfig, env: LabEnv) -> dict[str, object]:
         },
         "catalog": [e.model_id for e in catalog],
         "users": {p.name: sum(1 for u in users if u.persona.name == p.name) for p in PERSONAS},
-        "arrivals": {"count": digest.count, "digest": digest.hexdigest()},
-        **metrics.report(fleet, cfg.duration_s / 3600.0),
-        "prefetch": scorecard.report(),
-        "upper_bound": bound.report(),
     }
-    if cfg.oracle:
-        from grid_core.scenario.oracle import run_oracle
-
-        oracle = run_oracle(
-            catalog, machines, tuple(kept), fleet, texts, classify, events, cfg.seed
-        )
-        served = metrics.total.served
-        oracle["strategy_served"] = served
-        oracle["gap"] = oracle["ceiling_served"] - served
-        oracle["gap_fraction"] = round(oracle["gap"] / max(1, oracle["ceiling_served"]), 6)
-        oracle["upper_bound_gap"] = oracle.get("upper_bound_served", served) - served
-        report["oracle"] = oracle
-    return report
