@@ -117,26 +117,7 @@ def admit(
         for a in actions
         if a.kind == "load" and (a.active or a.maybe_running)
     )
-    # Undelivered constructive holders are the only ones a higher class may displace, and
-    # only when no member of their lifecycle was delivered (a delivered load may be running:
-    # it is never cancelled, and it would keep the slot anyway). Among equal ranks the leaf
-    # that discards no prerequisite work (a warm of cached weights) goes first.
-    delivered_pairs = {
-        (a.host_id, a.model_id) for a in actions if a.active and a.delivered and not a.destructive
-    }
-    with_load = {(a.host_id, a.model_id) for a in actions if a.active and a.kind == "load"}
-    displaceable = sorted(
-        (
-            a
-            for a in holders
-            if a.active
-            and not a.delivered
-            and not a.destructive
-            and (a.host_id, a.model_id) not in delivered_pairs
-        ),
-        key=lambda a: (rank_of(a), (a.host_id, a.model_id) not in with_load),
-        reverse=True,
-    )
+    displaceable = _displaceable(actions, holders)
     free = dict(free_mb)
 
     def defer(p: Proposal, reason: str) -> None:
@@ -181,6 +162,32 @@ def admit(
         if p.kind == "warm":
             free[p.host_id] = free.get(p.host_id, 0) - p.memory_mb
     return out
+
+
+def _displaceable(actions: list[Action], holders: list[Action]) -> list[Action]:
+    """Slot holders a higher service class may displace, lowest service class first.
+
+    Only undelivered constructive holders qualify, and only when no member of their
+    lifecycle was delivered (a delivered load may be running: it is never cancelled, and it
+    would keep the slot anyway). Among equal ranks the leaf that discards no prerequisite
+    work (a warm of cached weights) gives way first.
+    """
+    delivered_pairs = {
+        (a.host_id, a.model_id) for a in actions if a.active and a.delivered and not a.destructive
+    }
+    with_load = {(a.host_id, a.model_id) for a in actions if a.active and a.kind == "load"}
+    return sorted(
+        (
+            a
+            for a in holders
+            if a.active
+            and not a.delivered
+            and not a.destructive
+            and (a.host_id, a.model_id) not in delivered_pairs
+        ),
+        key=lambda a: (rank_of(a), (a.host_id, a.model_id) not in with_load),
+        reverse=True,
+    )
 
 
 def _displace(p: Proposal, candidates: list[Action], host_full: bool) -> Action | None:

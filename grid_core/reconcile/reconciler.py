@@ -292,43 +292,12 @@ def _constructive(
             if host is None:
                 continue
             r = host.residency(model_id)
-            if r is not None and not r.actuatable:
-                continue  # external/manual/pinned engines satisfy demand but are never actuated
-            if (
-                r is not None
-                and r.state in ("ready", "loading", "warming")
-                and not revision_matches(profile, r.artifact_sha256)
-            ):
-                # The old revision holds this host's slot; replacing it in place would take
-                # the replica away before the new one serves. It drains once a replica of
-                # the new revision is ready elsewhere; until then status says why.
-                out.deferred.append(
-                    Deferred(
-                        kind="warm",
-                        host_id=a.host_id,
-                        model_id=model_id,
-                        reason="old_revision_here",
+            why = _why_not_warm(inp, host, profile, r)
+            if why is not None:
+                if why != NOT_NEEDED:
+                    out.deferred.append(
+                        Deferred(kind="warm", host_id=a.host_id, model_id=model_id, reason=why)
                     )
-                )
-                continue
-            if r is not None and r.state in ("ready", "loading", "warming"):
-                continue
-            if r is not None and r.state == "draining":
-                out.deferred.append(
-                    Deferred(
-                        kind="warm", host_id=a.host_id, model_id=model_id, reason="draining_here"
-                    )
-                )
-                continue
-            if not admitting(host, inp.policy):
-                out.deferred.append(
-                    Deferred(
-                        kind="warm",
-                        host_id=a.host_id,
-                        model_id=model_id,
-                        reason="host_not_admitting",
-                    )
-                )
                 continue
             cached = _cached_exact(host, profile, r)
             blocked = gate.check("warm", host, model_id)
@@ -346,30 +315,68 @@ def _constructive(
                         )
                     )
                 continue
-            held = r is not None and r.holds_memory  # a failed residency already holds it
-            perf = host.performance.get(model_id)
-            deadline, basis = warm_deadline_s(profile, perf.warm_s if perf else None)
-            out.proposals.append(
-                Proposal(
-                    kind="warm",
-                    host_id=a.host_id,
-                    model_id=model_id,
-                    memory_mb=0 if held else (a.memory_mb or profile.memory_for(host.runtimes)),
-                    reason="missing_replica",
-                    priority=profile.priority,
-                    service_class=_service_class(index, profile, a),
-                    round=rnd,
-                    cold_path_s=_cold_path_s(host, profile, cached),
-                    load_first=not cached,
-                    artifact_sha256=profile.artifact_sha256,
-                    artifact_source=profile.artifact_source,
-                    artifact_size_mb=profile.artifact_size_mb,
-                    runtime=a.runtime or None,
-                    ready_timeout_s=deadline,
-                    deadline_basis=basis,
-                )
-            )
+            out.proposals.append(_warm_proposal(host, profile, a, r, cached, index, rnd))
             rnd += 1
+
+
+NOT_NEEDED = ""
+""":func:`_why_not_warm`'s answer when the replica needs no warm and no status row: it is
+already there (ready, loading, warming) or is an engine Grid does not actuate."""
+
+
+def _why_not_warm(
+    inp: ReconcileInputs, host: HostSnapshot, profile: ModelProfile, r: ResidencySnapshot | None
+) -> str | None:
+    """Why an assigned replica cannot be warmed on ``host`` now: ``None`` when it can,
+    :data:`NOT_NEEDED` when nothing is missing, else the deferral reason shown in status."""
+    if r is not None and not r.actuatable:
+        return NOT_NEEDED  # external/manual/pinned engines satisfy demand, never actuated
+    if r is not None and r.state in ("ready", "loading", "warming"):
+        if not revision_matches(profile, r.artifact_sha256):
+            # The old revision holds this host's slot; replacing it in place would take the
+            # replica away before the new one serves. It drains once a replica of the new
+            # revision is ready elsewhere; until then status says why.
+            return "old_revision_here"
+        return NOT_NEEDED
+    if r is not None and r.state == "draining":
+        return "draining_here"
+    if not admitting(host, inp.policy):
+        return "host_not_admitting"
+    return None
+
+
+def _warm_proposal(
+    host: HostSnapshot,
+    profile: ModelProfile,
+    a: Assignment,
+    r: ResidencySnapshot | None,
+    cached: bool,
+    index: int,
+    rnd: int,
+) -> Proposal:
+    """The warm (with its load first unless exact weights are cached) of the ``index``-th
+    assigned replica, in round ``rnd`` of the model's replicas this pass."""
+    held = r is not None and r.holds_memory  # a failed residency already holds its memory
+    perf = host.performance.get(profile.model_id)
+    deadline, basis = warm_deadline_s(profile, perf.warm_s if perf else None)
+    return Proposal(
+        kind="warm",
+        host_id=a.host_id,
+        model_id=profile.model_id,
+        memory_mb=0 if held else (a.memory_mb or profile.memory_for(host.runtimes)),
+        reason="missing_replica",
+        priority=profile.priority,
+        service_class=_service_class(index, profile, a),
+        round=rnd,
+        cold_path_s=_cold_path_s(host, profile, cached),
+        load_first=not cached,
+        artifact_sha256=profile.artifact_sha256,
+        artifact_source=profile.artifact_source,
+        artifact_size_mb=profile.artifact_size_mb,
+        runtime=a.runtime or None,
+        ready_timeout_s=deadline,
+        deadline_basis=basis,
+    )
 
 
 def _destructive(
