@@ -18,7 +18,6 @@ import json
 import os
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Protocol, TypeVar, runtime_checkable
 
 import httpx
@@ -30,7 +29,6 @@ from grid_core.nodeconfig import NodeConfig
 from grid_core.plugins import Plugins
 from grid_core.protection import (
     DEFAULT_THROTTLE_FRACTION,
-    Override,
     ProtectionDecision,
     ProtectionPolicy,
     step,
@@ -53,9 +51,9 @@ from grid_node import telemetry
 from grid_node.actuator import UNLOAD_IDLE_WAIT_S, Actuator
 from grid_node.engine_tls import EngineFronts, load_engine_tls
 from grid_node.offer import RuntimeOffer
+from grid_node.override import read_override
 from grid_node.state import NodeState, StateFile
 
-OVERRIDE_FILE = "override.json"
 AGENT_FILE = "agent.json"
 HTTP_TIMEOUT_S = 15.0
 """Seconds for one request to the server; a heartbeat that takes longer is retried next beat."""
@@ -75,27 +73,6 @@ class NamedExecutable(Protocol):
     def use_executable(self, executable: str) -> None:
         """Run ``executable`` as the engine."""
         ...
-
-
-def read_override(state_dir: Path) -> Override | None:
-    """The durable local override of this node, if one is set."""
-    try:
-        return msgspec.json.decode((state_dir / OVERRIDE_FILE).read_bytes(), type=Override)
-    except FileNotFoundError:
-        return None
-    except (OSError, msgspec.DecodeError) as exc:
-        msg = f"override file {state_dir / OVERRIDE_FILE} is unreadable ({exc}); run node resume"
-        raise StateError(msg) from exc
-
-
-def write_override(state_dir: Path, override: Override | None) -> None:
-    """Set (or with ``None`` clear) the durable local override."""
-    path = state_dir / OVERRIDE_FILE
-    if override is None:
-        path.unlink(missing_ok=True)
-        return
-    state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-    write_atomic(path, msgspec.json.encode(override))
 
 
 class Credential(msgspec.Struct, frozen=True):

@@ -22,9 +22,9 @@ from grid_core.grids import GridTarget, resolve_target
 from grid_core.nodeconfig import NodeConfig, load_config, parse_port_range
 from grid_core.protection import Override, OverrideKind
 from grid_core.system import grid_home
-from grid_node.agent import read_override, write_override
 from grid_node.join import join, read_join_file
 from grid_node.launch import agent_record, start_node, stop_node
+from grid_node.override import read_override, write_override
 
 PREFLIGHT_TIMEOUT_S = 10.0
 """One health check before the daemon starts; a slow server is the daemon's to retry."""

@@ -31,7 +31,6 @@ from grid_core.system import (
     stop_process_sync,
     wait_until_sync,
 )
-from grid_node.engine_tls import load_engine_tls
 
 AGENT_FILE = "agent.json"
 """The daemon's own record in its state directory (pid, birth, instance, readiness)."""
@@ -155,6 +154,9 @@ def start_node(
         raise ConflictError(msg)
     if config.engine_tls_enabled:
         # Refuse a bad certificate, key or CA here, with one line, not in the daemon's log.
+        # (Imported here: the TLS fronts bring the HTTP and X.509 stacks.)
+        from grid_node.engine_tls import load_engine_tls
+
         assert config.advertise_host and config.engine_tls_cert and config.engine_tls_key
         load_engine_tls(
             config.advertise_host,

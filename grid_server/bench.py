@@ -37,7 +37,6 @@ from grid_server.bench_stats import (
     round_path,
     spread,
 )
-from grid_server.harness import Testbed, start_fake_engine, start_server
 from grid_server.loadgen import Block, Generators
 
 BENCH_MODEL = "bench-model"
@@ -255,6 +254,9 @@ def run_bench(
         BenchStatsError: fewer than :data:`MIN_REQUESTS_PER_ROUND` requests per round.
         RuntimeError: a bench request failed or a child process did not start.
     """
+    # The harness brings the server and HTTP stacks: imported only when a benchmark runs.
+    from grid_server.harness import Testbed, start_fake_engine, start_server
+
     if rounds < 1 or requests // rounds < MIN_REQUESTS_PER_ROUND:
         msg = (
             f"--requests {requests} over --rounds {rounds} gives fewer than "

@@ -15,8 +15,6 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
-import uvicorn
-
 from grid_core import grids
 from grid_core.errors import EXIT_USAGE, GridError
 from grid_core.system import ProcessIdentity, write_atomic
@@ -294,6 +292,8 @@ def serve(
     ssl_files: dict[str, str] = {}
     if tls is not None:
         ssl_files = {"ssl_certfile": str(tls.cert), "ssl_keyfile": str(tls.key)}
+    import uvicorn  # the ASGI server: only a process that serves needs it
+
     config = uvicorn.Config(
         app,
         lifespan="on",

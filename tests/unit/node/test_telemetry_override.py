@@ -14,7 +14,7 @@ from grid_core.cli import build_app
 from grid_core.protection import ProtectionPolicy, ProtectionState, step
 from grid_core.testing import plugins_with
 from grid_node import telemetry
-from grid_node.agent import read_override
+from grid_node.override import read_override
 
 
 def test_missing_sensors_are_unknown_not_zero(monkeypatch):
