@@ -43,7 +43,8 @@ Beyond the hook types, three groups of names are public:
 * **Talking to a Grid server** (from :mod:`grid_core.client`): the one typed client of the
   control API, :class:`GridClient` (blocking) and :class:`AsyncGridClient`, the call builders
   :class:`Calls` and the refusals they raise (:class:`RequestRefused`,
-  :class:`ServerUnreachable`, :class:`PlainHttpRefused`).
+  :class:`ServerUnreachable`, :class:`PlainHttpRefused`), and the bodies an operator call
+  carries that a plugin builds itself (:class:`EvaluationBody`).
 * **Embedding the control plane** (tooling plugins such as the scenario lab, the benchmarks and
   the single-machine fleet): the real :class:`Controller`, :func:`plan` and the exact planner,
   the file state store, plugin loading, and the scenario-lab entry points. These plugins exist
@@ -59,7 +60,7 @@ from typing import TYPE_CHECKING, Any
 from grid_core.hookspecs import PROJECT_NAME, hookimpl
 
 if TYPE_CHECKING:
-    from grid_core.bodies import NodeCredential
+    from grid_core.bodies import EvaluationBody, NodeCredential
     from grid_core.client import (
         AsyncGridClient,
         Call,
@@ -194,6 +195,7 @@ if TYPE_CHECKING:
     from grid_core.table import render_table
 
 _SOURCES: dict[str, tuple[str, str]] = {
+    "EvaluationBody": ("grid_core.bodies", "EvaluationBody"),
     "NodeCredential": ("grid_core.bodies", "NodeCredential"),
     "AsyncGridClient": ("grid_core.client", "AsyncGridClient"),
     "Call": ("grid_core.client", "Call"),
@@ -396,6 +398,7 @@ __all__ = [
     "DemandSeries",
     "EngineChildAdapter",
     "EngineGateway",
+    "EvaluationBody",
     "FileStateStore",
     "ForbiddenError",
     "Forecast",

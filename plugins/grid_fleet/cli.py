@@ -1,4 +1,5 @@
-"""``grid test start|status|watch|restart|stop|demo|replay`` — the logical fleet's commands."""
+"""``grid test start|status|watch|restart|stop|demo|replay|compete`` — the logical fleet's
+commands."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from grid_core.api import (
     render_table,
 )
 from grid_fleet import daemons, layout, lifecycle, media, models, observe
+from grid_fleet.compete_score import DEFAULT_MAX_TOKENS, DEFAULT_STEP_TIMEOUT_S
 
 Json = Annotated[bool, typer.Option("--json", help="One JSON document.")]
 DEMO_COLUMNS = (
@@ -426,3 +428,45 @@ def replay(
         typer.echo(json.dumps(report, indent=2))
     else:
         typer.echo(render_report(report))
+
+
+def compete(
+    max_tokens: Annotated[
+        int,
+        typer.Option("--max-tokens", min=1, max=256, help="Completion tokens per request."),
+    ] = DEFAULT_MAX_TOKENS,
+    step_timeout_s: Annotated[
+        float,
+        typer.Option(
+            "--step-timeout-s",
+            min=10.0,
+            max=3600.0,
+            help="Budget of each wait (a load, an offload, a switch), seconds.",
+        ),
+    ] = DEFAULT_STEP_TIMEOUT_S,
+    as_json: Json = False,
+) -> None:
+    """Measure every coding candidate, let the allocator pick the winner, constrain it, restore.
+
+    Needs a running fleet (grid test start) whose profiles give two to four optional models a
+    coding workload score. Every temporary profile edit is undone, also on failure; the
+    winner is left ready.
+    """
+    from grid_fleet.compete import Compete
+    from grid_fleet.compete_score import render_report
+
+    rec = _running_record()
+    # With --json, progress goes to stderr so stdout is one JSON document.
+    run = Compete(
+        rec,
+        layout.fleet_dir(),
+        max_tokens=max_tokens,
+        step_timeout_s=step_timeout_s,
+        echo=(lambda s: typer.echo(s, err=True)) if as_json else typer.echo,
+    )
+    report = run.run()
+    if as_json:
+        typer.echo(json.dumps(report, indent=2))
+        return
+    typer.echo("\n" + render_report(report))
+    typer.echo(f"grid: compete passed ({report['seconds']:.0f} s); {report['winner']} is ready")

@@ -7,7 +7,7 @@ from grid_core.api import CliRegistry, hookimpl
 
 @hookimpl
 def grid_cli_commands(cli: CliRegistry) -> None:
-    """Add start, status, watch, restart, stop, demo, replay to the ``grid test`` group."""
+    """Add start, status, watch, restart, stop, demo, replay, compete to the ``grid test`` group."""
     from grid_fleet import cli as fleet_cli
 
     test = cli.group("test")
@@ -19,5 +19,6 @@ def grid_cli_commands(cli: CliRegistry) -> None:
         fleet_cli.stop,
         fleet_cli.demo,
         fleet_cli.replay,
+        fleet_cli.compete,
     ):
         test.command(name=fn.__name__)(fn)
