@@ -46,6 +46,7 @@ from grid_core.api import (
 )
 from grid_core.wire import OPERATOR_HEADER
 from grid_fleet import compete_score as cs
+from grid_fleet import observe
 from grid_fleet.daemons import operator_token
 from grid_fleet.layout import FleetRecord
 from grid_fleet.traffic import check_answer
@@ -279,6 +280,20 @@ class Compete:
     served_by: dict[str, int] = field(default_factory=dict)
     """Ordinary ``auto`` answers by the model that served them (all steps)."""
     _asked: int = 0
+    obs: observe.Observer = field(init=False)
+    """Residency transitions seen by every status read (progress lines and the report)."""
+    t0: float = field(default_factory=time.time)
+
+    def __post_init__(self) -> None:
+        self.obs = observe.Observer(self.fleet.url)
+
+    def _read(self) -> dict[str, Any]:
+        """One detailed status read; its new residency transitions are printed."""
+        status = self.client.status(detail=True)
+        for ev in self.obs.update(status):
+            if ev.kind == "residency" and ev.note != observe.FIRST_READ:
+                self.echo("  " + ev.line(self.t0))
+        return status
 
     def run(self) -> dict[str, Any]:
         """Run every step; restore every profile edit whatever happens.
@@ -299,9 +314,12 @@ class Compete:
             try:
                 report = self._run()
             except BaseException:
+                edited = sorted(self.edits.edits)
                 problems = self.edits.restore_all()
                 for p in problems:
                     self.echo(f"grid: {p}")
+                if edited and not problems:
+                    self.echo(f"grid: stopped; the temporary edits of {edited} are undone")
                 raise
             problems = self.edits.restore_all()
             if problems:
@@ -310,7 +328,7 @@ class Compete:
         return report
 
     def _run(self) -> dict[str, Any]:
-        status = self.client.status(detail=True)
+        status = self._read()
         candidates = cs.candidates_of(_ctl(status).get("profiles") or ())
         self._check_tag_unused(status)
         names = [m for m, _ in candidates]
@@ -353,6 +371,7 @@ class Compete:
         """Time one step; the body reports its one-line result through the callable."""
         self.echo(f"\n== {name}")
         t0 = time.monotonic()
+        first = len(self.obs.events)
         row: dict[str, Any] = {"step": name, "seconds": 0.0, "detail": ""}
 
         def note(detail: str) -> None:
@@ -360,6 +379,11 @@ class Compete:
 
         yield note
         row["seconds"] = round(time.monotonic() - t0, 1)
+        row["transitions"] = [
+            ev.line(self.t0).strip()
+            for ev in self.obs.events[first:]
+            if ev.kind == "residency" and ev.note != observe.FIRST_READ
+        ]
         self.steps.append(row)
         self.echo(f"   {name} done in {row['seconds']:.1f} s: {row['detail']}")
 
@@ -394,7 +418,7 @@ class Compete:
         shown = t0
         status: dict[str, Any] = {}
         while True:
-            status = self.client.status(detail=True)
+            status = self._read()
             value = check(status)
             if value is not None:
                 return value
@@ -545,7 +569,7 @@ class Compete:
                 evidence = answer.get("evidence") or {}
                 r.quality = evidence.get("score")
                 r.quality_confidence = evidence.get("confidence")
-        status = self.client.status()
+        status = self._read()
         for r in self.results:
             row = candidate_row(status, r.model_id)
             r.utility = None if row is None else row.get("utility")
@@ -562,7 +586,7 @@ class Compete:
                 planned.extend(planned_hosts(status, winner))
 
         sent = self._auto_until_model(winner, candidates, planned_now)
-        status = self.client.status(detail=True)
+        status = self._read()
         hosts = ready_hosts(status, winner)
         chosen = planned or planned_hosts(status, winner)
         if not hosts or set(hosts) - set(chosen):
@@ -636,7 +660,7 @@ class Compete:
         self.echo(f"   status: {winner} rejected: {rejection}")
         self._wait_gone([winner])
         sent = self._auto_until_model(runner_up, [winner, runner_up])
-        hosts = ready_hosts(self.client.status(detail=True), runner_up)
+        hosts = ready_hosts(self._read(), runner_up)
         return (
             f"{winner} rejected ({rejection}) and offloaded; {runner_up} loaded on "
             f"{', '.join(hosts)} and answered after {sent} auto requests"
@@ -652,7 +676,7 @@ class Compete:
             lambda s: _where(s, [winner, runner_up]),
         )
         sent = self._auto_until_model(winner, [winner, runner_up])
-        hosts = ready_hosts(self.client.status(detail=True), winner)
+        hosts = ready_hosts(self._read(), winner)
         return (
             f"constraint removed, profile identical; {winner} ready again on "
             f"{', '.join(hosts)} and answered after {sent} auto requests"

@@ -22,6 +22,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import httpx
@@ -45,6 +49,29 @@ SUITABILITY = {FAST: "0.8", SLOW: "0.9"}
 """Configured coding suitability: the slow model is preferred until evidence says otherwise."""
 QUESTIONS = 8
 """The command's question count (full quality confidence)."""
+INTERRUPT_AFTER = "asked the allocator for one"
+"""The progress line after which the interrupted run has a profile edit applied."""
+INTERRUPT_WAIT_S = 120.0
+"""Bound on the interrupted run's start and its clean-up (never timed)."""
+
+
+def _interrupted_run(home: Path) -> tuple[int, str]:
+    """Start ``grid test compete``, press Ctrl-C once its first profile edit is applied;
+    its exit code and stderr."""
+    env = dict(os.environ, GRID_HOME=str(home))
+    cmd = [sys.executable, "-c", "from grid_core.cli import main; main()", "test", "compete"]
+    with subprocess.Popen(
+        cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    ) as proc:
+        assert proc.stdout is not None
+        seen = []
+        for line in proc.stdout:
+            seen.append(line)
+            if INTERRUPT_AFTER in line:
+                proc.send_signal(signal.SIGINT)
+                break
+        rest, _ = proc.communicate(timeout=INTERRUPT_WAIT_S)
+        return proc.returncode, "".join(seen) + rest
 
 
 def _profile_versions(url: str, models: tuple[str, ...]) -> dict[str, str]:
@@ -117,6 +144,14 @@ def test_compete_picks_the_measured_winner_constrains_it_and_restores(tmp_path: 
 
         _configure_candidates(home, root, url)
         before = _profile_versions(url, (FAST, SLOW))
+        # Ctrl-C with a temporary edit applied: the edit is undone before the command exits,
+        # and the fleet stays usable for the full run below.
+        code, output = _interrupted_run(home)
+        print(output)
+        assert code != 0 and f"the temporary edits of ['{SLOW}'] are undone" in output, output
+        assert _profile_versions(url, (FAST, SLOW)) == before
+        assert not (root / "compete-edits.json").exists()
+
         done = grid(home, "test", "compete", "--json")
         print(done.stderr)  # the progress lines: visible with -s and in a failure report
         assert done.returncode == 0, done.stdout + done.stderr
