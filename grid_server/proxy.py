@@ -626,10 +626,14 @@ class Proxy:
         return workload if workload in vocabulary else None
 
     def _auto_model(self, workload: str | None) -> str | None:
-        """The ready model best suited to ``workload`` (configured workload scores)."""
+        """The model for an ``auto`` request: the allocator's portfolio choice for
+        ``workload`` when it is ready, else the ready model with the best configured score."""
         ready = self._ready_models()
         if not ready:
             return None
+        chosen = self.ctx.runner.portfolio_choice(workload)
+        if chosen is not None and chosen in ready:
+            return chosen
         profiles = self.ctx.runner.profiles
 
         def score(m: str) -> tuple[float, str]:

@@ -217,6 +217,23 @@ class ControllerRunner:
             log.debug("retry-after estimate failed", exc_info=True)
             return routing.cold_retry_after_s(())
 
+    def portfolio_choice(self, workload: str | None) -> str | None:
+        """The model the allocator's last portfolio decision maps ``workload`` to, or ``None``.
+
+        The router serves an ``auto`` request with this model when it is ready, so the
+        allocator — not the router's configured-score ranking — decides which candidate
+        serves a workload once measured evidence has reordered them (specification, "Single-
+        machine scenario lab and logical fleet test": the allocator, not the router, chooses
+        the measured portfolio winner). Reads the controller's last results without the lock
+        (a torn read only means ``None``, and the router falls back to configured scores).
+        """
+        if workload is None:
+            return None
+        report = getattr(getattr(self.ctl, "last", None), "portfolio", None)
+        mapping = getattr(report, "mapping", None)
+        chosen = mapping.get(workload) if isinstance(mapping, dict) else None
+        return chosen if isinstance(chosen, str) else None
+
     def unplaceable(self, model_id: str | None) -> str | None:
         """Why ``model_id`` can be placed on no host at all, or ``None``.
 

@@ -353,6 +353,41 @@ def test_auto_model_goes_to_the_best_scored_ready_model(
     assert coder.requests() == 1 and general.requests() == 1
 
 
+def test_auto_model_goes_to_the_allocators_measured_choice_when_it_is_ready(
+    grid: Grid, engines: Callable[[str], Engine]
+) -> None:
+    """Labelled quality reorders two coding candidates; once the portfolio maps coding to the
+    measured leader, ``auto`` coding requests go there although the other ready model has
+    the higher configured score (the allocator, not the router, chooses)."""
+    favoured, measured = engines("m-favoured"), engines("m-measured")
+    op = grid.operator()
+    for model, score in (("m-favoured", 0.9), ("m-measured", 0.8)):
+        grid.http.put(
+            f"{grid.url}/allocator/models/{model}",
+            headers=op,
+            json={"memory_mb": 1000, "workload_scores": {"coding": score}},
+        ).raise_for_status()
+    serve_model(grid, favoured, "host-f")
+    serve_model(grid, measured, "host-m")
+    for model, score in (("m-favoured", 0.1), ("m-measured", 0.9)):
+        for _ in range(8):  # full quality confidence
+            grid.http.post(
+                grid.url + "/allocator/evaluations",
+                headers=op,
+                json={"model_id": model, "workload": "coding", "score": score},
+            ).raise_for_status()
+    code = {"model": "auto", "messages": [{"role": "user", "content": "debug this python code"}]}
+    for _ in range(3):  # the admission gate's three observations
+        r = post(grid, code)
+        assert r.status_code == 200 and r.json()["model"] == "m-favoured"  # no choice yet
+    grid.http.post(grid.url + "/allocator/tick", headers=op).raise_for_status()
+    portfolio = grid.http.get(grid.url + "/allocator/status").json()["controller"]["portfolio"]
+    assert portfolio["mapping"] == {"coding": "m-measured"}
+    r = post(grid, code)
+    assert r.status_code == 200 and r.json()["model"] == "m-measured"
+    assert measured.requests() == 1
+
+
 def test_client_hangup_stops_relaying_a_stream(
     grid_process: Grid, engines: Callable[[str], Engine]
 ) -> None:
