@@ -58,6 +58,16 @@ GRAPHICAL_SESSION_TYPES = ("x11", "wayland", "mir")
 IdleHint never changes, so it says nothing about whether the owner is at the machine."""
 
 
+def probe_env() -> dict[str, str]:
+    """The environment of a sensor probe (``ioreg``, ``loginctl``): ``PATH`` and a C locale.
+
+    A probe needs nothing of the agent's environment, so it gets none of it: no node
+    credential, no ``GRID_HOME`` (a probe must never look like a process of the fleet it
+    runs under), and a fixed locale so the output parses the same everywhere.
+    """
+    return {"PATH": os.environ.get("PATH", os.defpath), "LC_ALL": "C"}
+
+
 def _macos_idle_s() -> float | None:
     """Seconds since the last HID input on macOS (``ioreg``), ``None`` when unreadable."""
     try:
@@ -67,6 +77,7 @@ def _macos_idle_s() -> float | None:
             text=True,
             timeout=IDLE_PROBE_TIMEOUT_S,
             check=False,
+            env=probe_env(),
         ).stdout
     except (OSError, subprocess.TimeoutExpired):
         return None
@@ -119,6 +130,7 @@ def _linux_idle_s() -> float | None:
             text=True,
             timeout=IDLE_PROBE_TIMEOUT_S,
             check=False,
+            env=probe_env(),
         ).stdout
         sessions = [line.split()[0] for line in listing.splitlines() if line.strip()]
         if not sessions:
@@ -143,6 +155,7 @@ def _linux_idle_s() -> float | None:
             text=True,
             timeout=IDLE_PROBE_TIMEOUT_S,
             check=False,
+            env=probe_env(),
         ).stdout
     except (OSError, subprocess.TimeoutExpired):
         return None
