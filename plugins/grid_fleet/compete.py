@@ -342,6 +342,9 @@ class Compete:
         winner, runner_up = best[0], best[1]
         why = cs.why(winner, runner_up)
         self.echo(f"grid: measured winner {why}")
+        note_line = cs.margin_note(winner, runner_up)
+        if note_line is not None:
+            self.echo(f"grid: warning: {note_line}")
         with self._step("serve") as note:
             note(self._serve(winner.model_id, names))
         with self._step("constrain") as note:
@@ -353,6 +356,8 @@ class Compete:
             "winner": winner.model_id,
             "runner_up": runner_up.model_id,
             "why": cs.why(winner, runner_up),
+            "score_margin": cs.margin(winner, runner_up),
+            "decisive": note_line is None,
             "candidates": [cs.result_doc(r) for r in best],
             "steps": self.steps,
             "auto_served_by": dict(sorted(self.served_by.items())),
@@ -626,10 +631,11 @@ class Compete:
                 return True
             if served in others:
                 mapping = (_ctl(status).get("portfolio") or {}).get("mapping")
+                utility = {m: (candidate_row(status, m) or {}).get("utility") for m in candidates}
                 msg = (
                     f"the allocator served {cs.WORKLOAD} with {served}, not the measured winner "
-                    f"{model_id} (portfolio mapping {mapping}); see the candidate rows in "
-                    "'grid allocator status'"
+                    f"{model_id} (portfolio mapping {mapping}, utilities {utility}); see the "
+                    "candidate rows in 'grid allocator status'"
                 )
                 raise cs.CompeteError(msg)
             return None

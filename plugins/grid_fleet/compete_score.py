@@ -232,6 +232,30 @@ def with_constraint(profile: Mapping[str, Any]) -> dict[str, Any]:
     return {**profile, "required_tags": [*tags, CONSTRAINT_TAG]}
 
 
+DECISIVE_MARGIN = 0.14
+"""Mean-score lead (score units: 1.0 is 100 utility points) beyond which the allocator's other
+bounded terms cannot reorder two fully evaluated candidates: its optimism bonus (at most 6
+points) plus its cold-start penalty (at most 8). A smaller lead is reported as not decisive:
+the allocator may then still prefer the runner-up, and the command says so if it does."""
+
+
+def margin(winner: Result, runner_up: Result) -> float:
+    """The winner's mean-score lead over the runner-up."""
+    return round(winner.score - runner_up.score, 4)
+
+
+def margin_note(winner: Result, runner_up: Result) -> str | None:
+    """A warning line when the lead is below :data:`DECISIVE_MARGIN`, else ``None``."""
+    lead = margin(winner, runner_up)
+    if lead >= DECISIVE_MARGIN:
+        return None
+    return (
+        f"the measured lead ({lead:.3f}) is below {DECISIVE_MARGIN} (the allocator's optimism "
+        "bonus plus cold-start penalty): the allocator may still prefer the runner-up; "
+        "candidates that differ more (size, speed, correctness) make a clear decision"
+    )
+
+
 def why(winner: Result, runner_up: Result) -> str:
     """One sentence: why the winner won, in the measured numbers."""
     n = len(winner.answers)

@@ -146,3 +146,14 @@ def test_the_report_renders_candidates_steps_and_the_winner():
     assert text.index("tiny.gguf") < text.index("big.gguf")
     assert "0/8" in text and "4.2" in text
     assert "winner: tiny.gguf" in text and "runner-up: big.gguf" in text
+
+
+def test_a_small_lead_is_reported_as_not_decisive():
+    fast = _result("tiny.gguf", [30] * 8)
+    near = _result("near.gguf", [33] * 8)
+    slow = _result("big.gguf", [300] * 8)
+    cs.score_all([fast, near, slow])
+    assert cs.margin_note(fast, slow) is None  # 0.18 ahead
+    note = cs.margin_note(fast, near)
+    assert note is not None and "may still prefer the runner-up" in note
+    assert cs.margin(fast, near) < cs.DECISIVE_MARGIN
