@@ -58,14 +58,19 @@ etcd:
 	    --no-install-recommends etcd-server >/dev/null; \
 	else echo "grid: the etcd state-store tests need 'apt-get install etcd-server' (as root)"; fi
 
-# The suite in two phases, both always run (the exit status is the first failure's):
+# The suite in three phases, all always run (the exit status is the first failure's):
 # 1. unit and integration tests spread over every core (pytest-xdist, PYTEST_WORKERS);
-# 2. e2e and benchmark tests one after another in one process, alone on the machine: each
-#    starts real llama-server children, whole fleets or timed load, and on a two-core machine
-#    several of them failed beside a busy integration worker that pass alone.
+# 2. e2e tests on E2E_WORKERS workers, one test module per worker at a time (--dist loadfile:
+#    a module's fleet or namespace lab never shares a worker). Most of an e2e test's time is
+#    waiting on engines, heartbeats and polls, so two side by side take little more than one;
+#    E2E_WORKERS=0 runs them one after another in one process;
+# 3. benchmarks alone, one after another, so the numbers they print are not another test's
+#    load. On a two-core machine some e2e tests failed beside a busy integration worker that
+#    pass alone, so phase 1 never overlaps phases 2 and 3.
 # PYTEST_WORKERS=0 runs phase 1 in one process too. Benchmarks run at smoke size here (fewer
 # timed repetitions, same assertions); `make bench` runs them at full size.
 PYTEST_WORKERS ?= auto
+E2E_WORKERS    ?= 2
 SERIAL_TIERS   := e2e or benchmark
 # Bytecode: the suite starts hundreds of Python processes (CLI runs, servers, node agents, fleet
 # daemons) and three pytest processes that each collect every test module. With
@@ -80,8 +85,10 @@ test: engine browser etcd
 	@status=0; \
 	echo "make test: unit and integration tests on $(PYTEST_WORKERS) worker(s)"; \
 	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) -m "not ($(SERIAL_TIERS))" || status=$$?; \
-	echo "make test: e2e and benchmark tests, one at a time"; \
-	$(BIN)/python -m pytest -q -m "$(SERIAL_TIERS)" || { s=$$?; [ $$status -ne 0 ] || status=$$s; }; \
+	echo "make test: e2e tests on $(E2E_WORKERS) worker(s), one module per worker"; \
+	$(BIN)/python -m pytest -q -n $(E2E_WORKERS) --dist loadfile -m e2e || { s=$$?; [ $$status -ne 0 ] || status=$$s; }; \
+	echo "make test: benchmarks, one at a time"; \
+	$(BIN)/python -m pytest -q -m benchmark || { s=$$?; [ $$status -ne 0 ] || status=$$s; }; \
 	exit $$status
 
 # The benchmark tier at full size (GRID_BENCH_FULL=1: every timed repetition), niced and with
