@@ -28,7 +28,7 @@ from grid_core.planner.phases import (
 from grid_core.planner.preemption import VictimSelector
 from grid_core.planner.relocation import mark_make_before_break, relocate_for
 from grid_core.planner.repair import homogeneous_empty, repair_class
-from grid_core.planner.replan import MAX_REPLANS, improves, learned_prices
+from grid_core.planner.replan import MAX_REPLANS, behind, improves, learned_prices
 from grid_core.planner.report import surplus_report, unmet
 from grid_core.planner.scoring import ScoreTerm
 from grid_core.planner.topology import Topology, lookup, topology_for
@@ -157,14 +157,16 @@ def _solve_with_replans(
     the start (:mod:`.holds`), kept only when it improves too."""
     best = PlanState(canon, terms, selector, topology=topo)
     result = _solve(best, digest)
+    assert result is not None, "a plan without a rival is never abandoned"
     for _ in range(MAX_REPLANS):
         prices = learned_prices(best)
         if prices is None:
             break
         alt = PlanState(canon, terms, selector, shared=best)
         alt.learned = prices
+        alt.rival = best
         alt_result = _solve(alt, digest)
-        if not improves(alt, best):
+        if alt_result is None or not improves(alt, best):
             break
         best, result = alt, alt_result
     short = short_models(best)
@@ -173,13 +175,16 @@ def _solve_with_replans(
         # must never stand in the way of a staged preemption or relocation; see .holds)
         alt = PlanState(canon, terms, selector, shared=best)
         alt.hold_for = sorted(short, key=lambda mi: round_key(best, mi))
+        alt.rival = best
         alt_result = _solve(alt, digest)
-        if improves(alt, best):
+        if alt_result is not None and improves(alt, best):
             best, result = alt, alt_result
     return result
 
 
-def _solve(state: PlanState, digest: str) -> Plan:
+def _solve(state: PlanState, digest: str) -> Plan | None:
+    """Run every phase on ``state``; ``None`` when ``state`` is a re-plan that falls behind
+    its rival (:func:`grid_core.planner.replan.behind`) and was abandoned."""
     seed_incumbents(state)
     place_pins(state)
     if state.hold_for:
@@ -198,6 +203,8 @@ def _solve(state: PlanState, digest: str) -> Plan:
         readmit_deferred(state, models)
         preempt_rounds(state, models)
         relocate_for(state, [mi for mi, p in enumerate(state.profiles) if p.priority == prio])
+        if state.rival is not None and behind(state, state.rival, prio):
+            return None
     # Lower classes have placed since: a last repair pass may move their new replicas to
     # make room for a higher-priority model that is still short.
     everyone = sorted(range(len(state.profiles)), key=lambda mi: round_key(state, mi))

@@ -170,7 +170,21 @@ def place_by_chain(state: PlanState, mi: int) -> bool:
 
 
 def _displaceable(state: PlanState, hi: int, xi: int) -> Placed | None:
-    """The smallest new replica on ``hi`` whose departure lets ``xi`` fit there, or ``None``."""
+    """The smallest new replica on ``hi`` whose departure lets ``xi`` fit there, or ``None``.
+
+    The answer depends only on ``hi``'s book, so it is remembered per host version: the
+    searches of one plan ask about the same hosts again and again while nothing changed.
+    """
+    book = state.ledger.books[hi]
+    got = state.displace_memo.get((xi, hi))
+    if got is not None and got[0] == book.version:
+        return got[1]
+    best = _smallest_displaceable(state, hi, xi)
+    state.displace_memo[(xi, hi)] = (book.version, best)
+    return best
+
+
+def _smallest_displaceable(state: PlanState, hi: int, xi: int) -> Placed | None:
     ledger = state.ledger
     book = ledger.books[hi]
     mem = state.mem_rows[xi][hi]

@@ -21,7 +21,6 @@ order of decisions (see docs/planner.md):
 
 from __future__ import annotations
 
-import dataclasses
 import enum
 from bisect import bisect_right
 
@@ -206,6 +205,9 @@ class PlanState:
         learned from an earlier pass of the same plan (:mod:`grid_core.planner.replan`)."""
         self.chain_steps = 0
         """Host checks spent by ejection-chain searches (:mod:`grid_core.planner.chains`)."""
+        self.displace_memo: dict[tuple[int, int], tuple[int, Placed | None]] = {}
+        """(displaced model, host) → (host version, the replica an ejection chain would move
+        off that host for it, or ``None``) (:mod:`grid_core.planner.chains`)."""
         self.relocations: dict[int, tuple[str, str, str]] = {}
         """Per blocked model, the staged relocation (incumbent, from host, to host)."""
         self.holds: dict[int, set[int]] = {}
@@ -213,6 +215,9 @@ class PlanState:
         starts (:mod:`grid_core.planner.holds`)."""
         self.hold_for: list[int] = []
         """Models to hold holes for (those the plan before left short; a re-plan sets it)."""
+        self.rival: PlanState | None = None
+        """The best plan so far, for a re-plan: the re-plan is abandoned as soon as it is
+        behind it (:func:`grid_core.planner.replan.behind`)."""
         self.deferred: dict[int, list[tuple[int, ResidencySnapshot]]] = {}
         """Per model, incumbents held back so a missing failure domain can be filled."""
         self.victim_cache: dict[tuple[int, int], tuple[int, RankedPool | None, VictimAnswer]] = {}
@@ -223,6 +228,10 @@ class PlanState:
             {} for _ in self.profiles
         ]
         """Per model, host → (host book version, fit failure, domain novelty, score)."""
+        self.unheld_fit: dict[tuple[int, int], tuple[int, bool, float | None]] = {}
+        """(model, host) → (host version, domain novelty, score of a new replica there once
+        the holds it may release are given back, or ``None``: it does not fit even then)
+        (:func:`grid_core.planner.holds.release_hold`); cleared with the prices."""
         self.alloc = [h.allocatable_mb for h in self.hosts]
 
     # --- static indexes -------------------------------------------------------------------
@@ -267,7 +276,18 @@ class PlanState:
             self._contexts[key] = base
         if base.free_mb == free and base.domain_new == domain_new:
             return base
-        return dataclasses.replace(base, free_mb=free, domain_new=domain_new)
+        return ScoreContext(  # as dataclasses.replace would, without its introspection
+            now=base.now,
+            demand=base.demand,
+            memory_mb=base.memory_mb,
+            allocatable_mb=base.allocatable_mb,
+            free_mb=free,
+            domain_new=domain_new,
+            speed_weight=base.speed_weight,
+            cached=base.cached,
+            resident=base.resident,
+            startup_s=base.startup_s,
+        )
 
     def prepare_scarcity(self, priority: int | None = None) -> None:
         """Price every host by how much still-unplaced demand needs it (the specification's
@@ -309,6 +329,7 @@ class PlanState:
                 rows.setdefault(hi, []).append((mems[hi], need, mi))
         self.scarce = {}
         self._fit = [{} for _ in self.profiles]  # cached scores carry the old prices
+        self.unheld_fit = {}
         for hi, row in rows.items():
             row.sort()
             sizes = [r[0] for r in row]

@@ -108,15 +108,11 @@ def lift_holds(state: PlanState, models: list[int]) -> None:
 def take_hold(state: PlanState, mi: int) -> tuple[int, float] | None:
     """At ``mi``'s own turn: its best-scoring held host (the hold given back, so the replica
     can be placed there), or ``None`` when it holds nothing that still fits."""
-    ledger = state.ledger
     best: tuple[float, int] | None = None
     for hi in sorted(state.holds.get(mi, ())):
-        _drop(state, mi, hi)
-        if ledger.fit_new(mi, hi) is None:
-            s = state.score(mi, hi, ledger.domain_list[hi] not in ledger.domains[mi])
-            if best is None or s > best[0]:
-                best = (s, hi)
-        _put(state, mi, hi)
+        s = _score_without(state, mi, hi, [mi])
+        if s is not None and (best is None or s > best[0]):
+            best = (s, hi)
     if best is None:
         return None
     _drop(state, mi, best[1])
@@ -131,7 +127,6 @@ def release_hold(state: PlanState, mi: int) -> tuple[int, float] | None:
     there already given back, or ``None`` when no host fits even without its holds (ledger
     unchanged).
     """
-    ledger = state.ledger
     prio = state.profiles[mi].priority
     held: dict[int, list[int]] = {}
     for xi in sorted(state.holds):
@@ -143,16 +138,59 @@ def release_hold(state: PlanState, mi: int) -> tuple[int, float] | None:
         xs = held.get(hi)
         if xs is None:
             continue
-        for xi in xs:
-            _drop(state, xi, hi)
-        if ledger.fit_new(mi, hi) is None:
-            s = state.score(mi, hi, ledger.domain_list[hi] not in ledger.domains[mi])
-            if best is None or s > best[0]:
-                best = (s, hi)
-        for xi in xs:
-            _put(state, xi, hi)
+        # The holds ``mi`` may release here change only with the host's version.
+        version = state.ledger.books[hi].version
+        domain_new = state.ledger.domain_list[hi] not in state.ledger.domains[mi]
+        got = state.unheld_fit.get((mi, hi))
+        if got is not None and got[0] == version and got[1] == domain_new:
+            s = got[2]
+        else:
+            s = _score_without(state, mi, hi, xs)
+            state.unheld_fit[(mi, hi)] = (version, domain_new, s)
+        if s is not None and (best is None or s > best[0]):
+            best = (s, hi)
     if best is None:
         return None
     for xi in held[best[1]]:
         _drop(state, xi, best[1])
     return best[1], best[0]
+
+
+def _score_without(state: PlanState, mi: int, hi: int, xs: list[int]) -> float | None:
+    """Score of a new replica of ``mi`` on ``hi`` as if the holds of ``xs`` there were given
+    back, or ``None`` when it would not fit even then; the ledger ends as it was.
+
+    Giving the holds back for real (:func:`_drop`, then :func:`_put`) gives the same answer,
+    but the trial runs for most held hosts each time a model fits nowhere else, so it only
+    lends the host the scalars fit and score read: the holds' memory and disk, their model
+    slots, and the headroom share only they needed. A hold's model was not present on the
+    host before the hold (a hold is placed only where its model fits), so its id leaves the
+    host's present set with it; the host's failure domains, counts and version are not
+    read by :meth:`~grid_core.planner.ledger.Ledger.fit_new` or :meth:`PlanState.score`.
+    """
+    ledger = state.ledger
+    book = ledger.books[hi]
+    holds = [book.models[xi] for xi in xs]
+    saved = (book.inc_free, book.raw_free, book.disk_free, book.extra_mb)
+    book.inc_free += sum(pl.inc_mb for pl in holds)
+    book.raw_free += sum(pl.raw_mb for pl in holds)
+    if book.disk_free is not None:
+        book.disk_free += sum(pl.disk_mb for pl in holds)
+    if any(ledger.headroom_extra(xi, hi) >= book.extra_mb for xi in xs):
+        book.extra_mb = max(
+            (
+                ledger.headroom_extra(pl.mi, hi)
+                for pl in book.models.values()
+                if not pl.incumbent and pl.mi not in xs
+            ),
+            default=0,
+        )
+    ids = [state.profiles[xi].model_id for xi in xs]
+    book.present.difference_update(ids)
+    try:
+        if ledger.fit_new(mi, hi) is not None:
+            return None
+        return state.score(mi, hi, ledger.domain_list[hi] not in ledger.domains[mi])
+    finally:
+        book.present.update(ids)
+        book.inc_free, book.raw_free, book.disk_free, book.extra_mb = saved

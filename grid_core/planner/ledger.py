@@ -268,7 +268,10 @@ class Ledger:
         if mid in book.present:
             return "present"
         _, mem = self.memory(mi, hi)
-        admit = self.admit_mb(mi, hi)
+        extra = self._extra[mi].get(hi)
+        if extra is None:
+            extra = self.headroom_extra(mi, hi)
+        admit = mem + max(extra, book.extra_mb)  # as admit_mb, without its second lookup
         if book.inc_free < admit or book.raw_free < mem:
             return "memory"
         if book.staged and book.inc_free + book.released_mb - book.staged_mb < admit:

@@ -186,3 +186,32 @@ def test_a_replan_that_holds_room_for_the_short_lower_class_places_it(monkeypatc
     assert after.hosts_of("gguf") == ("a-cuda-3slot",)
     assert not any(a.reason == "hold" for a in after.assignments)
     assert run(HOLD_MODELS, HOLD_HOSTS, HOLD_DEMAND, HEADROOM) == after  # deterministic
+
+
+def _book_facts(state: PlanState) -> list[tuple[object, ...]]:
+    return [
+        (b.inc_free, b.raw_free, b.disk_free, b.extra_mb, b.version, sorted(b.present))
+        for b in state.ledger.books
+    ]
+
+
+def test_a_trial_release_of_holds_scores_as_giving_them_back_and_changes_nothing():
+    # Holds for "g4" and "g6" fill the two-slot Mac. Asking how "g10" would score there
+    # without them must answer what giving the holds back for real says, and leave every
+    # host exactly as it was (version included, so cached fits stay valid).
+    from grid_core.planner import holds
+
+    state = _chain_state()
+    mac = next(hi for hi, h in enumerate(state.hosts) if h.host_id == "m-mac-2slot")
+    g4, g6, g10 = (state.ledger.index[m] for m in ("g4", "g6", "g10"))
+    for mi in (g4, g6):
+        state.ledger.remove(mi, mac)
+        holds._put(state, mi, mac)
+    assert state.ledger.fit_new(g10, mac) is not None
+    facts = _book_facts(state)
+    trial = holds._score_without(state, g10, mac, [g4, g6])
+    assert _book_facts(state) == facts
+    holds._drop(state, g4, mac)
+    holds._drop(state, g6, mac)
+    assert state.ledger.fit_new(g10, mac) is None
+    assert trial == state.score(g10, mac, True)
