@@ -124,24 +124,38 @@ def _movable(state: PlanState, hi: int, mi: int, need: int, avoid: set[int]) -> 
     return out
 
 
-def _direct_fit(state: PlanState, xi: int, skip: int) -> bool:
-    """Cheap test (no scoring): could ``xi`` fit some candidate host other than ``skip``?"""
+def _direct_fit(state: PlanState, xi: int, skip: int, seen: dict[int, list[int]]) -> bool:
+    """Cheap test (no scoring): could ``xi`` fit some candidate host other than ``skip``?
+
+    ``seen`` remembers, per model, the first two hosts where it fits directly, for as long
+    as the ledger stands as it did when they were found (one :func:`_make_room` search:
+    every trial there is undone before the next)."""
+    fits = seen.get(xi)
+    if fits is None:
+        fits = seen[xi] = _direct_hosts(state, xi)
+    return any(hi != skip for hi in fits)
+
+
+def _direct_hosts(state: PlanState, xi: int) -> list[int]:
+    """The first two candidate hosts (by index) where ``xi`` fits directly (quick check)."""
     books = state.ledger.books
     mid = state.profiles[xi].model_id
     mems = state.mem_rows[xi]
+    out: list[int] = []
     for hi in state.cands[xi]:
         b = books[hi]
         if (
-            hi != skip
-            and b.eligible
+            b.eligible
             and not b.blocked
             and b.inc_free >= mems[hi]
             and b.raw_free >= mems[hi]
             and not (b.max_models and len(b.present) >= b.max_models)
             and mid not in b.present
         ):
-            return True
-    return False
+            out.append(hi)
+            if len(out) == 2:
+                break
+    return out
 
 
 def _repair_one(state: PlanState, mi: int) -> bool:
@@ -167,6 +181,7 @@ def _make_room(state: PlanState, mi: int, avoid: set[int], depth: int) -> bool:
     move; every trial counts against the per-plan budget.
     """
     ledger = state.ledger
+    seen: dict[int, list[int]] = {}
     for hi in state.cands[mi]:
         if state.fit_reason(mi, hi) not in REPAIRABLE:
             continue
@@ -176,7 +191,7 @@ def _make_room(state: PlanState, mi: int, avoid: set[int], depth: int) -> bool:
             state.repair_steps += 1  # a rejected trial costs a step too: the budget is time
             if state.repair_steps > state.policy.repair_budget:
                 return False
-            if depth <= 0 and not _direct_fit(state, pl.mi, hi):
+            if depth <= 0 and not _direct_fit(state, pl.mi, hi, seen):
                 continue
             ledger.remove(pl.mi, hi)
             if ledger.fit_new(mi, hi) is None:
