@@ -15,6 +15,7 @@ import msgspec
 from grid_core.errors import ValidationError
 from grid_core.planner import topology
 from grid_core.planner.core import PlanState, desired_count
+from grid_core.planner.exchange import exchange_rounds
 from grid_core.planner.holds import lift_holds, reserve_holds, short_models
 from grid_core.planner.hooks import NO_HOOKS, PlannerHooks
 from grid_core.planner.phases import (
@@ -179,6 +180,9 @@ def _solve_with_replans(
         alt_result = _solve(alt, digest)
         if alt_result is not None and improves(alt, best):
             best, result = alt, alt_result
+    # On the kept plan only (pure packing): an exchange only ever adds a replica.
+    if not (best.evictions or best.relocations or best.staged) and exchange_rounds(best):
+        result = _result(best, digest)
     return result
 
 
@@ -210,6 +214,11 @@ def _solve(state: PlanState, digest: str) -> Plan | None:
     everyone = sorted(range(len(state.profiles)), key=lambda mi: round_key(state, mi))
     repair_class(state, everyone, homogeneous)
     mark_make_before_break(state)
+    return _result(state, digest)
+
+
+def _result(state: PlanState, digest: str) -> Plan:
+    """The plan ``state`` holds, reported."""
     return Plan(
         assignments=tuple(state.assignments()),
         desired={p.model_id: state.reported[mi] for mi, p in enumerate(state.profiles)},

@@ -215,3 +215,46 @@ def test_a_trial_release_of_holds_scores_as_giving_them_back_and_changes_nothing
     holds._drop(state, g6, mac)
     assert state.ledger.fit_new(g10, mac) is None
     assert trial == state.score(g10, mac, True)
+
+
+EXCHANGE_HOSTS = [_mac("a-mac-open", 40), _cuda("b-cuda-2slot", 64, max_models=2)]
+EXCHANGE_MODELS = [
+    model("big", 30, priority=2),
+    model("small1", 4, priority=2),
+    model("small2", 5, priority=2),
+    model("x", 12, priority=0),
+]
+EXCHANGE_LAYOUT = [("big", "a-mac-open"), ("small1", "b-cuda-2slot"), ("small2", "b-cuda-2slot")]
+"""The roomy server's two slots hold 9 GB; the open Mac's memory holds one 30 GB replica."""
+
+
+def test_an_exchange_swaps_a_large_and_a_small_replica_to_place_a_short_model():
+    # "x" (12 GB) fits neither host: 10 GB are left on the Mac, and the server has no slot.
+    # Swapping "big" onto the server in place of "small1", which joins "x" on the Mac,
+    # places "x" and keeps every other replica. (Here a one-move repair would also find a
+    # way; on a large fleet the repair passes spend their budget long before they try
+    # such a cycle, which is why the kept plan gets this search of its own.)
+    from grid_core.planner.exchange import exchange_rounds
+
+    inputs = canonical_inputs(
+        PlanInputs(
+            now=NOW,
+            profiles=tuple(EXCHANGE_MODELS),
+            hosts=tuple(EXCHANGE_HOSTS),
+            demand={"x": demand("x", 1)},
+            policy=POLICY,
+        )
+    )
+    state = PlanState(inputs, [], None)
+    by_host = {h.host_id: hi for hi, h in enumerate(state.hosts)}
+    for mid, hid in EXCHANGE_LAYOUT:
+        state.ledger.place(state.ledger.index[mid], by_host[hid], "score")
+    x = state.ledger.index["x"]
+    assert all(state.ledger.fit_new(x, hi) is not None for hi in range(2))
+    assert exchange_rounds(state) == 1
+    assert _where(state) == {
+        ("x", "a-mac-open"),
+        ("small1", "a-mac-open"),
+        ("big", "b-cuda-2slot"),
+        ("small2", "b-cuda-2slot"),
+    }
