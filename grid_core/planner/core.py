@@ -37,7 +37,7 @@ from grid_core.planner.scoring import (
     speed_weight,
     split_terms,
 )
-from grid_core.planner.topology import Statics, Topology
+from grid_core.planner.topology import LedgerTables, Statics, Topology
 from grid_core.planner.types import Assignment, Eviction, PlanInputs
 from grid_core.profile import ModelProfile, revision_matches
 from grid_core.snapshot import HostSnapshot, ResidencySnapshot
@@ -109,8 +109,9 @@ class PlanState:
         inputs: canonicalised plan inputs (profiles and hosts sorted by id).
         terms: the score terms to sum (from :class:`~grid_core.planner.hooks.PlannerHooks`).
         select_victims: the victim selector (``None`` disables preemption).
-        shared: an earlier state of the same inputs and terms whose static indexes and
-            memoised term scores this one reuses (a re-plan, :mod:`grid_core.planner.replan`).
+        shared: an earlier state of the same inputs and terms whose static indexes, ledger
+            memo tables and memoised term scores this one reuses (a re-plan,
+            :mod:`grid_core.planner.replan`).
         topology: the snapshot's shared hard-topology context (same timestamp, profiles,
             hosts and policy; any demand): its ledger tables and static indexes are reused,
             and filled by the first plan that builds them (:mod:`grid_core.planner.topology`).
@@ -129,9 +130,12 @@ class PlanState:
         self.policy = inputs.policy
         self.profiles: list[ModelProfile] = list(inputs.profiles)
         self.hosts: list[HostSnapshot] = list(inputs.hosts)
-        self.ledger = Ledger(
-            self.profiles, self.hosts, self.policy, topology.tables if topology else None
-        )
+        tables: LedgerTables | None = None  # memo tables: the snapshot's, or the plan before's
+        if topology is not None:
+            tables = topology.tables
+        elif shared is not None:
+            tables = shared.ledger.tables
+        self.ledger: Ledger = Ledger(self.profiles, self.hosts, self.policy, tables)
         self.static_terms, self.dynamic_terms = split_terms(terms)
         self.select_victims = select_victims
         self.demand = [inputs.demand.get(p.model_id) for p in self.profiles]

@@ -118,6 +118,8 @@ class Ledger:
                 self.excludes.setdefault(other, set()).add(p.model_id)
         if tables is None:  # no shared snapshot context: this ledger's own tables
             tables = LedgerTables(pair=[{} for _ in profiles], extra=[{} for _ in profiles])
+        self.tables = tables
+        """The memo tables this ledger fills (a re-plan of the same inputs shares them)."""
         self._mem = tables.mem
         self._pair = tables.pair
         self._compat = tables.compat
