@@ -157,8 +157,7 @@ def _solve_with_replans(
     then, if lower-priority models are still short, once more holding room for them from
     the start (:mod:`.holds`), kept only when it improves too."""
     best = PlanState(canon, terms, selector, topology=topo)
-    result = _solve(best, digest)
-    assert result is not None, "a plan without a rival is never abandoned"
+    _solve(best)
     for _ in range(MAX_REPLANS):
         prices = learned_prices(best)
         if prices is None:
@@ -166,10 +165,9 @@ def _solve_with_replans(
         alt = PlanState(canon, terms, selector, shared=best)
         alt.learned = prices
         alt.rival = best
-        alt_result = _solve(alt, digest)
-        if alt_result is None or not improves(alt, best):
+        if not _solve(alt) or not improves(alt, best):
             break
-        best, result = alt, alt_result
+        best = alt
     short = short_models(best)
     if short and not (best.evictions or best.relocations or best.staged):
         # one more plan holding room for what is still short (pure packing only: a hold
@@ -177,18 +175,17 @@ def _solve_with_replans(
         alt = PlanState(canon, terms, selector, shared=best)
         alt.hold_for = sorted(short, key=lambda mi: round_key(best, mi))
         alt.rival = best
-        alt_result = _solve(alt, digest)
-        if alt_result is not None and improves(alt, best):
-            best, result = alt, alt_result
+        if _solve(alt) and improves(alt, best):
+            best = alt
     # On the kept plan only (pure packing): an exchange only ever adds a replica.
-    if not (best.evictions or best.relocations or best.staged) and exchange_rounds(best):
-        result = _result(best, digest)
-    return result
+    if not (best.evictions or best.relocations or best.staged):
+        exchange_rounds(best)
+    return _result(best, digest)  # reported once, for the plan kept
 
 
-def _solve(state: PlanState, digest: str) -> Plan | None:
-    """Run every phase on ``state``; ``None`` when ``state`` is a re-plan that falls behind
-    its rival (:func:`grid_core.planner.replan.behind`) and was abandoned."""
+def _solve(state: PlanState) -> bool:
+    """Run every phase on ``state``; False when ``state`` is a re-plan that falls behind its
+    rival (:func:`grid_core.planner.replan.behind`) and was abandoned."""
     seed_incumbents(state)
     place_pins(state)
     if state.hold_for:
@@ -208,13 +205,13 @@ def _solve(state: PlanState, digest: str) -> Plan | None:
         preempt_rounds(state, models)
         relocate_for(state, [mi for mi, p in enumerate(state.profiles) if p.priority == prio])
         if state.rival is not None and behind(state, state.rival, prio):
-            return None
+            return False
     # Lower classes have placed since: a last repair pass may move their new replicas to
     # make room for a higher-priority model that is still short.
     everyone = sorted(range(len(state.profiles)), key=lambda mi: round_key(state, mi))
     repair_class(state, everyone, homogeneous)
     mark_make_before_break(state)
-    return _result(state, digest)
+    return True
 
 
 def _result(state: PlanState, digest: str) -> Plan:

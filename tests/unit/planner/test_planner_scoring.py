@@ -154,7 +154,7 @@ def test_higher_priority_replica_leaves_the_only_host_a_lower_priority_model_fit
 
 
 def test_saturated_homogeneous_fleet_fails_fast_without_repair_search():
-    from grid_core.planner import _solve, canonical_inputs
+    from grid_core.planner import _result, _solve, canonical_inputs
     from grid_core.planner.core import PlanState
 
     hosts = [host(f"h{i}", 8, failure_domain=f"fd-{i}") for i in range(8)]
@@ -163,7 +163,8 @@ def test_saturated_homogeneous_fleet_fails_fast_without_repair_search():
         PlanInputs(now=NOW, profiles=tuple(profiles), hosts=tuple(hosts), policy=POLICY)
     )
     state = PlanState(inputs, [], None)
-    result = _solve(state, "x")
+    assert _solve(state)
+    result = _result(state, "x")
     assert len(result.assignments) == 8
     assert sum(u.missing for u in result.unmet) == 8
     assert state.repair_steps == 0
