@@ -14,6 +14,7 @@ from typing import Protocol, runtime_checkable
 import msgspec
 
 from grid_core.profile import ModelProfile
+from grid_core.protection import DRAIN_GRACE_S
 from grid_core.snapshot import HostSnapshot
 
 STALE_HEARTBEAT_S = 90.0
@@ -126,3 +127,32 @@ def runtime_for(profile: ModelProfile, host: HostSnapshot) -> tuple[str, int]:
         else profile.runtimes[0]
     )
     return chosen, profile.memory_for(host.runtimes)
+
+
+def outlasts_protection(
+    host: HostSnapshot, profile: ModelProfile, throttled_fraction: float
+) -> bool:
+    """Whether one typical request of ``profile`` on the throttled ``host`` would outlast the
+    grace a protected host gives running work (:data:`~grid_core.protection.DRAIN_GRACE_S`).
+
+    A throttled host yields capacity to its owner and runs every request at the share of
+    its capacity it still offers (the smaller of its advertised fraction and the policy's
+    ``throttled_fraction``): a request takes its expected service time divided by that share.
+    When the host protects its owner further, running requests get the drain grace and no
+    more. A request longer than that grace (a minute-long video job at half capacity) cannot
+    be counted on there, so planning does not count such a replica as serving its model: the
+    model is short, a replica on a host that can finish its jobs is placed (with the
+    authority its demand has), and this one keeps serving until that replacement is ready
+    (the reconciler's make-before-break). A host that is not throttled, and a short request
+    on a throttled one, are unaffected: the host keeps the work it can still finish.
+
+    Source: specification, host protection ("throttled: the host remains useful but yields
+    capacity"; drain grace protects requests already running) and "Global placement loop"
+    (throttling lowers a candidate; a throttled host exposes only its fraction).
+    """
+    if host.state != "throttled":
+        return False
+    frac = max(0.0, min(1.0, host.throttle_fraction, throttled_fraction))
+    if frac <= 0.0:
+        return True
+    return profile.expected_service_time_s / frac > DRAIN_GRACE_S

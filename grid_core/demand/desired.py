@@ -24,6 +24,7 @@ from grid_core.eligibility import (
     HeartbeatLimits,
     host_ineligible_reason,
     incompatibility,
+    outlasts_protection,
 )
 from grid_core.profile import ModelProfile, revision_matches
 from grid_core.snapshot import HostSnapshot, ModelPerformance
@@ -125,13 +126,24 @@ def startup_horizon_s(
 
 
 def _live_replicas(
-    profile: ModelProfile, hosts: list[HostSnapshot], eligible: list[bool], now: float
+    profile: ModelProfile,
+    hosts: list[HostSnapshot],
+    eligible: list[bool],
+    now: float,
+    throttled_fraction: float = 1.0,
 ) -> tuple[int, int, int, int]:
     """(ready replicas on eligible hosts, those used within the cooldown, engine queue,
-    requests in flight on the model's serving and draining replicas)."""
+    requests in flight on the model's serving and draining replicas).
+
+    A replica on a throttled host where one of the model's requests outlasts the protection
+    drain grace is neither ready supply nor a cooldown hold
+    (:func:`~grid_core.eligibility.outlasts_protection`): the planner does not count it, so
+    the demand must not keep its count as hysteresis either.
+    """
     ready = recent = queue = in_flight = 0
     mid = profile.model_id
-    for host, ok in zip(hosts, eligible, strict=True):
+    for host, usable in zip(hosts, eligible, strict=True):
+        ok = usable and not outlasts_protection(host, profile, throttled_fraction)
         for res in host.residencies:
             if res.model_id != mid:
                 continue
@@ -228,7 +240,9 @@ def desired_for(
     mid = profile.model_id
     if eligible is None:
         eligible = eligible_hosts(hosts, planner_policy)
-    ready, recent_ready, engine_queue, running = _live_replicas(profile, hosts, eligible, now)
+    ready, recent_ready, engine_queue, running = _live_replicas(
+        profile, hosts, eligible, now, getattr(planner_policy, "throttled_fraction", 1.0)
+    )
     share = min(1.0, max(0.0, share))
     in_flight = running * share
     service = fc.service_time_s if fc.service_time_s else profile.expected_service_time_s

@@ -28,7 +28,12 @@ import msgspec
 
 from grid_core.demand.desired import startup_path_s
 from grid_core.demand.types import ModelDemand
-from grid_core.planner.eligibility import SERVING_STATES, host_signature, incompatibility
+from grid_core.planner.eligibility import (
+    SERVING_STATES,
+    host_signature,
+    incompatibility,
+    outlasts_protection,
+)
 from grid_core.planner.ledger import Ledger, Placed
 from grid_core.planner.preemption import VictimCandidate, VictimNeed, VictimSelector
 from grid_core.planner.scoring import (
@@ -575,7 +580,9 @@ def serving_incumbents(state: PlanState, mi: int) -> list[tuple[int, ResidencySn
     revision than the profile's digest (or of an unknown one) is not an incumbent: it does
     not satisfy placement, so the new revision is placed (on another host while the old
     one still holds this host's slot) and the old replica drains only once it is replaced
-    (specification, "Managed host actuator").
+    (specification, "Managed host actuator"). A replica on a throttled host where one of its
+    requests would outlast the protection drain grace is not an incumbent either, with the
+    same make-before-break (:func:`~grid_core.eligibility.outlasts_protection`).
     """
     profile = state.profiles[mi]
     mid = profile.model_id
@@ -591,7 +598,9 @@ def serving_incumbents(state: PlanState, mi: int) -> list[tuple[int, ResidencySn
             ),
             None,
         )
-        if res is None:
+        if res is None or outlasts_protection(
+            state.hosts[hi], profile, state.policy.throttled_fraction
+        ):
             continue
         rank = {"ready": 0, "warming": 1, "loading": 2}[res.state]
         sticky = state.protected(mi, res.loaded_at, res.state)

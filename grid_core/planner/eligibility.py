@@ -7,4 +7,5 @@ from grid_core.eligibility import SERVING_STATES as SERVING_STATES
 from grid_core.eligibility import host_ineligible_reason as host_ineligible_reason
 from grid_core.eligibility import host_signature as host_signature
 from grid_core.eligibility import incompatibility as incompatibility
+from grid_core.eligibility import outlasts_protection as outlasts_protection
 from grid_core.eligibility import runtime_for as runtime_for

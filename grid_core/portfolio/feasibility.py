@@ -15,11 +15,12 @@ from typing import NamedTuple
 
 from grid_core.demand.desired import startup_path_s
 from grid_core.demand.types import ModelDemand
+from grid_core.eligibility import outlasts_protection
 from grid_core.planner.ledger import Ledger
 from grid_core.planner.types import PlannerPolicy
 from grid_core.portfolio.types import MAX_PREEMPTION_PATHS
 from grid_core.profile import ModelProfile
-from grid_core.snapshot import HostSnapshot
+from grid_core.snapshot import HostSnapshot, ResidencySnapshot
 
 SERVING = frozenset({"loading", "warming", "ready"})
 """Residency states that count as the model being (or becoming) resident."""
@@ -110,6 +111,8 @@ class Fit:
                 host.allocatable_mb - host.external_used_mb
             )
             res = host.residency(model_id)
+            if res is not None and res.state in SERVING and self.degraded(hi, res):
+                continue  # it holds the host, yet its jobs outlast the host's protection grace
             if res is not None and res.state in SERVING:
                 resident += 1
                 best = (-1.0, host.host_id) if best is None or best[0] > -1.0 else best
@@ -140,6 +143,16 @@ class Fit:
         )
         self._rows[model_id] = out
         return out
+
+    def degraded(self, hi: int, res: ResidencySnapshot) -> bool:
+        """Whether the replica ``res`` on host ``hi`` cannot be counted on: the host is
+        throttled and one of the model's requests would outlast its protection drain grace.
+        It is then neither resident supply nor a ready copy for the portfolio, as for the
+        planner (:func:`~grid_core.eligibility.outlasts_protection`)."""
+        p = self.by_id.get(res.model_id)
+        return p is not None and outlasts_protection(
+            self.hosts[hi], p, self.ledger.policy.throttled_fraction
+        )
 
     def _path(self, mi: int, hi: int) -> bool:
         """Whether removing the host's idle speculative residents would let ``mi`` fit.
@@ -194,9 +207,9 @@ class Fit:
         ledger, mi = self.ledger, self.ledger.index[model_id]
         profile = self.profiles[mi]
         ready_on: dict[str, set[str]] = {}
-        for host in self.hosts:
+        for hj, host in enumerate(self.hosts):
             for r in host.residencies:
-                if r.state == "ready":
+                if r.state == "ready" and not self.degraded(hj, r):
                     ready_on.setdefault(r.model_id, set()).add(host.host_id)
         paths: list[ReclaimPath] = []
         for hi, host in enumerate(self.hosts):
@@ -204,6 +217,8 @@ class Fit:
                 continue
             res = host.residency(model_id)
             if res is not None and res.state in SERVING:
+                if self.degraded(hi, res):
+                    continue
                 return ()
             why = ledger.fit_new(mi, hi)
             if why is None:
