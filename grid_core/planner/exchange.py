@@ -19,6 +19,9 @@ one was, leaves room there for the short model as well:
   rules and neither moved model spans fewer failure domains than before (up to what it
   requires); otherwise the ledger is restored exactly.
 
+An exchange can leave memory to spare where the large replica was; each model's turn
+therefore first takes a host where it now fits directly, as a fair round would.
+
 Only new replicas move (nothing live, no pin reservation or hold, no replica on a host that
 holds its cached weights), so an exchange only ever adds the short model's replica: no class
 places fewer. The planner runs it once, on the plan it keeps, for models still short
@@ -84,10 +87,17 @@ def _movables(state: PlanState, hi: int, skip: int, largest_first: bool) -> list
 
 
 def _exchange_one(state: PlanState, xi: int, cand_sets: list[set[int]]) -> bool:
-    """Place one more replica of ``xi`` by one exchange; True when placed."""
+    """Place one more replica of ``xi``, directly when an earlier exchange left room for it,
+    otherwise by one exchange; True when placed."""
     ledger = state.ledger
     books = ledger.books
     xid = state.profiles[xi].model_id
+    reasons = set(state.fail_reasons[xi])
+    found = state.best_host(xi)
+    state.fail_reasons[xi] = reasons  # a search is not a reason to report
+    if found is not None:
+        ledger.place(xi, found[0], "repair", found[1])
+        return True
     for a in state.cands[xi]:
         book_a = books[a]
         if book_a.blocked or not book_a.eligible or xid in book_a.present:

@@ -223,17 +223,19 @@ EXCHANGE_MODELS = [
     model("small1", 4, priority=2),
     model("small2", 5, priority=2),
     model("x", 12, priority=0),
+    model("y", 11, priority=0),
 ]
 EXCHANGE_LAYOUT = [("big", "a-mac-open"), ("small1", "b-cuda-2slot"), ("small2", "b-cuda-2slot")]
 """The roomy server's two slots hold 9 GB; the open Mac's memory holds one 30 GB replica."""
 
 
 def test_an_exchange_swaps_a_large_and_a_small_replica_to_place_a_short_model():
-    # "x" (12 GB) fits neither host: 10 GB are left on the Mac, and the server has no slot.
-    # Swapping "big" onto the server in place of "small1", which joins "x" on the Mac,
-    # places "x" and keeps every other replica. (Here a one-move repair would also find a
-    # way; on a large fleet the repair passes spend their budget long before they try
-    # such a cycle, which is why the kept plan gets this search of its own.)
+    # "x" (12 GB) and "y" (11 GB) fit neither host: 10 GB are left on the Mac, and the
+    # server has no slot. Swapping "big" onto the server in place of "small1", which joins
+    # "x" on the Mac, places "x" and keeps every other replica; the 24 GB the Mac then has
+    # left take "y" directly. (Here a one-move repair would also find a way for "x"; on a
+    # large fleet the repair passes spend their budget long before they try such a cycle,
+    # which is why the kept plan gets this search of its own.)
     from grid_core.planner.exchange import exchange_rounds
 
     inputs = canonical_inputs(
@@ -241,7 +243,7 @@ def test_an_exchange_swaps_a_large_and_a_small_replica_to_place_a_short_model():
             now=NOW,
             profiles=tuple(EXCHANGE_MODELS),
             hosts=tuple(EXCHANGE_HOSTS),
-            demand={"x": demand("x", 1)},
+            demand={"x": demand("x", 1), "y": demand("y", 1)},
             policy=POLICY,
         )
     )
@@ -249,11 +251,12 @@ def test_an_exchange_swaps_a_large_and_a_small_replica_to_place_a_short_model():
     by_host = {h.host_id: hi for hi, h in enumerate(state.hosts)}
     for mid, hid in EXCHANGE_LAYOUT:
         state.ledger.place(state.ledger.index[mid], by_host[hid], "score")
-    x = state.ledger.index["x"]
-    assert all(state.ledger.fit_new(x, hi) is not None for hi in range(2))
-    assert exchange_rounds(state) == 1
+    x, y = state.ledger.index["x"], state.ledger.index["y"]
+    assert all(state.ledger.fit_new(m, hi) is not None for m in (x, y) for hi in range(2))
+    assert exchange_rounds(state) == 2
     assert _where(state) == {
         ("x", "a-mac-open"),
+        ("y", "a-mac-open"),
         ("small1", "a-mac-open"),
         ("big", "b-cuda-2slot"),
         ("small2", "b-cuda-2slot"),
