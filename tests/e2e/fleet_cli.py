@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -143,3 +144,13 @@ def write_node_token(path: Path, host_id: str, token: str) -> Path:
     with os.fdopen(fd, "w") as f:
         json.dump({"host_id": host_id, "token": token}, f)
     return path
+
+
+def default_sigint() -> None:
+    """``preexec_fn`` for a CLI child the test will press Ctrl-C on.
+
+    A shell that starts the suite in the background, and pytest-xdist's workers, leave SIGINT
+    ignored, and Python keeps an inherited "ignore": without this the child never sees the
+    Ctrl-C the test sends (as a terminal would deliver it to a user's command).
+    """
+    signal.signal(signal.SIGINT, signal.SIG_DFL)

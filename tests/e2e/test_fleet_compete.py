@@ -30,7 +30,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from fleet_cli import grid, started_fleet
+from fleet_cli import default_sigint, grid, started_fleet
 from ports import port
 
 pytestmark = pytest.mark.e2e
@@ -61,7 +61,12 @@ def _interrupted_run(home: Path) -> tuple[int, str]:
     env = dict(os.environ, GRID_HOME=str(home))
     cmd = [sys.executable, "-c", "from grid_core.cli import main; main()", "test", "compete"]
     with subprocess.Popen(
-        cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        cmd,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        preexec_fn=default_sigint,  # Ctrl-C must reach the command (see default_sigint)
     ) as proc:
         assert proc.stdout is not None
         seen = []

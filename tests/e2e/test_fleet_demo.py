@@ -22,7 +22,7 @@ from pathlib import Path
 import httpx
 import openai
 import pytest
-from fleet_cli import grid, owned
+from fleet_cli import default_sigint, grid, owned
 from ports import port
 
 from grid_core.system import is_gone, same_birth, wait_until_sync
@@ -208,10 +208,6 @@ def test_replaying_a_real_trace_serves_it_and_reports_the_fleet_over_time(fleet)
     )
 
 
-def _default_sigint() -> None:
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-
-
 def test_watch_follows_a_load_and_ctrl_c_stops_only_the_watch(fleet):
     home, doc = fleet
     high = max(doc["models"], key=lambda m: m["priority"])["model_id"]
@@ -222,9 +218,7 @@ def test_watch_follows_a_load_and_ctrl_c_stops_only_the_watch(fleet):
         stderr=subprocess.STDOUT,
         text=True,
         env=env,
-        # A shell that starts the suite in the background leaves SIGINT ignored, and Python
-        # keeps an inherited "ignore": restore the default so Ctrl-C reaches the watch.
-        preexec_fn=_default_sigint,
+        preexec_fn=default_sigint,  # Ctrl-C must reach the watch (see default_sigint)
     )
     lines: list[str] = []
     try:
