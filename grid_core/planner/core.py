@@ -216,6 +216,8 @@ class PlanState:
         """Host checks spent by ejection-chain searches (:mod:`grid_core.planner.chains`)."""
         self.exchange_steps = 0
         """Host pairs examined by exchange repair (:mod:`grid_core.planner.exchange`)."""
+        self.bump_trials = 0
+        """Bump trials made by exchange repair (:mod:`grid_core.planner.exchange`)."""
         self.displace_memo: dict[tuple[int, int], tuple[int, Placed | None]] = {}
         """(displaced model, host) → (host version, the replica an ejection chain would move
         off that host for it, or ``None``) (:mod:`grid_core.planner.chains`)."""

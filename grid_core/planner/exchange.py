@@ -20,13 +20,18 @@ one was, leaves room there for the short model as well:
   requires); otherwise the ledger is restored exactly.
 
 An exchange can leave memory to spare where the large replica was; each model's turn
-therefore first takes a host where it now fits directly, as a fair round would.
+therefore first takes a host where it now fits directly, as a fair round would. Rounds go
+on while any model gains a replica. When a round finds nothing, one more round may *bump*:
+the short model takes a host from a small new replica there (one whose model has a host
+with a slot to spare elsewhere, and whose failure-domain spread cannot shrink by moving),
+and that replica then lands directly or by an exchange that never moves the short model's
+new replica; otherwise both are put back.
 
 Only new replicas move (nothing live, no pin reservation or hold, no replica on a host that
 holds its cached weights), so an exchange only ever adds the short model's replica: no class
 places fewer. The planner runs it once, on the plan it keeps, for models still short
 (highest priority first, one replica per model per round), within
-:data:`EXCHANGE_BUDGET` host checks.
+:data:`EXCHANGE_BUDGET` host checks and :data:`BUMP_BUDGET` bump trials.
 """
 
 from __future__ import annotations
@@ -36,10 +41,17 @@ from grid_core.planner.holds import FIXED_REASONS
 from grid_core.planner.ledger import Placed
 from grid_core.planner.phases import round_key
 
-EXCHANGE_BUDGET = 6_000
+EXCHANGE_BUDGET = 3_000
 """Host pairs one plan's exchange repair may examine. On the 64x32 bench fleets at
-occupancy 0 (seeds 1-50) no plan's exchange repair used more than 3,576 (5 ms of CPU), so
-the budget binds only on larger or stranger fleets, where it caps the cost at a few ms."""
+occupancy 0 (seeds 1-50) 3,000 place 8,528 replicas in all and 6,000 place 8,533, but a
+fleet where nothing more fits spends the whole budget: 3 ms of CPU at 3,000 on seed 1
+against 7 ms at 6,000 (the planner's whole budget there is about 40 ms)."""
+BUMP_BUDGET = 50
+"""Bump trials (a short model takes a small replica's host, the small replica then lands
+directly or by an exchange) one plan may make; each costs a host search. On the 64x32
+bench fleets at occupancy 0 (seeds 1-50, exchange budget 3,000) no bumps place 8,515
+replicas in all, 50 trials 8,528, 200 trials 8,529."""
+
 
 REPAIRABLE = frozenset({"memory", "slots"})
 """Fit failures a departing replica can cure."""
@@ -54,16 +66,19 @@ def exchange_rounds(state: PlanState) -> int:
     )
     cand_sets = [set(hs) for hs in state.cands]
     added = 0
+    bump = False
     while short:
-        still = []
+        progress = False
         for mi in short:
             if state.exchange_steps >= EXCHANGE_BUDGET:
                 return added
-            if _exchange_one(state, mi, cand_sets):
+            if _exchange_one(state, mi, cand_sets, bump):
                 added += 1
-                if _short(state, mi):
-                    still.append(mi)
-        short = still
+                progress = True
+        short = [mi for mi in short if _short(state, mi)]
+        if not progress and bump:
+            break
+        bump = not progress  # bump only once plain exchanges find nothing more
     return added
 
 
@@ -86,18 +101,31 @@ def _movables(state: PlanState, hi: int, skip: int, largest_first: bool) -> list
     return out
 
 
-def _exchange_one(state: PlanState, xi: int, cand_sets: list[set[int]]) -> bool:
-    """Place one more replica of ``xi``, directly when an earlier exchange left room for it,
-    otherwise by one exchange; True when placed."""
-    ledger = state.ledger
-    books = ledger.books
-    xid = state.profiles[xi].model_id
+def _exchange_one(state: PlanState, xi: int, cand_sets: list[set[int]], bump: bool = False) -> bool:
+    """Place one more replica of ``xi``: directly when an earlier exchange left room for it,
+    else by one exchange, else (``bump``) by taking a host from a small replica that then
+    lands directly or by an exchange; True when placed."""
+    if _direct(state, xi) or _exchange(state, xi, cand_sets, frozenset()):
+        return True
+    return bump and _bumped(state, xi, cand_sets)
+
+
+def _direct(state: PlanState, xi: int) -> bool:
+    """Place ``xi`` on its best host where it fits now, if any."""
     reasons = set(state.fail_reasons[xi])
     found = state.best_host(xi)
     state.fail_reasons[xi] = reasons  # a search is not a reason to report
-    if found is not None:
-        ledger.place(xi, found[0], "repair", found[1])
-        return True
+    if found is None:
+        return False
+    state.ledger.place(xi, found[0], "repair", found[1])
+    return True
+
+
+def _exchange(state: PlanState, xi: int, cand_sets: list[set[int]], avoid: frozenset[int]) -> bool:
+    """Place ``xi`` by one exchange that moves no replica of ``avoid``; True when placed."""
+    ledger = state.ledger
+    books = ledger.books
+    xid = state.profiles[xi].model_id
     for a in state.cands[xi]:
         book_a = books[a]
         if book_a.blocked or not book_a.eligible or xid in book_a.present:
@@ -107,19 +135,56 @@ def _exchange_one(state: PlanState, xi: int, cand_sets: list[set[int]]) -> bool:
         if state.fit_reason(xi, a) not in REPAIRABLE:
             continue
         for big in _movables(state, a, xi, largest_first=True):
-            if ledger.fit_after_leaving(xi, a, big) is not None:
+            if big.mi in avoid or ledger.fit_after_leaving(xi, a, big) is not None:
                 continue
             room = min(book_a.inc_free + big.inc_mb, book_a.raw_free + big.raw_mb)
             room -= state.mem_rows[xi][a]
-            if _swap_host(state, xi, a, big, room, cand_sets) is not None:
+            if _swap_host(state, xi, a, big, room, cand_sets, avoid) is not None:
                 return True
             if state.exchange_steps >= EXCHANGE_BUDGET:
                 return False
     return False
 
 
+def _bumped(state: PlanState, xi: int, cand_sets: list[set[int]]) -> bool:
+    """Place ``xi`` in place of a small new replica that then lands directly or by an
+    exchange (never moving ``xi``); the ledger is unchanged when none works."""
+    ledger = state.ledger
+    books = ledger.books
+    xid = state.profiles[xi].model_id
+    for a in state.cands[xi]:
+        book_a = books[a]
+        if book_a.blocked or not book_a.eligible or xid in book_a.present:
+            continue
+        if state.fit_reason(xi, a) not in REPAIRABLE:
+            continue
+        for small in _movables(state, a, xi, largest_first=False):
+            if ledger.fit_after_leaving(xi, a, small) is not None or _pinned_spread(
+                state, small.mi, a
+            ):
+                continue
+            if not _has_open_host(state, small.mi, a):
+                continue
+            state.bump_trials += 1
+            if state.bump_trials > BUMP_BUDGET:
+                return False
+            ledger.remove(small.mi, a)
+            ledger.place(xi, a, "repair", state.score(xi, a, True))
+            if _direct(state, small.mi) or _exchange(state, small.mi, cand_sets, frozenset({xi})):
+                return True
+            ledger.remove(xi, a)
+            ledger.place(small.mi, a, small.reason, small.score)
+    return False
+
+
 def _swap_host(
-    state: PlanState, xi: int, a: int, big: Placed, room: int, cand_sets: list[set[int]]
+    state: PlanState,
+    xi: int,
+    a: int,
+    big: Placed,
+    room: int,
+    cand_sets: list[set[int]],
+    avoid: frozenset[int],
 ) -> int | None:
     """Find a host ``b`` where ``big`` fits once a small new replica that fits in ``room``
     on ``a`` leaves, and apply the exchange; the host, or ``None`` (ledger unchanged)."""
@@ -141,6 +206,7 @@ def _swap_host(
                 break
             if (
                 small.mi == xi
+                or small.mi in avoid
                 or a not in cand_sets[small.mi]
                 or state.profiles[small.mi].model_id in present_a
             ):
@@ -173,6 +239,26 @@ def _apply(state: PlanState, xi: int, a: int, big: Placed, b: int, small: Placed
     ledger.place(small.mi, b, small.reason, small.score)
     ledger.place(big.mi, a, big.reason, big.score)
     return False
+
+
+def _has_open_host(state: PlanState, mi: int, skip: int) -> bool:
+    """Whether ``mi`` has a candidate host other than ``skip`` with a model slot to spare
+    (no ceiling, or a free slot): without one it can land neither directly on a slot-bound
+    fleet nor by an exchange, so bumping it is not worth a search."""
+    books = state.ledger.books
+    for h in state.cands[mi]:
+        b = books[h]
+        if h != skip and b.eligible and (not b.max_models or len(b.present) < b.max_models):
+            return True
+    return False
+
+
+def _pinned_spread(state: PlanState, mi: int, hi: int) -> bool:
+    """Whether moving ``mi``'s replica off ``hi`` could make it span fewer failure domains
+    than before (counted up to what it requires), wherever it lands."""
+    domains = state.ledger.domains[mi]
+    dom = state.ledger.domain_list[hi]
+    return domains.get(dom, 0) == 1 and len(domains) <= state.required_domains(mi)
 
 
 def _spread(state: PlanState, mi: int) -> int:

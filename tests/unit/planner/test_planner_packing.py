@@ -261,3 +261,57 @@ def test_an_exchange_swaps_a_large_and_a_small_replica_to_place_a_short_model():
         ("big", "b-cuda-2slot"),
         ("small2", "b-cuda-2slot"),
     }
+
+
+BUMP_HOSTS = [
+    _cuda("a-cuda-1slot", 16, max_models=1),
+    _cuda("b-cuda-2slot", 64, max_models=2),
+    _mac("m-mac-open", 40),
+]
+BUMP_MODELS = [
+    model("big", 37, priority=2),
+    model("s", 4, priority=2),
+    model("t", 5, priority=2),
+    model("u", 6, priority=2),
+    _vllm("x", 12, priority=0),
+]
+BUMP_LAYOUT = [
+    ("s", "a-cuda-1slot"),
+    ("t", "b-cuda-2slot"),
+    ("u", "b-cuda-2slot"),
+    ("big", "m-mac-open"),
+]
+"""Every CUDA slot is taken by small GGUF replicas; the open Mac is full of one large one."""
+
+
+def test_a_short_model_bumps_a_small_replica_that_then_lands_by_an_exchange():
+    # "x" runs only on the GPU hosts, and both have all their slots taken, so it fits
+    # nowhere and no exchange applies (an exchange needs a second slot where one leaves).
+    # It takes the single-slot host from "s"; "s" fits nowhere directly either (3 GB left
+    # on the Mac), but an exchange lands it: "big" moves to the two-slot server in place of
+    # "t", and "t" joins "s" on the Mac. Nothing is dropped; "x" gains its replica.
+    from grid_core.planner.exchange import exchange_rounds
+
+    inputs = canonical_inputs(
+        PlanInputs(
+            now=NOW,
+            profiles=tuple(BUMP_MODELS),
+            hosts=tuple(BUMP_HOSTS),
+            demand={"x": demand("x", 1)},
+            policy=POLICY,
+        )
+    )
+    state = PlanState(inputs, [], None)
+    by_host = {h.host_id: hi for hi, h in enumerate(state.hosts)}
+    for mid, hid in BUMP_LAYOUT:
+        state.ledger.place(state.ledger.index[mid], by_host[hid], "score")
+    x = state.ledger.index["x"]
+    assert all(state.ledger.fit_new(x, hi) == "slots" for hi in state.cands[x])
+    assert exchange_rounds(state) == 1
+    assert _where(state) == {
+        ("x", "a-cuda-1slot"),
+        ("big", "b-cuda-2slot"),
+        ("u", "b-cuda-2slot"),
+        ("s", "m-mac-open"),
+        ("t", "m-mac-open"),
+    }
