@@ -218,6 +218,9 @@ class PlanState:
         """Host pairs examined by exchange repair (:mod:`grid_core.planner.exchange`)."""
         self.bump_trials = 0
         """Bump trials made by exchange repair (:mod:`grid_core.planner.exchange`)."""
+        self.movable_memo: dict[tuple[int, bool], tuple[int, list[Placed]]] = {}
+        """(host, largest first) → (host version, the new replicas exchange repair may move
+        off that host, by size) (:mod:`grid_core.planner.exchange`)."""
         self.displace_memo: dict[tuple[int, int], tuple[int, Placed | None]] = {}
         """(displaced model, host) → (host version, the replica an ejection chain would move
         off that host for it, or ``None``) (:mod:`grid_core.planner.chains`)."""

@@ -88,14 +88,21 @@ def _short(state: PlanState, mi: int) -> bool:
 
 def _movables(state: PlanState, hi: int, skip: int, largest_first: bool) -> list[Placed]:
     """New replicas on ``hi`` an exchange may move (not ``skip``'s), by size."""
+    book = state.ledger.books[hi]
+    key = (hi, largest_first)
+    got = state.movable_memo.get(key)
+    if got is None or got[0] != book.version:  # the list changes only with the host
+        got = (book.version, _movable_list(state, hi, largest_first))
+        state.movable_memo[key] = got
+    return [pl for pl in got[1] if pl.mi != skip]
+
+
+def _movable_list(state: PlanState, hi: int, largest_first: bool) -> list[Placed]:
     ledger = state.ledger
     out = [
         pl
         for pl in ledger.books[hi].models.values()
-        if not pl.incumbent
-        and pl.reason not in FIXED_REASONS
-        and pl.mi != skip
-        and not ledger.cached(pl.mi, hi)
+        if not pl.incumbent and pl.reason not in FIXED_REASONS and not ledger.cached(pl.mi, hi)
     ]
     out.sort(key=lambda pl: (-pl.memory_mb if largest_first else pl.memory_mb, pl.mi))
     return out
@@ -199,7 +206,8 @@ def _swap_host(
         book_b = books[b]
         if b == a or book_b.blocked or not book_b.eligible or big_id in book_b.present:
             continue
-        if min(book_b.inc_free, book_b.raw_free) + room < state.mem_rows[big.mi][b]:
+        need = state.mem_rows[big.mi][b]
+        if min(book_b.inc_free, book_b.raw_free) + room < need:
             continue  # even the largest small replica that fits a could not make room
         for small in _movables(state, b, big.mi, largest_first=False):
             if small.memory_mb > room:
@@ -211,6 +219,9 @@ def _swap_host(
                 or state.profiles[small.mi].model_id in present_a
             ):
                 continue
+            if min(book_b.inc_free + small.inc_mb, book_b.raw_free + small.raw_mb) < need:
+                continue  # quick: too small to make room for ``big`` (fit_after_leaving's
+                # memory test, without the headroom share)
             if ledger.fit_after_leaving(big.mi, b, small) is not None:
                 continue
             if _apply(state, xi, a, big, b, small):
