@@ -593,6 +593,8 @@ def serving_incumbents(state: PlanState, mi: int) -> list[tuple[int, ResidencySn
     mid = profile.model_id
     out = []
     for hi in state.cands[mi]:
+        if not state.hosts[hi].residencies:
+            continue  # most hosts of a fresh fleet: skip building the search
         res = next(
             (
                 r
