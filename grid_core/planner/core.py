@@ -160,6 +160,35 @@ class PlanState:
         by_id = {h.host_id: hi for hi, h in enumerate(self.hosts)}
         self.pin_hosts = [{by_id[h] for h in p.pins if h in by_id} for p in self.profiles]
         """Per model, the host indexes of its pins (registered hosts only)."""
+        self._init_statics(shared, topology)
+        self.scarce: dict[int, tuple[list[int], list[float], dict[int, float]]] = {}
+        self.evictions: list[Eviction] = []
+        self.evicted: set[tuple[str, str]] = set()
+        self.staged: dict[int, int] = {}
+        self.fail_reasons: list[set[str]] = [set() for _ in self.profiles]
+        self.budget_hit: set[int] = set()
+        self.repair_steps = 0
+        self.learned: list[tuple[float, float]] | None = None
+        """Per host, (price of one model slot, price per MB) in expected lost placements,
+        learned from an earlier pass of the same plan (:mod:`grid_core.planner.replan`)."""
+        self.relocations: dict[int, tuple[str, str, str]] = {}
+        """Per blocked model, the staged relocation (incumbent, from host, to host)."""
+        self.holds: dict[int, set[int]] = {}
+        """Per short lower-priority model, the hosts holding a hole for it until its class
+        starts (:mod:`grid_core.planner.holds`)."""
+        self.hold_for: list[int] = []
+        """Models to hold holes for (those the plan before left short; a re-plan sets it)."""
+        self.rival: PlanState | None = None
+        """The best plan so far, for a re-plan: the re-plan is abandoned as soon as it is
+        behind it (:func:`grid_core.planner.replan.behind`)."""
+        self.deferred: dict[int, list[tuple[int, ResidencySnapshot]]] = {}
+        """Per model, incumbents held back so a missing failure domain can be filled."""
+        self._init_search_memos()
+        self.alloc = [h.allocatable_mb for h in self.hosts]
+
+    def _init_statics(self, shared: PlanState | None, topology: Topology | None) -> None:
+        """Static indexes and term memo tables: the re-plan's ``shared`` state's, else the
+        snapshot ``topology``'s (built by the first plan that needs them), else new."""
         if shared is None:
             self.weights = [
                 speed_weight(d, p.replica_concurrency * p.target_utilization)
@@ -202,16 +231,10 @@ class PlanState:
             self._contexts = shared._contexts
             self.host_class, self.class_rep = shared.host_class, shared.class_rep
             self.res_maps = shared.res_maps
-        self.scarce: dict[int, tuple[list[int], list[float], dict[int, float]]] = {}
-        self.evictions: list[Eviction] = []
-        self.evicted: set[tuple[str, str]] = set()
-        self.staged: dict[int, int] = {}
-        self.fail_reasons: list[set[str]] = [set() for _ in self.profiles]
-        self.budget_hit: set[int] = set()
-        self.repair_steps = 0
-        self.learned: list[tuple[float, float]] | None = None
-        """Per host, (price of one model slot, price per MB) in expected lost placements,
-        learned from an earlier pass of the same plan (:mod:`grid_core.planner.replan`)."""
+
+    def _init_search_memos(self) -> None:
+        """Per-plan search budgets spent and the memo tables the searches keep (each keyed by
+        host version, so an entry is reused only while its host is unchanged)."""
         self.chain_steps = 0
         """Host checks spent by ejection-chain searches (:mod:`grid_core.planner.chains`)."""
         self.exchange_steps = 0
@@ -224,18 +247,6 @@ class PlanState:
         self.displace_memo: dict[tuple[int, int], tuple[int, Placed | None]] = {}
         """(displaced model, host) → (host version, the replica an ejection chain would move
         off that host for it, or ``None``) (:mod:`grid_core.planner.chains`)."""
-        self.relocations: dict[int, tuple[str, str, str]] = {}
-        """Per blocked model, the staged relocation (incumbent, from host, to host)."""
-        self.holds: dict[int, set[int]] = {}
-        """Per short lower-priority model, the hosts holding a hole for it until its class
-        starts (:mod:`grid_core.planner.holds`)."""
-        self.hold_for: list[int] = []
-        """Models to hold holes for (those the plan before left short; a re-plan sets it)."""
-        self.rival: PlanState | None = None
-        """The best plan so far, for a re-plan: the re-plan is abandoned as soon as it is
-        behind it (:func:`grid_core.planner.replan.behind`)."""
-        self.deferred: dict[int, list[tuple[int, ResidencySnapshot]]] = {}
-        """Per model, incumbents held back so a missing failure domain can be filled."""
         self.victim_cache: dict[tuple[int, int], tuple[int, RankedPool | None, VictimAnswer]] = {}
         """(beneficiary, host) → (host version, ranked victim pool, selector answer)."""
         self.last_round: list[int | None] = []
@@ -248,7 +259,6 @@ class PlanState:
         """(model, host) → (host version, domain novelty, score of a new replica there once
         the holds it may release are given back, or ``None``: it does not fit even then)
         (:func:`grid_core.planner.holds.release_hold`); cleared with the prices."""
-        self.alloc = [h.allocatable_mb for h in self.hosts]
 
     # --- static indexes -------------------------------------------------------------------
     def _candidates(self) -> list[list[int]]:
