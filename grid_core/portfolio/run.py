@@ -33,7 +33,14 @@ from grid_core.portfolio.replace import (
     release,
     starvation_paths,
 )
-from grid_core.portfolio.standby import choose_standby, displaced, with_standby
+from grid_core.portfolio.standby import (
+    choose_standby,
+    claims,
+    displaced,
+    leader_of,
+    returning,
+    with_standby,
+)
 from grid_core.portfolio.types import (
     MAX_PORTFOLIOS,
     AdmissionRow,
@@ -45,11 +52,14 @@ from grid_core.portfolio.types import (
     PortfolioReport,
     PortfolioSnapshot,
     Replacement,
+    StandbyClaim,
     WorkloadDemand,
 )
 from grid_core.profile import ModelProfile
 from grid_core.snapshot import HostSnapshot
 
+PRESENT = SERVING | {"draining"}
+"""Residency states in which a standby leader's replica has not left its host yet."""
 PlanOf = Callable[[PlanInputs], Plan]
 """The planner with the tick's hooks bound."""
 Search = Callable[[PortfolioSnapshot, "Evaluator"], PortfolioDecision | None]
@@ -226,6 +236,7 @@ def run_portfolio(
         if replacing is not None:
             demand = release(demand, replacing, by_id, inp.hosts)
     standby: dict[str, str] = {}
+    standing: dict[str, StandbyClaim] = {}
     standby_note = "no portfolio search: workloads wait for the admission gate"
     if search is not None:  # a portfolio search is installed: the proactive planner
 
@@ -235,7 +246,7 @@ def run_portfolio(
                 got = candidates_for(w, fit, inp.outcomes, inp.quality, inp.now, admitted)
             return got
 
-        demand, standby, standby_note = fill_standby(
+        demand, standby, standing, standby_note = fill_standby(
             inp, fit, demand, workloads, candidates_of, plan_of
         )
     report = PortfolioReport(
@@ -252,6 +263,7 @@ def run_portfolio(
         replacing=replacing,
         standby=standby,
         standby_reason=standby_note,
+        standby_claims=standing,
     )
     return TickPortfolio(demand=demand, report=report, candidates=candidates, workloads=workloads)
 
@@ -263,24 +275,34 @@ def fill_standby(
     workloads: Mapping[str, WorkloadDemand],
     candidates_of: Callable[[str], tuple[Candidate, ...]],
     plan_of: PlanOf,
-) -> tuple[dict[str, ModelDemand], dict[str, str], str]:
-    """The tick's demand with standby added, the standby map and a one-line reason.
+) -> tuple[dict[str, ModelDemand], dict[str, str], dict[str, StandbyClaim], str]:
+    """The tick's demand with standby added, the standby map, the standing standby decisions
+    (:func:`~grid_core.portfolio.standby.claims`) and a one-line reason.
 
     Plans the real demand, lets :func:`~grid_core.portfolio.standby.choose_standby` fill the
     idle hosts, and keeps the result only when the plan with standby places every real
     model as often as the real plan did (two planner evaluations; the second is the
     authoritative plan when no prediction is added, so the controller reuses it).
     """
+
+    def leader(w: str) -> str | None:
+        got = leader_of(candidates_of(w))
+        return got.model_id if got is not None else None
+
+    before = inp.previous.standby_claims if inp.previous else {}
+    present = frozenset(r.model_id for h in inp.hosts for r in h.residencies if r.state in PRESENT)
+    claimed = claims(before, {}, workloads, leader, inp.now, present)
     real = _plan(inp, plan_of, demand)
-    chosen = choose_standby(real, fit, workloads, candidates_of)
+    chosen = choose_standby(real, fit, workloads, candidates_of, returning(claimed, fit, inp.now))
+    standing = claims(claimed, chosen, workloads, leader, inp.now, present)
     if not chosen:
-        return demand, {}, "no idle host, or every workload's leader already planned"
+        return demand, {}, standing, "no idle host, or every workload's leader already planned"
     trial_demand = with_standby(demand, chosen)
     lost = displaced(real, _plan(inp, plan_of, trial_demand), set(chosen.values()))
     if lost:
-        return demand, {}, f"standby withdrawn: it would displace {', '.join(lost)}"
+        return demand, {}, standing, f"standby withdrawn: it would displace {', '.join(lost)}"
     models = sorted(set(chosen.values()))
-    return trial_demand, chosen, f"{len(models)} model(s) stand by on idle capacity"
+    return trial_demand, chosen, standing, f"{len(models)} model(s) stand by on idle capacity"
 
 
 def _keeps_victim(plan: Plan, rep: Replacement) -> bool:

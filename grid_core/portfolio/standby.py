@@ -27,13 +27,24 @@ When several standby models compete for fewer idle hosts, the ones whose workloa
 (higher forecast rate) come first, then the longest cold start (a standby saves exactly that
 start), then the workload name, so the choice is deterministic.
 
-The reserve gates *new* standby loads only. A leader already standing by on an idle host keeps
-its replica even when the idle slots no longer exceed the reserve (:func:`kept_standby`):
+The reserve gates *new* standby decisions only. A leader already standing by on an idle host
+keeps its replica even when the idle slots no longer exceed the reserve (:func:`kept_standby`):
 step 2 already withdraws it the moment real demand could use its host, so an empty reserve
 slot and an idle standby replica differ by one drain of an idle engine, while unloading it
 only to leave the slot empty costs a mutation now and the workload's whole cold start later
 (specification, "Safety invariants" 8: bound change; on the lab's 8-machine fleet the video
 model was unloaded from a host that then stayed idle until the first video job arrived).
+
+For the same reason a standby decision outlives a loan of its host to real demand
+(:func:`claims`): while the workload stays unadmitted and its leader is unchanged, the leader
+returns to an idle host inside the reserve once real demand has released one. Real demand
+took the host through step 2 and gave it back, which leaves the fleet where it was when the
+standby was decided; the reserve already held then. The return waits one minimum residency
+of the leader after its replica left (:func:`returning`): a standby load holds its host for
+that long, so returning sooner would make the borrower, whose demand may still be settling,
+wait a whole residency for the host it was just given. (On the lab's 8-machine fleet, seed
+11, the coding surge borrowed the rtx host the video model stood by on; afterwards the host
+stayed idle behind the reserve until the first video job arrived and found nothing ready.)
 """
 
 from __future__ import annotations
@@ -45,7 +56,7 @@ import msgspec
 from grid_core.demand.types import STANDBY_REASON, ModelDemand
 from grid_core.planner.types import Plan
 from grid_core.portfolio.feasibility import SERVING, Fit
-from grid_core.portfolio.types import Candidate, WorkloadDemand
+from grid_core.portfolio.types import Candidate, StandbyClaim, WorkloadDemand
 
 STANDBY_REPLICAS = 1
 """Replicas a standby model asks for: one copy removes the cold start of a first request;
@@ -114,6 +125,60 @@ def kept_standby(fit: Fit, model_id: str, hosts: tuple[int, ...]) -> bool:
     return False
 
 
+def claims(
+    previous: Mapping[str, StandbyClaim],
+    chosen: Mapping[str, str],
+    workloads: Mapping[str, WorkloadDemand],
+    leader: Callable[[str], str | None],
+    now: float,
+    present: frozenset[str] = frozenset(),
+) -> dict[str, StandbyClaim]:
+    """Standby decisions that stand after this tick: last tick's claims and this tick's
+    choices, for workloads still unadmitted whose leader is still the claimed model. A claim
+    whose model was chosen now, or is still on some host (loading to draining), stood by at
+    ``now``: the return dwell (:func:`returning`) counts from when its replica left.
+
+    Args:
+        previous: last tick's claims.
+        chosen: this tick's standby choices (workload → model).
+        workloads: this tick's workload forecasts.
+        leader: workload → its exploitation leader now (``None`` when none is usable).
+        now: planning instant (Unix seconds).
+        present: models with a replica on some host (loading, warming, ready or draining).
+    """
+    merged = dict(previous)
+    merged.update({w: StandbyClaim(model_id=m, stood_by_at=now) for w, m in chosen.items()})
+    out: dict[str, StandbyClaim] = {}
+    for w, c in sorted(merged.items()):
+        d = workloads.get(w)
+        if (d is None or not d.admitted) and leader(w) == c.model_id:
+            out[w] = (
+                StandbyClaim(model_id=c.model_id, stood_by_at=now) if (c.model_id in present) else c
+            )
+    return out
+
+
+def returning(standing: Mapping[str, StandbyClaim], fit: Fit, now: float) -> dict[str, str]:
+    """Workload → model of the standing claims whose leader may return now: at least one
+    minimum residency of the model (its profile's ``min_residency_s``) after its replica
+    last stood by or left (:func:`claims`)."""
+    out: dict[str, str] = {}
+    for w, c in standing.items():
+        p = fit.by_id.get(c.model_id)
+        if p is not None and now - c.stood_by_at >= p.min_residency_s:
+            out[w] = c.model_id
+    return out
+
+
+def leader_of(candidates: tuple[Candidate, ...]) -> Candidate | None:
+    """The exploitation leader: the usable candidate with the best utility without the
+    optimism bonus (ties: model id)."""
+    usable = [c for c in candidates if c.usable]
+    if not usable:
+        return None
+    return min(usable, key=lambda c: (-(c.utility - c.bonus), c.model_id))
+
+
 def _stands_by(fit: Fit, model_id: str, hosts: tuple[int, ...]) -> bool:
     """Whether ``model_id`` is resident on, or fits now on, one of ``hosts``."""
     ledger = fit.ledger
@@ -147,6 +212,7 @@ def choose_standby(
     fit: Fit,
     workloads: Mapping[str, WorkloadDemand],
     candidates: Callable[[str], tuple[Candidate, ...]],
+    claimed: Mapping[str, str] | None = None,
 ) -> dict[str, str]:
     """Workload → standby model for every non-admitted workload whose leader can stand by.
 
@@ -156,6 +222,9 @@ def choose_standby(
         workloads: the tick's workload forecasts (admitted ones are skipped: the portfolio
             already chose for them, or deliberately deferred them).
         candidates: workload → its ranked candidate rows.
+        claimed: workload → model of the standing standby decisions whose leaders may
+            return (:func:`returning`): they go to an idle host inside the reserve, like a
+            leader already standing by.
 
     Returns:
         The chosen map, in the module's order of precedence (only models that are not
@@ -171,20 +240,20 @@ def choose_standby(
         d = workloads.get(w)
         if d is not None and d.admitted:
             continue
-        usable = [c for c in candidates(w) if c.usable]
-        if not usable:
+        leader = leader_of(candidates(w))
+        if leader is None:
             continue
-        leader = min(usable, key=lambda c: (-(c.utility - c.bonus), c.model_id))
         m = leader.model_id
         if m in planned:
             continue  # real demand already keeps the workload's leader resident
         if _resident_elsewhere(fit, m, hosts) or not _stands_by(fit, m, hosts):
             continue
         rate = d.request_rate_rps if d is not None else 0.0
-        kept = kept_standby(fit, m, hosts)
+        kept = kept_standby(fit, m, hosts) or (claimed or {}).get(w) == m
         rows.append((not kept, -rate, -leader.startup_s, w, m))
     rows.sort()
-    # Leaders already standing by keep their slots (the reserve gates new loads only).
+    # Leaders already standing by, or returning after a loan, keep their slots (the reserve
+    # gates new standby decisions only).
     room = max(room, len({m for new, *_, m in rows if not new}))
     out: dict[str, str] = {}
     models: set[str] = set()

@@ -263,6 +263,18 @@ class Replacement(msgspec.Struct, frozen=True, kw_only=True):
     rule: str = "pressure"
 
 
+class StandbyClaim(msgspec.Struct, frozen=True, kw_only=True):
+    """A standing standby decision for one unadmitted workload (status).
+
+    Attributes:
+        model_id: the workload's leader that stood by.
+        stood_by_at: the last planning instant it stood by on idle capacity (Unix seconds).
+    """
+
+    model_id: str
+    stood_by_at: float
+
+
 class PortfolioReport(msgspec.Struct, frozen=True, kw_only=True):
     """The portfolio part of status: the decision, its inputs and the admission rows.
 
@@ -282,6 +294,9 @@ class PortfolioReport(msgspec.Struct, frozen=True, kw_only=True):
         standby: workload → model kept on idle capacity before the workload is admitted
             (:mod:`grid_core.portfolio.standby`).
         standby_reason: why standby holds what it holds (or nothing) this tick.
+        standby_claims: workload → the standby decision that stands while the workload stays
+            unadmitted, even when real demand borrows the host (the leader returns to an
+            idle host inside the reserve; :func:`~grid_core.portfolio.standby.claims`).
     """
 
     plugin: str = "builtin-projection"
@@ -298,3 +313,4 @@ class PortfolioReport(msgspec.Struct, frozen=True, kw_only=True):
     replacing: Replacement | None = None
     standby: dict[str, str] = {}
     standby_reason: str = ""
+    standby_claims: dict[str, StandbyClaim] = {}

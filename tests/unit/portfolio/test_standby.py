@@ -130,6 +130,37 @@ def test_a_leader_already_standing_by_keeps_its_slot_inside_the_margin(tmp_path:
     assert not ctl.last.forecasts["video"].direct
 
 
+def test_a_leader_returns_inside_the_margin_after_real_demand_borrowed_its_host(
+    tmp_path: Path,
+) -> None:
+    """Video stands by on h2 inside the margin; real demand then borrows h2 (the coder runs
+    there) and gives it back. The standby decision stands: once one minimum residency has
+    passed since video's replica left, video returns to an idle host although the two idle
+    slots are only the reserve; sooner, the host stays free for the borrower. A controller
+    that never stood video by keeps the reserve empty."""
+    ctl = _controller(tmp_path)
+    ctl.tick(NOW, [_host("h1", "general"), _host("h2", "video"), _host("h3")])
+    report = ctl.last.portfolio
+    assert report is not None and report.standby == {"video": "video"}
+    assert report.standby_claims["video"].model_id == "video"
+    ctl.tick(NOW + 60, [_host("h1", "general"), _host("h2", "coder"), _host("h3")])
+    freed = [_host("h1", "general"), _host("h2"), _host("h3")]
+    ctl.tick(NOW + 120, freed)
+    report, p = ctl.last.portfolio, ctl.last.plan
+    assert report is not None and p is not None
+    assert report.standby == {} and p.hosts_of("video") == ()
+    assert report.standby_claims["video"].stood_by_at == NOW
+    ctl.tick(NOW + VIDEO.min_residency_s, freed)
+    report, p = ctl.last.portfolio, ctl.last.plan
+    assert report is not None and p is not None
+    assert report.standby == {"video": "video"}
+    assert len(p.hosts_of("video")) == 1 and not p.evictions
+    assert not ctl.last.forecasts["video"].direct
+    fresh = _controller(tmp_path / "fresh")
+    fresh.tick(NOW + VIDEO.min_residency_s, freed)
+    assert fresh.last.portfolio is not None and fresh.last.portfolio.standby == {}
+
+
 def test_standby_never_evicts_and_waits_for_an_idle_host(tmp_path: Path) -> None:
     """Every host is busy with directly named work: nothing stands by, nothing is staged."""
     ctl = _controller(tmp_path)
