@@ -151,8 +151,9 @@ class SimFleet:
         self.terms_sent: list[int] = []
         self.unobservable: list[tuple[str, str, str]] = []
         """(drained host, replacement host, model) of drains decided on a replacement's valid
-        report whose engine died after that report and before the drain began (a crash no
-        controller can see yet); counted, not violations."""
+        report that was lost after that report and before the drain began (its engine died or
+        its host stopped accepting, which no controller can see yet); counted, not
+        violations."""
         self.refused: list[tuple[str, str, str, str]] = []
         """(host, kind, model, reason) of every command a node refused when it started."""
         self.forced: list[tuple[str, str, int]] = []
@@ -620,7 +621,7 @@ class SimFleet:
         ]
         if others:
             return
-        died = self._replacement_died_unreported(node, c.model_id)
+        died = self._replacement_lost_unreported(node, c.model_id)
         if died is not None:
             self.unobservable.append((node.host_id, died, c.model_id))
             return
@@ -628,13 +629,15 @@ class SimFleet:
             f"drain of the last ready replica of required {c.model_id} on {node.host_id}"
         )
 
-    def _replacement_died_unreported(self, node: SimNode, model_id: str) -> str | None:
+    def _replacement_lost_unreported(self, node: SimNode, model_id: str) -> str | None:
         """The host whose replacement of ``model_id`` justified a drain on ``node`` by its
         last report (ready, on an accepting host, young enough for the controller's own lease
-        rule) but whose engine has died since, unreported; ``None`` when no such host exists.
+        rule) but which has lost it since, unreported: its engine died, or the host stopped
+        accepting (paused, drained or quarantined by its owner); ``None`` when no such host
+        exists.
 
-        No controller can see a crash that happened after the last report it holds: the drain
-        was decided on valid evidence, and the next heartbeat reports the loss (the controller
+        No controller can see what happened after the last report it holds: the drain was
+        decided on valid evidence, and the next heartbeat reports the loss (the controller
         then warms a replacement). The soak counts these apart instead of calling the
         controller wrong; a drain with no such evidence is still a violation.
         """
@@ -648,8 +651,11 @@ class SimFleet:
             if self.now - at >= gov.route_lease_s - gov.lease_margin_s:
                 continue
             seen = report.residency(model_id)
+            if seen is None or seen.state != "ready":
+                continue
             now = n.residencies.get(model_id)
-            if seen is not None and seen.state == "ready" and (now is None or now.state != "ready"):
+            serving = n.lifecycle in ("accepting", "throttled")
+            if now is None or now.state != "ready" or not serving:
                 return n.host_id
         return None
 

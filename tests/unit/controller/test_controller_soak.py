@@ -54,8 +54,8 @@ def run_soak(target_steps: int, *, derandomize: bool) -> dict[str, object]:
         ``steps``, ``perturbations``, ``fleets``, ``violations`` (0: a violation raises
         Hypothesis's failing example instead), ``seconds``, ``by_rule`` and
         ``node_refusals`` (stale commands the simulated nodes refused, by kind) and
-        ``unobservable_losses`` (drains decided on a replacement's valid report whose
-        engine died before the drain began).
+        ``unobservable_losses`` (drains decided on a replacement's valid report that was
+        lost before the drain began: its engine died or its host stopped accepting).
     """
     TALLY.clear()
     NODE_REFUSALS.clear()
@@ -110,7 +110,7 @@ def test_controller_soak_keeps_every_safety_invariant() -> None:
     refused = report["node_refusals"]
     print(f"  stale commands refused by nodes: {refused or 'none'}")
     print(
-        "  drains whose replacement died after its last report (no controller can see it): "
+        "  drains whose replacement was lost after its last report (no controller can see it): "
         f"{report['unobservable_losses']}"
     )
     assert report["violations"] == 0

@@ -49,9 +49,9 @@ CONVERGENCE_RULES = frozenset({"fleet_rounds"})
 """Rules that model a well-behaved fleet; every other rule is a perturbation."""
 NODE_REFUSALS: Counter[str] = Counter()
 UNOBSERVABLE_LOSSES: Counter[str] = Counter()
-"""Drains decided on a replacement's valid report whose engine then died unreported, by
-model (see ``SimFleet.unobservable``): a race no controller can see, counted for the soak
-report."""
+"""Drains decided on a replacement's valid report that was then lost unreported (its engine
+died or its host stopped accepting), by model (see ``SimFleet.unobservable``): a race no
+controller can see, counted for the soak report."""
 """Commands the simulated nodes refused when they started, by kind (a drain whose engine
 died in flight); the soak prints them, to show the node-side check was exercised."""
 

@@ -1,5 +1,5 @@
 """The soak's kind "drain of the last ready replica of required a on h1", when the replacement
-dies between its report and the drain.
+is lost between its report and the drain: its engine dies, or its host stops accepting.
 
 A move of a required model's only replica from h1 to h3 warms h3 first and drains h1 only
 once h3's report shows the replacement ready, routable and inside its lease (specification,
@@ -8,7 +8,9 @@ check). If h3's engine is killed after that report and before h1's next heartbea
 controller can know: the drain is decided on valid evidence and the model has no ready
 replica until h3's next report shows the loss and the controller warms a new one. The soak
 counts these drains apart (``SimFleet.unobservable``); a drain without such evidence is still
-a violation.
+a violation. The same holds when the replacement's host is paused by its owner after its last
+report: the replica no longer serves, and the controller learns it at that host's next
+heartbeat.
 """
 
 from __future__ import annotations
@@ -84,3 +86,36 @@ def _drain(m: FleetMachine, host_id: str, model_id: str) -> Command:
         created_at=fleet.now,
         not_before=fleet.now,
     )
+
+
+def test_a_replacement_host_paused_unreported_is_counted_and_the_model_recovers() -> None:
+    """The soak's shrunk trace: the planner crowds both models onto h2, b (required) is made
+    ready there, h2's owner pauses it, and before h2 reports that, h1's heartbeat carries the
+    drain of b that h2's last report justified."""
+    m = FleetMachine()
+    m.start(
+        spec=SimFleetSpec(
+            hosts={"h1": 10_000, "h2": 10_000},
+            models={
+                "a": ModelSpec(memory_mb=5000, min_replicas=0, max_replicas=1),
+                "b": ModelSpec(memory_mb=5000, min_replicas=1, max_replicas=1),
+            },
+        )
+    )
+    m.planner_crowds_one_host(host="h1")
+    m.fleet_rounds(fail=False, rounds=3)
+    m.planner_crowds_one_host(host="h2")
+    m.superseded_controller_sends(host="h1")
+    m.fleet_rounds(fail=False, rounds=2)
+    fleet = m.fleet
+    assert fleet.ready_hosts("b") == ["h1", "h2"]  # made before break
+    m.host_lifecycle(host="h2", state="paused")
+    m.engine_dies_in_flight(host="h1", model="a")
+    assert fleet.unobservable == [("h1", "h2", "b")]
+    assert fleet.violations == []
+    assert fleet.nodes["h1"].residencies["b"].state == "draining"
+    fleet.override = None  # the real planner again
+    fleet.converge(rounds=8)
+    # h2's report of the pause reached the controller: b is warmed again where it can serve.
+    assert fleet.ready_hosts("b") == ["h1"]
+    assert fleet.violations == []
