@@ -9,7 +9,9 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
+import httpx
 import psutil
 
 CLI_TIMEOUT_S = 900
@@ -154,3 +156,64 @@ def default_sigint() -> None:
     Ctrl-C the test sends (as a terminal would deliver it to a user's command).
     """
     signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+class FleetApi:
+    """A running fleet's server as an operator (status, profiles, actions) sees it over HTTP.
+
+    ``max_connections`` bounds the shared client's pool (a test with many concurrent clients
+    raises it). Tests add what they send as users (chat) in a subclass.
+    """
+
+    def __init__(
+        self, home: Path, url: str, token: str, *, max_connections: int | None = None
+    ) -> None:
+        self.home, self.url, self.token = home, url, token
+        limits = httpx.Limits(max_connections=max_connections) if max_connections else None
+        self.http = httpx.Client(
+            timeout=120.0, trust_env=False, **({"limits": limits} if limits else {})
+        )
+        self.ops = {"x-grid-allocator-token": token}
+
+    def controller(self) -> dict[str, Any]:
+        """The status's ``controller`` document; ``{}`` while the server cannot answer."""
+        try:
+            r = self.http.get(
+                self.url + "/allocator/status", params={"detail": "1"}, headers=self.ops
+            )
+            return (r.json().get("controller") or {}) if r.status_code == 200 else {}
+        except (httpx.HTTPError, ValueError):
+            return {}
+
+    def profile(self, model: str) -> dict[str, Any] | None:
+        """The model's profile, or ``None`` when it has none yet."""
+        r = self.http.get(f"{self.url}/allocator/models/{model}")
+        if r.status_code == 404:
+            return None
+        assert r.status_code == 200, r.text
+        prof: dict[str, Any] = r.json()["profile"]
+        return prof
+
+    def put_profile(self, model: str, fields: dict[str, object]) -> None:
+        """Change (or create) the model's profile with ``fields``, as the operator."""
+        prof = {**(self.profile(model) or {"model_id": model}), **fields}
+        put = self.http.put(f"{self.url}/allocator/models/{model}", json=prof, headers=self.ops)
+        assert put.status_code == 200, put.text
+
+    def actions(self, since: float) -> list[dict[str, Any]]:
+        """Every action (finished or pending) created at or after ``since`` (Unix s)."""
+        ctl = self.controller()
+        rows = {a["action_id"]: a for a in ctl.get("history") or []}
+        rows.update({a["action_id"]: a for a in ctl.get("pending_commands") or []})
+        return sorted(
+            (a for a in rows.values() if a["created_at"] >= since), key=lambda a: a["created_at"]
+        )
+
+    def placement(self) -> dict[str, set[str]]:
+        """host → models holding memory there (anything but cached)."""
+        return {
+            h["host_id"]: {
+                r["model_id"] for r in h.get("residencies") or [] if r["state"] != "cached"
+            }
+            for h in self.controller().get("hosts") or []
+        }

@@ -38,7 +38,7 @@ from typing import Any
 
 import httpx
 import pytest
-from fleet_cli import grid, started_fleet, wait_for
+from fleet_cli import FleetApi, grid, started_fleet, wait_for
 from ports import port
 
 pytestmark = pytest.mark.e2e
@@ -191,35 +191,11 @@ class NamedUse:
             self.stop.wait(NAMED_GAP_S)
 
 
-class Fleet:
+class Fleet(FleetApi):
     """The fleet as an operator (status, profiles) and a client (chat) see it."""
 
     def __init__(self, home: Path, url: str, token: str) -> None:
-        self.home, self.url, self.token = home, url, token
-        self.http = httpx.Client(
-            timeout=120.0, trust_env=False, limits=httpx.Limits(max_connections=4 * BURST_CLIENTS)
-        )
-        self.ops = {"x-grid-allocator-token": token}
-
-    def controller(self) -> dict[str, Any]:
-        try:
-            r = self.http.get(
-                self.url + "/allocator/status", params={"detail": "1"}, headers=self.ops
-            )
-            return (r.json().get("controller") or {}) if r.status_code == 200 else {}
-        except (httpx.HTTPError, ValueError):
-            return {}
-
-    def profile(self, model: str) -> dict[str, Any]:
-        r = self.http.get(f"{self.url}/allocator/models/{model}")
-        assert r.status_code == 200, r.text
-        prof: dict[str, Any] = r.json()["profile"]
-        return prof
-
-    def put_profile(self, model: str, fields: dict[str, object]) -> None:
-        prof = {**self.profile(model), **fields}
-        put = self.http.put(f"{self.url}/allocator/models/{model}", json=prof, headers=self.ops)
-        assert put.status_code == 200, put.text
+        super().__init__(home, url, token, max_connections=4 * BURST_CLIENTS)
 
     def chat(self, model: str, text: str, max_tokens: int = ANSWER_TOKENS) -> tuple[int, str]:
         """One request; (status, the answering model from the body or the error code)."""
@@ -250,30 +226,12 @@ class Fleet:
             assert time.monotonic() < deadline, f"{model} still 503 after {WAIT_S} s"
             time.sleep(RETRY_POLL_S)
 
-    def placement(self) -> dict[str, set[str]]:
-        """host → models holding memory there (anything but cached)."""
-        return {
-            h["host_id"]: {
-                r["model_id"] for r in h.get("residencies") or [] if r["state"] != "cached"
-            }
-            for h in self.controller().get("hosts") or []
-        }
-
     def ready_host(self, model: str) -> str | None:
         """The host a node reports ``model`` ready on, if any (the first such host)."""
         for h in self.controller().get("hosts") or []:
             if any(r["model_id"] == model and r["state"] == "ready" for r in h["residencies"]):
                 return str(h["host_id"])
         return None
-
-    def actions(self, since: float) -> list[dict[str, Any]]:
-        """Every action (finished or pending) created at or after ``since`` (Unix s)."""
-        ctl = self.controller()
-        rows = {a["action_id"]: a for a in ctl.get("history") or []}
-        rows.update({a["action_id"]: a for a in ctl.get("pending_commands") or []})
-        return sorted(
-            (a for a in rows.values() if a["created_at"] >= since), key=lambda a: a["created_at"]
-        )
 
 
 @pytest.fixture(scope="module")

@@ -29,12 +29,10 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler
-from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
-from fleet_cli import grid, started_fleet, wait_for
+from fleet_cli import FleetApi, grid, started_fleet, wait_for
 from loopback_http import serving
 from ports import port
 
@@ -158,29 +156,7 @@ def mirror(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Mirror]:
 
 
 # --- the fleet as an operator and a client see it ----------------------------------------
-class Fleet:
-    def __init__(self, home: Path, url: str, token: str) -> None:
-        self.home, self.url, self.token = home, url, token
-        self.http = httpx.Client(timeout=120.0, trust_env=False)
-
-    def controller(self) -> dict[str, Any]:
-        try:
-            r = self.http.get(self.url + "/allocator/status", params={"detail": "1"})
-            return (r.json().get("controller") or {}) if r.status_code == 200 else {}
-        except (httpx.HTTPError, ValueError):
-            return {}
-
-    def put_profile(self, model: str, fields: dict[str, object]) -> None:
-        r = self.http.get(f"{self.url}/allocator/models/{model}")
-        prof = r.json()["profile"] if r.status_code == 200 else {"model_id": model}
-        prof.update(fields)
-        put = self.http.put(
-            f"{self.url}/allocator/models/{model}",
-            json=prof,
-            headers={"x-grid-allocator-token": self.token},
-        )
-        assert put.status_code == 200, put.text
-
+class Fleet(FleetApi):
     def chat(self, model: str) -> float:
         """One streamed request under :data:`KEY`, resent every :data:`RETRY_POLL_S` while
         the grid answers 503; seconds from the first attempt to the first response byte."""
@@ -206,24 +182,6 @@ class Fleet:
                 assert r.status_code == 503, (r.status_code, r.text)
             assert time.monotonic() - t0 < WAIT_S, f"{model} still 503 after {WAIT_S} s"
             time.sleep(RETRY_POLL_S)
-
-    def actions(self, since: float) -> list[dict[str, Any]]:
-        """Every action (finished or pending) created at or after ``since`` (Unix s)."""
-        ctl = self.controller()
-        rows = {a["action_id"]: a for a in ctl.get("history") or []}
-        rows.update({a["action_id"]: a for a in ctl.get("pending_commands") or []})
-        return sorted(
-            (a for a in rows.values() if a["created_at"] >= since), key=lambda a: a["created_at"]
-        )
-
-    def placement(self) -> dict[str, set[str]]:
-        """host → models holding memory there (anything but cached)."""
-        return {
-            h["host_id"]: {
-                r["model_id"] for r in h.get("residencies") or [] if r["state"] != "cached"
-            }
-            for h in self.controller().get("hosts") or []
-        }
 
     def settled(self) -> dict[str, set[str]] | None:
         """The placement when A and C hold one host each and nothing else holds memory."""
