@@ -40,78 +40,87 @@ def _plugins_command(plugins: Plugins) -> Callable[[bool], None]:
         """
         statuses = _hook_statuses(plugins)
         if as_json:
-            report = {
-                "plugins": [
-                    {
-                        "name": info.name,
-                        "module": info.module,
-                        "distribution": info.distribution,
-                        "version": info.version,
-                        "hooks": list(info.hooks),
-                    }
-                    for info in plugins.infos
-                ],
-                "hooks": [
-                    {
-                        "hook": st.hook,
-                        "kind": st.kind,
-                        "active": list(st.active),
-                        "shadowed": list(st.shadowed),
-                        "refused": list(st.refused),
-                        "objects": st.objects,
-                    }
-                    for st in statuses
-                ],
-                "failures": [
-                    {"name": f.name, "cause": f.cause, "loaded": f.loaded} for f in plugins.failures
-                ],
-            }
-            typer.echo(json.dumps(report, indent=2))
-            return
-        from grid_core.table import render_table
-
-        typer.echo(
-            render_table(
-                ["plugin", "distribution", "version", "hooks"],
-                [
-                    [
-                        info.name,
-                        info.distribution or "-",
-                        info.version or "-",
-                        ", ".join(info.hooks) or "-",
-                    ]
-                    for info in plugins.infos
-                ],
-            )
-        )
-        typer.echo("")
-        typer.echo(
-            render_table(
-                ["hook", "kind", "active", "shadowed", "refused"],
-                [
-                    [
-                        st.hook,
-                        st.kind.replace("_", " "),
-                        ", ".join(st.active) or "-",
-                        ", ".join(st.shadowed) or "-",
-                        ", ".join(st.refused) or "-",
-                    ]
-                    for st in statuses
-                ],
-            )
-        )
-        objects = [
-            [name, COLLECT_KINDS.get(st.hook, st.hook), plugin]
-            for st in statuses
-            for name, plugin in st.objects.items()
-        ]
-        if objects:
-            typer.echo("")
-            typer.echo(render_table(["object", "kind", "provided by"], objects))
+            typer.echo(json.dumps(_plugins_report(plugins, statuses), indent=2))
+        else:
+            _print_plugins(plugins, statuses)
         # Each failure's one-line reason already went to stderr through the facade's report
         # (load failures at start-up, refused objects while the hooks above were resolved).
 
     return plugins_cmd
+
+
+def _plugins_report(plugins: Plugins, statuses: list[HookStatus]) -> dict[str, object]:
+    """``grid plugins --json``: loaded plugins, per-hook resolution and load failures."""
+    return {
+        "plugins": [
+            {
+                "name": info.name,
+                "module": info.module,
+                "distribution": info.distribution,
+                "version": info.version,
+                "hooks": list(info.hooks),
+            }
+            for info in plugins.infos
+        ],
+        "hooks": [
+            {
+                "hook": st.hook,
+                "kind": st.kind,
+                "active": list(st.active),
+                "shadowed": list(st.shadowed),
+                "refused": list(st.refused),
+                "objects": st.objects,
+            }
+            for st in statuses
+        ],
+        "failures": [
+            {"name": f.name, "cause": f.cause, "loaded": f.loaded} for f in plugins.failures
+        ],
+    }
+
+
+def _print_plugins(plugins: Plugins, statuses: list[HookStatus]) -> None:
+    """``grid plugins`` as tables: plugins, per-hook resolution, registered objects."""
+    from grid_core.table import render_table
+
+    typer.echo(
+        render_table(
+            ["plugin", "distribution", "version", "hooks"],
+            [
+                [
+                    info.name,
+                    info.distribution or "-",
+                    info.version or "-",
+                    ", ".join(info.hooks) or "-",
+                ]
+                for info in plugins.infos
+            ],
+        )
+    )
+    typer.echo("")
+    typer.echo(
+        render_table(
+            ["hook", "kind", "active", "shadowed", "refused"],
+            [
+                [
+                    st.hook,
+                    st.kind.replace("_", " "),
+                    ", ".join(st.active) or "-",
+                    ", ".join(st.shadowed) or "-",
+                    ", ".join(st.refused) or "-",
+                ]
+                for st in statuses
+            ],
+        )
+    )
+    objects = [
+        [name, COLLECT_KINDS.get(st.hook, st.hook), plugin]
+        for st in statuses
+        for name, plugin in st.objects.items()
+    ]
+    if objects:
+        typer.echo("")
+        typer.echo(render_table(["object", "kind", "provided by"], objects))
 
 
 def build_app(plugins: Plugins | None = None) -> typer.Typer:

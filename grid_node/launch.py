@@ -154,8 +154,7 @@ def start_node(
         raise ConflictError(msg)
     if config.engine_tls_enabled:
         # Refuse a bad certificate, key or CA here, with one line, not in the daemon's log.
-        # (Imported here: the TLS fronts bring the HTTP and X.509 stacks.)
-        from grid_node.engine_tls import load_engine_tls
+        from grid_node.engine_tls import load_engine_tls  # brings the HTTP and X.509 stacks
 
         assert config.advertise_host and config.engine_tls_cert and config.engine_tls_key
         load_engine_tls(
