@@ -679,6 +679,34 @@ def _cancelled(a: Action, reason: str) -> Withdrawal:
     return Withdrawal(action_id=a.action_id, model_id=a.model_id, status="cancelled", reason=reason)
 
 
+def _unwanted(
+    inp: ReconcileInputs, a: Action, host: HostSnapshot | None, desired: bool
+) -> str | None:
+    """Why an active load or warm is no longer wanted, or ``None`` while it still is.
+
+    A fetch kept for a staged eviction's beneficiary, or for a predictive advisory still in
+    force, is wanted though its (host, model) is not desired. ``desired`` says whether the
+    plan still assigns the pair.
+    """
+    prefetch = (
+        a.reason == "prefetch"
+        and any(e.beneficiary == a.model_id and e.host_id == a.host_id for e in inp.plan.evictions)
+    ) or (
+        a.reason == PREDICTIVE_FETCH
+        and any(
+            v.kind == "fetch" and v.model_id == a.model_id and v.host_id == a.host_id
+            for v in inp.advisories
+        )
+    )
+    if a.model_id in inp.retired:
+        return "retired"
+    if not desired and not prefetch:
+        return "no_longer_desired"
+    if host is not None and not admitting(host, inp.policy) and not a.delivered:
+        return "host_not_admitting"
+    return None
+
+
 def _withdrawals(
     inp: ReconcileInputs,
     desired_pairs: set[tuple[str, str]],
@@ -692,26 +720,7 @@ def _withdrawals(
         host = inp.hosts.get(a.host_id)
         key = (a.model_id, a.host_id)
         if a.kind in ("load", "warm"):
-            reason = None
-            prefetch = (
-                a.reason == "prefetch"
-                and any(
-                    e.beneficiary == a.model_id and e.host_id == a.host_id
-                    for e in inp.plan.evictions
-                )
-            ) or (
-                a.reason == PREDICTIVE_FETCH
-                and any(
-                    v.kind == "fetch" and v.model_id == a.model_id and v.host_id == a.host_id
-                    for v in inp.advisories
-                )
-            )
-            if a.model_id in inp.retired:
-                reason = "retired"
-            elif key not in desired_pairs and not prefetch:
-                reason = "no_longer_desired"
-            elif host is not None and not admitting(host, inp.policy) and not a.delivered:
-                reason = "host_not_admitting"
+            reason = _unwanted(inp, a, host, key in desired_pairs)
             if reason is not None and a.delivered:
                 # Delivered: the node may be running it. It keeps its slot until the node's
                 # receipt; a surplus replica it creates is drained later as obsolete.
