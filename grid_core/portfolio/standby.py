@@ -13,7 +13,10 @@ workload's few long jobs). Standby closes that gap without giving speculation an
    capacity real demand is waiting for, so a standby replica there is withdrawn (and drained
    by the ordinary reconciler guards) as soon as real demand could use its host. Idle slots
    up to the spare-capacity reserve (one unseen workload and one node failure) stay empty:
-   on a small fleet that margin is all the spare there is.
+   on a small fleet that margin is all the spare there is. The unseen-workload slot is kept
+   for a workload that would otherwise find no model; when the leaders of every unadmitted
+   workload stand by within the slots beyond the node-failure reserve, none is left, so only
+   the node-failure slot stays empty (:func:`covered_room`).
 3. Every workload the catalogue scores that is not admitted (unseen, or below the admission
    gate) asks for its exploitation leader — the best candidate by configured suitability,
    evidence and transition cost, without the optimism bonus — when that model already
@@ -102,9 +105,9 @@ def idle_hosts(plan: Plan, fit: Fit) -> tuple[int, ...]:
     return tuple(out)
 
 
-def standby_slots(fit: Fit, hosts: tuple[int, ...]) -> int:
+def standby_slots(fit: Fit, hosts: tuple[int, ...], unseen: int = RESERVED_UNSEEN_WORKLOADS) -> int:
     """Standby models the idle ``hosts`` may hold: their model slots (an unknown limit counts
-    as one: no hypothetical headroom) minus the reserve for one unseen workload and
+    as one: no hypothetical headroom) minus the reserve for ``unseen`` unseen workloads and
     one node failure (the most models any eligible host holds, at least one). A small fleet
     whose spare capacity is only that reserve gets no standby: it is not idle, it is the
     fleet's margin."""
@@ -113,7 +116,16 @@ def standby_slots(fit: Fit, hosts: tuple[int, ...]) -> int:
     # (a standby model already there included).
     free = sum(ledger.books[hi].max_models or 1 for hi in hosts)
     largest = max((len(b.present) for b in ledger.books if b.eligible), default=0)
-    return max(0, free - RESERVED_UNSEEN_WORKLOADS - max(1, largest))
+    return max(0, free - unseen - max(1, largest))
+
+
+def covered_room(fit: Fit, hosts: tuple[int, ...], leaders: set[str], uncovered: bool) -> int:
+    """Standby slots when the unseen-workload reserve has nothing left to wait for: the idle
+    slots beyond the node-failure reserve, if the ``leaders`` of every unadmitted workload
+    (none ``uncovered``: each leader is planned, resident or fits an idle host) all fit in
+    them; otherwise 0 (the ordinary reserve applies)."""
+    room = standby_slots(fit, hosts, unseen=0)
+    return room if not uncovered and len(leaders) <= room else 0
 
 
 def kept_standby(fit: Fit, model_id: str, hosts: tuple[int, ...]) -> bool:
@@ -236,6 +248,7 @@ def choose_standby(
     room = standby_slots(fit, hosts)
     planned = {a.model_id for a in plan.assignments}
     rows = []
+    uncovered = False  # some unseen workload's leader could not stand by anywhere idle
     for w in catalogue_workloads(fit):
         d = workloads.get(w)
         if d is not None and d.admitted:
@@ -246,12 +259,19 @@ def choose_standby(
         m = leader.model_id
         if m in planned:
             continue  # real demand already keeps the workload's leader resident
-        if _resident_elsewhere(fit, m, hosts) or not _stands_by(fit, m, hosts):
+        if _resident_elsewhere(fit, m, hosts):
+            continue
+        if not _stands_by(fit, m, hosts):
+            uncovered = True
             continue
         rate = d.request_rate_rps if d is not None else 0.0
         kept = kept_standby(fit, m, hosts) or (claimed or {}).get(w) == m
         rows.append((not kept, -rate, -leader.startup_s, w, m))
     rows.sort()
+    # The unseen-workload reserve keeps a slot for a workload nobody asked for yet; when the
+    # leaders of every such workload stand by within the slots beyond the node-failure
+    # reserve, no workload is left for it to serve (:func:`covered_room`).
+    room = max(room, covered_room(fit, hosts, {m for *_, m in rows}, uncovered))
     # Leaders already standing by, or returning after a loan, keep their slots (the reserve
     # gates new standby decisions only).
     room = max(room, len({m for new, *_, m in rows if not new}))

@@ -116,6 +116,29 @@ def test_a_small_fleet_keeps_its_margin_free(tmp_path: Path) -> None:
     assert {a.model_id for a in p.assignments} == {"general"}
 
 
+def test_when_every_unseen_workload_is_covered_only_the_node_failure_slot_stays_free(
+    tmp_path: Path,
+) -> None:
+    """Four hosts: after the baseline, three idle slots. The leaders of every unadmitted
+    workload (coder, video) fit beside the node-failure slot, so the unseen-workload slot has
+    nothing left to wait for: both stand by and one slot stays free. When one unadmitted
+    workload's leader fits no idle host now (research's model needs more than an empty host
+    offers beside the admission headroom), that workload is still uncovered and the ordinary
+    reserve applies: only video stands by."""
+    ctl = _controller(tmp_path)
+    ctl.tick(NOW, _hosts(4))
+    report, p = ctl.last.portfolio, ctl.last.plan
+    assert report is not None and p is not None
+    assert report.standby == {"coding": "coder", "video": "video"}
+    assert len(p.assignments) == 3 and not p.evictions
+    big = ModelProfile(model_id="big", memory_mb=7_900, workload_scores={"research": 0.9})
+    ctl = _controller(tmp_path / "uncovered")
+    ctl.put_profile(big, NOW)
+    ctl.tick(NOW, _hosts(4))
+    report = ctl.last.portfolio
+    assert report is not None and report.standby == {"video": "video"}
+
+
 def test_a_leader_already_standing_by_keeps_its_slot_inside_the_margin(tmp_path: Path) -> None:
     """The same three hosts, but the video model already stands by on h2 (idle, long past its
     cooldown): the reserve stops new standby loads, yet the video replica is not unloaded just
