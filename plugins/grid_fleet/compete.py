@@ -12,9 +12,11 @@ start``) and talks only to the fleet's public routes:
    makes the allocator drain and unload it, and the original profile is put back exactly;
 2. evidence — every answer becomes one authenticated ``POST /allocator/evaluations`` with
    the configured artifact digest;
-3. serve — with every candidate offloaded, ordinary ``auto`` coding requests go through the
-   normal request path until the model the allocator loaded answers; it must be the measured
-   winner, on the host the plan chose for it;
+3. serve — with every candidate offloaded (one the allocator still holds, say for coding
+   traffic an earlier run sent within the hour, is offloaded by the same temporary tag and
+   put back), ordinary ``auto`` coding requests go through the normal request path until the
+   model the allocator loaded answers; it must be the measured winner, on the host the plan
+   chose for it;
 4. constrain — the winner's profile requires a tag no host has: status must name the
    rejection, the winner must go and the runner-up must load and answer;
 5. restore — the original profile comes back exactly and the winner serves again.
@@ -150,6 +152,29 @@ def _where(status: dict[str, Any], models: list[str]) -> str:
     """``model@host:state`` for the given models (progress and error text)."""
     parts = [f"{m}@{h}:{s}" for m in models for h, s in sorted(states(status, m).items())]
     return ", ".join(parts) or "none resident"
+
+
+def served_hosts(status: dict[str, Any], model_id: str, planned: list[str]) -> list[str] | None:
+    """Where ``model_id``, which has just answered, is ready; ``None`` while status does not
+    show it ready yet.
+
+    The router sends traffic to an engine as soon as its warm command succeeds, up to one
+    heartbeat before the host's residency report says ``ready``, so an answer can come from a
+    replica that this status read still shows as cached or warming.
+
+    Raises:
+        CompeteError: it is ready on a host the plan did not choose (``planned``).
+    """
+    hosts = ready_hosts(status, model_id)
+    if not hosts:
+        return None
+    if set(hosts) - set(planned):
+        msg = (
+            f"{model_id} answered from {hosts}, but the plan placed it on {planned}: the "
+            "answer did not come from the planner-preferred host"
+        )
+        raise cs.CompeteError(msg)
+    return hosts
 
 
 # --- profile edits that are always undone --------------------------------------------------
@@ -464,6 +489,37 @@ class Compete:
             lambda s: _where(s, models),
         )
 
+    def _shown_ready(self, model_id: str) -> list[str]:
+        """Hosts where status shows ``model_id`` ready, once it does (it has just answered;
+        see :func:`served_hosts`)."""
+        return self._wait(
+            f"status shows {model_id} ready",
+            lambda s: ready_hosts(s, model_id) or None,
+            lambda s: _where(s, [model_id]),
+        )
+
+    def _offload_held(self, models: list[str]) -> None:
+        """Offload every one of ``models``. When the allocator still holds one (a workload
+        admitted by earlier ``auto`` traffic stays admitted while any of its requests is
+        remembered, up to an hour; or standby on idle capacity), every one of them gets the
+        temporary impossible tag until none is resident, then its original profile back:
+        constraining only the resident one would let the allocator move the workload to
+        another candidate."""
+        status = self._read()
+        held = [m for m in models if SERVING & set(states(status, m).values())]
+        if not held:
+            self._wait_gone(models)
+            return
+        self.echo(
+            f"   {', '.join(held)} still resident (the allocator holds it for the "
+            f"{cs.WORKLOAD} workload or standby): every candidate gets the temporary tag"
+        )
+        for m in models:
+            self.edits.apply(m, cs.with_constraint)
+        self._wait_gone(models)
+        for m in models:
+            self.edits.restore(m)
+
     # --- inference ------------------------------------------------------------------------------
     def _chat(
         self, model: str, prompt: str, headers: dict[str, str]
@@ -574,7 +630,13 @@ class Compete:
                 evidence = answer.get("evidence") or {}
                 r.quality = evidence.get("score")
                 r.quality_confidence = evidence.get("confidence")
-        status = self._read()
+        sent_at = time.time()
+        # Utilities from a controller pass that has seen the evidence (passes every 2 s).
+        status = self._wait(
+            "a controller pass after the evidence",
+            lambda s: s if float(_ctl(s).get("last_tick_at") or 0.0) > sent_at else None,
+            lambda s: f"last pass at {_ctl(s).get('last_tick_at')}",
+        )
         for r in self.results:
             row = candidate_row(status, r.model_id)
             r.utility = None if row is None else row.get("utility")
@@ -583,7 +645,7 @@ class Compete:
     def _serve(self, winner: str, candidates: list[str]) -> str:
         """Every candidate offloaded, ordinary ``auto`` traffic until the allocator's model
         answers; it must be the winner, on a host its plan chose."""
-        self._wait_gone(candidates)
+        self._offload_held(candidates)
         planned: list[str] = []
 
         def planned_now(status: dict[str, Any]) -> None:
@@ -591,15 +653,14 @@ class Compete:
                 planned.extend(planned_hosts(status, winner))
 
         sent = self._auto_until_model(winner, candidates, planned_now)
-        status = self._read()
-        hosts = ready_hosts(status, winner)
-        chosen = planned or planned_hosts(status, winner)
-        if not hosts or set(hosts) - set(chosen):
-            msg = (
-                f"{winner} answered from {hosts}, but the plan placed it on {chosen}: the "
-                "answer did not come from the planner-preferred host"
-            )
-            raise cs.CompeteError(msg)
+        last: list[dict[str, Any]] = [{}]
+
+        def shown(s: dict[str, Any]) -> list[str] | None:
+            last[0] = s
+            return served_hosts(s, winner, planned or planned_hosts(s, winner))
+
+        hosts = self._wait(f"status shows {winner} ready", shown, lambda s: _where(s, [winner]))
+        status = last[0]
         mapping = ((_ctl(status).get("portfolio") or {}).get("mapping") or {}).get(cs.WORKLOAD)
         row = admission_row(status) or {}
         for r in self.results:
@@ -666,7 +727,7 @@ class Compete:
         self.echo(f"   status: {winner} rejected: {rejection}")
         self._wait_gone([winner])
         sent = self._auto_until_model(runner_up, [winner, runner_up])
-        hosts = ready_hosts(self._read(), runner_up)
+        hosts = self._shown_ready(runner_up)
         return (
             f"{winner} rejected ({rejection}) and offloaded; {runner_up} loaded on "
             f"{', '.join(hosts)} and answered after {sent} auto requests"
@@ -682,7 +743,7 @@ class Compete:
             lambda s: _where(s, [winner, runner_up]),
         )
         sent = self._auto_until_model(winner, [winner, runner_up])
-        hosts = ready_hosts(self._read(), winner)
+        hosts = self._shown_ready(winner)
         return (
             f"constraint removed, profile identical; {winner} ready again on "
             f"{', '.join(hosts)} and answered after {sent} auto requests"

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from grid_core.api import GridError, ValidationError, render_table
+from grid_fleet.layout import FLEET_GRID_NAME
 from grid_fleet.traffic import percentile
 
 WORKLOAD = "coding"
@@ -196,7 +197,7 @@ def candidates_of(profiles: Iterable[Mapping[str, Any]]) -> list[tuple[str, str 
         msg = (
             f"grid test compete needs at least {MIN_CANDIDATES} {WORKLOAD} candidates, found "
             f"{len(found)} ({names}); give models a {WORKLOAD} score, e.g. 'grid allocator "
-            f"model set MODEL --workload-score {WORKLOAD}=0.8'"
+            f"model set MODEL --grid {FLEET_GRID_NAME} --workload-score {WORKLOAD}=0.8'"
         )
         raise ValidationError(msg)
     if len(found) > MAX_CANDIDATES:
@@ -207,11 +208,17 @@ def candidates_of(profiles: Iterable[Mapping[str, Any]]) -> list[tuple[str, str 
         )
         raise ValidationError(msg)
     for p in found:
-        if int(p.get("min_replicas") or 0) > 0 or p.get("pins"):
+        kept = []
+        if int(p.get("min_replicas") or 0) > 0:
+            kept.append((f"min_replicas {p['min_replicas']}", "--min-replicas 0"))
+        if p.get("pins"):
+            kept.append((f"pins {','.join(map(str, p['pins']))}", "--clear-pins"))
+        if kept:
             msg = (
-                f"candidate {p['model_id']} has min_replicas or pins, so it can never be "
-                "offloaded; compete needs optional candidates (set --min-replicas 0 and "
-                "--clear-pins, or remove its coding score)"
+                f"candidate {p['model_id']} has {' and '.join(k for k, _ in kept)}, so it can "
+                "never be offloaded; compete needs optional candidates: 'grid allocator model "
+                f"set {p['model_id']} --grid {FLEET_GRID_NAME} {' '.join(f for _, f in kept)}' "
+                f"(or drop it with --clear-workload-scores)"
             )
             raise ValidationError(msg)
     return [(str(p["model_id"]), p.get("artifact_sha256")) for p in found]

@@ -48,6 +48,9 @@ MIN_HOST_MB = 1024
 """Smallest logical host: one tiny replica plus the planner's 512 MB admission headroom."""
 MB = 1024 * 1024
 GIB_MB = 1024
+FLEET_GRID_NAME = "test-fleet"
+"""The named grid a running test fleet registers, so that ``--grid test-fleet`` (or the bare
+URL) finds the fleet server's operator token and its restart command."""
 
 # Demo fleet policy. Every number is a fleet setting sent to the real server; none of it is a
 # shortcut inside the controller. Short, but long enough that each decision is honest.

@@ -59,7 +59,13 @@ from grid_fleet.daemons import (
     stray_processes,
     token_path,
 )
-from grid_fleet.layout import FleetRecord, FleetSettings, HostSpec, ModelSpec
+from grid_fleet.layout import (
+    FLEET_GRID_NAME,
+    FleetRecord,
+    FleetSettings,
+    HostSpec,
+    ModelSpec,
+)
 from grid_fleet.models import check_gguf, prepare_models
 
 BASELINE_READY_S = 120.0
@@ -224,9 +230,6 @@ def _start(settings: FleetSettings, echo: Echo, root: Path) -> FleetRecord:
     return rec
 
 
-FLEET_GRID_NAME = "test-fleet"
-"""The named grid a running test fleet registers, so that ``--grid test-fleet`` (or the bare
-URL) finds the fleet server's operator token and its restart command."""
 FLEET_START_HINT = "grid test restart"
 
 

@@ -53,6 +53,8 @@ INTERRUPT_AFTER = "asked the allocator for one"
 """The progress line after which the interrupted run has a profile edit applied."""
 INTERRUPT_WAIT_S = 120.0
 """Bound on the interrupted run's start and its clean-up (never timed)."""
+SECOND_RUN_STEP_S = 120.0
+"""The second run's step budget: a failure shows in two minutes, not four (never timed)."""
 
 
 def _interrupted_run(home: Path) -> tuple[int, str]:
@@ -207,3 +209,14 @@ def test_compete_picks_the_measured_winner_constrains_it_and_restores(tmp_path: 
         assert not any((forecasts.get(m) or {}).get("direct") for m in (FAST, SLOW))
         quality = {(q["model_id"], q["workload"]): q for q in ctl["quality"]}
         assert quality[(winner, "coding")]["score"] > quality[(runner_up, "coding")]["score"]
+
+        # Run it again at once: the coding workload is still admitted and holds the winner,
+        # so the serve step must offload it by its temporary edits (before, it waited for an
+        # offload the allocator never made and failed after the step budget).
+        again = grid(home, "test", "compete", "--json", "--step-timeout-s", str(SECOND_RUN_STEP_S))
+        print(again.stderr)
+        assert again.returncode == 0, again.stdout + again.stderr
+        assert "still resident" in again.stderr  # the held candidate was seen and offloaded
+        assert json.loads(again.stdout)["winner"] == winner
+        assert _profile_versions(url, (FAST, SLOW)) == before
+        assert not (root / "compete-edits.json").exists()

@@ -107,6 +107,8 @@ def test_too_few_candidates_name_the_fix():
     with pytest.raises(ValidationError, match="at least 2 coding candidates, found 1") as exc:
         cs.candidates_of([_profile("a.gguf", 0.9), _profile("b.gguf", None)])
     assert "--workload-score coding=" in str(exc.value)
+    # The command to copy reaches the fleet server (without --grid it asks a local 'grid up').
+    assert "--grid test-fleet" in str(exc.value)
 
 
 def test_too_many_candidates_are_refused():
@@ -114,10 +116,19 @@ def test_too_many_candidates_are_refused():
         cs.candidates_of([_profile(f"m{i}.gguf", 0.5) for i in range(5)])
 
 
-@pytest.mark.parametrize("field", [{"min_replicas": 1}, {"pins": ["host-01"]}])
-def test_a_candidate_that_cannot_be_offloaded_is_refused(field):
-    with pytest.raises(ValidationError, match="can never be offloaded"):
+@pytest.mark.parametrize(
+    ("field", "named", "fix"),
+    [
+        ({"min_replicas": 1}, "has min_replicas 1,", "--min-replicas 0"),
+        ({"pins": ["host-01"]}, "has pins host-01,", "--clear-pins"),
+    ],
+)
+def test_a_candidate_that_cannot_be_offloaded_is_refused(field, named, fix):
+    """The message names the field that holds the candidate and the command that frees it."""
+    with pytest.raises(ValidationError, match="can never be offloaded") as exc:
         cs.candidates_of([_profile("a.gguf", 0.9, **field), _profile("b.gguf", 0.8)])
+    assert named in str(exc.value)
+    assert f"grid allocator model set a.gguf --grid test-fleet {fix}" in str(exc.value)
 
 
 def test_the_temporary_edits_change_only_what_they_name():

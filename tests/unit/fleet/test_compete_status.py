@@ -63,6 +63,18 @@ def test_only_a_start_failure_after_the_request_counts():
     assert compete.start_failure(STATUS, "fast", since=0.0) is None
 
 
+def test_an_answer_ahead_of_the_residency_report_waits_for_it():
+    """The router answers from a freshly warmed engine up to a heartbeat before the host
+    reports it ready (seen on a 3-host fleet: the serve step failed with "answered from []"
+    although the winner answered from the planned host)."""
+    warming = {"controller": {"hosts": [{"host_id": "host-02", "residencies": [
+        {"model_id": "fast", "state": "warming"}]}]}}  # fmt: skip
+    assert compete.served_hosts(warming, "fast", ["host-02"]) is None  # read status again
+    assert compete.served_hosts(STATUS, "fast", ["host-02"]) == ["host-02"]
+    with pytest.raises(compete.cs.CompeteError, match="plan placed it on"):
+        compete.served_hosts(STATUS, "fast", ["host-03"])
+
+
 @pytest.mark.parametrize(
     ("doc", "problem"),
     [
