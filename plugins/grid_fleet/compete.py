@@ -499,20 +499,21 @@ class Compete:
         )
 
     def _offload_held(self, models: list[str]) -> None:
-        """Offload every one of ``models``. When the allocator still holds one (a workload
-        admitted by earlier ``auto`` traffic stays admitted while any of its requests is
-        remembered, up to an hour; or standby on idle capacity), every one of them gets the
-        temporary impossible tag until none is resident, then its original profile back:
-        constraining only the resident one would let the allocator move the workload to
-        another candidate."""
+        """Offload every one of ``models``: each gets the temporary impossible tag until none
+        is resident, then its original profile back.
+
+        The allocator may hold a candidate (a workload admitted by earlier ``auto`` traffic
+        stays admitted while any of its requests is remembered, up to an hour; or standby on
+        idle capacity), and it may place one again a moment after a status read showed none:
+        so every candidate is constrained, whatever one read showed. Constraining only the
+        resident one would let the allocator move the workload to another candidate.
+        """
         status = self._read()
         held = [m for m in models if SERVING & set(states(status, m).values())]
-        if not held:
-            self._wait_gone(models)
-            return
+        why = f"{', '.join(held)} still resident" if held else "none resident now"
         self.echo(
-            f"   {', '.join(held)} still resident (the allocator holds it for the "
-            f"{cs.WORKLOAD} workload or standby): every candidate gets the temporary tag"
+            f"   {why}; every candidate gets the temporary tag so the allocator cannot hold "
+            f"one for the {cs.WORKLOAD} workload or standby meanwhile"
         )
         for m in models:
             self.edits.apply(m, cs.with_constraint)
