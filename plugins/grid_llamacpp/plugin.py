@@ -50,8 +50,16 @@ def make_model(
     embedding: int = typer.Option(64, "--embedding", help="Embedding width (multiple of 16)."),
     context: int = typer.Option(512, "--context", help="Context length in tokens."),
     seed: int = typer.Option(0, "--seed", help="Random seed (same seed, same bytes)."),
+    force: bool = typer.Option(False, "--force", help="Replace an existing OUT that differs."),
 ) -> None:
-    """Write a small deterministic llama GGUF that llama-server loads and generates from."""
+    """Write a small deterministic llama GGUF that llama-server loads and generates from.
+
+    An existing OUT with other bytes (say a model a fleet serves, whose profile names its
+    SHA-256) is kept and the command exits 2 unless --force is given; the same bytes again
+    are fine.
+    """
+    import os
+
     from grid_llamacpp.artifacts import sha256_file
     from grid_llamacpp.tinymodel import TinyModelSpec
     from grid_llamacpp.tinymodel import make_model as make
@@ -61,10 +69,22 @@ def make_model(
         # A typo in the path should fail loudly, not create a new directory tree.
         msg = f"{out}: directory {parent} does not exist; create it first (mkdir -p {parent})"
         raise ValidationError(msg)
-    size = make(
-        out,
-        TinyModelSpec(name=name, layers=layers, embedding=embedding, context=context, seed=seed),
-    )
+    spec = TinyModelSpec(name=name, layers=layers, embedding=embedding, context=context, seed=seed)
+    if out.exists() and not force:
+        # Written beside it first: only identical bytes may take its place unasked.
+        fresh = out.with_name(f".{out.name}.{os.getpid()}.new")
+        try:
+            make(fresh, spec)
+            old_sha, new_sha = sha256_file(out), sha256_file(fresh)
+            if old_sha != new_sha:
+                msg = (
+                    f"{out} already exists with other bytes (sha256 {old_sha}, this model "
+                    f"{new_sha}); pass --force to replace it, or choose another path"
+                )
+                raise ValidationError(msg)
+        finally:
+            fresh.unlink(missing_ok=True)
+    size = make(out, spec)
     typer.echo(f"{out}  {size} bytes  sha256 {sha256_file(out)}")
 
 

@@ -105,3 +105,31 @@ def test_make_model_cli_refuses_a_missing_directory_without_creating_it(tmp_path
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and str(missing) in err[0] and "does not exist" in err[0]
     assert not missing.exists()
+
+
+def _make_model_cli(*args: str) -> int:
+    """``grid test make-model ARGS`` in process; its exit code."""
+    from grid_core.cli import main
+
+    try:
+        main(["test", "make-model", *args])
+    except SystemExit as exc:
+        return int(exc.code or 0)
+    return 0
+
+
+def test_make_model_cli_keeps_an_existing_model_with_other_bytes(tmp_path, capsys):
+    """A served model's file (its profile names the SHA-256) is never replaced unasked; the
+    same bytes again are fine, and --force replaces."""
+    out = tmp_path / "tiny-coder.gguf"
+    assert _make_model_cli(str(out), "--seed", "1") == 0
+    served = out.read_bytes()
+    assert _make_model_cli(str(out), "--seed", "1") == 0  # identical bytes: no refusal
+    assert out.read_bytes() == served
+    capsys.readouterr()
+    assert _make_model_cli(str(out), "--name", "slow-coder", "--layers", "3") == 2
+    assert "already exists with other bytes" in capsys.readouterr().err
+    assert out.read_bytes() == served
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["tiny-coder.gguf"]  # no leftover
+    assert _make_model_cli(str(out), "--layers", "3", "--force") == 0
+    assert out.read_bytes() != served
