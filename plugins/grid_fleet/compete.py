@@ -154,6 +154,17 @@ def _where(status: dict[str, Any], models: list[str]) -> str:
     return ", ".join(parts) or "none resident"
 
 
+def choice(status: dict[str, Any]) -> str:
+    """How the allocator chose the coding model: the portfolio's mapping of the admitted
+    workload, or its standby leader on idle capacity before admission (docs/portfolio.md)."""
+    portfolio = _ctl(status).get("portfolio") or {}
+    mapping = (portfolio.get("mapping") or {}).get(cs.WORKLOAD)
+    standby = (portfolio.get("standby") or {}).get(cs.WORKLOAD)
+    if mapping or not standby:
+        return f"mapped {cs.WORKLOAD} to {mapping}"
+    return f"stands {standby} by for {cs.WORKLOAD} (idle capacity, before admission)"
+
+
 def served_hosts(status: dict[str, Any], model_id: str, planned: list[str]) -> list[str] | None:
     """Where ``model_id``, which has just answered, is ready; ``None`` while status does not
     show it ready yet.
@@ -662,15 +673,14 @@ class Compete:
 
         hosts = self._wait(f"status shows {winner} ready", shown, lambda s: _where(s, [winner]))
         status = last[0]
-        mapping = ((_ctl(status).get("portfolio") or {}).get("mapping") or {}).get(cs.WORKLOAD)
         row = admission_row(status) or {}
         for r in self.results:
             cand = candidate_row(status, r.model_id)
             if cand is not None:
                 r.utility = cand.get("utility")
         return (
-            f"{sent} auto requests; the allocator mapped {cs.WORKLOAD} to {mapping} and loaded "
-            f"it on {', '.join(hosts)} (the plan's host); admission {row.get('state', '?')}"
+            f"{sent} auto requests; the allocator {choice(status)} and loaded it on "
+            f"{', '.join(hosts)} (the plan's host); admission {row.get('state', '?')}"
         )
 
     def _auto_until_model(

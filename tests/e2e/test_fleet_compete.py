@@ -13,9 +13,9 @@ that the runner-up served under the constraint, that the winner came back, and t
 profile the command edited is byte-for-byte the original afterwards (specification,
 "Single-machine scenario lab and logical fleet test").
 
-Three hosts, not four: the baseline holds one, the candidates one each, and the fleet's idle
-capacity is then exactly its standby reserve, so no candidate is held on idle capacity before
-the coding workload is seen (docs/portfolio.md, "Standby").
+Three hosts, not four: the baseline holds one and the candidates one each. The coding leader
+may stand by on an idle host before any coding request (docs/portfolio.md, "Standby"), so
+the serve step constrains every candidate until none is resident before it sends traffic.
 """
 
 from __future__ import annotations

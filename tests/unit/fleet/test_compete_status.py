@@ -75,6 +75,14 @@ def test_an_answer_ahead_of_the_residency_report_waits_for_it():
         compete.served_hosts(STATUS, "fast", ["host-03"])
 
 
+def test_the_choice_names_standby_before_the_workload_is_admitted():
+    """Seen on a 3-host fleet: the standby leader answered and the step said "mapped coding
+    to None"."""
+    assert compete.choice(STATUS) == "mapped coding to fast"
+    before = {"controller": {"portfolio": {"mapping": {}, "standby": {"coding": "fast"}}}}
+    assert compete.choice(before) == ("stands fast by for coding (idle capacity, before admission)")
+
+
 @pytest.mark.parametrize(
     ("doc", "problem"),
     [
