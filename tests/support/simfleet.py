@@ -675,7 +675,10 @@ class SimFleet:
             r.state = "failed" if fail else "ready"
         elif c.kind == "drain" and fail and r is not None and r.state == "draining":
             pass  # a failed drain leaves the process draining; the controller unloads later
-        if c.kind == "drain" and not fail:
+        if c.kind == "drain":
+            # Its receipt says succeeded either way (the route was fenced; a failed drain only
+            # leaves the process draining), and the controller's drain deadline runs from
+            # that receipt: so does the check of a later forced unload.
             node.drained_at[c.model_id] = self.now
         status = "failed" if fail and c.kind in ("load", "warm") else "succeeded"
         node.receipts[aid] = status

@@ -9,6 +9,7 @@ before the deadline as a violation.
 
 from __future__ import annotations
 
+import pytest
 from simfleet import SimFleet
 
 from grid_core.profile import ModelProfile
@@ -18,14 +19,15 @@ STEP_S = 10.0
 LOW = ModelProfile(model_id="lo", memory_mb=8000, min_replicas=1, min_residency_s=0)
 
 
-def step(fleet: SimFleet) -> list:
+def step(fleet: SimFleet, *, drains_fail: bool = False) -> list:
     fleet.now += STEP_S
     sent = []
     for h in sorted(fleet.nodes):
         sent += fleet.heartbeat(h)
     for h in sorted(fleet.nodes):
         while fleet.nodes[h].started:
-            fleet.complete(h)
+            running = next(iter(fleet.nodes[h].started.values()))
+            fleet.complete(h, fail=drains_fail and running.kind == "drain")
     return sent
 
 
@@ -35,7 +37,11 @@ def deferred(fleet: SimFleet, model: str) -> list:
     return [d for d in report.deferred if d.model_id == model and d.kind == "unload"]
 
 
-def test_drain_deadline_forces_the_unload_explicitly_and_status_says_why():
+@pytest.mark.parametrize("drains_fail", [False, True])
+def test_drain_deadline_forces_the_unload_explicitly_and_status_says_why(drains_fail: bool):
+    """``drains_fail``: the node's drain reports success (the route is fenced) but its process
+    stays draining, the soak's kind "forced unload ... before the drain deadline" that the
+    simulated node used to misjudge (it started the deadline only at a clean drain)."""
     fleet = SimFleet({"h1": 10_000})
     fleet.put_profile(LOW)
     fleet.ctl.set_mode("automatic", fleet.now)
@@ -48,7 +54,7 @@ def test_drain_deadline_forces_the_unload_explicitly_and_status_says_why():
     drained_at = None
     unloads = []
     for _ in range(int(2 * DRAIN_DEADLINE_S / STEP_S)):
-        sent = step(fleet)
+        sent = step(fleet, drains_fail=drains_fail)
         lo = fleet.nodes["h1"].residencies.get("lo")
         if drained_at is None and lo is not None and lo.state == "draining":
             drained_at = fleet.now
