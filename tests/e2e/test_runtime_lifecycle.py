@@ -285,6 +285,19 @@ async def wait_busy(rig: Rig) -> None:
         raise AssertionError("request never became active")
 
 
+async def wait_idle(rig: Rig) -> None:
+    """Until the engine reports no request running. llama-server answers a request before it
+    releases the request's slot, so right after an answer the engine can still count it as
+    running; a later :func:`wait_busy` must see the next request, not that one."""
+    adapter = rig.kit.adapter
+
+    async def idle() -> bool:
+        return (await adapter.drain(rig.act.host, rig.child(), 0.0) or 0) == 0
+
+    if not await wait_until(idle, timeout_s=WAIT_S, interval_s=0.05):
+        raise AssertionError("the engine never became idle")
+
+
 async def test_lifecycle_through_the_router_with_drain_in_flight(rig: Rig) -> None:
     kit = rig.kit
     load = await rig.run("load")
@@ -313,6 +326,7 @@ async def test_lifecycle_through_the_router_with_drain_in_flight(rig: Rig) -> No
             finished["request"] = time.monotonic()
             return r
 
+        await wait_idle(rig)  # the short request above has released its slot
         in_flight = asyncio.create_task(long_request())
         await wait_busy(rig)
         drained = await rig.act.drain(kit.model_id, wait_s=0.0)
