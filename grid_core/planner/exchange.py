@@ -36,6 +36,8 @@ places fewer. The planner runs it once, on the plan it keeps, for models still s
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 from grid_core.planner.core import PlanState
 from grid_core.planner.holds import FIXED_REASONS
 from grid_core.planner.ledger import Placed
@@ -128,19 +130,30 @@ def _direct(state: PlanState, xi: int) -> bool:
     return True
 
 
+def _repairable_hosts(state: PlanState, xi: int, *, slot_free: bool) -> Iterator[int]:
+    """``xi``'s candidate hosts, in order, where a repair move could place it: open, eligible,
+    not holding it already, short for a repairable reason (memory, slots), and with
+    ``slot_free`` also below their model ceiling. Checked as each host is reached, so moves
+    made for earlier hosts count."""
+    books = state.ledger.books
+    xid = state.profiles[xi].model_id
+    for a in state.cands[xi]:
+        book = books[a]
+        if book.blocked or not book.eligible or xid in book.present:
+            continue
+        if slot_free and book.max_models and len(book.present) >= book.max_models:
+            continue
+        if state.fit_reason(xi, a) not in REPAIRABLE:
+            continue
+        yield a
+
+
 def _exchange(state: PlanState, xi: int, cand_sets: list[set[int]], avoid: frozenset[int]) -> bool:
     """Place ``xi`` by one exchange that moves no replica of ``avoid``; True when placed."""
     ledger = state.ledger
-    books = ledger.books
-    xid = state.profiles[xi].model_id
-    for a in state.cands[xi]:
-        book_a = books[a]
-        if book_a.blocked or not book_a.eligible or xid in book_a.present:
-            continue
-        if book_a.max_models and len(book_a.present) >= book_a.max_models:
-            continue  # x and the small replica both need a slot where one leaves
-        if state.fit_reason(xi, a) not in REPAIRABLE:
-            continue
+    # x and the small replica both need a slot where one leaves: a host with a free slot.
+    for a in _repairable_hosts(state, xi, slot_free=True):
+        book_a = ledger.books[a]
         for big in _movables(state, a, xi, largest_first=True):
             if big.mi in avoid or ledger.fit_after_leaving(xi, a, big) is not None:
                 continue
@@ -157,14 +170,7 @@ def _bumped(state: PlanState, xi: int, cand_sets: list[set[int]]) -> bool:
     """Place ``xi`` in place of a small new replica that then lands directly or by an
     exchange (never moving ``xi``); the ledger is unchanged when none works."""
     ledger = state.ledger
-    books = ledger.books
-    xid = state.profiles[xi].model_id
-    for a in state.cands[xi]:
-        book_a = books[a]
-        if book_a.blocked or not book_a.eligible or xid in book_a.present:
-            continue
-        if state.fit_reason(xi, a) not in REPAIRABLE:
-            continue
+    for a in _repairable_hosts(state, xi, slot_free=False):
         for small in _movables(state, a, xi, largest_first=False):
             if ledger.fit_after_leaving(xi, a, small) is not None or _pinned_spread(
                 state, small.mi, a
