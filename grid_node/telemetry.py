@@ -68,11 +68,12 @@ def probe_env() -> dict[str, str]:
     return {"PATH": os.environ.get("PATH", os.defpath), "LC_ALL": "C"}
 
 
-def _macos_idle_s() -> float | None:
-    """Seconds since the last HID input on macOS (``ioreg``), ``None`` when unreadable."""
+def _probe(argv: list[str]) -> str | None:
+    """A sensor probe's standard output (bare environment, :data:`IDLE_PROBE_TIMEOUT_S`), or
+    ``None`` when it cannot run or times out."""
     try:
-        out = subprocess.run(
-            ["ioreg", "-c", "IOHIDSystem"],
+        return subprocess.run(
+            argv,
             capture_output=True,
             text=True,
             timeout=IDLE_PROBE_TIMEOUT_S,
@@ -80,6 +81,13 @@ def _macos_idle_s() -> float | None:
             env=probe_env(),
         ).stdout
     except (OSError, subprocess.TimeoutExpired):
+        return None
+
+
+def _macos_idle_s() -> float | None:
+    """Seconds since the last HID input on macOS (``ioreg``), ``None`` when unreadable."""
+    out = _probe(["ioreg", "-c", "IOHIDSystem"])
+    if out is None:
         return None
     for line in out.splitlines():
         if '"HIDIdleTime"' in line:
@@ -123,41 +131,13 @@ def logind_idle_s(show_session_output: str, now_s: float) -> float | None:
 
 def _linux_idle_s() -> float | None:
     """Owner idle time from logind (``loginctl``), ``None`` without a graphical session."""
-    try:
-        listing = subprocess.run(
-            ["loginctl", "list-sessions", "--no-legend"],
-            capture_output=True,
-            text=True,
-            timeout=IDLE_PROBE_TIMEOUT_S,
-            check=False,
-            env=probe_env(),
-        ).stdout
-        sessions = [line.split()[0] for line in listing.splitlines() if line.strip()]
-        if not sessions:
-            return None
-        out = subprocess.run(
-            [
-                "loginctl",
-                "show-session",
-                *sessions,
-                "-p",
-                "Type",
-                "-p",
-                "Class",
-                "-p",
-                "Active",
-                "-p",
-                "IdleHint",
-                "-p",
-                "IdleSinceHint",
-            ],
-            capture_output=True,
-            text=True,
-            timeout=IDLE_PROBE_TIMEOUT_S,
-            check=False,
-            env=probe_env(),
-        ).stdout
-    except (OSError, subprocess.TimeoutExpired):
+    listing = _probe(["loginctl", "list-sessions", "--no-legend"])
+    sessions = [line.split()[0] for line in (listing or "").splitlines() if line.strip()]
+    if not sessions:
+        return None
+    props = ("Type", "Class", "Active", "IdleHint", "IdleSinceHint")
+    out = _probe(["loginctl", "show-session", *sessions, *(a for p in props for a in ("-p", p))])
+    if out is None:
         return None
     return logind_idle_s(out, time.time())
 
