@@ -62,6 +62,14 @@ CHAT_WAIT_S = 180.0
 with Retry-After). Three minutes covers loading and warming a mid-sized GGUF on a laptop."""
 CHAT_RETRY_MAX_S = 30.0
 """Longest single pause between chat retries, whatever Retry-After advises."""
+CHAT_POLL_S = 1.0
+"""Seconds between checks of ``GET /v1/models`` during a chat pause: the command retries as
+soon as the model is listed ready instead of sleeping out the whole Retry-After."""
+_TERMINAL_UNSAFE = {
+    c: "\ufffd" for c in (*range(0x00, 0x20), *range(0x7F, 0xA0)) if chr(c) not in "\t\n"
+}
+"""C0 and C1 control characters (and DEL), except tab and newline, as shown by ``grid chat``:
+a model's reply must not be able to move the cursor, retitle or clear the operator's terminal."""
 GIVE_UP_CODES = frozenset({"model_unplaceable"})
 """503 error codes that waiting cannot cure (no host can run the model until an operator
 changes its profile or the fleet): ``grid chat`` reports them at once instead of retrying."""
@@ -353,11 +361,12 @@ def chat(
 ) -> None:
     """Send one chat message and stream the reply.
 
-    A model that is still starting answers 503 with ``Retry-After``; the command waits that
-    long (at most 30 s per pause, ``CHAT_RETRY_MAX_S``) and tries again until ``--wait`` seconds
-    have passed, saying on stderr what it waits for. A model that no host can run
-    (``model_unplaceable``) fails at once with the server's reason. Exit codes: 0 answered,
-    1 unavailable or no server, 2 refused (bad request, unknown model).
+    A model that is still starting answers 503 with Retry-After; the command waits (at most
+    30 s per pause, and no longer than the model takes to be listed ready) and tries again
+    until --wait seconds have passed, saying on stderr what it waits for. A model that no host
+    can run fails at once with the server's reason. Control characters in the reply, other
+    than tab and newline, are shown as U+FFFD. Exit codes: 0 answered, 1 unavailable or no
+    server, 2 refused (bad request, unknown model).
     """
     target = resolve_target(grid)
     body: dict[str, object] = {
@@ -387,7 +396,27 @@ def chat(
                 raise CliError(f"chat → 503: {message}{suffix}", exit_code_for(503))
             nap = min(seconds, CHAT_RETRY_MAX_S, left)
             typer.echo(f"grid: {message}; trying again in {nap:.0f} s", err=True)
-            time.sleep(nap)
+            if _wait_until_listed(client, target.url, model, headers, nap):
+                typer.echo(f"grid: {model} is ready; trying again now", err=True)
+
+
+def _wait_until_listed(
+    client: httpx.Client, base: str, model: str, headers: dict[str, str], seconds: float
+) -> bool:
+    """Sleep up to ``seconds``, polling ``GET /v1/models`` every ``CHAT_POLL_S``; True as soon
+    as ``model`` (for ``auto``: any model) is listed ready. A failed poll only means the pause
+    goes on: the retry that follows reports any real error."""
+    end = time.monotonic() + seconds
+    while (left := end - time.monotonic()) > 0:
+        time.sleep(min(CHAT_POLL_S, left))
+        try:
+            resp = client.get(base + "/v1/models", headers=headers)
+            ids = {m.get("id") for m in resp.json().get("data", [])} if resp.is_success else set()
+        except (httpx.HTTPError, ValueError, AttributeError):
+            continue
+        if model in ids or (model == "auto" and ids):
+            return True
+    return False
 
 
 def _chat_once(
@@ -425,7 +454,7 @@ def _chat_once(
                 except (ValueError, KeyError, IndexError, TypeError, AttributeError):
                     continue
                 if delta:
-                    sys.stdout.write(delta)
+                    sys.stdout.write(str(delta).translate(_TERMINAL_UNSAFE))
                     sys.stdout.flush()
     except httpx.HTTPError as exc:
         tls = describe_tls_failure(exc, base)

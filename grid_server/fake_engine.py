@@ -7,9 +7,10 @@ usage chunk and ``data: [DONE]``. Replies are deterministic filler text, not inf
 
 Test controls (require the key too): ``POST /fake/behaviour`` with
 ``{"status": 500, "count": 2, "message": "...", "type": "...", "delay_ms": 0,
-"token_delay_ms": 0, "tokens": 8, "close_after_stream": false, "embeddings": true}`` makes
-the next ``count`` requests answer ``status`` with that error message/type (and sets response
-delay, per-token stream delay and default length). ``close_after_stream`` closes the
+"token_delay_ms": 0, "tokens": 8, "word": "tok", "close_after_stream": false,
+"embeddings": true}`` makes the next ``count`` requests answer ``status`` with that error
+message/type (and sets response delay, per-token stream delay, default length and the filler
+word: token ``i`` reads ``f"{word}{i}"``). ``close_after_stream`` closes the
 connection right after a stream although keep-alive was announced (llama-server's fault);
 ``embeddings: false`` answers ``/v1/embeddings`` with 501 like llama-server started without
 ``--embeddings``. ``GET /fake/stats`` returns request counts by path and the wall-clock times
@@ -37,6 +38,10 @@ DEFAULT_TOKENS = 8
 """Completion tokens per reply unless max_tokens asks for fewer or more."""
 MAX_FAKE_TOKENS = 4096
 """Ceiling on filler tokens, so a test cannot make the fake allocate without bound."""
+DEFAULT_WORD = "tok"
+"""Filler word: token ``i`` of a reply reads ``tok{i}``."""
+MAX_FAKE_WORD = 64
+"""Longest filler word a test may set (characters)."""
 JSON = [(b"content-type", b"application/json; charset=utf-8")]
 SSE = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]
 
@@ -56,6 +61,7 @@ class FakeEngine:
         self.delay_ms = 0.0
         self.token_delay_ms = 0.0
         self.tokens = DEFAULT_TOKENS
+        self.word = DEFAULT_WORD
         self.fail_message = "fake failure"
         self.fail_type: str | None = None
         self.close_after_stream = False
@@ -144,6 +150,7 @@ class FakeEngine:
             self.delay_ms = float(cfg.get("delay_ms", 0.0))
             self.token_delay_ms = float(cfg.get("token_delay_ms", 0.0))
             self.tokens = min(MAX_FAKE_TOKENS, int(cfg.get("tokens", DEFAULT_TOKENS)))
+            self.word = str(cfg.get("word", DEFAULT_WORD))[:MAX_FAKE_WORD]
             self.fail_message = str(cfg.get("message", "fake failure"))
             self.fail_type = cfg.get("type")
             self.close_after_stream = bool(cfg.get("close_after_stream", False))
@@ -238,7 +245,7 @@ class FakeEngine:
         return gone
 
     def _complete(self, chat: bool, n: int) -> bytes:
-        text = " ".join(f"tok{i}" for i in range(n))
+        text = " ".join(f"{self.word}{i}" for i in range(n))
         choice: dict[str, Any] = {"index": 0, "finish_reason": "length"}
         if chat:
             choice["message"] = {"role": "assistant", "content": text}
@@ -280,12 +287,12 @@ class FakeEngine:
             if self.token_delay_ms:
                 await anyio.sleep(self.token_delay_ms / 1000.0)
             if chat:
-                delta: dict[str, Any] = {"content": f"tok{i} "}
+                delta: dict[str, Any] = {"content": f"{self.word}{i} "}
                 if i == 0:
                     delta["role"] = "assistant"
                 choice: dict[str, Any] = {"index": 0, "delta": delta, "finish_reason": None}
             else:
-                choice = {"index": 0, "text": f"tok{i} ", "finish_reason": None}
+                choice = {"index": 0, "text": f"{self.word}{i} ", "finish_reason": None}
             await event({**base, "choices": [choice]})
         end: dict[str, Any] = {"index": 0, "finish_reason": "length"}
         if chat:

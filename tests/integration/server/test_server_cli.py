@@ -203,6 +203,23 @@ def test_models_and_chat(grid: Grid, engines: Callable[[str], Engine]) -> None:
     assert r.returncode == 2 and "404" in r.stderr
 
 
+def test_chat_shows_control_characters_in_a_reply_harmlessly(
+    grid: Grid, engines: Callable[[str], Engine]
+) -> None:
+    """A reply that carries terminal escapes (clear screen, retitle, carriage return) is shown
+    with those characters replaced, so a model cannot rewrite the operator's terminal."""
+    eng = engines("m-esc")
+    serve_model(grid, eng, "host-e")
+    eng.behave(word="\x1b[2J\x1b]0;owned\x07\r\x9bw")
+    r = run(grid, "chat", "-m", "m-esc", "--max-tokens", "2", "hi")
+    assert r.returncode == 0, r.stderr
+    assert not any(ch in r.stdout for ch in "\x1b\x07\r\x9b"), repr(r.stdout)
+    assert r.stdout.split() == [
+        "\ufffd[2J\ufffd]0;owned\ufffd\ufffd\ufffdw0",
+        "\ufffd[2J\ufffd]0;owned\ufffd\ufffd\ufffdw1",
+    ]
+
+
 def test_chat_waits_for_a_starting_model_and_then_answers(
     grid: Grid, engines: Callable[[str], Engine]
 ) -> None:
@@ -237,6 +254,8 @@ def test_chat_waits_for_a_starting_model_and_then_answers(
                 waiting.communicate()
     assert waiting.returncode == 0, err
     assert out.split() == ["tok0", "tok1", "tok2"]
+    # It noticed the model listed ready and retried then, not after its whole pause.
+    assert "m-later is ready; trying again now" in err, first + err
 
 
 def test_chat_gives_up_after_its_wait(grid: Grid) -> None:
