@@ -45,6 +45,15 @@ class ConflictError(GridError):
     http_status = 409
 
 
+class SettingsConflictError(ConflictError):
+    """The command asks for settings that differ from what already runs (for example a second
+    ``grid test start`` with other capacities). The operator's input is what must change, so
+    the CLI exits 2 (docs/operations.md, "Exit codes"); the message names the differing
+    fields and how to stop what runs."""
+
+    exit_code = EXIT_USAGE
+
+
 class VersionConflictError(ConflictError):
     """A write named the version it read, and the stored object has changed since.
 

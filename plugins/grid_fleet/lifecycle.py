@@ -33,6 +33,7 @@ from grid_core.api import (
     GridClient,
     GridEntry,
     GridError,
+    SettingsConflictError,
     UnavailableError,
     is_gone,
     register_grid,
@@ -146,8 +147,8 @@ def start(settings: FleetSettings, echo: Echo, root: Path | None = None) -> Flee
     fleet lock throughout; SIGTERM is handled like Ctrl-C.
 
     Raises:
-        ConflictError: a fleet with other settings runs here, or another start/stop is
-            running on this GRID_HOME.
+        SettingsConflictError: a fleet with other settings runs here (exit 2).
+        ConflictError: another start/stop is running on this GRID_HOME.
         ValidationError: an operator ``--model`` is not a readable GGUF.
         UnavailableError: the server or a host did not come up, or the baseline failed
             (everything started by this call is stopped again before raising).
@@ -175,7 +176,7 @@ def _start(settings: FleetSettings, echo: Echo, root: Path) -> FleetRecord:
                 + "; ".join(diff)
                 + "); run 'grid test stop' first"
             )
-            raise ConflictError(msg)
+            raise SettingsConflictError(msg)
         missing = [h for h in existing.hosts if not node_running(root, h.host_id)]
         if not missing:
             echo(f"grid: the fleet is already running at {existing.url} (same settings)")
