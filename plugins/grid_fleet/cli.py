@@ -23,6 +23,12 @@ from grid_fleet import daemons, layout, lifecycle, media, models, observe
 from grid_fleet.compete_score import DEFAULT_MAX_TOKENS, DEFAULT_STEP_TIMEOUT_S
 
 Json = Annotated[bool, typer.Option("--json", help="One JSON document.")]
+COMPETE_SETUP_HINT = (
+    "start one and give two to four optional models a coding score first "
+    "(docs/quickstart.md, section 7: 'grid test start --machines 3 --text-capacities-gib 3,3,3', "
+    "then 'grid allocator model set MODEL --workload-score coding=S')"
+)
+"""How to get a fleet ``grid test compete`` can run on, for its "no fleet" refusal."""
 DEMO_COLUMNS = (
     "phase",
     "s",
@@ -36,10 +42,17 @@ DEMO_COLUMNS = (
 )
 
 
-def _running_record() -> layout.FleetRecord:
+def _running_record(
+    how: str = "start one with 'grid test start --machines 4'",
+) -> layout.FleetRecord:
+    """The running fleet's record.
+
+    Raises:
+        UnavailableError: no fleet runs on this GRID_HOME; the message ends with ``how``.
+    """
     rec = layout.load_record(layout.fleet_dir())
     if rec is None or daemons.server_proof(rec.server) != "proven":
-        msg = "no logical fleet is running here; start one with 'grid test start --machines 4'"
+        msg = f"no logical fleet is running here; {how}"
         raise UnavailableError(msg)
     return rec
 
@@ -124,6 +137,8 @@ next:
   grid test watch                  # residency transitions as they happen (Ctrl-C stops watching)
   grid chat --grid {rec.url} -m {rec.models[0].model_id} 'Reply with OK'
   grid test demo                   # the self-checking workday{_media_hint(rec)}
+  grid test replay --trace T.csv   # replay a real request trace (Azure LLM CSV) and report
+  grid test compete                # measure coding candidates (set up: docs/quickstart.md §7)
   grid test restart                # bring back a killed server or host agent, as configured
   grid test stop                   # drain and stop everything the fleet started""")
 
@@ -455,7 +470,7 @@ def compete(
     from grid_fleet.compete import Compete
     from grid_fleet.compete_score import render_report
 
-    rec = _running_record()
+    rec = _running_record(COMPETE_SETUP_HINT)
     # With --json, progress goes to stderr so stdout is one JSON document.
     run = Compete(
         rec,

@@ -107,4 +107,5 @@ def test_without_a_running_fleet_the_command_names_the_fix(
     result = CliRunner().invoke(app, ["test", "compete", "--json"])
     assert result.exit_code != 0
     assert "no logical fleet is running here" in str(result.exception) + result.output
-    assert "grid test start" in str(result.exception) + result.output
+    said = str(result.exception) + result.output
+    assert "grid test start" in said and "--workload-score coding=" in said  # what compete needs
