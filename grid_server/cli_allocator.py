@@ -15,6 +15,7 @@ from grid_core.client import Calls, RequestRefused, check_credential_transport
 from grid_core.errors import EXIT_USAGE, GridError, ValidationError
 from grid_core.grids import check_url
 from grid_core.profile import BUILTIN_RUNTIMES, ModelProfile, validate_declared_profile
+from grid_core.table import render_table
 from grid_server.cli_render import console, explain_view, status_view
 from grid_server.client import CliError, resolve_target, send
 from grid_server.home import write_secret_file
@@ -303,6 +304,38 @@ def profile_changes(old: ModelProfile | None, new: ModelProfile) -> list[str]:
     return lines
 
 
+def model_show(
+    model_id: str = typer.Argument(...),
+    grid: str | None = GridOpt,
+    as_json: bool = typer.Option(False, "--json", help="The server's document, as JSON."),
+) -> None:
+    """Show a model's profile: every field (changed ones marked *) and its version.
+
+    The version is the one ``model set`` writes over (an edit made meanwhile is refused).
+    Exit 2 when the model has no profile (404).
+    """
+    data = send(grid, Calls.get_model(model_id))
+    if as_json:
+        typer.echo(json.dumps(data, indent=2, sort_keys=True))
+        return
+    try:
+        profile = msgspec.convert(data["profile"], ModelProfile)
+    except (msgspec.ValidationError, KeyError, TypeError) as exc:
+        msg = f"the server's profile for '{model_id}' is unreadable ({exc}); see --json"
+        raise CliError(msg) from None
+    default = ModelProfile(model_id=model_id, memory_mb=0)
+    rows = [
+        (
+            name + (" *" if getattr(profile, name) != getattr(default, name) else ""),
+            _show(getattr(profile, name)),
+        )
+        for name in ModelProfile.__struct_fields__
+    ]
+    typer.echo(f"model {model_id}  version {data.get('version') or '-'}")
+    typer.echo(render_table(("field", "value"), rows))
+    typer.echo("(* differs from the default)")
+
+
 def model_remove(
     model_id: str = typer.Argument(...),
     grid: str | None = GridOpt,
@@ -514,6 +547,7 @@ def register(cli: Any) -> None:
     group = cli.group("allocator")
     model = cli.subgroup("allocator", "model", help="Model placement profiles.")
     model.command("set")(model_set)
+    model.command("show")(model_show)
     model.command("remove")(model_remove)
     model.command("rm", hidden=True)(model_remove)
     group.command("mode")(mode)

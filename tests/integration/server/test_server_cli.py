@@ -81,6 +81,18 @@ def test_profile_mode_tick_and_status(grid: Grid) -> None:
     (profile,) = doc["controller"]["profiles"]
     assert profile["runtime_memory_mb"] == {"llama.cpp": 11000}
     assert profile["workload_scores"] == {"coding": 1.0, "research": 0.8}
+    # model show: every field, the changed ones marked, and the version an edit writes over.
+    shown = run(grid, "allocator", "model", "show", "qwen.gguf")
+    assert shown.returncode == 0, shown.stderr
+    version = grid.http.get(grid.url + "/allocator/models/qwen.gguf").json()["version"]
+    assert f"version {version}" in shown.stdout
+    lines = {line.split()[0]: line for line in shown.stdout.splitlines() if line.strip()}
+    assert "*" in lines["max_replicas"] and "3" in lines["max_replicas"]
+    assert "h1" in lines["pins"] and "*" not in lines["min_replicas"]
+    raw = json.loads(run(grid, "allocator", "model", "show", "qwen.gguf", "--json").stdout)
+    assert raw["version"] == version and raw["profile"]["max_replicas"] == 3
+    missing = run(grid, "allocator", "model", "show", "nope.gguf")
+    assert missing.returncode == 2 and "no profile" in missing.stderr
     assert run(grid, "allocator", "model", "rm", "qwen.gguf").returncode == 0
     doc = json.loads(run(grid, "allocator", "status", "--json").stdout)
     assert doc["server"]["profiles"] == []
