@@ -280,6 +280,12 @@ def render_status(doc: dict[str, Any]) -> str:
     ]
     if doc.get("allocator_error"):
         lines.append(f"allocator status unavailable: {doc['allocator_error']}")
+    if doc.get("compete_edits"):
+        lines.append(
+            "warning: 'grid test compete' temporary profile edits are applied to "
+            f"{', '.join(doc['compete_edits'])} (a run is going on, or one was killed; the next "
+            "'grid test compete' undoes them first)"
+        )
     return "\n".join(lines)
 
 

@@ -50,7 +50,7 @@ from grid_core.wire import OPERATOR_HEADER
 from grid_fleet import compete_score as cs
 from grid_fleet import observe
 from grid_fleet.daemons import operator_token
-from grid_fleet.layout import FleetRecord
+from grid_fleet.layout import COMPETE_JOURNAL, FleetRecord
 from grid_fleet.traffic import check_answer
 
 T = TypeVar("T")
@@ -66,8 +66,6 @@ REQUEST_TIMEOUT_S = 120.0
 """One inference request (a cold CPU engine under load answers well inside this)."""
 SERVING = frozenset({"loading", "warming", "ready", "draining"})
 """Residency states that hold (or are about to hold) a model's memory: not offloaded."""
-JOURNAL = "compete-edits.json"
-"""The edit journal under the fleet directory (present only while an edit is applied)."""
 EVALUATION_HEADER = "X-Grid-Evaluation"
 """Marks inference as an evaluation; valid only with the operator capability."""
 
@@ -345,7 +343,7 @@ class Compete:
             httpx.Client(trust_env=False, timeout=REQUEST_TIMEOUT_S) as self.http,
         ):
             self.token = token
-            self.edits = ProfileEdits(self.client, self.root / JOURNAL, self.echo)
+            self.edits = ProfileEdits(self.client, self.root / COMPETE_JOURNAL, self.echo)
             self.edits.recover()
             try:
                 report = self._run()

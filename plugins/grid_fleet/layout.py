@@ -51,6 +51,9 @@ GIB_MB = 1024
 FLEET_GRID_NAME = "test-fleet"
 """The named grid a running test fleet registers, so that ``--grid test-fleet`` (or the bare
 URL) finds the fleet server's operator token and its restart command."""
+COMPETE_JOURNAL = "compete-edits.json"
+"""``grid test compete``'s journal of temporary profile edits, under the fleet directory
+(present only while an edit is applied: during a run, or after a run that was killed)."""
 
 # Demo fleet policy. Every number is a fleet setting sent to the real server; none of it is a
 # shortcut inside the controller. Short, but long enough that each decision is honest.

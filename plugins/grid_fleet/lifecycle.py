@@ -455,6 +455,7 @@ def status_document(root: Path | None = None) -> dict:
             for h in rec.hosts
         ],
         "server_pid": rec.server.pid if rec.server else None,
+        "compete_edits": compete_edits(root),
     }
     if server == "proven":
         try:
@@ -463,6 +464,19 @@ def status_document(root: Path | None = None) -> dict:
         except GridError as exc:
             doc["allocator_error"] = f"{type(exc).__name__}: {exc}"
     return doc
+
+
+def compete_edits(root: Path) -> list[str]:
+    """The models whose profiles carry a ``grid test compete`` temporary edit (sorted; empty
+    without a journal). An unreadable journal is reported as one entry saying so."""
+    journal = root / layout.COMPETE_JOURNAL
+    try:
+        doc = msgspec.json.decode(journal.read_bytes())
+    except FileNotFoundError:
+        return []
+    except (OSError, msgspec.DecodeError):
+        return [f"(unreadable journal {journal})"]
+    return sorted(doc) if isinstance(doc, dict) else [f"(unreadable journal {journal})"]
 
 
 # --- restart --------------------------------------------------------------------------------

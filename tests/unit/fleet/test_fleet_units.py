@@ -3,6 +3,7 @@ transition detection."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -522,3 +523,25 @@ def test_watch_orders_outcomes_by_completion_and_admits_unobserved_states():
     assert "not observed" not in step[0].line(100.0)
     first = observe.Observer("http://x").update(_status({"h1": [("a", "ready")]}), now=1.0)
     assert first[0].line(0.0).endswith("residency: ready (state when watching began)")
+
+
+def test_status_warns_while_compete_edits_are_applied(tmp_path):
+    """A killed ``grid test compete`` leaves its journal: status names the edited models
+    until a later run undoes them, and says nothing without a journal."""
+    from grid_fleet import cli, lifecycle
+
+    root = tmp_path / "fleet"
+    _saved_fleet(root)
+    doc = lifecycle.status_document(root)
+    assert doc["compete_edits"] == []
+    assert "compete" not in cli.render_status(doc)
+    edit = {"original": {}, "original_version": "v1", "written_version": "v2"}
+    (root / layout.COMPETE_JOURNAL).write_text(json.dumps({"b.gguf": edit, "a.gguf": edit}))
+    doc = lifecycle.status_document(root)
+    assert doc["compete_edits"] == ["a.gguf", "b.gguf"]
+    text = cli.render_status(doc)
+    assert (
+        "warning: 'grid test compete' temporary profile edits are applied to a.gguf, b.gguf" in text
+    )
+    (root / layout.COMPETE_JOURNAL).write_text("{not json")
+    assert "unreadable journal" in lifecycle.status_document(root)["compete_edits"][0]
