@@ -627,7 +627,12 @@ class Proxy:
 
     def _auto_model(self, workload: str | None) -> str | None:
         """The model for an ``auto`` request: the allocator's portfolio choice for
-        ``workload`` when it is ready, else the ready model with the best configured score."""
+        ``workload`` when it is ready, else the ready model with the best configured score.
+
+        Among ready models with equal scores (an unclassified request, or a workload no ready
+        model is scored for), a baseline (``min_replicas`` or pins: the fleet's always-on
+        service) comes first, then the higher priority, then the model id, so the answer does
+        not depend on which optional specialist happens to sort first."""
         ready = self._ready_models()
         if not ready:
             return None
@@ -636,12 +641,15 @@ class Proxy:
             return chosen
         profiles = self.ctx.runner.profiles
 
-        def score(m: str) -> tuple[float, str]:
+        def rank(m: str) -> tuple[float, bool, int, str]:
             p = profiles.get(m)
-            s = p.workload_scores.get(workload, 0.0) if (p and workload) else 0.0
-            return (-s, m)
+            if p is None:
+                return (0.0, True, 0, m)
+            s = p.workload_scores.get(workload, 0.0) if workload else 0.0
+            baseline = p.min_replicas > 0 or bool(p.pins)
+            return (-s, not baseline, -p.priority, m)
 
-        return min(ready, key=score)
+        return min(ready, key=rank)
 
     def observe(self, ex: Exchange) -> None:
         """Step 4: breaker, in-flight count, measurements and demand, once per request.

@@ -353,6 +353,31 @@ def test_auto_model_goes_to_the_best_scored_ready_model(
     assert coder.requests() == 1 and general.requests() == 1
 
 
+def test_unscored_auto_request_goes_to_the_baseline_not_the_first_model_id(
+    grid: Grid, engines: Callable[[str], Engine]
+) -> None:
+    """No ready model is scored for the request's workload: the always-on baseline answers,
+    not an optional specialist whose id happens to sort first."""
+    special, base = engines("a-special"), engines("z-base")
+    op = grid.operator()
+    for model, extra in (
+        ("a-special", {"workload_scores": {"image": 0.9}}),
+        ("z-base", {"min_replicas": 1}),
+    ):
+        grid.http.put(
+            f"{grid.url}/allocator/models/{model}",
+            headers=op,
+            json={"memory_mb": 1000, **extra},
+        ).raise_for_status()
+    serve_model(grid, special, "host-s")
+    serve_model(grid, base, "host-b")
+    chat = {"model": "auto", "messages": [{"role": "user", "content": "how was your weekend"}]}
+    for _ in range(3):
+        r = post(grid, chat)
+        assert r.status_code == 200 and r.json()["model"] == "z-base"
+    assert special.requests() == 0
+
+
 def test_auto_model_goes_to_the_allocators_measured_choice_when_it_is_ready(
     grid: Grid, engines: Callable[[str], Engine]
 ) -> None:
