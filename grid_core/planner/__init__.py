@@ -14,6 +14,7 @@ import msgspec
 
 from grid_core.errors import ValidationError
 from grid_core.planner import topology
+from grid_core.planner.chains import CHAIN_PLAN_BUDGET
 from grid_core.planner.core import PlanState, desired_count
 from grid_core.planner.exchange import exchange_rounds
 from grid_core.planner.holds import lift_holds, reserve_holds, short_models
@@ -29,7 +30,16 @@ from grid_core.planner.phases import (
 from grid_core.planner.preemption import VictimSelector
 from grid_core.planner.relocation import mark_make_before_break, relocate_for
 from grid_core.planner.repair import homogeneous_empty, repair_class
-from grid_core.planner.replan import MAX_REPLANS, behind, improves, learned_prices
+from grid_core.planner.replan import (
+    MAX_REPLANS,
+    SIZE_CANDIDATE_REPAIR_STEPS,
+    behind,
+    class_counts,
+    dominates,
+    improves,
+    learned_prices,
+    size_prices,
+)
 from grid_core.planner.report import surplus_report, unmet
 from grid_core.planner.scoring import ScoreTerm
 from grid_core.planner.topology import Topology, lookup, topology_for
@@ -155,7 +165,8 @@ def _solve_with_replans(
     """Plan once; while demand stays unmet, plan again with prices learned from the binding
     resources of the best plan so far, as long as each re-plan improves (:mod:`.replan`);
     then, if lower-priority models are still short, once more holding room for them from
-    the start (:mod:`.holds`), kept only when it improves too."""
+    the start (:mod:`.holds`), kept only when it improves too; then exchange repair on the
+    plan kept and one size-priced candidate (:func:`_size_candidate`)."""
     best = PlanState(canon, terms, selector, topology=topo)
     _solve(best)
     for _ in range(MAX_REPLANS):
@@ -179,8 +190,41 @@ def _solve_with_replans(
             best = alt
     # On the kept plan only (pure packing): an exchange only ever adds a replica.
     if not (best.evictions or best.relocations or best.staged):
+        before = class_counts(best)
         exchange_rounds(best)
+        best = _size_candidate(canon, terms, selector, best, before)
     return _result(best, digest)  # reported once, for the plan kept
+
+
+def _size_candidate(
+    canon: PlanInputs,
+    terms: list[ScoreTerm],
+    selector: VictimSelector | None,
+    best: PlanState,
+    before: list[int],
+) -> PlanState:
+    """One more candidate for a plan ``best`` (exchanges done, nothing staged) that leaves
+    demand unmet: planned with held room and a size price on hosts without a model-slot
+    ceiling (:func:`.replan.size_prices`), exchanges run on it too; it replaces ``best``
+    only when it places more and no priority class fewer (:func:`.replan.dominates`).
+    ``before`` is ``best``'s replicas per class before its exchanges: the candidate is
+    abandoned once a finished class has fewer (its own exchanges come later)."""
+    prices = size_prices(best)
+    if prices is None:
+        return best
+    alt = PlanState(canon, terms, selector, shared=best)
+    alt.size_price = prices
+    alt.hold_for = sorted(short_models(best), key=lambda mi: round_key(best, mi))
+    alt.rival = best
+    alt.dominate = before
+    # Its searches start nearly spent: the candidate is for a different packing, not
+    # for more search (see SIZE_CANDIDATE_REPAIR_STEPS).
+    alt.repair_steps = max(0, alt.policy.repair_budget - SIZE_CANDIDATE_REPAIR_STEPS)
+    alt.chain_steps = CHAIN_PLAN_BUDGET
+    if not _solve(alt) or alt.evictions or alt.relocations or alt.staged:
+        return best
+    exchange_rounds(alt)
+    return alt if dominates(alt, best) else best
 
 
 def _solve(state: PlanState) -> bool:

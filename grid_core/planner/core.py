@@ -16,7 +16,10 @@ order of decisions (see docs/planner.md):
 6. unmet constraints for every shortfall;
 7. while demand stays unmet, at most one re-plan with prices learned from what bound in the
    plan before (grid_core.planner.replan), then one that holds room for the models still
-   short (grid_core.planner.holds), each kept only when it places more.
+   short (grid_core.planner.holds), each kept only when it places more; exchange repair
+   on the plan kept (grid_core.planner.exchange), then one candidate with held room and a
+   size price on hosts without a model-slot ceiling, kept only when it places more and no
+   priority class fewer (grid_core.planner.replan.size_prices).
 """
 
 from __future__ import annotations
@@ -171,6 +174,13 @@ class PlanState:
         self.learned: list[tuple[float, float]] | None = None
         """Per host, (price of one model slot, price per MB) in expected lost placements,
         learned from an earlier pass of the same plan (:mod:`grid_core.planner.replan`)."""
+        self.size_price: tuple[list[float], float] | None = None
+        """Per host, expected lost placements per MB of a new replica above a floor (MB),
+        for the size-priced candidate plan (:func:`grid_core.planner.replan.size_prices`)."""
+        self.dominate: list[int] | None = None
+        """For a candidate kept only if no class places fewer than its rival: the rival's
+        replicas per class (highest first) before its exchanges; the candidate is abandoned
+        as soon as a finished class is behind them (:func:`grid_core.planner.replan.behind`)."""
         self.relocations: dict[int, tuple[str, str, str]] = {}
         """Per blocked model, the staged relocation (incumbent, from host, to host)."""
         self.holds: dict[int, set[int]] = {}
@@ -414,6 +424,11 @@ class PlanState:
             price = slot_price + mb_price * self.mem_rows[mi][hi]
             base -= SCARCITY_PENALTY * min(LEARNED_PRICE_CAP, price)
         base -= self.slot_fit(mi, hi)
+        if self.size_price is not None:
+            slopes, floor = self.size_price
+            over = self.mem_rows[mi][hi] - floor
+            if over > 0 and slopes[hi]:  # a replica larger than the short models' mean
+                base -= SCARCITY_PENALTY * min(LEARNED_PRICE_CAP, slopes[hi] * over)
         if hi in self.scarce:
             return base - SCARCITY_PENALTY * self.scarcity(mi, hi)
         return base

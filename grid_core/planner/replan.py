@@ -24,6 +24,16 @@ first, classes high to low, fair rounds, live incumbents kept first), so the cho
 picks the better packing of valid plans. Prices are learned again from each accepted plan,
 at most :data:`MAX_REPLANS` times; the first re-plan that does not improve ends the loop, so
 a fleet where re-planning cannot help pays for one extra plan only.
+
+**Size-priced candidate.** What the finished plans still miss on slot-bound fleets is
+mostly the lowest class, and the pattern is structural: large replicas fill the memory of
+hosts without a model-slot ceiling (large Macs), while servers with few slots are full of
+small replicas and keep memory nobody can use. So once the kept plan has had its exchange
+repair, one more candidate is planned with held room (:mod:`grid_core.planner.holds`) and a
+*size price* (:func:`size_prices`): on a host without a ceiling, a new replica larger than
+the mean footprint of the models still short pays for the difference. The candidate is
+kept only when it places more in all and no fewer in any priority class (:func:`dominates`),
+so no class ever loses to it; it is abandoned as soon as a finished class is behind.
 """
 
 from __future__ import annotations
@@ -35,6 +45,24 @@ MAX_REPLANS = 1
 bench fleets at occupancy 0, seeds 1-27: one re-plan places 4,500 replicas in all, a second
 4,499 (the first gains everything there is to gain: 4,460 without any) for a fifth more
 planning CPU; a plan that leaves demand unmet therefore costs about two plans, not three."""
+
+
+SIZE_PRICE_WEIGHT = 1.0
+"""Expected lost placements a new replica pays on a host without a model-slot ceiling per
+mean short-model footprint it is larger than that mean (capped with the learned prices at
+:data:`grid_core.planner.core.LEARNED_PRICE_CAP`). Measured on the 64x32 bench fleets at
+occupancy 0, seeds 1-50 (held room, :data:`SIZE_CANDIDATE_REPAIR_STEPS`): weights 0.5 / 1 /
+2 / 3 place 8,542 / 8,544 / 8,546 / 8,542 replicas against 8,528 without the candidate, and
+leave 9 / 7 / 8 / 9 seeds more than 0.02 below the exact optimum (13 without); no class
+places fewer on any seed with any of them."""
+
+
+SIZE_CANDIDATE_REPAIR_STEPS = 50
+"""One-move repair steps the size-priced candidate plan may spend (it makes no ejection
+chains): a full plan's repair and chains cost about 4 of its 12 ms on 64x32 seed 2 at
+occupancy 0. Measured on the 64x32 bench fleets at occupancy 0, seeds 1-50: full budgets
+place 8,549 replicas, 50 steps and no chains 8,544, no repair at all 8,535 (8,528 without
+the candidate), while the candidate's CPU falls from about 12.6 to 7.5 ms."""
 
 
 def learned_prices(state: PlanState) -> list[tuple[float, float]] | None:
@@ -81,6 +109,42 @@ def learned_prices(state: PlanState) -> list[tuple[float, float]] | None:
     return prices
 
 
+def size_prices(state: PlanState) -> tuple[list[float], float] | None:
+    """Per host MB price above a floor for the size-priced candidate plan, from the ended
+    plan ``state``: ``(slopes, floor_mb)``, or ``None`` when no model with a candidate host
+    is short.
+
+    ``floor_mb`` is the mean footprint of the models still short (each weighted by the
+    replicas it misses, its footprint averaged over its candidate hosts). On a host without
+    a model-slot ceiling a new replica pays :data:`SIZE_PRICE_WEIGHT` expected lost
+    placements per ``floor_mb`` it is larger than that (``slopes[host]`` per MB); hosts
+    with a ceiling, and ineligible ones, pay nothing (slope 0).
+    """
+    num = den = 0.0
+    for mi, hosts in enumerate(state.cands):
+        missing = state.needed(mi) - state.ledger.count[mi]
+        if missing <= 0 or not hosts:
+            continue
+        mems = state.mem_rows[mi]
+        num += missing * sum(mems[hi] for hi in hosts) / len(hosts)
+        den += missing
+    if not den:
+        return None
+    floor = num / den
+    slope = SIZE_PRICE_WEIGHT / floor
+    slopes = [slope if b.eligible and not b.max_models else 0.0 for b in state.ledger.books]
+    return slopes, floor
+
+
+def dominates(alt: PlanState, base: PlanState) -> bool:
+    """Whether plan ``alt`` places at least as many as ``base`` in every priority class and
+    more in all, and stages no more evictions or relocations."""
+    if len(alt.evictions) > len(base.evictions) or len(alt.relocations) > len(base.relocations):
+        return False
+    a, b = class_counts(alt), class_counts(base)
+    return all(x >= y for x, y in zip(a, b, strict=True)) and sum(a) > sum(b)
+
+
 def improves(alt: PlanState, base: PlanState) -> bool:
     """Whether plan ``alt`` places more than ``base`` in the highest priority class where
     they differ, and stages no more evictions or relocations."""
@@ -103,7 +167,10 @@ def behind(alt: PlanState, base: PlanState, done: int) -> bool:
     """
     classes = sorted({p.priority for p in base.profiles}, reverse=True)
     cut = classes.index(done) + 1
-    return class_counts(alt)[:cut] < class_counts(base)[:cut]
+    mine = class_counts(alt)[:cut]
+    if alt.dominate is not None:  # kept only if no class is behind (:func:`dominates`)
+        return any(x < y for x, y in zip(mine, alt.dominate[:cut], strict=True))
+    return mine < class_counts(base)[:cut]
 
 
 def class_counts(state: PlanState) -> list[int]:

@@ -139,6 +139,7 @@ def test_a_replan_with_learned_prices_places_more_of_the_lower_class(monkeypatch
     # priority-0 replica.
     monkeypatch.setattr(planner_pkg, "MAX_REPLANS", 0)
     monkeypatch.setattr(planner_pkg, "short_models", lambda state: [])  # no held-room re-plan
+    monkeypatch.setattr(planner_pkg, "_size_candidate", lambda *args: args[3])  # nor size
     once = run(REPLAN_MODELS, REPLAN_HOSTS, REPLAN_DEMAND, HEADROOM)
     monkeypatch.undo()
     best = run(REPLAN_MODELS, REPLAN_HOSTS, REPLAN_DEMAND, HEADROOM)
@@ -186,6 +187,48 @@ def test_a_replan_that_holds_room_for_the_short_lower_class_places_it(monkeypatc
     assert after.hosts_of("gguf") == ("a-cuda-3slot",)
     assert not any(a.reason == "hold" for a in after.assignments)
     assert run(HOLD_MODELS, HOLD_HOSTS, HOLD_DEMAND, HEADROOM) == after  # deterministic
+
+
+SIZE_HOSTS = [
+    _cuda("a-cuda-1slot", 64, max_models=1),
+    _cuda("b-cuda-2slot", 32, max_models=2),
+    _cuda("c-cuda-1slot", 96, max_models=1),
+    _cuda("d-cuda-3slot", 24, max_models=3),
+    _cuda("e-cuda-3slot", 64, max_models=3),
+    _mac("m-mac-open", 48),
+]
+SIZE_MODELS = [
+    model("big", 37, max_replicas=4, priority=3),
+    model("small", 14, max_replicas=4, priority=3),
+    model("mid", 23, max_replicas=1, priority=2),
+    model("wide", 20, max_replicas=4, priority=0),
+]
+SIZE_DEMAND = [demand("big", 4), demand("small", 4), demand("mid", 1), demand("wide", 4)]
+
+
+def test_a_size_priced_candidate_keeps_the_open_mac_for_small_replicas(monkeypatch):
+    # Every earlier pass puts a 37 GB "big" replica on the only host without a slot
+    # ceiling, the 48 GB Mac: 11 GB are left there, every server slot is taken, and the
+    # priority-2 "mid" (23 GB) fits nowhere (seven replicas). The size-priced candidate
+    # charges "big" for its size on the Mac (the short models average about 20 GB), so "big"
+    # stays on the servers and the fourth "small" goes to the Mac, beside "mid": the same
+    # seven priority-3 replicas and one priority-2 replica more. ("wide", priority 0,
+    # fits nowhere in either plan; its shortfall is what the earlier passes price.)
+    monkeypatch.setattr(planner_pkg, "_size_candidate", lambda *args: args[3])
+    before = run(SIZE_MODELS, SIZE_HOSTS, SIZE_DEMAND)
+    monkeypatch.undo()
+    after = run(SIZE_MODELS, SIZE_HOSTS, SIZE_DEMAND)
+
+    def per_class(p, prio):
+        ids = {m.model_id for m in SIZE_MODELS if m.priority == prio}
+        return sum(1 for a in p.assignments if a.model_id in ids)
+
+    assert per_class(before, 3) == per_class(after, 3) == 7
+    assert "m-mac-open" in before.hosts_of("big")
+    assert (per_class(before, 2), per_class(after, 2)) == (0, 1)
+    assert after.hosts_of("mid") == ("m-mac-open",)
+    assert "m-mac-open" not in after.hosts_of("big")
+    assert run(SIZE_MODELS, SIZE_HOSTS, SIZE_DEMAND) == after  # deterministic
 
 
 def _book_facts(state: PlanState) -> list[tuple[object, ...]]:
