@@ -182,6 +182,44 @@ class FleetSettings(msgspec.Struct, frozen=True, kw_only=True):
     """The ComfyUI launcher (resolved path) the fixture starts for the media node."""
 
 
+_SETTING_LABELS = {
+    "machines": "--machines",
+    "port": "--port",
+    "engine_port_base": "--engine-port-base",
+    "capacities_mb": "host memory in GiB (--text-capacities-gib)",
+    "models": "--model",
+    "include_comfyui": "--include-comfyui",
+    "media_bundle": "--media-bundle",
+    "comfyui": "--comfyui",
+}
+"""How each :class:`FleetSettings` field is named to the operator: the flag that sets it."""
+
+
+def _setting_text(field: str, value: object) -> str:
+    """A setting's value as the operator gives it (GiB for host memory, not MB tuples)."""
+    if field == "capacities_mb" and isinstance(value, tuple):
+        return ",".join(f"{mb / GIB_MB:.2f}".rstrip("0").rstrip(".") for mb in value)
+    if field == "models" and isinstance(value, tuple):
+        return ", ".join(value) if value else "the generated tiny models"
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    return "none" if value is None else str(value)
+
+
+def settings_conflicts(running: FleetSettings, asked: FleetSettings) -> list[str]:
+    """One ``LABEL: running X, asked Y`` phrase per setting in which ``asked`` differs from
+    the running fleet's, named by its ``grid test start`` flag and in the flag's units."""
+    out = []
+    for field in running.__struct_fields__:
+        was, now = getattr(running, field), getattr(asked, field)
+        if was != now:
+            label = _SETTING_LABELS.get(field, field)
+            out.append(
+                f"{label}: running {_setting_text(field, was)}, asked {_setting_text(field, now)}"
+            )
+    return out
+
+
 class ProcessRecord(msgspec.Struct, frozen=True, kw_only=True):
     """Identity proof of a process the fleet started: PID plus birth time plus a marker."""
 

@@ -143,7 +143,7 @@ def start(settings: FleetSettings, echo: Echo, root: Path | None = None) -> Flee
     """Start (or confirm) the fleet described by ``settings``.
 
     Idempotent: a running fleet with identical settings is reused (missing host agents are
-    restarted); different settings are refused with the differing fields named. Holds the
+    restarted); different settings are refused naming each differing flag. Holds the
     fleet lock throughout; SIGTERM is handled like Ctrl-C.
 
     Raises:
@@ -165,12 +165,7 @@ def _start(settings: FleetSettings, echo: Echo, root: Path) -> FleetRecord:
     existing = layout.load_record(root)
     if existing is not None and server_proof(existing.server) == "proven":
         if existing.settings != settings:
-            running = existing.settings
-            diff = [
-                f"{f}: running {getattr(running, f)!r}, asked {getattr(settings, f)!r}"
-                for f in running.__struct_fields__
-                if getattr(running, f) != getattr(settings, f)
-            ]
+            diff = layout.settings_conflicts(existing.settings, settings)
             msg = (
                 "a fleet with different settings is running ("
                 + "; ".join(diff)

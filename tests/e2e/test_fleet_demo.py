@@ -130,7 +130,8 @@ def test_start_is_idempotent_and_refuses_conflicting_settings(fleet):
         str(ENGINE_PORT_BASE),
     )
     assert other.returncode == 2, other.stderr  # the operator's settings must change
-    assert "capacities_mb" in other.stderr and "grid test stop" in other.stderr
+    assert "(--text-capacities-gib): running 3,3, asked 3,2" in other.stderr
+    assert "grid test stop" in other.stderr
     still = json.loads(grid(home, "test", "status", "--json").stdout)
     assert still["server_pid"] == doc["server_pid"] and still["running"]
 

@@ -324,6 +324,41 @@ def test_a_second_start_or_stop_is_refused_while_one_runs(tmp_path):
         pass
 
 
+def test_start_with_other_settings_names_the_flags_in_their_units(tmp_path):
+    # A second start with other settings is refused naming the flags the operator typed and
+    # the values in those flags' units (GiB), not the record's field names and MB tuples.
+    import subprocess
+    import sys
+
+    import psutil
+    from grid_fleet import lifecycle
+
+    from grid_core.errors import SettingsConflictError
+
+    root = tmp_path / "fleet"
+    marker = ("--fleet-record", str(root))
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", *marker])
+    try:
+        server = layout.ProcessRecord(
+            pid=proc.pid, birth=psutil.Process(proc.pid).create_time(), marker=marker
+        )
+        rec = _saved_fleet(root, server=server)
+        asked = FleetSettings(
+            machines=3, port=1, engine_port_base=30000, capacities_mb=(3072, 3072, 1536), models=()
+        )
+        with pytest.raises(SettingsConflictError) as exc:
+            lifecycle.start(asked, lambda _line: None, root)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert str(exc.value) == (
+        "a fleet with different settings is running (--machines: running 2, asked 3; "
+        "host memory in GiB (--text-capacities-gib): running 2,2, asked 3,3,1.5); "
+        "run 'grid test stop' first"
+    )
+    assert layout.load_record(root) == rec  # the running fleet's record is untouched
+
+
 def test_sigterm_during_start_becomes_a_handled_interrupt():
     import os
     import signal
