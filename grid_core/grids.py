@@ -30,6 +30,12 @@ import msgspec
 from grid_core.errors import StateError, ValidationError
 from grid_core.system import grid_home, write_atomic
 
+GRID_OPTION_HELP = (
+    "Grid URL, a configured grid name ('grid grids list') or 'local'; default: the grid "
+    "chosen with 'grid grids use', else local."
+)
+"""The help of every command's ``--grid`` option: what :func:`resolve_target` accepts."""
+
 GRIDS_FILE = "grids.json"
 """The named-grid config file inside ``$GRID_HOME``."""
 LOCAL_SERVER_FILE = "server.json"

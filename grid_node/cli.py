@@ -18,7 +18,7 @@ import typer
 from grid_core.client import Calls, GridClient, ServerUnreachable
 from grid_core.cliregistry import CliRegistry
 from grid_core.errors import NotFoundError, ValidationError
-from grid_core.grids import GridTarget, resolve_target
+from grid_core.grids import GRID_OPTION_HELP, GridTarget, resolve_target
 from grid_core.nodeconfig import NodeConfig, load_config, parse_port_range
 from grid_core.protection import Override, OverrideKind
 from grid_core.system import grid_home
@@ -64,9 +64,7 @@ def preflight(node: NodeConfig) -> None:
 
 
 def start(
-    grid: Annotated[
-        str | None, typer.Option("--grid", help="Grid URL, configured grid name, or 'local'.")
-    ] = None,
+    grid: Annotated[str | None, typer.Option("--grid", help=GRID_OPTION_HELP)] = None,
     grid_ca: Annotated[
         Path | None,
         typer.Option("--grid-ca", help="CA certificate the https:// Grid is verified with."),

@@ -13,14 +13,14 @@ import typer
 from grid_core.bodies import JoinFile
 from grid_core.client import Calls, RequestRefused, check_credential_transport
 from grid_core.errors import EXIT_USAGE, GridError, ValidationError
-from grid_core.grids import check_url
+from grid_core.grids import GRID_OPTION_HELP, check_url
 from grid_core.profile import BUILTIN_RUNTIMES, ModelProfile, validate_declared_profile
 from grid_core.table import render_table
 from grid_server.cli_render import console, explain_view, status_view
 from grid_server.client import CliError, resolve_target, send
 from grid_server.home import write_secret_file
 
-GridOpt = typer.Option(None, "--grid", help="Server URL, or 'local' (default).")
+GridOpt = typer.Option(None, "--grid", help=GRID_OPTION_HELP)
 TokenOpt = typer.Option(None, "--token-file", help="File holding the operator capability.")
 RUNTIME_HELP = (
     f"Repeatable; built in: {', '.join(BUILTIN_RUNTIMES)}, or a runtime plugin's name "

@@ -11,11 +11,12 @@ import typer
 
 from grid_core.client import Calls
 from grid_core.errors import EXIT_USAGE
+from grid_core.grids import GRID_OPTION_HELP
 from grid_core.table import render_table
 from grid_server.client import CliError, send
 from grid_server.home import write_secret_file
 
-GridOpt = typer.Option(None, "--grid", help="Grid name, URL, or 'local' (default).")
+GridOpt = typer.Option(None, "--grid", help=GRID_OPTION_HELP)
 TokenOpt = typer.Option(None, "--token-file", help="File holding the operator capability.")
 FileOpt = typer.Option(
     None, "--file", help="Write the key to this file (0600) instead of printing it."

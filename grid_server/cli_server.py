@@ -17,6 +17,7 @@ import typer
 
 from grid_core.client import Calls, check_credential_transport, tls_verify
 from grid_core.errors import GridError, ValidationError
+from grid_core.grids import GRID_OPTION_HELP
 from grid_core.system import (
     ProcessIdentity,
     SpawnedChild,
@@ -74,7 +75,7 @@ GIVE_UP_CODES = frozenset({"model_unplaceable"})
 """503 error codes that waiting cannot cure (no host can run the model until an operator
 changes its profile or the fleet): ``grid chat`` reports them at once instead of retrying."""
 
-GridOpt = typer.Option(None, "--grid", help="Server URL, or 'local' (default).")
+GridOpt = typer.Option(None, "--grid", help=GRID_OPTION_HELP)
 
 
 def _proven(rec: Mapping[str, Any]) -> ProcessIdentity | None:

@@ -44,3 +44,27 @@ def test_no_command_help_shows_docstring_cross_reference_markup() -> None:
     ]
     assert len(_commands(root)) > 50  # the walk reached every group's commands
     assert leaks == []
+
+
+def test_every_grid_option_says_it_takes_a_grid_name_and_the_chosen_default() -> None:
+    # Every command resolves --grid the same way (a URL, a configured name, 'local'; omitted:
+    # the grid 'grid grids use' chose), so every command's help must say so; a help that
+    # offered only a URL or claimed 'local' as the default hid the named grids.
+    import typer
+
+    from grid_core.cli import build_app
+
+    root = typer.main.get_command(build_app())
+    helps = {
+        path: p.help
+        for path, cmd in _commands(root)
+        for p in cmd.params
+        if "--grid" in getattr(p, "opts", ())
+    }
+    assert {"grid chat", "grid allocator model show", "grid keys list", "grid join"} <= set(helps)
+    wrong = {
+        path: text
+        for path, text in helps.items()
+        if "grid name" not in (text or "") or "'grid grids use'" not in (text or "")
+    }
+    assert wrong == {}
