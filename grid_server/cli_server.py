@@ -64,8 +64,13 @@ with Retry-After). Three minutes covers loading and warming a mid-sized GGUF on 
 CHAT_RETRY_MAX_S = 30.0
 """Longest single pause between chat retries, whatever Retry-After advises."""
 CHAT_POLL_S = 1.0
-"""Seconds between checks of ``GET /v1/models`` during a chat pause: the command retries as
-soon as the model is listed ready instead of sleeping out the whole Retry-After."""
+"""Seconds between checks of ``GET /v1/models`` during a chat pause for a model that was not
+ready (:data:`NOT_READY_CODE`): the command retries as soon as the model is listed ready
+instead of sleeping out the whole Retry-After."""
+NOT_READY_CODE = "model_not_ready"
+"""The one 503 code a listing can end early. Any other 503 with Retry-After (every engine
+busy, no engine accepted a connection) concerns a model that is listed already, so the command
+waits out the advised pause."""
 _TERMINAL_UNSAFE = {
     c: "\ufffd" for c in (*range(0x00, 0x20), *range(0x7F, 0xA0)) if chr(c) not in "\t\n"
 }
@@ -363,7 +368,8 @@ def chat(
     """Send one chat message and stream the reply.
 
     A model that is still starting answers 503 with Retry-After; the command waits (at most
-    30 s per pause, and no longer than the model takes to be listed ready) and tries again
+    30 s per pause, and no longer than the model takes to be listed ready; a listed model
+    whose engines are busy or unreachable waits out the pause) and tries again
     until --wait seconds have passed, saying on stderr what it waits for. A model that no host
     can run fails at once with the server's reason. Control characters in the reply, other
     than tab and newline, are shown as U+FFFD. Exit codes: 0 answered, 1 unavailable or no
@@ -391,13 +397,15 @@ def chat(
             if pause is None:
                 break
             left = deadline - time.monotonic()
-            message, seconds = pause
+            message, seconds, code = pause
             if left <= 0:
                 suffix = f" (gave up after --wait {wait:g} s)" if wait > 0 else ""
                 raise CliError(f"chat → 503: {message}{suffix}", exit_code_for(503))
             nap = min(seconds, CHAT_RETRY_MAX_S, left)
             typer.echo(f"grid: {message}; trying again in {nap:.0f} s", err=True)
-            if _wait_until_listed(client, target.url, model, headers, nap):
+            if code != NOT_READY_CODE:
+                time.sleep(nap)
+            elif _wait_until_listed(client, target.url, model, headers, nap):
                 typer.echo(f"grid: {model} is ready; trying again now", err=True)
 
 
@@ -422,8 +430,9 @@ def _wait_until_listed(
 
 def _chat_once(
     client: httpx.Client, base: str, body: dict[str, object], headers: dict[str, str]
-) -> tuple[str, float] | None:
-    """Stream one chat reply to stdout; ``(message, seconds)`` when the server says retry.
+) -> tuple[str, float, str | None] | None:
+    """Stream one chat reply to stdout; ``(message, seconds, error code)`` when the server
+    says retry.
 
     Raises:
         CliError: any other refusal (with its exit code), or no server answered.
@@ -443,7 +452,7 @@ def _chat_once(
                 if resp.status_code == 503 and code in GIVE_UP_CODES:
                     raise CliError(f"chat → 503: {message}", exit_code_for(503))
                 if resp.status_code == 503 and retry_after.isdigit():
-                    return message, max(1.0, float(retry_after))
+                    return message, max(1.0, float(retry_after)), str(code) if code else None
                 code = exit_code_for(resp.status_code)
                 raise CliError(f"chat → {resp.status_code}: {message}", code)
             for line in resp.iter_lines():

@@ -270,6 +270,24 @@ def test_chat_waits_for_a_starting_model_and_then_answers(
     assert "m-later is ready; trying again now" in err, first + err
 
 
+def test_chat_waits_out_the_pause_when_a_listed_model_cannot_answer(
+    grid: Grid, engines: Callable[[str], Engine]
+) -> None:
+    """A 503 for a model that is listed ready (here its engine refuses connections; every
+    engine busy is the same) is not something a listing can end early: the command waits out
+    the advised pause instead of saying the model is ready and retrying every poll."""
+    eng = engines("m-gone")
+    serve_model(grid, eng, "host-1")
+    eng.child.stop()
+    listed = grid.http.get(grid.url + "/v1/models").json()["data"]
+    assert "m-gone" in {m["id"] for m in listed}
+    r = run(grid, "chat", "-m", "m-gone", "--wait", "3", "hi")
+    assert r.returncode == 1, r.stderr
+    assert "accepted a connection" in r.stderr and "gave up after --wait 3 s" in r.stderr
+    assert "is ready" not in r.stderr
+    assert "trying again in" in r.stderr.splitlines()[0], r.stderr
+
+
 def test_chat_gives_up_after_its_wait(grid: Grid) -> None:
     grid.http.put(
         f"{grid.url}/allocator/models/m-never",
