@@ -227,7 +227,9 @@ class ProfileEdits:
             )
             raise cs.CompeteError(msg) from None
         self.edits = left
-        self.echo(f"grid: undoing the profile edits an interrupted run left: {sorted(left)}")
+        self.echo(
+            "grid: undoing the profile edits an interrupted run left on " + ", ".join(sorted(left))
+        )
         problems = self.restore_all()
         if problems:
             raise cs.CompeteError("; ".join(problems))
@@ -353,7 +355,9 @@ class Compete:
                 for p in problems:
                     self.echo(f"grid: {p}")
                 if edited and not problems:
-                    self.echo(f"grid: stopped; the temporary edits of {edited} are undone")
+                    self.echo(
+                        f"grid: stopped; the temporary edits of {', '.join(edited)} are undone"
+                    )
                 raise
             problems = self.edits.restore_all()
             if problems:
@@ -471,7 +475,9 @@ class Compete:
                 raise cs.CompeteError(msg)
             if now - shown >= PROGRESS_S:
                 shown = now
-                self.echo(f"   ... {what} ({now - t0:.0f} s): {describe(status)}")
+                self.echo(
+                    f"   ... waiting for {what} ({now - t0:.0f} s so far); now: {describe(status)}"
+                )
             if during is not None:
                 during()
             time.sleep(POLL_S)

@@ -155,7 +155,7 @@ def test_compete_picks_the_measured_winner_constrains_it_and_restores(tmp_path: 
         # and the fleet stays usable for the full run below.
         code, output = _interrupted_run(home)
         print(output)
-        assert code != 0 and f"the temporary edits of ['{SLOW}'] are undone" in output, output
+        assert code != 0 and f"the temporary edits of {SLOW} are undone" in output, output
         assert _profile_versions(url, (FAST, SLOW)) == before
         assert not (root / "compete-edits.json").exists()
 
