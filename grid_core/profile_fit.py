@@ -12,7 +12,7 @@ status).
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Iterable, Sequence
 
 from grid_core.eligibility import incompatibility
 from grid_core.profile import BUILTIN_RUNTIMES, ModelProfile
@@ -68,9 +68,30 @@ RULE_FIELDS = {
 """The profile field behind each :func:`grid_core.eligibility.incompatibility` rule."""
 
 
+def _names(values: Iterable[str]) -> str:
+    return ", ".join(sorted(set(values))) or "none"
+
+
+def _offered(field: str, hosts: Sequence[HostSnapshot]) -> str | None:
+    """What the hosts have for one excluding field, to compare with the profile's value
+    (``None`` for ``runtimes``, which is always said first)."""
+    if field == "backends":
+        return f"backends: {_names(b for h in hosts for b in h.backends)}"
+    if field == "data_tier":
+        return f"data tiers: {_names(t for h in hosts for t in h.data_tiers)}"
+    if field in ("required_tags", "forbidden_tags"):
+        return f"tags: {_names(t for h in hosts for t in h.tags)}"
+    if field == "min_gpu_count":
+        return f"most GPUs on one host: {max(h.gpu_count for h in hosts)}"
+    if field == "min_gpu_memory_mb":
+        return f"largest GPU memory: {max(h.gpu_memory_mb for h in hosts)} MB"
+    return None
+
+
 def excluded_everywhere(profile: ModelProfile, hosts: Sequence[HostSnapshot]) -> str | None:
     """Why none of ``hosts`` can run the model, naming the profile fields whose rules exclude
-    them and the runtimes they offer; ``None`` when one can or none is registered (a grid
+    them, the runtimes the hosts offer and, per other excluding field, what they have (their
+    tags, backends, data tiers, GPUs); ``None`` when one can or none is registered (a grid
     still waiting for its hosts).
 
     Such a model will not start by waiting (specification, "Safety invariants" 10).
@@ -79,10 +100,12 @@ def excluded_everywhere(profile: ModelProfile, hosts: Sequence[HostSnapshot]) ->
     if not hosts or any(r is None for r in reasons):
         return None
     fields = sorted({RULE_FIELDS.get(r, r) for r in reasons if r is not None})
-    offered = sorted({rt for h in hosts for rt in h.runtimes})
+    runtimes = sorted({rt for h in hosts for rt in h.runtimes})
+    facts = [f"they offer {', '.join(runtimes) or 'no runtime'}"]
+    facts += [fact for f in fields if (fact := _offered(f, hosts)) and fact not in facts]
     return (
-        f"{', '.join(fields)}: none of the {len(hosts)} registered host(s) can run it (they "
-        f"offer {', '.join(offered) or 'no runtime'})"
+        f"{', '.join(fields)}: none of the {len(hosts)} registered host(s) can run it "
+        f"({'; '.join(facts)})"
     )
 
 

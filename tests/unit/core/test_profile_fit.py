@@ -17,6 +17,7 @@ def _host(host_id: str, *runtimes: str) -> HostSnapshot:
 
 
 HOSTS = [_host("h1"), _host("h2"), _host("h3", "echo")]
+LLAMA = ("llama.cpp",)
 
 
 def test_unknown_runtime_is_said_naming_the_field_and_the_known_names() -> None:
@@ -51,6 +52,30 @@ def test_more_required_replicas_than_able_hosts_is_accepted_with_a_warning() -> 
     ok = ModelProfile(model_id="m", memory_mb=100, min_replicas=2, max_replicas=3)
     assert fit_warnings(ok, HOSTS) == []
     assert len(fit_warnings(ok, [])) == 1  # no host registered yet: said, not refused
+
+
+def test_a_profile_excluded_by_tags_says_which_tags_the_hosts_carry() -> None:
+    # The hosts run llama.cpp, so the runtime is not the problem: the line must say what
+    # the excluding fields compare with (the tags and backends the hosts have), not only the
+    # runtimes they offer.
+    tagged = [
+        HostSnapshot(
+            host_id="h1", capacity_mb=16_000, runtimes=LLAMA, tags=("office",), backends=("metal",)
+        ),
+        HostSnapshot(host_id="h2", capacity_mb=16_000, runtimes=LLAMA, tags=("lab", "office")),
+    ]
+    p = ModelProfile(model_id="m", memory_mb=100, required_tags=("gpu-room",))
+    (warning,) = fit_warnings(p, tagged)
+    assert warning.startswith(
+        "required_tags: none of the 2 registered host(s) can run it "
+        "(they offer llama.cpp; tags: lab, office)"
+    )
+    cuda = ModelProfile(model_id="m", memory_mb=100, backends=("cuda",))
+    assert "(they offer llama.cpp; backends: metal)" in fit_warnings(cuda, tagged)[0]
+    gpu = ModelProfile(model_id="m", memory_mb=100, min_gpu_count=1)
+    assert "(they offer llama.cpp; most GPUs on one host: 0)" in fit_warnings(gpu, tagged)[0]
+    bare = [HostSnapshot(host_id="h1", capacity_mb=16_000, runtimes=LLAMA)]
+    assert "(they offer llama.cpp; tags: none)" in fit_warnings(p, bare)[0]
 
 
 def test_a_replica_larger_than_every_host_that_can_run_it_is_said() -> None:
