@@ -255,7 +255,10 @@ def _fresh(root: Path) -> None:
     """Forget a stopped fleet's controller and node state (a new start is a new fleet).
 
     Old node state would carry the previous controller's term and receipts, and old
-    controller state a restart grace; the operator token, signing key and models stay.
+    controller state a restart grace; the operator token, signing key and models stay. A
+    ``grid test compete`` journal goes with the profiles it describes: left in place, status
+    would warn about edits the new fleet does not have, and the next compete would fail
+    trying to undo them.
 
     Raises:
         ConflictError: a process from an earlier fleet still runs here.
@@ -271,6 +274,7 @@ def _fresh(root: Path) -> None:
         raise ConflictError(msg)
     for sub in (root / "server" / "state", root / "hosts", root / "tokens"):
         shutil.rmtree(sub, ignore_errors=True)
+    (root / layout.COMPETE_JOURNAL).unlink(missing_ok=True)
 
 
 def _wait_baseline(url: str, root: Path, models: tuple[ModelSpec, ...], echo: Echo) -> None:

@@ -580,3 +580,19 @@ def test_status_warns_while_compete_edits_are_applied(tmp_path):
     )
     (root / layout.COMPETE_JOURNAL).write_text("{not json")
     assert "unreadable journal" in lifecycle.status_document(root)["compete_edits"][0]
+
+
+def test_a_new_fleet_forgets_the_compete_edits_of_the_stopped_one(tmp_path):
+    """A compete run killed with an edit applied, then stop and start: the new fleet's
+    profiles are fresh, so status must not warn about the old fleet's edits (and the next
+    compete must not fail trying to undo them)."""
+    from grid_fleet import lifecycle
+
+    root = tmp_path / "fleet"
+    _saved_fleet(root)
+    edit = {"original": {}, "original_version": "v1", "written_version": "v2"}
+    (root / layout.COMPETE_JOURNAL).write_text(json.dumps({"slow-coder.gguf": edit}))
+    layout.record_path(root).unlink()  # stopped
+    lifecycle._fresh(root)  # what a new start does before it launches anything
+    _saved_fleet(root)  # started again
+    assert lifecycle.status_document(root)["compete_edits"] == []
