@@ -21,7 +21,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -202,9 +202,9 @@ def _start(settings: FleetSettings, echo: Echo, root: Path) -> FleetRecord:
         started_at=time.time(),
     )
     layout.save_record(root, rec)
-    echo(f"  server pid {server.pid} on {url}")
-    _name_grid(root, url, echo)
     try:
+        echo(f"  server pid {server.pid} on {url}")
+        _name_grid(root, url, echo)
         for m in models:
             api(url, root, Calls.put_model(m.model_id, layout.profile_document(m)))
             echo(
@@ -220,10 +220,23 @@ def _start(settings: FleetSettings, echo: Echo, root: Path) -> FleetRecord:
             raise UnavailableError(msg)
         _wait_baseline(url, root, models, echo)
     except BaseException:
-        echo("grid: start failed; stopping what was started")
-        _stop(echo, root)
+        quiet = _quiet(echo)
+        quiet("grid: start failed; stopping what was started")
+        _stop(quiet, root)
         raise
     return rec
+
+
+def _quiet(echo: Echo) -> Echo:
+    """``echo`` that drops a line it cannot write (OSError: the reader of a pipe went away,
+    as in ``grid test start | head``): the clean-up after a failed start must run to its end
+    even when its output has nowhere to go."""
+
+    def say(line: str) -> None:
+        with suppress(OSError):
+            echo(line)
+
+    return say
 
 
 FLEET_START_HINT = "grid test restart"

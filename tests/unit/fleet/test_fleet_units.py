@@ -596,3 +596,41 @@ def test_a_new_fleet_forgets_the_compete_edits_of_the_stopped_one(tmp_path):
     lifecycle._fresh(root)  # what a new start does before it launches anything
     _saved_fleet(root)  # started again
     assert lifecycle.status_document(root)["compete_edits"] == []
+
+
+def test_a_start_whose_output_pipe_closes_stops_what_it_started(tmp_path, monkeypatch):
+    """`grid test start | head -2`: the reader goes away right after the server is up. The
+    next line fails with a broken pipe; start must still stop the server it launched (its
+    clean-up cannot print either) instead of leaving a half-started fleet."""
+    import os
+    import signal
+
+    from grid_fleet import lifecycle
+
+    from grid_core.system.identity import is_gone
+
+    home = tmp_path / "home"
+    monkeypatch.setenv("GRID_HOME", str(home))
+    root = home / "fleet"
+    lines: list[str] = []
+
+    def echo(line: str) -> None:
+        if any(seen.startswith("  server pid ") for seen in lines):
+            raise BrokenPipeError(32, "Broken pipe")
+        lines.append(line)
+
+    settings = FleetSettings(
+        machines=1, port=0, engine_port_base=30000, capacities_mb=(2048,), models=()
+    )
+    try:
+        with pytest.raises(BrokenPipeError):
+            lifecycle.start(settings, echo, root)
+    finally:
+        started = [line for line in lines if line.startswith("  server pid ")]
+        pids = [int(line.split()[2]) for line in started]
+        left = [pid for pid in pids if not is_gone(pid)]
+        for pid in left:  # never leave a server behind, even when the check below fails
+            os.kill(pid, signal.SIGKILL)
+    assert pids, lines  # the server was up when the pipe closed
+    assert left == []
+    assert layout.load_record(root) is None
