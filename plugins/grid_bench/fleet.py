@@ -64,12 +64,97 @@ def _residency(r: dict, catalog: set[str]) -> ResidencySnapshot:
     )
 
 
+Types = tuple[type, ...]
+NUMBER: Types = (int, float)
+TEXT: Types = (str,)
+LIST: Types = (list,)
+TOP_FIELDS: dict[str, Types] = {"now": NUMBER, "hosts": LIST, "models": LIST, "demand": LIST}
+HOST_FIELDS: dict[str, Types] = {
+    "host_id": TEXT,
+    "capacity_mb": NUMBER,
+    "reserved_mb": NUMBER,
+    "state": TEXT,
+    "heartbeat_age_s": NUMBER,
+    "runtimes": LIST,
+    "backends": LIST,
+    "tags": LIST,
+    "max_models": NUMBER,
+    "residencies": LIST,
+}
+RESIDENCY_FIELDS: dict[str, Types] = {"model_id": TEXT, "memory_mb": NUMBER, "state": TEXT}
+MODEL_FIELDS: dict[str, Types] = {
+    "model_id": TEXT,
+    "memory_mb": NUMBER,
+    "runtimes": LIST,
+    "min_replicas": NUMBER,
+    "max_replicas": NUMBER,
+    "priority": NUMBER,
+    "min_failure_domains": NUMBER,
+}
+DEMAND_FIELDS: dict[str, Types] = {
+    "model_id": TEXT,
+    "request_rate_per_s": NUMBER,
+    "service_time_s": NUMBER,
+    "queue_depth": NUMBER,
+    "p95_latency_ms": NUMBER,
+}
+"""The keys this reader needs per entry and their JSON types (the format's other keys are
+optional or ignored)."""
+
+
+def _check(entry: object, fields: dict[str, Types], where: str) -> None:
+    """Refuse an entry that lacks a needed key or has one of the wrong JSON type, naming
+    the entry (``hosts[3] (host-004)``) and the key.
+
+    Raises:
+        ValidationError: the first problem found.
+    """
+    if not isinstance(entry, dict):
+        msg = f"fleet: {where} is {type(entry).__name__}, not an object; regenerate the file"
+        raise ValidationError(msg)
+    for key, types in fields.items():
+        if key not in entry:
+            msg = f"fleet: {where} has no {key!r}; regenerate the file"
+            raise ValidationError(msg)
+        value = entry[key]
+        if isinstance(value, bool) or not isinstance(value, types):
+            kind = "a number" if types is NUMBER else f"a {types[0].__name__}"
+            msg = f"fleet: {where}.{key} is {value!r}, not {kind}; regenerate the file"
+            raise ValidationError(msg)
+
+
+def _where(kind: str, i: int, entry: object, key: str) -> str:
+    """``hosts[3] (host-004)``: an entry's place in the file and, when it has one, its id."""
+    label = entry.get(key) if isinstance(entry, dict) else None
+    return f"{kind}[{i}]" + (f" ({label})" if isinstance(label, str) else "")
+
+
+def check_entries(data: dict) -> None:
+    """Check every entry :func:`fleet_inputs` reads before converting any of them.
+
+    Raises:
+        ValidationError: names the entry (list and index, and its id) and the key.
+    """
+    _check(data, TOP_FIELDS, "the file")
+    for i, h in enumerate(data["hosts"]):
+        where = _where("hosts", i, h, "host_id")
+        _check(h, HOST_FIELDS, where)
+        for j, r in enumerate(h["residencies"]):
+            _check(r, RESIDENCY_FIELDS, f"{where}.residencies[{j}]")
+    for i, m in enumerate(data["models"]):
+        _check(m, MODEL_FIELDS, _where("models", i, m, "model_id"))
+    for i, d in enumerate(data["demand"]):
+        _check(d, DEMAND_FIELDS, _where("demand", i, d, "model_id"))
+
+
 def fleet_inputs(data: dict, policy: PlannerPolicy | None = None) -> PlanInputs:
     """Convert a parsed fleet into :class:`PlanInputs` (demand through Grid's own rules).
 
     Raises:
-        ValidationError: a model or host entry breaks Grid's profile/snapshot rules.
+        ValidationError: an entry lacks a key or has one of the wrong type (the entry and
+            the key are named), or breaks Grid's profile/snapshot rules.
     """
+    check_entries(data)
     try:
         return _convert(data, policy or PlannerPolicy())
     except (KeyError, TypeError, ValueError) as exc:

@@ -1,0 +1,101 @@
+"""``grid bench plan --fleet FILE`` names the entry and the key of a malformed fleet file."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+from grid_bench.fleet import SCHEMA, fleet_inputs
+
+from grid_core.errors import ValidationError
+
+FLEET = {
+    "schema": SCHEMA,
+    "now": 1767225600.0,
+    "hosts": [
+        {
+            "host_id": "host-001",
+            "capacity_mb": 24576,
+            "reserved_mb": 6144,
+            "runtimes": ["llama.cpp"],
+            "backends": ["metal"],
+            "failure_domain": "fd-1",
+            "tags": [],
+            "state": "accepting",
+            "max_models": 0,
+            "heartbeat_age_s": 2.0,
+            "residencies": [
+                {"model_id": "model-01", "memory_mb": 4096, "state": "ready", "managed": True}
+            ],
+        }
+    ],
+    "models": [
+        {
+            "model_id": "model-01",
+            "memory_mb": 4096,
+            "runtimes": ["llama.cpp"],
+            "backends": [],
+            "min_replicas": 1,
+            "max_replicas": 2,
+            "priority": 1,
+            "min_failure_domains": 1,
+        }
+    ],
+    "demand": [
+        {
+            "model_id": "model-01",
+            "request_rate_per_s": 0.5,
+            "service_time_s": 2.0,
+            "queue_depth": 0.0,
+            "p95_latency_ms": 0.0,
+        }
+    ],
+}
+
+
+def test_a_well_formed_fleet_converts() -> None:
+    inputs = fleet_inputs(copy.deepcopy(FLEET))
+    assert [h.host_id for h in inputs.hosts] == ["host-001"]
+    assert [p.model_id for p in inputs.profiles] == ["model-01"]
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "named"),
+    [
+        (
+            ("hosts", 0, "capacity_mb"),
+            "lots",
+            "hosts[0] (host-001).capacity_mb is 'lots', not a number",
+        ),
+        (
+            ("hosts", 0, "residencies", 0, "memory_mb"),
+            None,
+            "hosts[0] (host-001).residencies[0].memory_mb is None",
+        ),
+        (("models", 0, "priority"), True, "models[0] (model-01).priority is True, not a number"),
+        (
+            ("models", 0, "runtimes"),
+            "llama.cpp",
+            "models[0] (model-01).runtimes is 'llama.cpp', not a list",
+        ),
+        (("demand", 0, "queue_depth"), "0", "demand[0] (model-01).queue_depth is '0'"),
+    ],
+)
+def test_a_wrong_value_names_the_entry_and_the_key(path, value, named) -> None:
+    data = copy.deepcopy(FLEET)
+    *parents, key = path
+    entry = data
+    for step in parents:
+        entry = entry[step]
+    entry[key] = value
+    with pytest.raises(ValidationError) as exc:
+        fleet_inputs(data)
+    assert named in str(exc.value) and "regenerate the file" in str(exc.value)
+    assert exc.value.exit_code == 2  # a wrong --fleet file, as the exit-code table says
+
+
+def test_a_missing_key_names_the_entry() -> None:
+    data = copy.deepcopy(FLEET)
+    del data["hosts"][0]["max_models"]
+    with pytest.raises(ValidationError, match=r"hosts\[0\] \(host-001\) has no 'max_models'"):
+        fleet_inputs(data)
