@@ -24,6 +24,7 @@ from grid_core.client import is_loopback_host
 from grid_core.errors import ValidationError
 from grid_core.runtime import ChildRecord, LoadResult, RuntimeHost
 from grid_core.system.engine_child import PROBE_TIMEOUT_S, EngineChildAdapter, lists_model
+from grid_core.system.spawn import SAFE_PATH_FLAG
 
 
 def check_loopback_service(url: str, *, env: str, service: str, example: str) -> str:
@@ -106,6 +107,7 @@ class GatewayAdapter(EngineChildAdapter):
         """The gateway for ``alias`` (key read from the 0600 key file)."""
         return [
             str(Path(sys.executable).absolute()),
+            SAFE_PATH_FLAG,
             "-m",
             self.gateway_module,
             "--model",

@@ -32,6 +32,7 @@ import msgspec
 from grid_core.client import AsyncGridClient, Calls, GridClient, RequestRefused
 from grid_core.errors import GridError, NotFoundError, ValidationError
 from grid_core.system import (
+    SAFE_PATH_FLAG,
     ProcessIdentity,
     birth_of,
     grid_home,
@@ -219,7 +220,7 @@ def join(engine: ExternalEngine) -> int:
     d.mkdir(parents=True, exist_ok=True, mode=0o700)
     write_atomic(d / f"{engine.name}.json", msgspec.json.encode(engine))
     write_atomic(d / f"{engine.name}.token", token)
-    argv = [sys.executable, "-m", "grid_node.external", "--keep", engine.name]
+    argv = [sys.executable, SAFE_PATH_FLAG, "-m", "grid_node.external", "--keep", engine.name]
     pid = spawn_detached(argv, log_path=d / f"{engine.name}.log", truncate_log=True)
     record = {"pid": pid, "birth": birth_of(pid), "argv": argv}
     write_atomic(d / f"{engine.name}.keeper.json", json.dumps(record))

@@ -24,6 +24,7 @@ from grid_core.errors import ConflictError, UnavailableError
 from grid_core.nodeconfig import NodeConfig, load_config
 from grid_core.nodelaunch import NodeProcesses
 from grid_core.system import (
+    SAFE_PATH_FLAG,
     ProcessIdentity,
     Proof,
     exit_status,
@@ -171,7 +172,16 @@ def start_node(
         offered_adapters(get_plugins().runtime_adapters(), config.runtimes)
     path = config.save()
     instance = uuid.uuid4().hex
-    argv = [sys.executable, "-m", "grid_node.daemon", "--instance", instance, "--config", str(path)]
+    argv = [
+        sys.executable,
+        SAFE_PATH_FLAG,
+        "-m",
+        "grid_node.daemon",
+        "--instance",
+        instance,
+        "--config",
+        str(path),
+    ]
     log = sdir / LOG_FILE
     # The daemon inherits the environment on purpose: GRID_ALLOCATOR_NODE_TOKEN may be how its
     # credential arrives (never in argv or in the document).

@@ -19,6 +19,7 @@ from grid_core.client import Calls, check_credential_transport, tls_verify
 from grid_core.errors import GridError, ValidationError
 from grid_core.grids import GRID_OPTION_HELP
 from grid_core.system import (
+    SAFE_PATH_FLAG,
     ProcessIdentity,
     SpawnedChild,
     exit_status,
@@ -212,7 +213,16 @@ class _Launch:
 
     def argv(self) -> list[str]:
         """The detached server's command line (key paths only: the key stays in its file)."""
-        args = [sys.executable, "-m", SERVER_MARKER, "--host", self.host, "--port", str(self.port)]
+        args = [
+            sys.executable,
+            SAFE_PATH_FLAG,
+            "-m",
+            SERVER_MARKER,
+            "--host",
+            self.host,
+            "--port",
+            str(self.port),
+        ]
         if self.state_dir is not None:
             args += ["--state-dir", str(self.state_dir)]
         if self.tls is not None:

@@ -21,6 +21,7 @@ import uvicorn
 from grid_core.bodies import Registered
 from grid_core.client import Call, GridClient
 from grid_core.system import (
+    SAFE_PATH_FLAG,
     SpawnedChild,
     StopOutcome,
     exit_status,
@@ -110,6 +111,7 @@ def start_fake_engine(
         [
             *prefix,
             sys.executable,
+            SAFE_PATH_FLAG,
             "-m",
             "grid_server.fake_engine",
             "--model",
@@ -153,6 +155,7 @@ def start_engine_front(
     args = [
         *prefix,
         sys.executable,
+        SAFE_PATH_FLAG,
         "-m",
         "grid_node.engine_tls",
         "--upstream",
@@ -246,7 +249,16 @@ def start_server(
     url_file = home / "test-server.url"
     url_file.unlink(missing_ok=True)  # a restart in the same home must not read the old URL
     env = scrubbed_env(GRID_HOME=str(home))
-    args = [sys.executable, "-m", "grid_server.serve", "--port", "0", "--url-file", str(url_file)]
+    args = [
+        sys.executable,
+        SAFE_PATH_FLAG,
+        "-m",
+        "grid_server.serve",
+        "--port",
+        "0",
+        "--url-file",
+        str(url_file),
+    ]
     if tick_interval_s is not None:
         args += ["--tick-interval", str(tick_interval_s)]
     args += list(extra_args)

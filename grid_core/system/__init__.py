@@ -28,13 +28,19 @@ from grid_core.system.identity import (
     signal_proven,
 )
 from grid_core.system.poll import wait_until, wait_until_sync
-from grid_core.system.spawn import SECRET_ENV_PREFIXES, scrubbed_env, spawn_detached
+from grid_core.system.spawn import (
+    SAFE_PATH_FLAG,
+    SECRET_ENV_PREFIXES,
+    scrubbed_env,
+    spawn_detached,
+)
 from grid_core.system.stop import StopOutcome, stop_process, stop_process_sync
 
 __all__ = [
     "BIRTH_TOLERANCE_S",
     "HOME_ENV",
     "OWNER_ONLY",
+    "SAFE_PATH_FLAG",
     "SECRET_ENV_PREFIXES",
     "ProcessIdentity",
     "Proof",

@@ -15,6 +15,10 @@ from pathlib import Path
 SECRET_ENV_PREFIXES = ("GRID_ALLOCATOR_", "GRID_ENGINE_")
 """Environment variables holding credentials (operator, node and engine tokens): an engine
 child or test server never needs them, so they are never inherited by default."""
+SAFE_PATH_FLAG = "-P"
+"""Python flag for every Grid daemon started as ``python -m …``: without it the working
+directory comes first on the import path, so a server or agent started from a directory that
+holds another copy of Grid (an old checkout) would run that copy instead of the installed one."""
 LOG_MODE = 0o600
 """Logs can quote request paths and model ids: readable by the owner only."""
 

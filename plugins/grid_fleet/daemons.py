@@ -22,6 +22,7 @@ from typing import TypeVar
 import msgspec
 
 from grid_core.api import (
+    SAFE_PATH_FLAG,
     Call,
     Calls,
     GridClient,
@@ -113,6 +114,7 @@ def start_server(root: Path, port: int, *, fresh_log: bool = True) -> tuple[Proc
     write_atomic(policy, json.dumps(layout.policy_document(), indent=2) + "\n")
     argv = [
         sys.executable,
+        SAFE_PATH_FLAG,
         "-m",
         "grid_server.serve",
         "--host",

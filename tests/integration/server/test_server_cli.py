@@ -31,7 +31,11 @@ GRID_BIN = Path(sys.executable).parent / "grid"
 
 
 def grid_cli(
-    *args: str, home: Path, env: dict[str, str] | None = None, timeout: float = 60.0
+    *args: str,
+    home: Path,
+    env: dict[str, str] | None = None,
+    timeout: float = 60.0,
+    cwd: Path | None = None,
 ) -> subprocess.CompletedProcess[str]:
     full = {k: v for k, v in os.environ.items() if not k.startswith("GRID_ALLOCATOR")}
     full["GRID_HOME"] = str(home)
@@ -43,6 +47,7 @@ def grid_cli(
         text=True,
         timeout=timeout,
         check=False,
+        cwd=cwd,
     )
 
 
@@ -315,6 +320,26 @@ def test_no_server_is_one_line_exit_1(tmp_path: Path) -> None:
     r = grid_cli("models", "--grid", "http://127.0.0.1:9", home=tmp_path)
     assert r.returncode == 1
     assert r.stderr.strip().startswith("grid: error:") and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_detached_server_runs_the_installed_grid_not_a_copy_in_the_working_directory(
+    tmp_path: Path,
+) -> None:
+    """``grid up --detach`` started from a directory that holds another ``grid_server`` (an
+    old checkout, say) still runs the installed server: the working directory is not on the
+    daemon's import path."""
+    decoy = tmp_path / "checkout"
+    (decoy / "grid_server").mkdir(parents=True)
+    (decoy / "grid_server" / "__init__.py").write_text("raise SystemExit('decoy grid_server')\n")
+    home = tmp_path / "home"
+    r = grid_cli("up", "--detach", "--port", "0", home=home, cwd=decoy)
+    try:
+        assert r.returncode == 0, r.stderr
+        assert "decoy" not in r.stderr
+        assert grid_cli("allocator", "status", home=home).returncode == 0
+    finally:
+        if (home / "server.json").exists():
+            assert grid_cli("down", home=home).returncode == 0
 
 
 def test_up_detach_and_down_stop_only_that_server(tmp_path: Path) -> None:
