@@ -36,7 +36,7 @@ def load_fleet(path: str | Path) -> dict:
     """
     p = Path(path)
     if not p.is_file():
-        msg = f"fleet file '{p}' does not exist; generate one with fleet_gen.py"
+        msg = f"fleet file '{p}' does not exist; generate one with 'grid bench fleet --out FILE'"
         raise ValidationError(msg)
     try:
         data = json.loads(p.read_text())
@@ -44,7 +44,7 @@ def load_fleet(path: str | Path) -> dict:
         msg = f"fleet file '{p}' is not valid JSON ({exc}); regenerate it"
         raise ValidationError(msg) from None
     if not isinstance(data, dict) or data.get("schema") != SCHEMA:
-        msg = f"fleet file '{p}' is not schema {SCHEMA!r}; use fleet_gen.py output"
+        msg = f"fleet file '{p}' is not schema {SCHEMA!r}; generate one with 'grid bench fleet'"
         raise ValidationError(msg)
     return data
 

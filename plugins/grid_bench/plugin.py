@@ -7,7 +7,8 @@ from grid_core.api import CliRegistry, hookimpl
 
 @hookimpl
 def grid_cli_commands(cli: CliRegistry) -> None:
-    """Add ``grid bench plan`` (other bench commands register into the same group)."""
+    """Add ``grid bench plan``, ``tick`` and ``fleet`` (other bench commands register into the
+    same group)."""
     from grid_bench.plan_bench import bench_plan
 
     bench = cli.group("bench")
@@ -15,3 +16,6 @@ def grid_cli_commands(cli: CliRegistry) -> None:
     from grid_bench.tick import bench_tick
 
     bench.command(name="tick")(bench_tick)
+    from grid_bench.fleet_make import bench_fleet
+
+    bench.command(name="fleet")(bench_fleet)

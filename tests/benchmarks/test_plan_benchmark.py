@@ -2,19 +2,19 @@
 
 Fleets are the neutral ``grid-bench-fleet/1`` format. Set ``GRID_BENCH_FLEETS`` to a folder of
 generated files (for example the generator's seeds 1 and 2 at occupancy 0 and 0.5) to time
-those; otherwise a small built-in fleet of the same shape is written to a temp dir.
+those; otherwise ``grid bench fleet``'s generator writes 64x32 and 256x64 fleets to a temp dir.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import random
 from pathlib import Path
 
 import pytest
 from benchsize import by_size
 from grid_bench.fleet import fleet_inputs, load_fleet, overcommitted_hosts, violations
+from grid_bench.fleet_make import make_fleet
 from grid_bench.plan_bench import run_plan_bench
 from typer.testing import CliRunner
 
@@ -37,90 +37,6 @@ KEYS = {
 }
 
 
-def _fleet(hosts: int, models: int, seed: int, occupancy: float) -> dict:
-    """A small fleet in the neutral format (independent of any shared generator)."""
-    rng = random.Random(seed)
-    gb = 1024
-    kinds = [(24, "mac", 2), (32, "cuda", 2), (64, "mac", 3), (96, "cuda", 3), (192, "mac", 0)]
-    catalog = []
-    for i in range(models):
-        vllm = rng.random() < 0.3
-        catalog.append(
-            {
-                "model_id": f"model-{i + 1:02d}",
-                "memory_mb": rng.randint(2, 40) * gb,
-                "runtimes": ["vllm"] if vllm else ["llama.cpp"],
-                "backends": ["cuda"] if vllm else [],
-                "min_replicas": rng.choice([0, 1, 1, 2]),
-                "max_replicas": rng.randint(2, 6),
-                "priority": rng.randint(0, 3),
-                "min_failure_domains": rng.choice([1, 1, 2]),
-                "required_tags": [],
-                "pinned_hosts": [],
-            }
-        )
-    for m in catalog:
-        m["max_replicas"] = max(m["max_replicas"], m["min_replicas"])
-    fleet_hosts = []
-    for i in range(hosts):
-        cap, plat, slots = rng.choice(kinds)
-        h = {
-            "host_id": f"host-{i + 1:03d}",
-            "capacity_mb": cap * gb,
-            "reserved_mb": 4 * gb,
-            "runtimes": ["llama.cpp", "vllm"] if plat == "cuda" else ["llama.cpp"],
-            "backends": ["cuda"] if plat == "cuda" else ["metal"],
-            "failure_domain": f"fd-{i % 3 + 1}",
-            "tags": [],
-            "state": rng.choice(["accepting"] * 9 + ["paused"]),
-            "max_models": slots,
-            "heartbeat_age_s": 2.0,
-            "residencies": [],
-        }
-        budget = occupancy * (h["capacity_mb"] - h["reserved_mb"])
-        for m in rng.sample(catalog, len(catalog)):
-            ok = set(m["runtimes"]) & set(h["runtimes"]) and (
-                not m["backends"] or set(m["backends"]) & set(h["backends"])
-            )
-            if ok and m["memory_mb"] <= budget and (not slots or len(h["residencies"]) < slots):
-                budget -= m["memory_mb"]
-                h["residencies"].append(
-                    {
-                        "model_id": m["model_id"],
-                        "memory_mb": m["memory_mb"],
-                        "state": "ready",
-                        "managed": rng.random() < 0.9,
-                        "active_requests": 0,
-                    }
-                )
-        h["residencies"].sort(key=lambda r: r["model_id"])
-        fleet_hosts.append(h)
-    demand = [
-        {
-            "model_id": m["model_id"],
-            "request_rate_per_s": rng.choice([0.0, 0.5, 3.0]),
-            "queue_depth": rng.choice([0, 0, 4]),
-            "p95_latency_ms": 0.0,
-            "service_time_s": 2.0,
-        }
-        for m in catalog
-    ]
-    return {
-        "schema": "grid-bench-fleet/1",
-        "now": 1_767_225_600.0,
-        "params": {
-            "hosts": hosts,
-            "models": models,
-            "seed": seed,
-            "occupancy": occupancy,
-            "load": 1.0,
-        },
-        "hosts": fleet_hosts,
-        "models": catalog,
-        "demand": demand,
-    }
-
-
 def _fleet_files(tmp_path: Path) -> list[Path]:
     folder = os.environ.get("GRID_BENCH_FLEETS")
     if folder:
@@ -130,7 +46,7 @@ def _fleet_files(tmp_path: Path) -> list[Path]:
         for seed in (1, 2):
             for occupancy in (0.0, 0.5):
                 p = tmp_path / f"fleet-{hosts}x{models}-s{seed}-o{occupancy}.json"
-                p.write_text(json.dumps(_fleet(hosts, models, seed, occupancy)))
+                p.write_text(json.dumps(make_fleet(hosts, models, seed, occupancy)))
                 out.append(p)
     return out
 
@@ -153,7 +69,7 @@ def test_plan_bench_numbers_and_safety(tmp_path, capsys):
 
 
 def test_overcommit_check_is_independent_and_catches_a_bad_placement(tmp_path):
-    data = _fleet(4, 3, 7, 0.0)
+    data = make_fleet(4, 3, 7, 0.0)
     host = data["hosts"][0]
     big = max(data["models"], key=lambda m: m["memory_mb"])
     crowd = [{"model_id": big["model_id"], "host_id": host["host_id"]}] * 2
@@ -166,7 +82,7 @@ def test_overcommit_check_is_independent_and_catches_a_bad_placement(tmp_path):
 
 def test_cli_json_has_exactly_the_documented_keys(tmp_path):
     p = tmp_path / "fleet.json"
-    p.write_text(json.dumps(_fleet(8, 4, 3, 0.5)))
+    p.write_text(json.dumps(make_fleet(8, 4, 3, 0.5)))
     app = build_app(plugins_with(builtins=("grid_bench", "grid_scoring", "grid_victims")))
     result = CliRunner().invoke(app, ["bench", "plan", "--fleet", str(p), "--json", "--runs", "1"])
     assert result.exit_code == 0, result.output
@@ -191,7 +107,7 @@ def test_cli_reports_a_missing_file_in_one_line(tmp_path):
 
 
 def test_violation_check_is_independent_and_catches_each_kind(tmp_path):
-    data = _fleet(6, 4, 11, 0.0)
+    data = make_fleet(6, 4, 11, 0.0)
     slotted = next(h for h in data["hosts"] if h["max_models"] and h["state"] == "accepting")
     small = sorted(data["models"], key=lambda m: m["memory_mb"])
     gguf = [m for m in small if "llama.cpp" in m["runtimes"]]
@@ -218,7 +134,7 @@ def test_violation_check_is_independent_and_catches_each_kind(tmp_path):
 def test_cli_exact_prints_the_optimum_and_the_gap(tmp_path):
     pytest.importorskip("highspy")
     p = tmp_path / "fleet.json"
-    p.write_text(json.dumps(_fleet(10, 6, 5, 0.0)))
+    p.write_text(json.dumps(make_fleet(10, 6, 5, 0.0)))
     app = build_app(plugins_with(builtins=("grid_bench", "grid_scoring", "grid_victims")))
     args = ["bench", "plan", "--fleet", str(p), "--json", "--runs", "1", "--exact"]
     result = CliRunner().invoke(app, args)
@@ -243,7 +159,7 @@ def test_cli_exact_text_lists_each_model_grid_places_fewer_replicas_of(
 ):
     pytest.importorskip("highspy")
     p = tmp_path / "fleet.json"
-    p.write_text(json.dumps(_fleet(hosts, models, seed, occupancy)))
+    p.write_text(json.dumps(make_fleet(hosts, models, seed, occupancy)))
     app = build_app(plugins_with(builtins=("grid_bench", "grid_scoring", "grid_victims")))
     base = ["bench", "plan", "--fleet", str(p), "--runs", "1", "--exact"]
     as_json = CliRunner().invoke(app, [*base, "--json"])
@@ -266,3 +182,24 @@ def test_exact_help_names_the_extra_to_install():
     app = build_app(plugins_with(builtins=("grid_bench",)))
     result = CliRunner().invoke(app, ["bench", "plan", "--help"], env={"COLUMNS": "200"})
     assert "grid[exact]" in result.output
+
+
+def test_bench_fleet_writes_a_file_that_bench_plan_reads(tmp_path):
+    """``grid bench fleet`` makes the input ``grid bench plan`` needs, the same bytes for the
+    same arguments; a bad argument is refused with the flag and its range (exit 2)."""
+    app = build_app(plugins_with(builtins=("grid_bench",)))
+    runner = CliRunner()
+    out = tmp_path / "f.json"
+    args = ["bench", "fleet", "--hosts", "12", "--models", "6", "--seed", "9", "--occupancy", "0.5"]
+    made = runner.invoke(app, [*args, "--out", str(out)])
+    assert made.exit_code == 0, made.output
+    again = runner.invoke(app, args)  # stdout
+    assert again.exit_code == 0 and again.stdout == out.read_text()
+    doc = load_fleet(out)
+    assert len(doc["hosts"]) == 12 and len(doc["models"]) == 6
+    assert any(h["residencies"] for h in doc["hosts"])  # occupancy 0.5 leaves residents
+    plan = runner.invoke(app, ["bench", "plan", "--fleet", str(out), "--json", "--runs", "1"])
+    assert plan.exit_code == 0, plan.output
+    assert json.loads(plan.stdout)["violations"] == 0
+    bad = runner.invoke(app, ["bench", "fleet", "--occupancy", "1.5"])
+    assert bad.exit_code == 2 and "--occupancy" in str(bad.exception) + bad.output
