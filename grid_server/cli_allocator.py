@@ -51,37 +51,99 @@ def model_set(
         "--runtime-memory-mb",
         help="RUNTIME=MB, repeatable.",
     ),
-    artifact_sha256: str | None = typer.Option(None, "--artifact-sha256"),
-    artifact_source: str | None = typer.Option(None, "--artifact-source"),
-    artifact_size_mb: int | None = typer.Option(None, "--artifact-size-mb"),
+    artifact_sha256: str | None = typer.Option(
+        None,
+        "--artifact-sha256",
+        help="SHA-256 of the weights file; a host loads only these exact bytes.",
+    ),
+    artifact_source: str | None = typer.Option(
+        None,
+        "--artifact-source",
+        help="Where a host may download the weights (https://… or a path).",
+    ),
+    artifact_size_mb: int | None = typer.Option(
+        None, "--artifact-size-mb", help="Size of the weights file (MB), for disk admission."
+    ),
     runtime: list[str] = typer.Option([], "--runtime", help=RUNTIME_HELP),  # noqa: B008
-    backend: list[str] = typer.Option([], "--backend"),  # noqa: B008
+    backend: list[str] = typer.Option(  # noqa: B008
+        [], "--backend", help="Repeatable; the host must offer one (cuda, metal, …). Default: any."
+    ),
     min_replicas: int | None = typer.Option(None, "--min-replicas", help="Default 0."),
     max_replicas: int | None = typer.Option(None, "--max-replicas", help="Default 1."),
     priority: int | None = typer.Option(None, "--priority", help="Default 0."),
-    data_tier: str | None = typer.Option(None, "--data-tier"),
-    required_tag: list[str] = typer.Option([], "--required-tag"),  # noqa: B008
-    forbidden_tag: list[str] = typer.Option([], "--forbidden-tag"),  # noqa: B008
-    min_failure_domains: int | None = typer.Option(None, "--min-failure-domains"),
-    max_colocated_models: int | None = typer.Option(None, "--max-colocated-models"),
-    colocation_exclude: list[str] = typer.Option([], "--colocation-exclude"),  # noqa: B008
-    pin: list[str] = typer.Option([], "--pin"),  # noqa: B008
-    min_gpu_count: int | None = typer.Option(None, "--min-gpu-count"),
-    min_gpu_memory_mb: int | None = typer.Option(None, "--min-gpu-memory-mb"),
-    replica_concurrency: int | None = typer.Option(None, "--replica-concurrency"),
-    target_utilization: float | None = typer.Option(None, "--target-utilization"),
-    expected_service_time_s: float | None = typer.Option(None, "--expected-service-time-s"),
-    latency_slo_ms: float | None = typer.Option(None, "--latency-slo-ms"),
-    load_estimate_s: float | None = typer.Option(None, "--load-estimate-s"),
-    warm_estimate_s: float | None = typer.Option(None, "--warm-estimate-s"),
+    data_tier: str | None = typer.Option(
+        None, "--data-tier", help="The host must list this data tier."
+    ),
+    required_tag: list[str] = typer.Option(  # noqa: B008
+        [], "--required-tag", help="Repeatable; the host must carry every one."
+    ),
+    forbidden_tag: list[str] = typer.Option(  # noqa: B008
+        [], "--forbidden-tag", help="Repeatable; the host must carry none."
+    ),
+    min_failure_domains: int | None = typer.Option(
+        None,
+        "--min-failure-domains",
+        help="Spread replicas over at least this many domains. Default 1.",
+    ),
+    max_colocated_models: int | None = typer.Option(
+        None,
+        "--max-colocated-models",
+        help="Models per host including this one; 0 unlimited (default), 1 exclusive.",
+    ),
+    colocation_exclude: list[str] = typer.Option(  # noqa: B008
+        [], "--colocation-exclude", help="Repeatable; a model never placed on the same host."
+    ),
+    pin: list[str] = typer.Option(  # noqa: B008
+        [], "--pin", help="Repeatable; a host that must hold a replica (a floor, not a ceiling)."
+    ),
+    min_gpu_count: int | None = typer.Option(
+        None, "--min-gpu-count", help="GPUs the host must have. Default 0."
+    ),
+    min_gpu_memory_mb: int | None = typer.Option(
+        None, "--min-gpu-memory-mb", help="GPU memory the host must have per GPU (MB). Default 0."
+    ),
+    replica_concurrency: int | None = typer.Option(
+        None, "--replica-concurrency", help="Requests one replica serves at once. Default 1."
+    ),
+    target_utilization: float | None = typer.Option(
+        None,
+        "--target-utilization",
+        help="Share of a replica's concurrency to plan for, 0-1. Default 0.7.",
+    ),
+    expected_service_time_s: float | None = typer.Option(
+        None,
+        "--expected-service-time-s",
+        help="Seconds per request before any is measured. Default 2.",
+    ),
+    latency_slo_ms: float | None = typer.Option(
+        None, "--latency-slo-ms", help="p95 latency objective (ms); misses add demand."
+    ),
+    load_estimate_s: float | None = typer.Option(
+        None,
+        "--load-estimate-s",
+        help="Seconds to fetch and verify the weights, before measured. Default 30.",
+    ),
+    warm_estimate_s: float | None = typer.Option(
+        None,
+        "--warm-estimate-s",
+        help="Seconds to start the engine until ready, before measured. Default 10.",
+    ),
     admission_headroom_mb: int | None = typer.Option(
         None,
         "--admission-headroom-mb",
         help="Free MB a new replica must leave on its host (default: a tenth of its memory, "
         "at least 512).",
     ),
-    min_residency_s: float | None = typer.Option(None, "--min-residency-s"),
-    scale_down_cooldown_s: float | None = typer.Option(None, "--scale-down-cooldown-s"),
+    min_residency_s: float | None = typer.Option(
+        None,
+        "--min-residency-s",
+        help="Seconds a new replica stays before it may be removed. Default 300.",
+    ),
+    scale_down_cooldown_s: float | None = typer.Option(
+        None,
+        "--scale-down-cooldown-s",
+        help="Seconds without demand before scaling down. Default 600.",
+    ),
     workload_score: list[str] = typer.Option(  # noqa: B008
         [],
         "--workload-score",
@@ -93,12 +155,22 @@ def model_set(
         help="Replace the whole profile: fields not given return to their defaults.",
     ),
     clear_pins: bool = typer.Option(False, "--clear-pins", help="Remove every pin."),
-    clear_required_tags: bool = typer.Option(False, "--clear-required-tags"),
-    clear_forbidden_tags: bool = typer.Option(False, "--clear-forbidden-tags"),
+    clear_required_tags: bool = typer.Option(
+        False, "--clear-required-tags", help="Remove every required tag."
+    ),
+    clear_forbidden_tags: bool = typer.Option(
+        False, "--clear-forbidden-tags", help="Remove every forbidden tag."
+    ),
     clear_backends: bool = typer.Option(False, "--clear-backends", help="Any backend again."),
-    clear_colocation_excludes: bool = typer.Option(False, "--clear-colocation-excludes"),
-    clear_runtime_memory_mb: bool = typer.Option(False, "--clear-runtime-memory-mb"),
-    clear_workload_scores: bool = typer.Option(False, "--clear-workload-scores"),
+    clear_colocation_excludes: bool = typer.Option(
+        False, "--clear-colocation-excludes", help="Remove every colocation exclude."
+    ),
+    clear_runtime_memory_mb: bool = typer.Option(
+        False, "--clear-runtime-memory-mb", help="Use --memory-mb on every runtime."
+    ),
+    clear_workload_scores: bool = typer.Option(
+        False, "--clear-workload-scores", help="Remove every workload score (no auto traffic)."
+    ),
     clear_runtimes: bool = typer.Option(
         False, "--clear-runtimes", help="Back to the default runtime (llama.cpp)."
     ),
@@ -305,7 +377,7 @@ def profile_changes(old: ModelProfile | None, new: ModelProfile) -> list[str]:
 
 
 def model_show(
-    model_id: str = typer.Argument(...),
+    model_id: str = typer.Argument(..., help="Model id."),
     grid: str | None = GridOpt,
     as_json: bool = typer.Option(False, "--json", help="The server's document, as JSON."),
 ) -> None:
@@ -337,7 +409,7 @@ def model_show(
 
 
 def model_remove(
-    model_id: str = typer.Argument(...),
+    model_id: str = typer.Argument(..., help="Model id."),
     grid: str | None = GridOpt,
     token_file: Path | None = TokenOpt,
 ) -> None:
@@ -363,7 +435,7 @@ def mode(
 def tick(
     grid: str | None = GridOpt,
     token_file: Path | None = TokenOpt,
-    as_json: bool = typer.Option(False, "--json"),
+    as_json: bool = typer.Option(False, "--json", help="The pass's result as JSON."),
 ) -> None:
     """Run one reconciliation pass now."""
     data = send(grid, Calls.tick(), token_file=token_file)

@@ -367,7 +367,9 @@ def chat(
     text: str = typer.Argument(..., help="The user message."),
     model: str = typer.Option(..., "-m", "--model", help="Model id, or 'auto'."),
     grid: str | None = GridOpt,
-    max_tokens: int | None = typer.Option(None, "--max-tokens", min=1),
+    max_tokens: int | None = typer.Option(
+        None, "--max-tokens", min=1, help="Longest reply, in tokens (default: the engine's)."
+    ),
     wait: float = typer.Option(
         CHAT_WAIT_S,
         "--wait",
