@@ -467,19 +467,32 @@ def _chat_once(
                     return message, max(1.0, float(retry_after)), str(code) if code else None
                 code = exit_code_for(resp.status_code)
                 raise CliError(f"chat → {resp.status_code}: {message}", code)
-            for line in resp.iter_lines():
-                if not line.startswith("data:") or line.strip() == "data: [DONE]":
-                    continue
-                try:
-                    chunk = json.loads(line[5:])
-                    delta = chunk["choices"][0].get("delta", {}).get("content")
-                except (ValueError, KeyError, IndexError, TypeError, AttributeError):
-                    continue
-                if delta:
-                    sys.stdout.write(str(delta).translate(_TERMINAL_UNSAFE))
-                    sys.stdout.flush()
+            answered_by = _relay_stream(resp)
     except httpx.HTTPError as exc:
         tls = describe_tls_failure(exc, base)
         raise CliError(tls or f"no Grid server answered at {base} ({type(exc).__name__})") from None
     sys.stdout.write("\n")
+    if body.get("model") == "auto" and answered_by:
+        typer.echo(f"grid: auto was answered by {answered_by}", err=True)
     return None
+
+
+def _relay_stream(resp: httpx.Response) -> str | None:
+    """Write a streamed reply's text to stdout (control characters made harmless); the model
+    the chunks name (the one that answered), or ``None`` when none did."""
+    answered_by = None
+    for line in resp.iter_lines():
+        if not line.startswith("data:") or line.strip() == "data: [DONE]":
+            continue
+        try:
+            chunk = json.loads(line[5:])
+            model = chunk.get("model")
+            if isinstance(model, str) and answered_by is None:
+                answered_by = model.translate(_TERMINAL_UNSAFE)
+            delta = chunk["choices"][0].get("delta", {}).get("content")
+        except (ValueError, KeyError, IndexError, TypeError, AttributeError):
+            continue
+        if delta:
+            sys.stdout.write(str(delta).translate(_TERMINAL_UNSAFE))
+            sys.stdout.flush()
+    return answered_by

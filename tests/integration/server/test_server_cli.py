@@ -216,6 +216,11 @@ def test_models_and_chat(grid: Grid, engines: Callable[[str], Engine]) -> None:
     r = run(grid, "chat", "-m", "m-cli", "--max-tokens", "3", "hello there")
     assert r.returncode == 0, r.stderr
     assert r.stdout.split() == ["tok0", "tok1", "tok2"]
+    assert "answered by" not in r.stderr  # the caller named the model
+    r = run(grid, "chat", "-m", "auto", "--max-tokens", "2", "hello there")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["tok0", "tok1"]
+    assert "grid: auto was answered by m-cli" in r.stderr  # Grid chose: say which model
     r = run(grid, "chat", "-m", "unknown-model", "hi")
     assert r.returncode == 2 and "404" in r.stderr
 
