@@ -22,12 +22,14 @@ from grid_core.api import DEFAULT_TIME_LIMIT_S, plan, render_table
 JSON_KEYS = (
     "p50_ms",
     "p90_ms",
+    "cpu_p50_ms",
     "desired",
     "placed",
     "unsatisfied",
     "coverage",
     "overcommitted_hosts",
     "violations",
+    "evictions",
     "unmet",
     "assignments",
 )
@@ -203,7 +205,11 @@ def bench_plan(
         return
     keys = ("p50_ms", "p90_ms", "cpu_p50_ms", "desired", "placed", "unsatisfied", "coverage")
     rows = [[k, out[k]] for k in keys]
-    rows += [["violations", out["violations"]], ["evictions", out["evictions"]]]
+    rows += [
+        ["overcommitted_hosts", out["overcommitted_hosts"]],
+        ["violations", out["violations"]],
+        ["evictions", out["evictions"]],
+    ]
     rows += [[f"violations:{k}", v] for k, v in out["violation_kinds"].items() if v]
     rows += [[f"unmet:{k}", v] for k, v in sorted(out["unmet_codes"].items())]
     if ex is not None:

@@ -26,6 +26,8 @@ pytestmark = pytest.mark.benchmark
 KEYS = {
     "p50_ms",
     "p90_ms",
+    "cpu_p50_ms",
+    "evictions",
     "desired",
     "placed",
     "unsatisfied",
