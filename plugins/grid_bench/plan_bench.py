@@ -187,7 +187,12 @@ def bench_plan(
     ] = False,
     time_limit: Annotated[
         float,
-        typer.Option("--exact-time-limit", min=0.1, help="Solver budget in seconds."),
+        typer.Option(
+            "--exact-time-limit",
+            min=0.1,
+            help="Solver budget per solve, seconds: the optimum takes one solve, and when "
+            "Grid places fewer the loss per priority class takes one more per class.",
+        ),
     ] = DEFAULT_TIME_LIMIT_S,
 ) -> None:
     """Time the placement planner on a fleet file (p50/p90 ms) and check the placement."""
