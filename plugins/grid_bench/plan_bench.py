@@ -190,8 +190,9 @@ def bench_plan(
         typer.Option(
             "--exact-time-limit",
             min=0.1,
-            help="Solver budget per solve, seconds: the optimum takes one solve, and when "
-            "Grid places fewer the loss per priority class takes one more per class.",
+            help="Solver budget per solve, seconds. A fleet that cannot be placed in full "
+            "takes several solves (about one per priority class for the ordered optimum, as "
+            "many again for the loss per class), so a run can take several times this.",
         ),
     ] = DEFAULT_TIME_LIMIT_S,
 ) -> None:
