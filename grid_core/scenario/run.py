@@ -137,7 +137,9 @@ def run_scenario(cfg: ScenarioConfig, env: LabEnv) -> dict[str, object]:
         changes = fleet.advance(tick)
         step = control.step(fleet)
         fleet.audit_memory()
-        results, features, pools = serve_minute(fleet, batch, texts, classify, jitter)
+        results, features, pools = serve_minute(
+            fleet, batch, texts, classify, jitter, control.chosen()
+        )
         bound.add(tick, results)
         fleet.demanded = {s.model for s in results if s.model} | {
             s.arrival.requested_model for s in results if s.arrival.requested_model != "auto"

@@ -1,8 +1,9 @@
 """Request physics: which READY model serves each arrival, and what it costs.
 
 An arrival is served by a model that is READY (and on a live machine) when it arrives. A named
-request goes to the named model; an unbound (``auto``) request goes to the ready model with
-the best configured suitability for the workload the production classifier assigned. Each
+request goes to the named model; an unbound (``auto``) request goes where Grid's router sends
+it (:func:`auto_model`): the model the control's latest portfolio maps the classified workload
+to when that model is ready, else the ready model with the best configured suitability. Each
 model's replicas pool their device time for the minute; work beyond that capacity first
 queues (up to :data:`QUEUE_ALLOWANCE` of capacity, served late) and then fails
 deterministically (``rejected``). Failures, latency inflation and queue depth are fed back
@@ -15,7 +16,7 @@ import functools
 import hashlib
 import math
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from grid_core.demand.features import Outcome, RequestFeatures
@@ -108,6 +109,23 @@ def best_ready_model(
     return best
 
 
+def auto_model(
+    workload: str | None,
+    modality: str,
+    pools: dict[str, Pool],
+    entries: dict[str, CatalogEntry],
+    chosen: Mapping[str, str],
+) -> str | None:
+    """The model serving an ``auto`` request, as Grid's router picks it: the portfolio's
+    choice for ``workload`` (``chosen``: workload → model id, the control's last decision)
+    when it is ready and serves ``modality``, else :func:`best_ready_model`. A control
+    without a portfolio (greedy, static) passes an empty map and gets configured scores."""
+    pick = chosen.get(workload) if workload is not None else None
+    if pick is not None and pick in pools and entries[pick].modality == modality:
+        return pick
+    return best_ready_model(workload, modality, pools, entries)
+
+
 def cost_s(entry: CatalogEntry, a: Arrival) -> float:
     """Device seconds of one request on the reference machine."""
     return entry.base_s + entry.per_unit_s * a.output_units + PREFILL_S_PER_UNIT * a.input_units
@@ -135,6 +153,7 @@ def serve_minute(
     texts: Callable[[Arrival], str],
     classify: Classifier,
     jitter: random.Random,
+    chosen: Mapping[str, str] | None = None,
 ) -> MinuteResult:
     """Serve one minute of arrivals with the fleet's current READY set.
 
@@ -144,6 +163,8 @@ def serve_minute(
         texts: the transient request text of an arrival (scanned, then dropped).
         classify: the production classifier: features and text → workload.
         jitter: the outcomes stream (one draw per arrival, whatever the routing).
+        chosen: workload → model of the control's latest portfolio (``auto`` routing,
+            :func:`auto_model`); ``None`` or empty: configured scores only.
 
     Returns:
         Per-arrival results, the bounded features to observe, and the pools.
@@ -166,7 +187,7 @@ def serve_minute(
         if a.requested_model != "auto":
             model = a.requested_model if a.requested_model in pools else None
         else:
-            model = best_ready_model(workload, a.modality, pools, fleet.entries)
+            model = auto_model(workload, a.modality, pools, fleet.entries, chosen or {})
         served = _serve_one(fleet, pools, a, workload, model, noise)
         results.append(served)
         at = min(now + TICK_S - 0.001, now + a.offset_s + served.latency_s)

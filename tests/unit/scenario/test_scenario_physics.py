@@ -174,6 +174,31 @@ def test_unbound_requests_go_to_the_best_ready_model_and_named_ones_to_theirs() 
     ]
 
 
+def test_unbound_requests_follow_the_portfolio_choice_like_the_router() -> None:
+    """Grid's router sends an ``auto`` request to the model the allocator's portfolio maps
+    its workload to when that model is ready, else to the best configured score; the lab
+    routes the same way, so a model the portfolio moved a workload away from stops
+    receiving that workload's traffic (and the queue it would report)."""
+    fleet = _fleet("rtx-4090", "rtx-4090")
+    fleet.advance(0)
+    _start(fleet, "h0", "general-8b")
+    _start(fleet, "h1", "code-14b")
+    fleet.advance(1)
+    batch = (_arrival(1.0), _arrival(2.0, persona="general"))
+
+    def classify(f: RequestFeatures, text: str) -> str:
+        return "coding"
+
+    def served(chosen: dict[str, str]) -> list[str | None]:
+        results, _, _ = serve_minute(fleet, batch, lambda a: "", classify, random.Random(2), chosen)
+        return [r.model for r in results]
+
+    assert served({"coding": "general-8b"}) == ["general-8b", "general-8b"]
+    # A choice that is not ready (still loading, or gone) falls back to configured scores.
+    assert served({"coding": "code-32b"}) == ["code-14b", "code-14b"]
+    assert served({}) == ["code-14b", "code-14b"]
+
+
 @pytest.mark.parametrize("kind", [c.name for c in CLASSES])
 def test_every_machine_class_reports_a_consistent_snapshot(kind: str) -> None:
     fleet = _fleet(kind)
