@@ -462,6 +462,8 @@ class Controller:
             ),
             lambda inputs: self._plan_fn(inputs, hooks),
         )
+        # A replacement's victim shows as leaving its path host (the portfolio's view).
+        planned_hosts = portfolio.hosts or planned_hosts
         self.last.predictions = self.demand.infer(
             self.plugins.infer_demand,
             portfolio.demand,

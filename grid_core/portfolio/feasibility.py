@@ -26,6 +26,12 @@ SERVING = frozenset({"loading", "warming", "ready"})
 """Residency states that count as the model being (or becoming) resident."""
 
 
+OUTAGE_REASONS = frozenset({"stale_heartbeat", "no_heartbeat", "unhealthy_report"})
+"""Host ineligibility reasons that mean a temporary outage (the host is still part of the
+nominal fleet, and its last report may still list replicas that died with it); an
+operator's pause or drain is a decision, not an outage."""
+
+
 class Row(NamedTuple):
     """One model's fleet feasibility (counts of hosts; seconds)."""
 
@@ -78,6 +84,15 @@ class Fit:
         self.by_id = {p.model_id: p for p in self.profiles}
         self.direct = direct
         self._rows: dict[str, Row] = {}
+
+    def out_hosts(self) -> frozenset[str]:
+        """Hosts that are out right now (:data:`OUTAGE_REASONS`): their last report may
+        still list ready replicas, but nothing there serves or can be counted on."""
+        return frozenset(
+            h.host_id
+            for h, why in zip(self.hosts, self.ledger.ineligible, strict=True)
+            if why in OUTAGE_REASONS
+        )
 
     def protected(self, model_id: str) -> bool:
         """Directly observed service (named requests anywhere in the demand window, or
@@ -207,7 +222,10 @@ class Fit:
         ledger, mi = self.ledger, self.ledger.index[model_id]
         profile = self.profiles[mi]
         ready_on: dict[str, set[str]] = {}
+        out = self.out_hosts()
         for hj, host in enumerate(self.hosts):
+            if host.host_id in out:
+                continue  # a silent host's last report is not a serving copy
             for r in host.residencies:
                 if r.state == "ready" and not self.degraded(hj, r):
                     ready_on.setdefault(r.model_id, set()).add(host.host_id)

@@ -7,9 +7,11 @@ is at least :data:`REPLACEMENT_RATIO` times the pressure that justifies the incu
 one exact replacement path per tick. Victims are only idle, managed residents of models with
 no direct demand, no pin and no baseline (pinned models, minimum replicas and directly named
 demand stay absolute fences). The replacement only withdraws the victim's *workload*
-justification: the victim's demand drops by one replica, the planner proves the resulting
-plan no longer keeps it on that host, and the reconciler drains before it unloads. Nothing is
-treated as free until a later heartbeat proves it.
+justification: the victim's demand drops by one replica, the planner — seeing the victim's
+replica on that host as leaving (:func:`leaving`) — proves the resulting plan no longer keeps
+it there, and the reconciler drains before it unloads. Nothing is treated as free until a
+later heartbeat proves it. The path is carried forward (:func:`carried`) while its victims
+stay removable, so a drain under way is finished rather than replaced by another path.
 
 Before that rule, whole-workload starvation is ended: when a clean structural plan proves
 that the fleet (without its managed residents) can host one preferred model for every active
@@ -23,7 +25,6 @@ by the victim's own leftover demand in between.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 
 import msgspec
@@ -41,8 +42,6 @@ incumbent to triple, so two workloads never trade a slot back and forth."""
 MAX_REPLACEMENTS = 1
 """Exact replacement paths one tick may use (specification: "one exact planner-proved
 replacement path")."""
-EPSILON = 1e-9
-"""Guards ceil() against float noise."""
 MAX_PATH_PROOFS = 4
 """Ranked starvation paths one tick asks the planner to prove (each proof is one full plan):
 the cheapest-startup paths come first, so a few proofs find the usable one without letting
@@ -125,62 +124,25 @@ def starving(
     return sorted(out, key=lambda w: (-workloads[w].offered_concurrency, w))
 
 
-def _carried_load(
-    mapping: Mapping[str, str], workloads: Mapping[str, WorkloadDemand], fit: Fit
-) -> tuple[dict[str, float], frozenset[str]]:
-    """Offered concurrency each model carries now, and the models carrying a transition.
-
-    A model carries the workloads mapped to it plus those it serves today as their
-    best-suited ready model. When that second kind is a workload the portfolio has mapped to
-    another model, the requests still land on this one (routing prefers the best-suited ready
-    model), so its replicas serve traffic the portfolio attributes elsewhere: such a model is
-    *in transition* and none of its replicas is an excess (its load figure is not
-    attributable).
-    """
-    ready: set[str] = set()
-    for h in fit.hosts:
-        ready |= {r.model_id for r in h.residencies if r.state == "ready"}
-    carried_by: dict[str, set[str]] = {}
-    transition: set[str] = set()
-    for w, m in mapping.items():
-        carried_by.setdefault(m, set()).add(w)
-    for w in workloads:
-        scored = [(fit.by_id[m].workload_scores.get(w, 0.0), m) for m in ready if m in fit.by_id]
-        best = max((x for x in scored if x[0] > 0), default=None)
-        if best is None:
-            continue
-        carried_by.setdefault(best[1], set()).add(w)
-        chosen = mapping.get(w)
-        if chosen is not None and chosen != best[1]:
-            transition.add(best[1])
-    load = {m: sum(workloads[w].offered_concurrency for w in ws) for m, ws in carried_by.items()}
-    return load, frozenset(transition)
-
-
 def starvation_paths(
     mapping: Mapping[str, str], workloads: Mapping[str, WorkloadDemand], fit: Fit
 ) -> list[Replacement]:
     """Every ranked reclaim path of every starving workload, in the order to try them.
 
-    Each victim keeps its demand-derived floor of ready replicas on other hosts: the replicas
-    the workloads it carries (:func:`_carried_load`) need at target utilisation (no headroom), at
-    least one, and at least its minimum replicas (see
-    :meth:`~grid_core.portfolio.feasibility.Fit.reclaim_paths`). A busy model therefore
-    never gives up capacity its own traffic needs; only a true excess replica is taken.
+    Called only once a clean structural plan has proven that the fleet can host one chosen
+    model per active workload (:func:`~grid_core.portfolio.run.structural_fit`). Under that
+    proof the specification protects one copy of each active model and lets any further
+    replica be reclaimed to end whole-workload starvation; the demand-derived floor is what
+    a fleet that cannot hold the complete portfolio keeps (there no path is tried at all).
+    So each victim keeps one ready replica on another host
+    (:meth:`~grid_core.portfolio.feasibility.Fit.reclaim_paths`'s default floor); its traffic
+    moves to the kept copies while the reconciler drains the reclaimed one.
     """
     pressure = _pressure(mapping, workloads)
-    floors = {}
-    loads, transition = _carried_load(mapping, workloads, fit)
-    for m, load in loads.items():
-        p = fit.by_id[m]
-        per_replica = max(EPSILON, p.replica_concurrency * p.target_utilization)
-        floors[m] = max(1, math.ceil(load / per_replica - EPSILON))
-        if m in transition:
-            floors[m] = len(fit.hosts)  # every replica it has stays
     out = []
     for w in starving(mapping, workloads, fit):
         m = mapping[w]
-        for path in fit.reclaim_paths(m, floors):
+        for path in fit.reclaim_paths(m, {}):
             out.append(
                 Replacement(
                     beneficiary=m,
@@ -199,28 +161,79 @@ def carried(
     previous: Replacement | None,
     mapping: Mapping[str, str],
     hosts: tuple[HostSnapshot, ...],
+    out: frozenset[str] = frozenset(),
 ) -> Replacement | None:
-    """Last tick's starvation replacement, while it is still in progress: its workload still
-    maps to the beneficiary and the beneficiary is not ready anywhere yet."""
-    if previous is None or previous.rule != "starvation":
+    """Last tick's replacement, while it is still in progress: its workload still maps to the
+    beneficiary and the beneficiary is not ready on a live host yet (a starvation path also
+    needs each victim's copy on another live host; ``out`` are the hosts that are out, whose
+    last reports still list replicas that died with them). Both rules are carried
+    (specification: the controller carries the replacement authorization forward), so a path
+    whose victim is already draining is finished instead of a different path being started
+    every tick as idle residents and pressures move. It ends when another model took the
+    path host after the victim left (:func:`_taken`)."""
+    if previous is None:
         return None
     if mapping.get(previous.workload) != previous.beneficiary:
         return None
-    for v in previous.victims:  # the floor: a copy on another host must still serve
+    path = next((h for h in hosts if h.host_id == previous.host_id), None)
+    if path is None or _taken(path, previous):
+        return None
+    for v in previous.victims if previous.rule == "starvation" else ():
         if not any(
             r.model_id == v and r.state in SERVING
             for h in hosts
-            if h.host_id != previous.host_id
+            if h.host_id != previous.host_id and h.host_id not in out
             for r in h.residencies
         ):
             return None
     if any(
         r.model_id == previous.beneficiary and r.state == "ready"
         for h in hosts
+        if h.host_id not in out
         for r in h.residencies
     ):
         return None
     return previous
+
+
+def _taken(host: HostSnapshot, rep: Replacement) -> bool:
+    """Whether another model took the path host of ``rep``: no victim is left there, and a
+    model other than the beneficiary is loading, warming or ready on it (e.g. direct demand
+    placed there once the victim left). The authorization has nothing left to hold then."""
+    present = {r.model_id for r in host.residencies if r.state in SERVING | {"draining"}}
+    if present & set(rep.victims):
+        return False
+    return any(m != rep.beneficiary for m in present)
+
+
+def leaving(hosts: tuple[HostSnapshot, ...], rep: Replacement | None) -> tuple[HostSnapshot, ...]:
+    """``hosts`` as the planner should see them while ``rep`` is in force: each victim's
+    serving replica on the path host shows as ``draining``.
+
+    A draining replica is leaving for good: the planner does not keep it as an incumbent
+    (it keeps the victim's copies on other hosts instead, where :func:`release` leaves its
+    demand) yet still counts the memory and slot it holds, so the beneficiary is placed there
+    only once a heartbeat reports the host free. Without this the planner could satisfy the
+    victim's reduced demand by keeping the path host's replica and dropping one elsewhere —
+    a host the beneficiary may not even be able to use (the same view the controller gives
+    an eviction drain in flight, :func:`~grid_core.reconcile.control.with_in_flight`).
+    Returns ``hosts`` itself when ``rep`` is ``None``; the input is never changed.
+    """
+    if rep is None:
+        return hosts
+    out = []
+    for h in hosts:
+        if h.host_id != rep.host_id:
+            out.append(h)
+            continue
+        res = tuple(
+            msgspec.structs.replace(r, state="draining")
+            if r.model_id in rep.victims and r.state in SERVING
+            else r
+            for r in h.residencies
+        )
+        out.append(msgspec.structs.replace(h, residencies=res))
+    return tuple(out)
 
 
 def release(

@@ -12,7 +12,7 @@ best usable candidate by exploitation utility (evidence without the optimism bon
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 import msgspec
@@ -30,6 +30,7 @@ from grid_core.portfolio.replace import (
     MAX_PATH_PROOFS,
     carried,
     find_replacement,
+    leaving,
     release,
     starvation_paths,
 )
@@ -132,12 +133,18 @@ class TickInputs:
 
 @dataclass(frozen=True)
 class TickPortfolio:
-    """The pass's outcome: demand for the authoritative plan and the report (rows pending)."""
+    """The pass's outcome: demand for the authoritative plan and the report (rows pending).
+
+    ``hosts`` are the snapshots the authoritative plan must use: the input's, with the
+    victims of the tick's replacement shown leaving their path host
+    (:func:`~grid_core.portfolio.replace.leaving`).
+    """
 
     demand: dict[str, ModelDemand]
     report: PortfolioReport
     candidates: dict[str, tuple[Candidate, ...]]
     workloads: dict[str, WorkloadDemand]
+    hosts: tuple[HostSnapshot, ...] = ()
 
 
 def exploitation_choice(cands: tuple[Candidate, ...]) -> str | None:
@@ -205,6 +212,7 @@ def run_portfolio(
         candidates={w: candidates[w] for w in admitted},
         previous=dict(inp.previous.mapping) if inp.previous else {},
         exploring=inp.previous.exploring if inp.previous else None,
+        out_hosts=tuple(sorted(fit.out_hosts())),
     )
     decision = None
     plugin = "builtin-projection"
@@ -222,22 +230,13 @@ def run_portfolio(
         decision = PortfolioDecision(mapping=mapping, reason="best usable candidate per workload")
     mapping = {w: m for w, m in decision.mapping.items() if w in admitted and m in by_id}
     demand = demand_of(mapping)
-    # A starvation replacement in progress is finished first (its victim is already
-    # draining); otherwise stale speculative capacity gives way (the 1.5x rule), and only
-    # when no such path is proven may an excess replica of an active model end starvation.
-    previous = carried(inp.previous.replacing if inp.previous else None, mapping, inp.hosts)
-    replacing = None
-    if previous is None:
-        mapping, demand, replacing = _pressure_replacement(
-            inp, fit, mapping, admitted, candidates, demand_of, plan_of
-        )
-    if replacing is None:
-        replacing = _end_starvation(inp, fit, mapping, admitted, demand, plan_of, previous)
-        if replacing is not None:
-            demand = release(demand, replacing, by_id, inp.hosts)
+    mapping, demand, replacing = _replacement(
+        inp, fit, mapping, admitted, candidates, demand, demand_of, plan_of
+    )
     standby: dict[str, str] = {}
     standing: dict[str, StandbyClaim] = {}
     standby_note = "no portfolio search: workloads wait for the admission gate"
+    planning = leaving(inp.hosts, replacing)
     if search is not None:  # a portfolio search is installed: the proactive planner
 
         def candidates_of(w: str) -> tuple[Candidate, ...]:
@@ -247,7 +246,7 @@ def run_portfolio(
             return got
 
         demand, standby, standing, standby_note = fill_standby(
-            inp, fit, demand, workloads, candidates_of, plan_of
+            replace(inp, hosts=planning), fit, demand, workloads, candidates_of, plan_of
         )
     report = PortfolioReport(
         plugin=plugin,
@@ -265,7 +264,51 @@ def run_portfolio(
         standby_reason=standby_note,
         standby_claims=standing,
     )
-    return TickPortfolio(demand=demand, report=report, candidates=candidates, workloads=workloads)
+    return TickPortfolio(
+        demand=demand,
+        report=report,
+        candidates=candidates,
+        workloads=workloads,
+        hosts=planning,
+    )
+
+
+def _replacement(
+    inp: TickInputs,
+    fit: Fit,
+    mapping: dict[str, str],
+    admitted: Mapping[str, WorkloadDemand],
+    candidates: Mapping[str, tuple[Candidate, ...]],
+    demand: dict[str, ModelDemand],
+    demand_of: Callable[[Mapping[str, str]], dict[str, ModelDemand]],
+    plan_of: PlanOf,
+) -> tuple[dict[str, str], dict[str, ModelDemand], Replacement | None]:
+    """The tick's map, demand and replacement once speculative capacity may give way.
+
+    A replacement in progress (:func:`~grid_core.portfolio.replace.carried`) is finished
+    first: a starvation path is proven again, a 1.5x path is proven again while its victims
+    stay removable. Otherwise stale speculative capacity gives way (the 1.5x rule), and only
+    when no such path is proven may an excess replica of an active model end starvation.
+    """
+    by_id = {p.model_id: p for p in inp.profiles}
+    previous = carried(
+        inp.previous.replacing if inp.previous else None, mapping, inp.hosts, fit.out_hosts()
+    )
+    replacing = None
+    if previous is not None and previous.rule != "starvation":
+        mapping, demand, replacing = _pressure_replacement(
+            inp, fit, mapping, admitted, candidates, demand_of, plan_of, previous
+        )
+        previous = None  # proven again and kept, or given up
+    elif previous is None:
+        mapping, demand, replacing = _pressure_replacement(
+            inp, fit, mapping, admitted, candidates, demand_of, plan_of
+        )
+    if replacing is None:
+        replacing = _end_starvation(inp, fit, mapping, admitted, demand, plan_of, previous)
+        if replacing is not None:
+            demand = release(demand, replacing, by_id, inp.hosts)
+    return mapping, demand, replacing
 
 
 def fill_standby(
@@ -306,13 +349,30 @@ def fill_standby(
 
 
 def _keeps_victim(plan: Plan, rep: Replacement) -> bool:
+    """Whether ``plan`` keeps a victim of ``rep`` on its path host (the path is not proven)."""
     return any(a.host_id == rep.host_id and a.model_id in rep.victims for a in plan.assignments)
 
 
-def _plan(inp: TickInputs, plan_of: PlanOf, demand: dict[str, ModelDemand]) -> Plan:
+def _keeps_floor(plan: Plan, rep: Replacement) -> bool:
+    """Whether ``plan`` still places every victim of a starvation path on another host (the
+    one protected copy; the plan sees the path host's replica leaving)."""
+    return all(set(plan.hosts_of(v)) - {rep.host_id} for v in rep.victims)
+
+
+def _plan(
+    inp: TickInputs,
+    plan_of: PlanOf,
+    demand: dict[str, ModelDemand],
+    hosts: tuple[HostSnapshot, ...] | None = None,
+) -> Plan:
+    """The plan of ``demand`` on ``hosts`` (default: the tick's snapshots)."""
     return plan_of(
         PlanInputs(
-            now=inp.now, profiles=inp.profiles, hosts=inp.hosts, demand=demand, policy=inp.policy
+            now=inp.now,
+            profiles=inp.profiles,
+            hosts=inp.hosts if hosts is None else hosts,
+            demand=demand,
+            policy=inp.policy,
         )
     )
 
@@ -365,7 +425,9 @@ def _end_starvation(
             return None
         tries = paths[:MAX_PATH_PROOFS]
     for rep in tries:
-        if not _keeps_victim(_plan(inp, plan_of, release(demand, rep, by_id, inp.hosts)), rep):
+        released = release(demand, rep, by_id, inp.hosts)
+        plan = _plan(inp, plan_of, released, leaving(inp.hosts, rep))
+        if not _keeps_victim(plan, rep) and _keeps_floor(plan, rep):
             return rep
     return None
 
@@ -378,24 +440,42 @@ def _pressure_replacement(
     candidates: Mapping[str, tuple[Candidate, ...]],
     demand_of: Callable[[Mapping[str, str]], dict[str, ModelDemand]],
     plan_of: PlanOf,
+    carried_path: Replacement | None = None,
 ) -> tuple[dict[str, str], dict[str, ModelDemand], Replacement | None]:
-    """The 1.5x mature-beneficiary replacement, when the planner proves its path."""
+    """The 1.5x mature-beneficiary replacement, when the planner proves its path.
+
+    ``carried_path`` is last tick's replacement still in progress: it is proven again and
+    kept while its victims stay removable — no direct demand, pin or baseline since, and on
+    the path host each is already draining or still idle (a victim that took traffic again
+    is an active canary, which speculative demand never evicts); otherwise no replacement
+    this tick. Without it the ranked paths are searched afresh.
+    """
     by_id = {p.model_id: p for p in inp.profiles}
     demand = demand_of(mapping)
-    replacing = find_replacement(
-        mapping,
-        admitted,
-        candidates,
-        inp.hosts,
-        frozenset(m for m in by_id if fit.protected(m)),
-    )
+    protected = frozenset(m for m in by_id if fit.protected(m))
+    if carried_path is not None:
+        ok = not protected & set(carried_path.victims) and _victims_idle(inp, carried_path)
+        replacing = carried_path if ok else None
+    else:
+        replacing = find_replacement(mapping, admitted, candidates, inp.hosts, protected)
     if replacing is None:
         return mapping, demand, None
     kept = {w: m for w, m in mapping.items() if m not in replacing.victims}
     released = release(demand_of(kept), replacing, by_id, inp.hosts)
-    if _keeps_victim(_plan(inp, plan_of, released), replacing):
+    if _keeps_victim(_plan(inp, plan_of, released, leaving(inp.hosts, replacing)), replacing):
         return mapping, demand, None  # the planner keeps the victim there: no proven path
     return kept, released, replacing
+
+
+def _victims_idle(inp: TickInputs, rep: Replacement) -> bool:
+    """Whether every victim of ``rep`` on its path host is draining already or idle."""
+    host = next((h for h in inp.hosts if h.host_id == rep.host_id), None)
+    if host is None:
+        return False
+    for r in host.residencies:
+        if r.model_id in rep.victims and r.state != "draining" and r.active_requests != 0:
+            return False
+    return True
 
 
 def _row_for(

@@ -143,6 +143,10 @@ class PortfolioSnapshot(msgspec.Struct, frozen=True, kw_only=True):
             :data:`MAX_CANDIDATES` usable ones plus rejected ones for status).
         previous: the previous tick's mapping (workload → model), for hysteresis.
         exploring: the model that held the exploration slot last tick, if any.
+        out_hosts: hosts of the nominal fleet that are out right now (stale or missing
+            heartbeat, unhealthy report): they stay in ``hosts`` but take no new work. A
+            temporary outage must not switch portfolio policy (specification), so a search
+            judges roomy versus scarce on the nominal fleet, these hosts included.
     """
 
     now: float
@@ -153,6 +157,7 @@ class PortfolioSnapshot(msgspec.Struct, frozen=True, kw_only=True):
     candidates: dict[str, tuple[Candidate, ...]] = {}
     previous: dict[str, str] = {}
     exploring: str | None = None
+    out_hosts: tuple[str, ...] = ()
 
 
 class PortfolioDecision(msgspec.Struct, frozen=True, kw_only=True):

@@ -4,9 +4,17 @@ Specification, "Proactive observation and portfolio planning":
 
 1. Start from the evidence-backed choices: each workload's exploitation leader (utility
    without the optimism bonus); at most one distinct model may differ from that map because
-   of uncertainty (the fleet's exploration budget, :data:`EXPLORATION_MODELS`).
+   of uncertainty (the fleet's exploration budget, :data:`EXPLORATION_MODELS`). The start
+   obeys the one-preemption-only-model rule too, as far as its workloads have another
+   candidate (:func:`_within_preemption_budget`): every later trial changes one workload at
+   a time, so a start holding several preemption-only leaders would leave no allowed trial
+   and freeze the search there.
 2. Nominally roomy fleets keep the pressure-first fast path: when the preferred map's plan
-   places a replica of every chosen model, it is the answer (one planner evaluation).
+   places a replica of every chosen model, it is the answer (one planner evaluation). A
+   temporary outage does not switch that policy: while hosts are out
+   (``snapshot.out_hosts``), a preferred map whose distinct models fit the nominal fleet's
+   model slots (:func:`_nominally_roomy`) is still the answer, and the planner places what
+   the live hosts can hold by pressure until the hosts return.
 3. Otherwise (a scarce fleet) run a coordinate search over complete maps — one workload's
    model changed at a time, deferral included — plus a subset search that consolidates
    workloads onto shared models, ranked by cheap set coverage before the planner verifies
@@ -83,6 +91,76 @@ def _explore(cands: Cands, exploit: dict[str, str]) -> tuple[dict[str, str], str
     return out, model
 
 
+def _pressure_behind(model: str, mapping: Mapping[str, str], snapshot: PortfolioSnapshot) -> float:
+    """Offered concurrency (units) of the workloads ``mapping`` sends to ``model``."""
+    wl = snapshot.workloads
+    return sum(wl[w].offered_concurrency for w, m in mapping.items() if m == model and w in wl)
+
+
+def _preempt_only(w: str, m: str, cands: Cands) -> bool:
+    """Whether ``m`` could serve ``w`` only through a preemption (not resident, no headroom)."""
+    return any(r[0] == m and r[3] for r in cands[w])
+
+
+def _preempt_only_models(mapping: Mapping[str, str], cands: Cands) -> set[str]:
+    """The preemption-only models of ``mapping``."""
+    return {m for w, m in mapping.items() if _preempt_only(w, m, cands)}
+
+
+def _within_preemption_budget(
+    mapping: Mapping[str, str], cands: Cands, snapshot: PortfolioSnapshot
+) -> dict[str, str]:
+    """``mapping`` with as few preemption-only models as its workloads allow.
+
+    The :data:`PREEMPTION_ONLY_MODELS` preemption-only models with the most offered
+    concurrency behind them (then the most workloads, then the model id) stay; every other
+    workload mapped to a preemption-only model moves to its best candidate that is resident
+    or fits now (utility without the bonus). A workload with no such candidate keeps its
+    model: it is the workload's only option, and as projected demand it only fills capacity
+    that frees up (it never evicts), so deferring it would only drop that chance.
+    Specification: a joint portfolio introduces at most one preemption-only model per
+    control tick.
+
+    Args:
+        mapping: workload → model id (every model one of the workload's candidates).
+        cands: the candidate rows (:data:`Cands`).
+        snapshot: the search's snapshot (offered concurrency per workload).
+
+    Returns:
+        A new map (workload → model id) over the same workloads.
+    """
+    ranked = sorted(
+        _preempt_only_models(mapping, cands),
+        key=lambda m: (
+            -_pressure_behind(m, mapping, snapshot),
+            -sum(1 for v in mapping.values() if v == m),
+            m,
+        ),
+    )
+    keep = set(ranked[:PREEMPTION_ONLY_MODELS])
+    out: dict[str, str] = {}
+    for w, m in mapping.items():
+        out[w] = m
+        if m in keep or not _preempt_only(w, m, cands):
+            continue
+        usable = [r for r in cands[w] if not r[3]]
+        if usable:
+            out[w] = min(usable, key=lambda r: (-(r[1] - r[2]), r[0]))[0]
+    return out
+
+
+def _nominally_roomy(snapshot: PortfolioSnapshot, mapping: Mapping[str, str]) -> bool:
+    """Whether the nominal fleet — every known host, those out right now included — has a
+    model slot for each distinct model of ``mapping`` (a host without a model ceiling counts
+    as room for all of them). Slots only: a roomy fleet's plan then settles memory by
+    pressure, as the fast path does."""
+    need = len(set(mapping.values()))
+    slots = 0
+    for h in snapshot.hosts:
+        slots += h.max_models if h.max_models > 0 else need
+    return slots >= need
+
+
 def _covered(plan: Plan, mapping: Mapping[str, str]) -> set[str]:
     placed = {a.model_id for a in plan.assignments}
     staged = {e.beneficiary for e in plan.evictions if e.beneficiary}
@@ -126,8 +204,15 @@ def objective(
     )
 
 
-def _allowed(mapping: Mapping[str, str], exploit: Mapping[str, str], cands: Cands) -> bool:
-    """Exploration budget and the one-preemption-only-model rule."""
+def _allowed(
+    mapping: Mapping[str, str],
+    exploit: Mapping[str, str],
+    cands: Cands,
+    limit: int = PREEMPTION_ONLY_MODELS,
+) -> bool:
+    """Exploration budget and the preemption-only rule: at most ``limit`` preemption-only
+    models (:data:`PREEMPTION_ONLY_MODELS`, or the start's count when workloads without
+    another candidate leave more there, so a step may not add one)."""
     explored: set[str] = set()
     preempt_only: set[str] = set()
     for w, m in mapping.items():
@@ -137,7 +222,7 @@ def _allowed(mapping: Mapping[str, str], exploit: Mapping[str, str], cands: Cand
             explored.add(m)  # chosen over the leader only because of its bonus
         if row[3]:
             preempt_only.add(m)
-    return len(explored) <= EXPLORATION_MODELS and len(preempt_only) <= PREEMPTION_ONLY_MODELS
+    return len(explored) <= EXPLORATION_MODELS and len(preempt_only) <= limit
 
 
 def _consolidations(cands: Cands, base: Mapping[str, str]) -> list[dict[str, str]]:
@@ -168,6 +253,8 @@ def search(snapshot: PortfolioSnapshot, ctx: PortfolioContext) -> PortfolioDecis
             mapping={}, deferred=tuple(sorted(snapshot.workloads)), reason="no usable candidate"
         )
     start, exploring = _explore(cands, exploit)
+    start = _within_preemption_budget(start, cands, snapshot)
+    limit = max(PREEMPTION_ONLY_MODELS, len(_preempt_only_models(start, cands)))
     order: Sequence[str] = sorted(
         exploit, key=lambda w: (-snapshot.workloads[w].offered_concurrency, w)
     )
@@ -176,12 +263,15 @@ def search(snapshot: PortfolioSnapshot, ctx: PortfolioContext) -> PortfolioDecis
     except StateError:
         return None
     best, best_plan = start, plan
-    if _covered(plan, start) == set(start):
+    if _covered(plan, start) == set(exploit):
         return _decision(snapshot, best, exploring, "every workload's preferred model fits")
+    if snapshot.out_hosts and _nominally_roomy(snapshot, start):
+        why = f"nominally roomy fleet, {len(snapshot.out_hosts)} host(s) out: policy unchanged"
+        return _decision(snapshot, best, exploring, why)
     best_score = objective(plan, best, snapshot, cands)
     try:
         for trial in _consolidations(cands, best):
-            if not _allowed(trial, exploit, cands):
+            if not _allowed(trial, exploit, cands, limit):
                 continue
             p = ctx.evaluate(trial)
             s = objective(p, trial, snapshot, cands)
@@ -196,7 +286,7 @@ def search(snapshot: PortfolioSnapshot, ctx: PortfolioContext) -> PortfolioDecis
                         trial.pop(w, None)
                     else:
                         trial[w] = alt
-                    if trial == best or not _allowed(trial, exploit, cands):
+                    if trial == best or not _allowed(trial, exploit, cands, limit):
                         continue
                     p = ctx.evaluate(trial)
                     s = objective(p, trial, snapshot, cands)

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import msgspec
+
 from grid_core.controller import Controller
 from grid_core.demand.features import RequestFeatures
 from grid_core.demand.series import Forecast
@@ -203,6 +205,38 @@ def test_a_mature_workload_with_1_5x_pressure_replaces_an_idle_speculative_canar
     rows = {r.workload: r for r in report.admissions}
     assert rows["video"].state == "blocked-by-residency"
     assert rows["image"].state == "deferred" and "gives way" in rows["image"].reason
+
+
+def _second_tick(ctl: Controller, state: str, active: int) -> None:
+    """A minute later, with the image canary in ``state`` serving ``active`` requests."""
+    host = _resident("image")
+    res = msgspec.structs.replace(host.residencies[0], state=state, active_requests=active)
+    ctl.tick(NOW + 360, [msgspec.structs.replace(host, residencies=(res,))])
+
+
+def test_a_replacement_in_progress_is_carried_to_the_next_tick(tmp_path: Path) -> None:
+    """The path chosen last tick is finished: a minute later the image canary is draining
+    (a fresh search finds no idle resident to replace any more), yet the replacement stands
+    and video keeps waiting for that host."""
+    ctl = _replacement_case(tmp_path, video_jobs=5)
+    first = ctl.last.portfolio
+    assert first is not None and first.replacing is not None
+    _second_tick(ctl, "draining", 0)
+    report = ctl.last.portfolio
+    assert report is not None and report.replacing == first.replacing
+    rows = {r.workload: r for r in report.admissions}
+    assert rows["video"].state == "blocked-by-residency"
+
+
+def test_a_carried_replacement_ends_when_its_victim_takes_traffic_again(tmp_path: Path) -> None:
+    """Speculative demand never evicts an active canary: when the image canary serves
+    requests again before its drain began, the replacement is dropped and image stays."""
+    ctl = _replacement_case(tmp_path, video_jobs=5)
+    assert ctl.last.portfolio is not None and ctl.last.portfolio.replacing is not None
+    _second_tick(ctl, "ready", 1)
+    report = ctl.last.portfolio
+    assert report is not None and report.replacing is None
+    assert ctl.last.plan is not None and ctl.last.plan.hosts_of("image") == ("h1",)
 
 
 def test_an_incumbent_canary_stays_without_1_5x_pressure(tmp_path: Path) -> None:

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import msgspec
+
 from grid_core.controller import Controller
 from grid_core.demand.features import RequestFeatures
 from grid_core.demand.series import Forecast
@@ -111,13 +113,45 @@ def test_a_starved_workload_takes_an_excess_replica_and_one_copy_stays(tmp_path:
     assert rows["image"].state == "ready"
 
 
-def test_a_victim_keeps_the_replicas_its_own_traffic_needs(tmp_path: Path) -> None:
-    """Image traffic that needs both replicas (about 2.4 rps of one-second jobs, over the
-    floor of one replica at target utilisation) is not an excess: video waits."""
-    ctl = _tick(tmp_path, _image(), image_requests=120)
+def test_under_the_structural_proof_only_one_copy_of_a_busy_model_is_protected(
+    tmp_path: Path,
+) -> None:
+    """Image traffic that would keep both replicas busy (about 5 rps of one-second jobs,
+    more pressure than the 1.5x rule lets video outbid) still gives one replica up: once the
+    clean plan proves the fleet holds one model per active workload, one copy of each active
+    model is the floor and the rest may end video's starvation. The plan keeps image on the
+    other host; the replica on the path host is shown leaving, not kept."""
+    ctl = _tick(tmp_path, _image(), image_requests=300)
     report = ctl.last.portfolio
-    assert report is not None and report.replacing is None
-    assert ctl.last.plan is not None and ctl.last.plan.hosts_of("image") == HOSTS
+    assert report is not None and report.replacing is not None
+    rep = report.replacing
+    assert (rep.rule, rep.beneficiary, rep.victims) == ("starvation", "video", ("image",))
+    plan = ctl.last.plan
+    assert plan is not None
+    assert plan.hosts_of("image") == tuple(h for h in HOSTS if h != rep.host_id)
+
+
+def test_the_replica_on_the_path_host_is_the_one_that_leaves(tmp_path: Path) -> None:
+    """Only the first host can hold video (the second lacks its runtime): the image replica
+    there gives way even though the planner, left alone, would keep that one (it ranks
+    equal incumbents by host id) and drop the replica on the second host, which frees
+    nothing video can use."""
+    video = msgspec.structs.replace(VIDEO, runtimes=("comfyui",))
+    store = FileStateStore(tmp_path / "controller-state.json")
+    ctl = Controller(plugins=plugins_with(builtins=BUILTINS), store=store).restore()
+    for p in (_image(), video):
+        ctl.put_profile(p, NOW)
+    for i in range(3):
+        ctl.observe_request(_auto(NOW + 240 + 10 * i, "image", "image"))
+        ctl.observe_request(_auto(NOW + 250 + 10 * i, "video", None))
+    hosts = _hosts(active=1)
+    hosts[0] = msgspec.structs.replace(hosts[0], runtimes=("llama.cpp", "comfyui"))
+    ctl.tick(NOW + 300, hosts)
+    report = ctl.last.portfolio
+    assert report is not None and report.replacing is not None
+    assert (report.replacing.host_id, report.replacing.victims) == ("h1", ("image",))
+    plan = ctl.last.plan
+    assert plan is not None and plan.hosts_of("image") == ("h2",)
 
 
 def test_a_baseline_is_never_reclaimed_for_workload_demand(tmp_path: Path) -> None:
@@ -168,3 +202,60 @@ def test_admission_holds_while_the_requests_are_remembered() -> None:
     assert held.admitted and held.admission == "held" and held.canary_cap
     forgotten = workload_demand("video", Forecast(rate_rps=0.0), 0, (VIDEO,), gate)
     assert not admit({"video": forgotten}, fit, {"video": held})["video"].admitted
+
+
+def test_a_replica_in_a_silent_hosts_last_report_neither_ends_nor_floors_a_replacement() -> None:
+    """A host that stopped heartbeating still lists what died with it. The beneficiary
+    "ready" there has not arrived (the replacement stays carried), and a victim's copy there
+    is no floor (a starvation path that relied on it is dropped)."""
+    from grid_core.portfolio.replace import carried
+    from grid_core.portfolio.types import Replacement
+
+    hosts = _hosts()
+    silent = msgspec.structs.replace(
+        hosts[1],
+        residencies=(msgspec.structs.replace(hosts[1].residencies[0], model_id="video"),),
+    )
+    fleet = (hosts[0], silent)
+    pressure = Replacement(
+        beneficiary="video",
+        workload="video",
+        host_id="h1",
+        victims=("image",),
+        pressure=3.0,
+        victim_pressure=1.0,
+    )
+    mapping = {"video": "video"}
+    assert carried(pressure, mapping, fleet, frozenset({"h2"})) == pressure
+    assert carried(pressure, mapping, fleet) is None  # a live host: video has arrived
+    starving = msgspec.structs.replace(pressure, rule="starvation")
+    image_on_h2 = (hosts[0], hosts[1])
+    assert carried(starving, mapping, image_on_h2) == starving
+    assert carried(starving, mapping, image_on_h2, frozenset({"h2"})) is None
+
+
+def test_a_replacement_ends_when_another_model_took_its_host() -> None:
+    """The victim left the path host, but other demand was placed there before the starved
+    model: the authorization has nothing left to hold, so it is not carried (it would
+    otherwise stand for as long as that model stays, blocking every other path)."""
+    from grid_core.portfolio.replace import carried
+    from grid_core.portfolio.types import Replacement
+
+    hosts = _hosts()
+    rep = Replacement(
+        beneficiary="video",
+        workload="video",
+        host_id="h1",
+        victims=("image",),
+        pressure=3.0,
+        victim_pressure=1.0,
+        rule="starvation",
+    )
+    other = msgspec.structs.replace(
+        hosts[0],
+        residencies=(msgspec.structs.replace(hosts[0].residencies[0], model_id="general"),),
+    )
+    emptied = msgspec.structs.replace(hosts[0], residencies=())
+    mapping = {"video": "video"}
+    assert carried(rep, mapping, (emptied, hosts[1])) == rep  # freed, video not there yet
+    assert carried(rep, mapping, (other, hosts[1])) is None
