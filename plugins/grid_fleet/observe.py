@@ -71,7 +71,30 @@ class Event:
 
 
 FIRST_READ = "state when watching began"
-SKIPPED = "more than one lifecycle step; any states in between were not observed (polled)"
+
+
+def unobserved_steps(before: str, after: str) -> tuple[str, ...] | None:
+    """The states a residency passed through between two reads (shortest lifecycle path in
+    :data:`ADJACENT`), or ``None`` when no lifecycle path joins them."""
+    paths: dict[str, tuple[str, ...]] = {before: ()}
+    frontier = [before]
+    while frontier:
+        nxt = []
+        for state in frontier:
+            for a, b in sorted(ADJACENT):
+                if a == state and b not in paths:
+                    paths[b] = (*paths[state], b)
+                    nxt.append(b)
+        frontier = nxt
+    path = paths.get(after)
+    return path[:-1] if path else None
+
+
+def skipped_note(before: str, after: str) -> str:
+    """The note of a change that skipped states between two reads: the states it must have
+    passed through, as ``via cached, warming`` (short: most changes skip one or two)."""
+    steps = unobserved_steps(before, after)
+    return f"via {', '.join(steps)}" if steps else "states in between not observed"
 
 
 def residencies(status: dict[str, Any]) -> dict[tuple[str, str], str]:
@@ -167,7 +190,7 @@ class Observer:
                 elif (before, after) in ADJACENT or after == "failed":
                     note = ""
                 else:
-                    note = SKIPPED
+                    note = skipped_note(before, after)
                 new.append(Event(now, "residency", key[0], key[1], before, after, note=note))
         self._res = res
         ctl = status.get("controller") or {}

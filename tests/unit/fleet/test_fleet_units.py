@@ -552,10 +552,12 @@ def test_watch_orders_outcomes_by_completion_and_admits_unobserved_states():
         ("residency", "ready"),
     ]
     line = evs[-1].line(100.0)
-    assert "absent -> ready" in line and "not observed" in line
+    assert line.endswith("absent -> ready (via cached, warming)"), line
     assert [e.at for e in evs] == [102.0, 103.0, 104.0]
     step = obs.update(_status({"h1": [("a", "draining")]}), now=105.0)
-    assert "not observed" not in step[0].line(100.0)
+    assert "via" not in step[0].line(100.0)
+    assert observe.skipped_note("ready", "absent") == "via draining, cached"
+    assert observe.skipped_note("warming", "loading") == "via ready, draining, cached, absent"
     first = observe.Observer("http://x").update(_status({"h1": [("a", "ready")]}), now=1.0)
     assert first[0].line(0.0).endswith("residency: ready (state when watching began)")
 
