@@ -213,7 +213,11 @@ def _verdict(
     floor = max(0, ledger.policy.admission_headroom_mb)
     headroom = ledger.admit_mb(mi, hi) - need + floor
     if book.raw_free < need:
-        memory = f"needs {need} MB, {max(0, book.raw_free)} MB allocatable left after the plan"
+        memory = (
+            f"needs {need} MB, {max(0, book.raw_free)} MB allocatable left after the plan "
+            f"({free} MB of it free for a new replica once the admission headroom is kept: "
+            "the 'free after plan' figure)"
+        )
     else:
         memory = (
             f"needs {need} MB and must leave {headroom} MB admission headroom, "

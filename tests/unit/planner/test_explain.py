@@ -36,6 +36,10 @@ def test_a_model_blocked_by_memory_names_memory_and_the_numbers():
     assert verdicts == {"h1": ("rejected", "memory"), "h2": ("rejected", "memory")}
     h1 = next(v for v in e.hosts if v.host_id == "h1")
     assert "needs 12288 MB" in h1.detail and h1.free_mb == 10 * 1024
+    # Too small even before headroom: the detail's two figures say which one the row shows.
+    h2 = next(v for v in e.hosts if v.host_id == "h2")
+    assert "allocatable left after the plan" in h2.detail, h2.detail
+    assert f"({h2.free_mb} MB of it free for a new replica" in h2.detail, h2.detail
 
 
 def test_a_pinned_model_whose_pin_host_lacks_room_names_the_pin():
