@@ -172,6 +172,14 @@ def exact_short_text(ex: dict) -> str:
     return render_table(["model", "grid", "optimum", "short"], rows)
 
 
+def _missing_cell(unmet: dict) -> object:
+    """The ``missing`` cell of a shortfall row: an unusable pin whose replica went to another
+    host misses nothing, and says so."""
+    if unmet["code"] == "pin_unavailable" and not unmet["missing"]:
+        return "0 (placed on another host)"
+    return unmet["missing"]
+
+
 def bench_plan(
     fleet: Annotated[Path, typer.Option("--fleet", help="grid-bench-fleet/1 JSON file.")],
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object on stdout.")] = False,
@@ -237,7 +245,11 @@ def bench_plan(
         typer.echo("")
         typer.echo(
             render_table(
-                ["model", "code", "binding", "missing"],
-                [[u["model_id"], u["code"], u["resource"] or "-", u["missing"]] for u in short],
+                ["model", "code", "binding", "host", "missing"],
+                [
+                    [u["model_id"], u["code"], u["resource"] or "-", u.get("host_id", "-"), n]
+                    for u in short
+                    for n in [_missing_cell(u)]
+                ],
             )
         )

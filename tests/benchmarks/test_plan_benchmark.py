@@ -205,3 +205,17 @@ def test_bench_fleet_writes_a_file_that_bench_plan_reads(tmp_path):
     assert json.loads(plan.stdout)["violations"] == 0
     bad = runner.invoke(app, ["bench", "fleet", "--occupancy", "1.5"])
     assert bad.exit_code == 2 and "--occupancy" in str(bad.exception) + bad.output
+
+
+def test_text_table_names_an_unusable_pin_and_where_its_replica_went(tmp_path):
+    """A pin to a host that is not in the fleet is reported with that host, and its replica,
+    placed on another host, is not counted missing."""
+    doc = make_fleet(8, 4, 3, 0.0)
+    doc["models"][0].update(pinned_hosts=["host-999"], min_replicas=1, priority=3)
+    p = tmp_path / "fleet.json"
+    p.write_text(json.dumps(doc))
+    app = build_app(plugins_with(builtins=("grid_bench",)))
+    result = CliRunner().invoke(app, ["bench", "plan", "--fleet", str(p), "--runs", "1"])
+    assert result.exit_code == 0, result.output
+    row = next(ln for ln in result.output.splitlines() if ln.startswith("model-01"))
+    assert "host-999" in row and "0 (placed on another host)" in row, row
