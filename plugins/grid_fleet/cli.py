@@ -204,6 +204,22 @@ def _with_defaults(profile: dict[str, Any]) -> dict[str, Any]:
     return {**PROFILE_DEFAULTS, **profile}
 
 
+def _settings_line(settings: dict[str, Any]) -> list[str]:
+    """The start settings as one line, in the units of ``grid test start``'s flags (empty
+    for a document without settings)."""
+    if not settings:
+        return []
+    gib = ",".join(f"{mb / layout.GIB_MB:g}" for mb in settings.get("capacities_mb") or ())
+    extra = " --include-comfyui" if settings.get("include_comfyui") else ""
+    models = settings.get("models") or ()
+    return [
+        f"settings: --machines {settings.get('machines')} --text-capacities-gib {gib} "
+        f"--port {settings.get('port')} --engine-port-base {settings.get('engine_port_base')}"
+        + extra
+        + (f" and {len(models)} --model file(s)" if models else "")
+    ]
+
+
 def render_status(doc: dict[str, Any]) -> str:
     """The readable fleet status."""
     alloc = doc.get("allocator") or {}
@@ -213,6 +229,7 @@ def render_status(doc: dict[str, Any]) -> str:
         f"fleet: {'running' if doc['running'] else 'STOPPED'} at {doc['url']} "
         f"(server pid {doc['server_pid']}, mode {alloc.get('mode', '-')})",
         f"operator token: {doc['token_file']}",
+        *_settings_line(doc.get("settings") or {}),
         "",
     ]
     rows = []

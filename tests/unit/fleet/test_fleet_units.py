@@ -572,6 +572,8 @@ def test_status_warns_while_compete_edits_are_applied(tmp_path):
     doc = lifecycle.status_document(root)
     assert doc["compete_edits"] == []
     assert "compete" not in cli.render_status(doc)
+    # The settings line reads like the start command that made the fleet.
+    assert "settings: --machines 2 --text-capacities-gib 2,2 --port 1" in cli.render_status(doc)
     edit = {"original": {}, "original_version": "v1", "written_version": "v2"}
     (root / layout.COMPETE_JOURNAL).write_text(json.dumps({"b.gguf": edit, "a.gguf": edit}))
     doc = lifecycle.status_document(root)
