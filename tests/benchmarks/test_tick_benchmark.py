@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 from benchsize import by_size
+from grid_bench.fleet_make import make_fleet
 from grid_bench.tick import run_tick_bench
-from test_plan_benchmark import _fleet
 from typer.testing import CliRunner
 
 from grid_core.cli import build_app
@@ -30,7 +30,7 @@ def _files(tmp_path: Path) -> list[Path]:
     out = []
     for occupancy in (0.0, 0.5):
         p = tmp_path / f"fleet-64x32-o{occupancy}.json"
-        p.write_text(json.dumps(_fleet(64, 32, 1, occupancy)))
+        p.write_text(json.dumps(make_fleet(64, 32, 1, occupancy)))
         out.append(p)
     return out
 
@@ -55,7 +55,7 @@ def test_tick_bench_numbers_and_governed_output(
 
 def test_cli_json_reports_p50_and_p90(tmp_path: Path) -> None:
     p = tmp_path / "fleet.json"
-    p.write_text(json.dumps(_fleet(8, 4, 3, 0.5)))
+    p.write_text(json.dumps(make_fleet(8, 4, 3, 0.5)))
     app = build_app(
         plugins_with(builtins=("grid_bench", "grid_scoring", "grid_victims", "grid_forecast_ewma"))
     )
