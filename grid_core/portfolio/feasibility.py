@@ -24,6 +24,8 @@ from grid_core.snapshot import HostSnapshot, ResidencySnapshot
 
 SERVING = frozenset({"loading", "warming", "ready"})
 """Residency states that count as the model being (or becoming) resident."""
+PRESENT = SERVING | {"draining"}
+"""Residency states in which a replica has not left its host yet (serving, or draining)."""
 
 
 OUTAGE_REASONS = frozenset({"stale_heartbeat", "no_heartbeat", "unhealthy_report"})

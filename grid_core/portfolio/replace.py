@@ -30,7 +30,7 @@ from collections.abc import Mapping
 import msgspec
 
 from grid_core.demand.types import ModelDemand
-from grid_core.portfolio.feasibility import SERVING, Fit
+from grid_core.portfolio.feasibility import PRESENT, SERVING, Fit
 from grid_core.portfolio.types import Candidate, Replacement, WorkloadDemand
 from grid_core.profile import ModelProfile
 from grid_core.snapshot import HostSnapshot
@@ -200,7 +200,7 @@ def _taken(host: HostSnapshot, rep: Replacement) -> bool:
     """Whether another model took the path host of ``rep``: no victim is left there, and a
     model other than the beneficiary is loading, warming or ready on it (e.g. direct demand
     placed there once the victim left). The authorization has nothing left to hold then."""
-    present = {r.model_id for r in host.residencies if r.state in SERVING | {"draining"}}
+    present = {r.model_id for r in host.residencies if r.state in PRESENT}
     if present & set(rep.victims):
         return False
     return any(m != rep.beneficiary for m in present)

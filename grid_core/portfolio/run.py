@@ -23,7 +23,7 @@ from grid_core.errors import GridError, StateError
 from grid_core.planner.types import Plan, PlanInputs, PlannerPolicy
 from grid_core.portfolio.candidates import candidates_for
 from grid_core.portfolio.evidence import OutcomeBook
-from grid_core.portfolio.feasibility import SERVING, Fit
+from grid_core.portfolio.feasibility import PRESENT, SERVING, Fit
 from grid_core.portfolio.gate import admit, spare_capacity_proof, workload_demand
 from grid_core.portfolio.project import project
 from grid_core.portfolio.replace import (
@@ -59,8 +59,6 @@ from grid_core.portfolio.types import (
 from grid_core.profile import ModelProfile
 from grid_core.snapshot import HostSnapshot
 
-PRESENT = SERVING | {"draining"}
-"""Residency states in which a standby leader's replica has not left its host yet."""
 PlanOf = Callable[[PlanInputs], Plan]
 """The planner with the tick's hooks bound."""
 Search = Callable[[PortfolioSnapshot, "Evaluator"], PortfolioDecision | None]

@@ -165,7 +165,7 @@ def claims(
         d = workloads.get(w)
         if (d is None or not d.admitted) and leader(w) == c.model_id:
             out[w] = (
-                StandbyClaim(model_id=c.model_id, stood_by_at=now) if (c.model_id in present) else c
+                StandbyClaim(model_id=c.model_id, stood_by_at=now) if c.model_id in present else c
             )
     return out
 

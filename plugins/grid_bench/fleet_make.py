@@ -71,11 +71,16 @@ def make_fleet(hosts: int, models: int, seed: int, occupancy: float) -> dict[str
         }
         for m in catalog
     ]
-    params = {"hosts": hosts, "models": models, "seed": seed, "occupancy": occupancy}
     return {
         "schema": SCHEMA,
         "now": FLEET_CLOCK,
-        "params": {**params, "load": 1.0},
+        "params": {
+            "hosts": hosts,
+            "models": models,
+            "seed": seed,
+            "occupancy": occupancy,
+            "load": 1.0,
+        },
         "hosts": fleet_hosts,
         "models": catalog,
         "demand": demand,
