@@ -209,7 +209,7 @@ def _settings_line(settings: dict[str, Any]) -> list[str]:
     for a document without settings)."""
     if not settings:
         return []
-    gib = ",".join(f"{mb / layout.GIB_MB:g}" for mb in settings.get("capacities_mb") or ())
+    gib = layout.setting_text("capacities_mb", tuple(settings.get("capacities_mb") or ()))
     extra = " --include-comfyui" if settings.get("include_comfyui") else ""
     models = settings.get("models") or ()
     return [

@@ -195,7 +195,7 @@ _SETTING_LABELS = {
 """How each :class:`FleetSettings` field is named to the operator: the flag that sets it."""
 
 
-def _setting_text(field: str, value: object) -> str:
+def setting_text(field: str, value: object) -> str:
     """A setting's value as the operator gives it (GiB for host memory, not MB tuples)."""
     if field == "capacities_mb" and isinstance(value, tuple):
         return ",".join(f"{mb / GIB_MB:.2f}".rstrip("0").rstrip(".") for mb in value)
@@ -215,7 +215,7 @@ def settings_conflicts(running: FleetSettings, asked: FleetSettings) -> list[str
         if was != now:
             label = _SETTING_LABELS.get(field, field)
             out.append(
-                f"{label}: running {_setting_text(field, was)}, asked {_setting_text(field, now)}"
+                f"{label}: running {setting_text(field, was)}, asked {setting_text(field, now)}"
             )
     return out
 
