@@ -11,6 +11,7 @@ import httpx
 import msgspec
 import psutil
 import pytest
+from engine_pace import drain_while_busy
 
 from grid_core.protection import ProtectionDecision
 from grid_core.system import is_gone, prove, wait_until
@@ -22,8 +23,6 @@ WAIT_S = 60.0
 ACCEPTING = ProtectionDecision(
     state="accepting", reason="", sensor_state="accepting", sensor_reason="", raw_state="accepting"
 )
-LONG_TOKENS = 400
-"""Long enough that the request is still running when drain/unload begin (~1.5 s idle)."""
 REQUEST_TIMEOUT_S = 600.0
 """Generous: the machine is shared and may be compiling on both cores."""
 
@@ -81,25 +80,40 @@ async def test_load_warm_complete_drain_in_flight_unload(node):
 
         finished: dict[str, float] = {}
 
-        async def long_request() -> httpx.Response:
+        async def long_request(tokens: int) -> httpx.Response:
+            # The engine's URL as it is now: a retry restarts the engine on a new port.
+            url = node.act.state.children["mid.gguf"].url
             resp = await client.post(
-                "/v1/completions",
+                f"{url}/v1/completions",
                 headers=key(node),
                 json={
                     "model": "mid.gguf",
                     "prompt": "hello",
-                    "max_tokens": LONG_TOKENS,
+                    "max_tokens": tokens,
                     "ignore_eos": True,
                 },
             )
             finished["request"] = time.monotonic()
             return resp
 
-        in_flight = asyncio.create_task(long_request())
-        await wait_busy(node, child)
-        drained = await node.act.drain("mid.gguf", wait_s=0.0)  # fence only; still busy
-        assert "still running" in drained
-        assert node.act.state.children["mid.gguf"].state == "draining"
+        async def running() -> int | None:
+            now = node.act.state.children["mid.gguf"]
+            return await node.act.adapter_for("llama.cpp").activity(node.act.host, now)
+
+        async def restart() -> None:
+            assert (await run(node, "unload", "mid.gguf")).status == "succeeded"
+            assert (await run(node, "warm", "mid.gguf")).status == "succeeded"
+
+        busy = await drain_while_busy(
+            long_request,
+            running,
+            lambda: node.act.drain("mid.gguf", wait_s=0.0),  # fence only; still busy
+            restart,
+        )
+        assert "still running" in busy.drained
+        child = node.act.state.children["mid.gguf"]
+        assert child.state == "draining"
+        print(f"drain saw the request running on attempt {busy.attempts} ({busy.tokens} tokens)")
 
         async def unload() -> object:
             ack = await run(node, "unload", "mid.gguf")
@@ -107,10 +121,10 @@ async def test_load_warm_complete_drain_in_flight_unload(node):
             return ack
 
         unload_task = asyncio.create_task(unload())
-        resp = await in_flight
+        resp = await busy.request
         ack = await unload_task
     assert resp.status_code == 200
-    assert resp.json()["usage"]["completion_tokens"] == LONG_TOKENS  # not cut short
+    assert resp.json()["usage"]["completion_tokens"] == busy.tokens  # not cut short
     assert ack.status == "succeeded", ack.message
     assert finished["request"] <= finished["unload"]  # the unload waited for the request
     assert "mid.gguf" not in node.act.state.children

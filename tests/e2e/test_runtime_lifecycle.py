@@ -22,6 +22,7 @@ import httpx
 import msgspec
 import psutil
 import pytest
+from engine_pace import InFlight, drain_while_busy
 from fake_engines import (
     FakeService,
     comfyui_service,
@@ -107,9 +108,8 @@ def kit_for(runtime: str, root: Path) -> Iterator[Kit]:
         )
 
         def llama_body(model: str, long: bool) -> Body:
-            # ignore_eos: a tiny model may end a reply early. 300 tokens keep the engine busy
-            # ~1.2 s on a quiet machine (the drain looks within ~0.1 s of seeing it busy) and
-            # still end inside COMMAND_DEADLINE_S at a load average of 20 (~5 tokens/s seen).
+            # ignore_eos: a tiny model may end a reply early; the long reply's length is set
+            # per attempt by engine_pace (this is its first step).
             if not long:
                 return {**chat_body(model, long), "max_tokens": 6}
             return {**chat_body(model, long), "max_tokens": 300, "ignore_eos": True}
@@ -275,27 +275,34 @@ def route_through_grid(rig: Rig) -> str:
     return token
 
 
-async def wait_busy(rig: Rig) -> None:
-    adapter = rig.kit.adapter
+async def _drain_while_busy(
+    rig: Rig, client: httpx.AsyncClient, finished: dict[str, float]
+) -> InFlight:
+    """A long request through the router that the fence-only drain finds running
+    (``finished["request"]``: monotonic time its answer arrived). The FAKE engines take a
+    fixed time per step; a real llama-server gets longer requests until one outlasts the
+    drain's first look (:func:`engine_pace.drain_while_busy`)."""
+    kit = rig.kit
 
-    async def busy() -> bool:
-        return (await adapter.drain(rig.act.host, rig.child(), 0.0) or 0) > 0
+    async def long_request(tokens: int) -> httpx.Response:
+        body = kit.body(kit.model_id, True)
+        if kit.runtime == "llama.cpp":
+            body = {**body, "max_tokens": tokens}
+        r = await client.post(kit.path, json=body)
+        finished["request"] = time.monotonic()
+        return r
 
-    if not await wait_until(busy, timeout_s=WAIT_S, interval_s=0.05):
-        raise AssertionError("request never became active")
+    async def running() -> int | None:
+        return await kit.adapter.drain(rig.act.host, rig.child(), 0.0)
 
+    async def restart() -> None:
+        assert (await rig.run("unload")).status == "succeeded"
+        assert (await rig.run("warm")).status == "succeeded"
+        route_through_grid(rig)
 
-async def wait_idle(rig: Rig) -> None:
-    """Until the engine reports no request running. llama-server answers a request before it
-    releases the request's slot, so right after an answer the engine can still count it as
-    running; a later :func:`wait_busy` must see the next request, not that one."""
-    adapter = rig.kit.adapter
-
-    async def idle() -> bool:
-        return (await adapter.drain(rig.act.host, rig.child(), 0.0) or 0) == 0
-
-    if not await wait_until(idle, timeout_s=WAIT_S, interval_s=0.05):
-        raise AssertionError("the engine never became idle")
+    return await drain_while_busy(
+        long_request, running, lambda: rig.act.drain(kit.model_id, wait_s=0.0), restart
+    )
 
 
 async def test_lifecycle_through_the_router_with_drain_in_flight(rig: Rig) -> None:
@@ -320,18 +327,11 @@ async def test_lifecycle_through_the_router_with_drain_in_flight(rig: Rig) -> No
         kit.check(await client.post(kit.path, json=kit.body(kit.model_id, False)))
 
         finished: dict[str, float] = {}
-
-        async def long_request() -> httpx.Response:
-            r = await client.post(kit.path, json=kit.body(kit.model_id, True))
-            finished["request"] = time.monotonic()
-            return r
-
-        await wait_idle(rig)  # the short request above has released its slot
-        in_flight = asyncio.create_task(long_request())
-        await wait_busy(rig)
-        drained = await rig.act.drain(kit.model_id, wait_s=0.0)
-        assert "still running" in drained
-        assert rig.child().state == "draining"
+        busy = await _drain_while_busy(rig, client, finished)
+        assert "still running" in busy.drained
+        child = rig.child()
+        assert child.state == "draining"
+        print(f"drain saw the request running on attempt {busy.attempts} ({busy.tokens} tokens)")
 
         async def unload() -> object:
             ack = await rig.run("unload")
@@ -339,9 +339,11 @@ async def test_lifecycle_through_the_router_with_drain_in_flight(rig: Rig) -> No
             return ack
 
         unload_task = asyncio.create_task(unload())
-        resp = await in_flight
+        resp = await busy.request
         ack = await unload_task
     kit.check(resp)
+    if kit.runtime == "llama.cpp":
+        assert resp.json()["usage"]["completion_tokens"] == busy.tokens  # not cut short
     assert ack.status == "succeeded", ack.message  # type: ignore[attr-defined]
     assert finished["request"] <= finished["unload"]  # the unload waited for the request
     assert kit.model_id not in rig.act.state.children
