@@ -6,6 +6,9 @@ Every model fills a host (one model per host). The operator gives the models wor
 outranks the directly used model and may grow to three replicas), ``tiny-general`` the
 general one, ``tiny-writer`` none. ``tiny-general`` is the baseline on one host; a client
 keeps ``tiny-writer`` in direct use on another with named requests; the third host is spare.
+The coder gets its coding score only once the writer is in use: with one idle host, that host
+is the fleet's node-failure reserve, so the coder cannot stand by there before any coding
+request (the portfolio's standby), and only the admission gate can bring it.
 
 1. Three ``auto`` requests about code are classified as coding. The first two are answered
    by whatever is ready (the router's fallback) while the coding workload waits below the
@@ -265,13 +268,39 @@ def _ordered(steps: list[Step]) -> list[str]:
     return out
 
 
+def _settled(fleet: Fleet) -> tuple[str, str]:
+    """(the writer's host, the spare host) once the fleet holds the writer on one host and
+    leaves exactly one host empty. A changed profile can move or add a replica for a while
+    on a slow machine; the failure message shows what the hosts held instead."""
+
+    def hosts() -> tuple[str, str] | None:
+        placed = fleet.placement()
+        writers = [h for h, ms in placed.items() if WRITER in ms]
+        empty = [h for h, ms in placed.items() if not ms]
+        return (writers[0], empty[0]) if len(writers) == 1 and len(empty) == 1 else None
+
+    try:
+        return wait_for(hosts, "the writer on one host and one host spare", WAIT_S)
+    except AssertionError as exc:
+        ctl = fleet.controller()
+        held = {
+            h["host_id"]: [(r["model_id"], r["state"]) for r in h.get("residencies") or []]
+            for h in ctl.get("hosts") or []
+        }
+        desired = (ctl.get("plan") or {}).get("desired")
+        why = fleet.http.get(f"{fleet.url}/allocator/explain/{CODER}", headers=fleet.ops).text
+        msg = (
+            f"{exc}; hosts hold {held}; the plan wants {desired}; why {CODER}: {why}; "
+            f"portfolio: {ctl.get('portfolio')}; demand: {ctl.get('demand')}"
+        )
+        raise AssertionError(msg) from exc
+
+
 def _canary(fleet: Fleet, seen: Observer, since: float) -> tuple[str, str, float]:
     """Step 1: the coding requests and the canary's steps (actions created at or after
     ``since``, Unix s, are the test's); returns (the spare host the coder
     was loaded on, the writer's host, monotonic time of the first coding request)."""
-    placed = fleet.placement()
-    [writer_host] = [h for h, ms in placed.items() if WRITER in ms]
-    [spare] = [h for h, ms in placed.items() if not ms]
+    writer_host, spare = _settled(fleet)
     asked = time.monotonic()
     for i, text in enumerate(CODING_PROMPTS):
         # Below the gate, the coder is nowhere: the router's fallback answers.
@@ -343,14 +372,19 @@ def test_auto_coding_traffic_earns_a_canary_on_spare_capacity_and_never_evicts(
     fleet: Fleet,
 ) -> None:
     since = time.time()
-    for model, fields in PROFILES.items():
-        fleet.put_profile(model, fields)
-    assert fleet.profile(CODER)["workload_scores"]["coding"] > 0
+    for model in (GENERAL, WRITER):
+        fleet.put_profile(model, PROFILES[model])
     wait_for(lambda: GENERAL in set().union(*fleet.placement().values()), "baseline", WAIT_S)
     # A client starts using the writer by name (its first request cold-starts it) and keeps
     # using it for the rest of the test.
     assert fleet.answered(WRITER, "Write a short poem about rain.") == WRITER
     wait_for(lambda: fleet.ready_host(WRITER), "the writer reported ready", WAIT_S)
+    # Only now does the coder score for coding. Scored earlier, while two hosts were still
+    # idle, it could stand by on one of them before any coding request (the portfolio's
+    # standby keeps one idle host as the node-failure reserve and may use the rest); with one
+    # idle host left that host is the reserve, so only the admission gate can place it.
+    fleet.put_profile(CODER, PROFILES[CODER])
+    assert fleet.profile(CODER)["workload_scores"]["coding"] > 0
     named, seen = NamedUse(fleet), Observer(fleet)
     workers = [_thread(named.run), _thread(seen.run)]
     try:
