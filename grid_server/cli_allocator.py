@@ -384,17 +384,22 @@ def model_show(
     """Show a model's profile: every field (changed ones marked *) and its version.
 
     The version is the one ``model set`` writes over (an edit made meanwhile is refused).
-    Exit 2 when the model has no profile (404).
+    ``--json`` prints the server's document with every profile field spelled out (the
+    server leaves default values out). Exit 2 when the model has no profile (404).
     """
     data = send(grid, Calls.get_model(model_id))
-    if as_json:
-        typer.echo(json.dumps(data, indent=2, sort_keys=True))
-        return
     try:
         profile = msgspec.convert(data["profile"], ModelProfile)
     except (msgspec.ValidationError, KeyError, TypeError) as exc:
+        if as_json:  # show what the server said, as it said it
+            typer.echo(json.dumps(data, indent=2, sort_keys=True))
+            return
         msg = f"the server's profile for '{model_id}' is unreadable ({exc}); see --json"
         raise CliError(msg) from None
+    if as_json:
+        every = {f: msgspec.to_builtins(getattr(profile, f)) for f in profile.__struct_fields__}
+        typer.echo(json.dumps({**data, "profile": every}, indent=2, sort_keys=True))
+        return
     default = ModelProfile(model_id=model_id, memory_mb=0)
     rows = [
         (

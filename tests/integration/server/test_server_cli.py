@@ -96,6 +96,9 @@ def test_profile_mode_tick_and_status(grid: Grid) -> None:
     assert "h1" in lines["pins"] and "*" not in lines["min_replicas"]
     raw = json.loads(run(grid, "allocator", "model", "show", "qwen.gguf", "--json").stdout)
     assert raw["version"] == version and raw["profile"]["max_replicas"] == 3
+    # Default values are spelled out too, as in the table (the server's document omits them).
+    assert raw["profile"]["min_replicas"] == 0 and set(raw["profile"]) <= set(lines)
+    assert raw["profile"]["artifact_source"] is None and raw["profile"]["pins"] == ["h1"]
     missing = run(grid, "allocator", "model", "show", "nope.gguf")
     assert missing.returncode == 2 and "no profile" in missing.stderr
     assert run(grid, "allocator", "model", "rm", "qwen.gguf").returncode == 0
