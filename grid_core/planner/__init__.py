@@ -42,6 +42,7 @@ from grid_core.planner.replan import (
 )
 from grid_core.planner.report import surplus_report, unmet
 from grid_core.planner.scoring import ScoreTerm
+from grid_core.planner.settle import settle
 from grid_core.planner.topology import Topology, lookup, topology_for
 from grid_core.planner.types import (
     Assignment,
@@ -166,7 +167,8 @@ def _solve_with_replans(
     resources of the best plan so far, as long as each re-plan improves (:mod:`.replan`);
     then, if lower-priority models are still short, once more holding room for them from
     the start (:mod:`.holds`), kept only when it improves too; then exchange repair on the
-    plan kept and one size-priced candidate (:func:`_size_candidate`)."""
+    plan kept, one size-priced candidate (:func:`_size_candidate`) and the settling repair
+    for what is still short (:mod:`.settle`)."""
     best = PlanState(canon, terms, selector, topology=topo)
     _solve(best)
     for _ in range(MAX_REPLANS):
@@ -188,11 +190,13 @@ def _solve_with_replans(
         alt.rival = best
         if _solve(alt) and improves(alt, best):
             best = alt
-    # On the kept plan only (pure packing): an exchange only ever adds a replica.
+    # On the kept plan only (pure packing): an exchange or a settling move only ever adds
+    # a replica.
     if not (best.evictions or best.relocations or best.staged):
         before = class_counts(best)
         exchange_rounds(best)
         best = _size_candidate(canon, terms, selector, best, before)
+        settle(best)
     return _result(best, digest)  # reported once, for the plan kept
 
 

@@ -52,7 +52,7 @@ left alone: a chain never frees disk or resolves an exclusion)."""
 
 
 @dataclass(slots=True)
-class _Node:
+class ChainNode:
     """A replica that needs a home: model ``mi``, displaced from ``origin`` (its placement
     there is ``leaving``) so that the parent node's replica can land there; the root (the
     short model's new replica) has no origin."""
@@ -122,7 +122,7 @@ def place_by_chain(state: PlanState, mi: int) -> bool:
     """
     ledger = state.ledger
     books = ledger.books
-    nodes = [_Node(mi, None, None, None, 1, frozenset())]
+    nodes = [ChainNode(mi, None, None, None, 1, frozenset())]
     displaced: set[tuple[int, int]] = set()
     """(model, host) placements already displaced in this search: each is tried once."""
     spent = 0
@@ -156,20 +156,20 @@ def place_by_chain(state: PlanState, mi: int) -> bool:
             else:
                 why = "memory"
             if why in REPAIRABLE and node.moves < MAX_CHAIN_MOVES and best is None:
-                leaving = _displaceable(state, hi, xi)
+                leaving = displaceable(state, hi, xi)
                 if leaving is not None and (leaving.mi, hi) not in displaced:
                     ejections.append((hi, leaving))
         if best is not None:
             state.chain_steps += spent
-            return _apply(state, nodes, k, best[1])
+            return apply_chain(state, nodes, k, best[1])
         for hi, leaving in ejections:
             displaced.add((leaving.mi, hi))
-            nodes.append(_Node(leaving.mi, hi, leaving, k, node.moves + 1, node.path | {hi}))
+            nodes.append(ChainNode(leaving.mi, hi, leaving, k, node.moves + 1, node.path | {hi}))
     state.chain_steps += spent
     return False
 
 
-def _displaceable(state: PlanState, hi: int, xi: int) -> Placed | None:
+def displaceable(state: PlanState, hi: int, xi: int) -> Placed | None:
     """The smallest new replica on ``hi`` whose departure lets ``xi`` fit there, or ``None``.
 
     The answer depends only on ``hi``'s book, so it is remembered per host version: the
@@ -208,7 +208,7 @@ def _smallest_displaceable(state: PlanState, hi: int, xi: int) -> Placed | None:
     return best
 
 
-def _apply(state: PlanState, nodes: list[_Node], last: int, dest: int) -> bool:
+def apply_chain(state: PlanState, nodes: list[ChainNode], last: int, dest: int) -> bool:
     """Carry out the chain ending with node ``last`` landing on ``dest``; undo it and
     return False when a moved model's failure-domain spread would shrink."""
     ledger = state.ledger

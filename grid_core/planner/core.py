@@ -19,7 +19,9 @@ order of decisions (see docs/planner.md):
    short (grid_core.planner.holds), each kept only when it places more; exchange repair
    on the plan kept (grid_core.planner.exchange), then one candidate with held room and a
    size price on hosts without a model-slot ceiling, kept only when it places more and no
-   priority class fewer (grid_core.planner.replan.size_prices).
+   priority class fewer (grid_core.planner.replan.size_prices); last, the settling repair
+   (shifts and ejection chains with budgets of their own) for what is still short
+   (grid_core.planner.settle).
 """
 
 from __future__ import annotations

@@ -63,7 +63,7 @@ def exchange_rounds(state: PlanState) -> int:
     """Give short models one more replica per round by exchanges until none is found or the
     budget is spent; returns the replicas added."""
     short = sorted(
-        (mi for mi in range(len(state.profiles)) if _short(state, mi)),
+        (mi for mi in range(len(state.profiles)) if is_short(state, mi)),
         key=lambda mi: round_key(state, mi),
     )
     cand_sets = [set(hs) for hs in state.cands]
@@ -77,18 +77,18 @@ def exchange_rounds(state: PlanState) -> int:
             if _exchange_one(state, mi, cand_sets, bump):
                 added += 1
                 progress = True
-        short = [mi for mi in short if _short(state, mi)]
+        short = [mi for mi in short if is_short(state, mi)]
         if not progress and bump:
             break
         bump = not progress  # bump only once plain exchanges find nothing more
     return added
 
 
-def _short(state: PlanState, mi: int) -> bool:
+def is_short(state: PlanState, mi: int) -> bool:
     return bool(state.cands[mi]) and state.ledger.count[mi] < state.needed(mi)
 
 
-def _movables(state: PlanState, hi: int, skip: int, largest_first: bool) -> list[Placed]:
+def movables(state: PlanState, hi: int, skip: int, largest_first: bool) -> list[Placed]:
     """New replicas on ``hi`` an exchange may move (not ``skip``'s), by size."""
     book = state.ledger.books[hi]
     key = (hi, largest_first)
@@ -114,12 +114,12 @@ def _exchange_one(state: PlanState, xi: int, cand_sets: list[set[int]], bump: bo
     """Place one more replica of ``xi``: directly when an earlier exchange left room for it,
     else by one exchange, else (``bump``) by taking a host from a small replica that then
     lands directly or by an exchange; True when placed."""
-    if _direct(state, xi) or _exchange(state, xi, cand_sets, frozenset()):
+    if place_direct(state, xi) or _exchange(state, xi, cand_sets, frozenset()):
         return True
     return bump and _bumped(state, xi, cand_sets)
 
 
-def _direct(state: PlanState, xi: int) -> bool:
+def place_direct(state: PlanState, xi: int) -> bool:
     """Place ``xi`` on its best host where it fits now, if any."""
     reasons = set(state.fail_reasons[xi])
     found = state.best_host(xi)
@@ -130,7 +130,7 @@ def _direct(state: PlanState, xi: int) -> bool:
     return True
 
 
-def _repairable_hosts(state: PlanState, xi: int, *, slot_free: bool) -> Iterator[int]:
+def repairable_hosts(state: PlanState, xi: int, *, slot_free: bool) -> Iterator[int]:
     """``xi``'s candidate hosts, in order, where a repair move could place it: open, eligible,
     not holding it already, short for a repairable reason (memory, slots), and with
     ``slot_free`` also below their model ceiling. Checked as each host is reached, so moves
@@ -152,9 +152,9 @@ def _exchange(state: PlanState, xi: int, cand_sets: list[set[int]], avoid: froze
     """Place ``xi`` by one exchange that moves no replica of ``avoid``; True when placed."""
     ledger = state.ledger
     # x and the small replica both need a slot where one leaves: a host with a free slot.
-    for a in _repairable_hosts(state, xi, slot_free=True):
+    for a in repairable_hosts(state, xi, slot_free=True):
         book_a = ledger.books[a]
-        for big in _movables(state, a, xi, largest_first=True):
+        for big in movables(state, a, xi, largest_first=True):
             if big.mi in avoid or ledger.fit_after_leaving(xi, a, big) is not None:
                 continue
             room = min(book_a.inc_free + big.inc_mb, book_a.raw_free + big.raw_mb)
@@ -170,8 +170,8 @@ def _bumped(state: PlanState, xi: int, cand_sets: list[set[int]]) -> bool:
     """Place ``xi`` in place of a small new replica that then lands directly or by an
     exchange (never moving ``xi``); the ledger is unchanged when none works."""
     ledger = state.ledger
-    for a in _repairable_hosts(state, xi, slot_free=False):
-        for small in _movables(state, a, xi, largest_first=False):
+    for a in repairable_hosts(state, xi, slot_free=False):
+        for small in movables(state, a, xi, largest_first=False):
             if ledger.fit_after_leaving(xi, a, small) is not None or _pinned_spread(
                 state, small.mi, a
             ):
@@ -183,7 +183,9 @@ def _bumped(state: PlanState, xi: int, cand_sets: list[set[int]]) -> bool:
                 return False
             ledger.remove(small.mi, a)
             ledger.place(xi, a, "repair", state.score(xi, a, True))
-            if _direct(state, small.mi) or _exchange(state, small.mi, cand_sets, frozenset({xi})):
+            if place_direct(state, small.mi) or _exchange(
+                state, small.mi, cand_sets, frozenset({xi})
+            ):
                 return True
             ledger.remove(xi, a)
             ledger.place(small.mi, a, small.reason, small.score)
@@ -215,7 +217,7 @@ def _swap_host(
         need = state.mem_rows[big.mi][b]
         if min(book_b.inc_free, book_b.raw_free) + room < need:
             continue  # even the largest small replica that fits a could not make room
-        for small in _movables(state, b, big.mi, largest_first=False):
+        for small in movables(state, b, big.mi, largest_first=False):
             if small.memory_mb > room:
                 break
             if (
@@ -239,7 +241,7 @@ def _apply(state: PlanState, xi: int, a: int, big: Placed, b: int, small: Placed
     """Move ``big`` to ``b`` and ``small`` to ``a`` and place ``xi`` on ``a``; undo and
     return False when a move does not fit or a moved model's domain spread would shrink."""
     ledger = state.ledger
-    before = {m: _spread(state, m) for m in (big.mi, small.mi)}
+    before = {m: spread(state, m) for m in (big.mi, small.mi)}
     ledger.remove(big.mi, a)
     ledger.remove(small.mi, b)
     done: list[tuple[int, int]] = []
@@ -249,7 +251,7 @@ def _apply(state: PlanState, xi: int, a: int, big: Placed, b: int, small: Placed
         domain_new = ledger.domain_list[h] not in ledger.domains[m]
         ledger.place(m, h, "repair", state.score(m, h, domain_new))
         done.append((m, h))
-    if len(done) == 3 and all(_spread(state, m) >= n for m, n in before.items()):
+    if len(done) == 3 and all(spread(state, m) >= n for m, n in before.items()):
         return True
     for m, h in reversed(done):
         ledger.remove(m, h)
@@ -278,6 +280,6 @@ def _pinned_spread(state: PlanState, mi: int, hi: int) -> bool:
     return domains.get(dom, 0) == 1 and len(domains) <= state.required_domains(mi)
 
 
-def _spread(state: PlanState, mi: int) -> int:
+def spread(state: PlanState, mi: int) -> int:
     """Failure domains ``mi`` spans, counted up to what it requires."""
     return min(len(state.ledger.domains[mi]), state.required_domains(mi))
