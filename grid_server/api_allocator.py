@@ -151,7 +151,7 @@ def _control_routes(ctx: ServerContext) -> list[HTTPRouteHandler]:
     async def tick() -> Response:
         """Run one reconciliation pass now and return its result."""
         result = await ctx.runner.tick()
-        return json_response({"tick": msgspec.to_builtins(result) if result is not None else None})
+        return json_response({"tick": msgspec.to_builtins(result)})
 
     @post(
         "/allocator/observations",

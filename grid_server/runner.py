@@ -32,6 +32,7 @@ from grid_core.snapshot import HostSnapshot
 from grid_core.wire import Acknowledgement, Command, Mode
 
 if TYPE_CHECKING:
+    from grid_core.controller import Controller, TickResult
     from grid_server.registry import Registry
     from grid_server.router import RouterState
 
@@ -75,7 +76,7 @@ class ControllerRunner:
 
     def __init__(
         self,
-        controller: Any,
+        controller: Controller,
         registry: Registry,
         router: RouterState,
         *,
@@ -151,7 +152,7 @@ class ControllerRunner:
 
         return await anyio.to_thread.run_sync(locked)
 
-    async def swap(self, controller: Any, *, follower: str | None) -> None:
+    async def swap(self, controller: Controller, *, follower: str | None) -> None:
         """Replace the controller (elected: a fresh one restored from the newest state;
         following: a read-only view) under the lock, and set the follower refusal."""
 
@@ -360,7 +361,7 @@ class ControllerRunner:
         await self.call(lambda: self.ctl.set_mode(mode, now))
         self.poke()
 
-    async def tick(self) -> Any:
+    async def tick(self) -> TickResult:
         """Run one pass now and return the controller's tick result (NotLeaderError on a
         follower: only the leader plans)."""
         self._refuse_if_follower()
@@ -384,7 +385,7 @@ class ControllerRunner:
         self._log_issued(result)
         return result
 
-    def _log_issued(self, result: Any) -> None:
+    def _log_issued(self, result: TickResult) -> None:
         """One log line per action this pass issued: what, where, why (status has the rest)."""
         book = getattr(self.ctl, "book", None)
         for action_id in getattr(result, "issued", ()):
