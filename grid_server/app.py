@@ -38,7 +38,7 @@ from grid_server.openapi import add_openai_routes, openapi_config
 from grid_server.proxy import Proxy, ProxyError, Receive, Scope, Send
 from grid_server.registry import Registry
 from grid_server.router import RouterState
-from grid_server.runner import TICK_INTERVAL_S, ControllerRunner
+from grid_server.runner import REGISTRATION_GRACE_S, TICK_INTERVAL_S, ControllerRunner
 from grid_server.upstream import UpstreamPool
 
 log = logging.getLogger("grid.server")
@@ -216,6 +216,7 @@ def build_app(
     tls_ca: Path | None = None,
     client_keys_required: bool = False,
     state_store: Any | None = None,
+    registration_grace_s: float = REGISTRATION_GRACE_S,
 ) -> GridApp:
     """Assemble the server.
 
@@ -235,6 +236,8 @@ def build_app(
         state_store: a replicated store (``grid up --state-store etcd://…``): this server
             then takes part in leader election (:mod:`grid_server.leadership`) instead of
             using the file store.
+        registration_grace_s: seconds after start before a model may be called unplaceable
+            (:data:`grid_server.runner.REGISTRATION_GRACE_S`; tests of a fresh grid use 0).
 
     Raises:
         StateError: a credential file is unreadable or too widely readable.
@@ -244,7 +247,13 @@ def build_app(
         controller, warnings = make_controller(home, plugins, state_dir, policy, state_store)
     registry = Registry()
     router = RouterState(registry)
-    runner = ControllerRunner(controller, registry, router, interval_s=tick_interval_s)
+    runner = ControllerRunner(
+        controller,
+        registry,
+        router,
+        interval_s=tick_interval_s,
+        registration_grace_s=registration_grace_s,
+    )
     credentials = Credentials(home)
     leadership = None
     if state_store is not None:

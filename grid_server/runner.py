@@ -24,7 +24,7 @@ import msgspec
 from grid_core import routing
 from grid_core.demand.features import RequestFeatures
 from grid_core.errors import UnavailableError
-from grid_core.hosts import build_host_snapshots
+from grid_core.hosts import LEASE_TTL_S, build_host_snapshots
 from grid_core.planner.reclaim import surplus_release_s
 from grid_core.profile import ModelProfile
 from grid_core.profile_fit import excluded_everywhere, oversized
@@ -38,6 +38,12 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("grid.server.controller")
 
+REGISTRATION_GRACE_S = LEASE_TTL_S
+"""Seconds after the server starts during which no model is called unplaceable: the registry
+lives in memory, so after a restart every host registers again, and a host that is up does
+so within one lease (its heartbeats come far more often). Until then a model whose only
+capable hosts have not re-registered yet is an ordinary cold start (``model_not_ready``),
+not an operator's problem (``model_unplaceable``, which ``grid chat`` gives up on)."""
 TICK_INTERVAL_S = 5.0
 """Periodic pass: often enough that a lost event is repaired within seconds."""
 PROMPT_TICK_MIN_GAP_S = 0.25
@@ -82,12 +88,15 @@ class ControllerRunner:
         *,
         clock: Callable[[], float] = time.time,
         interval_s: float = TICK_INTERVAL_S,
+        registration_grace_s: float = REGISTRATION_GRACE_S,
     ) -> None:
         self.ctl = controller
         self.registry = registry
         self.router = router
         self.clock = clock
         self.interval_s = interval_s
+        self.registering_until = time.time() + registration_grace_s
+        """Wall-clock second the registration grace ends (:data:`REGISTRATION_GRACE_S`)."""
         self._lock = threading.Lock()
         self._features: deque[RequestFeatures] = deque(maxlen=MAX_PENDING_FEATURES)
         # Registry inputs and acknowledgements, applied in arrival order under the lock.
@@ -244,13 +253,14 @@ class ControllerRunner:
         backends, GPUs: :func:`grid_core.profile_fit.excluded_everywhere`, known before any
         pass has planned its demand), or one replica needs more memory than any host that
         can run it has even when empty (:func:`grid_core.profile_fit.oversized`).
-        A grid with no live host at all is still waiting for its hosts to register, so it
+        A grid with no live host at all, or one started less than
+        :data:`REGISTRATION_GRACE_S` ago, is still waiting for its hosts to register, so it
         answers ``None`` (an ordinary cold start). Reads the last plan without the lock (a
         torn read only means ``None``); call on the event loop, where the registry lives.
         """
         now = time.time()
         profile = self.profiles.get(model_id) if model_id is not None else None
-        if profile is None or not self.registry.live(now):
+        if profile is None or now < self.registering_until or not self.registry.live(now):
             return None
         plan = getattr(getattr(self.ctl, "last", None), "plan", None)
         for u in plan.unmet if plan is not None else ():

@@ -244,6 +244,7 @@ def serve(
     client_keys: str | None = None,
     state_store: str | None = None,
     etcd_options: dict[str, str | None] | None = None,
+    registration_grace_s: float | None = None,
 ) -> None:
     """Bind, announce the URL, serve until SIGINT/SIGTERM, then clean up the server file.
 
@@ -255,6 +256,7 @@ def serve(
     a logical test fleet uses it for short demand windows and cooldowns. With ``tls`` the
     listener speaks HTTPS only (uvicorn's SSL options) and the URL is ``https://``.
     ``client_keys`` is ``required`` or ``open``; ``None`` means required off loopback.
+    ``registration_grace_s`` overrides :data:`grid_server.runner.REGISTRATION_GRACE_S`.
 
     Raises:
         ValidationError: the policy file is unreadable or not a valid policy.
@@ -264,7 +266,7 @@ def serve(
     """
     from grid_core.plugins import get_plugins
     from grid_server.app import build_app
-    from grid_server.runner import TICK_INTERVAL_S
+    from grid_server.runner import REGISTRATION_GRACE_S, TICK_INTERVAL_S
 
     policy = load_policy(policy_file) if policy_file is not None else None
     if tls is not None:
@@ -288,6 +290,9 @@ def serve(
         tls_ca=tls.ca if tls is not None else None,
         client_keys_required=client_keys_required(host, client_keys),
         state_store=store,
+        registration_grace_s=(
+            REGISTRATION_GRACE_S if registration_grace_s is None else registration_grace_s
+        ),
     )
     ssl_files: dict[str, str] = {}
     if tls is not None:
@@ -337,6 +342,13 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--url-file", type=Path, default=None)
     p.add_argument("--tick-interval", type=float, default=None)
     p.add_argument(
+        "--registration-grace",
+        type=float,
+        default=None,
+        help="seconds after start before a model no registered host can run is called "
+        "unplaceable (default: one host lease, 60)",
+    )
+    p.add_argument(
         "--policy",
         type=Path,
         default=None,
@@ -372,6 +384,7 @@ def main(argv: list[str] | None = None) -> None:
             args.client_keys,
             args.state_store,
             {field: getattr(args, flag.replace("-", "_")) for flag, field in ETCD_FLAGS.items()},
+            args.registration_grace,
         )
     except OSError as exc:
         print(

@@ -23,6 +23,7 @@ from grid_core.plugins import get_plugins
 from grid_server.app import build_app
 from grid_server.context import ServerContext
 from grid_server.harness import ThreadServer, fake_engine_in_thread, start_server
+from grid_server.runner import REGISTRATION_GRACE_S
 
 IN_PROCESS_URL = "http://127.0.0.1:22100"
 """Base URL the in-process app is addressed by (no socket is bound; loopback, so the
@@ -34,24 +35,39 @@ IN_PROCESS_PEER = ("127.0.0.1", 50000)
 as off loopback)."""
 
 
-@pytest.fixture
-def grid(tmp_path: Path) -> Iterator[Grid]:
-    """A fresh server application in this process with its own GRID_HOME."""
-    home = tmp_path / "home"
-
+def _in_process(home: Path, registration_grace_s: float) -> Iterator[Grid]:
     def ready(ctx: ServerContext) -> None:
         ctx.url = IN_PROCESS_URL
 
-    app = PeerAs(build_app(home, get_plugins(), on_ready=ready), IN_PROCESS_PEER)
-    with TestClient(app, base_url=IN_PROCESS_URL, timeout=REQUEST_TIMEOUT_S) as http:
+    app = build_app(home, get_plugins(), on_ready=ready, registration_grace_s=registration_grace_s)
+    with TestClient(
+        PeerAs(app, IN_PROCESS_PEER), base_url=IN_PROCESS_URL, timeout=REQUEST_TIMEOUT_S
+    ) as http:
         yield Grid(IN_PROCESS_URL, home, http)
 
 
 @pytest.fixture
+def grid(tmp_path: Path) -> Iterator[Grid]:
+    """A fresh server application in this process with its own GRID_HOME. Its hosts are the
+    ones the test registers: no registration grace (a model no registered host can run is
+    unplaceable at once)."""
+    yield from _in_process(tmp_path / "home", 0.0)
+
+
+@pytest.fixture
+def started_grid(tmp_path: Path) -> Iterator[Grid]:
+    """As :func:`grid`, with the production registration grace
+    (:data:`grid_server.runner.REGISTRATION_GRACE_S`): a server that has just started, whose
+    other hosts may still be on their way to register."""
+    yield from _in_process(tmp_path / "home", REGISTRATION_GRACE_S)
+
+
+@pytest.fixture
 def grid_process(tmp_path: Path) -> Iterator[Grid]:
-    """A fresh real server process on a free loopback port with its own GRID_HOME."""
+    """A fresh real server process on a free loopback port with its own GRID_HOME (no
+    registration grace, as for :func:`grid`)."""
     home = tmp_path / "home"
-    child = start_server(home)
+    child = start_server(home, extra_args=("--registration-grace", "0"))
     bed = Grid(child.url, home, child=child)
     try:
         yield bed

@@ -140,6 +140,26 @@ def test_a_model_no_host_can_serve_says_why_instead_of_asking_to_wait(grid: Grid
     assert (r.status_code, r.json()["error"]["code"]) == (503, "model_not_ready")
 
 
+def test_a_just_started_server_waits_for_hosts_to_register_before_calling_a_model_unplaceable(
+    started_grid: Grid,
+) -> None:
+    """Right after a (re)start only some hosts have registered again; the one that can run a
+    model may be next. Inside the registration grace that model's request is an ordinary
+    cold start (503 model_not_ready, retry advised), while status already shows the plan's
+    reason for the operator."""
+    grid = started_grid
+    host_with_cached_model(grid, "host-1", "m-base", "a" * 64)
+    grid.client.put_model("m-vllm", {"memory_mb": 1000, "min_replicas": 1, "runtimes": ["vllm"]})
+    grid.http.post(grid.url + "/allocator/tick", headers=grid.operator()).raise_for_status()
+    r = post(grid, {"model": "m-vllm", **CHAT})
+    err = r.json()["error"]
+    assert (r.status_code, err["code"]) == (503, "model_not_ready"), r.text
+    assert int(r.headers["retry-after"]) >= 1
+    status = grid.http.get(grid.url + "/allocator/status", headers=grid.operator()).json()
+    unmet = status["controller"]["unmet"]
+    assert [u["code"] for u in unmet if u["model_id"] == "m-vllm"] == ["no_eligible_host"]
+
+
 def test_the_first_request_for_a_model_no_host_can_run_is_told_at_once(grid: Grid) -> None:
     """No pass needs to plan its demand first: the very first request for a profile (no
     minimum replicas) that no live host is compatible with already gets the reason."""
