@@ -19,13 +19,16 @@ and starting ledgers are Grid's own, from :class:`grid_core.planner.core.PlanSta
                 sum_m disk[m, h] * x[m, h]       <= free disk[h]         hosts reporting disk
                 colocation exclusions and ceilings                       where profiles set them
 
+Pins are modelled as Grid honours them: a pinned model's replicas off its pins only make up
+demand beyond the pins that landed (:func:`_pin_rows`), and whenever the first solve leaves
+demand or a pin unplaced, :func:`_lexicographic` re-solves in Grid's order, pins first.
+
 A kept incumbent costs nothing incremental and no new slot (it is live already) but its size in
 the desired ledger; a new replica costs its footprint in both and a slot. What the program
 deliberately leaves out, so its optimum is an upper bound on the planner's coverage:
 
 * failure-domain spread (the planner treats it as a goal and reports a shortfall, never as a
   reason to leave a replica out when another domain has no room);
-* pins (the planner reserves them first; the program may place the replica anywhere eligible);
 * staged preemption and relocation (they free memory only after a later heartbeat proves it,
   so no single plan can use it).
 """
