@@ -10,6 +10,7 @@ import openai
 import pytest
 from server_testbed import Engine, Grid, host_with_cached_model, serve_model
 
+from grid_core import routing
 from grid_core.routing import MAX_COLD_RETRY_AFTER_S, UNKNOWN_STARTUP_RETRY_AFTER_S
 from grid_core.system import wait_until_sync
 from grid_core.wire import AFFINITY_HEADER
@@ -254,8 +255,11 @@ def test_router_retry_when_nothing_was_sent_goes_to_another_ready_replica(
 
 
 def test_breaker_steers_the_next_request_after_a_429(
-    grid: Grid, engines: Callable[[str], Engine]
+    grid: Grid, engines: Callable[[str], Engine], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # The in-process server reads the cooldown per 429: a minute instead of one second keeps
+    # the breaker open between the two requests however slowly a loaded machine runs them.
+    monkeypatch.setattr(routing, "RATE_LIMIT_COOLDOWN_S", 60.0)
     a, b = engines("m-cb"), engines("m-cb")
     serve_model(grid, a, "host-a")
     serve_model(grid, b, "host-b")
