@@ -160,10 +160,28 @@ def _live_replicas(
     return ready, recent, queue, in_flight
 
 
+def errors_live(errors_until: float | None, now: float, policy: ForecastPolicy) -> bool:
+    """Whether the window's latest failed request is still live evidence at ``now``.
+
+    ``errors_until`` is when the bucket holding it ended (Unix seconds, ``None`` without
+    errors). Like arrivals (:data:`LIVE_EVIDENCE_BUCKETS`), a failure stays live for two
+    completed buckets: the window's error *rate* keeps one old failure above the threshold
+    for the whole window, and error pressure asks for one replica beyond the ready set on
+    every tick, so a stale failure would keep adding replicas (and evicting other work for
+    them) long after the replica it asked for arrived.
+    """
+    return errors_until is not None and now < errors_until + LIVE_EVIDENCE_BUCKETS * policy.bucket_s
+
+
 def _pressures(
-    profile: ModelProfile, fc: Forecast, queue: float, policy: ForecastPolicy
+    profile: ModelProfile,
+    fc: Forecast,
+    queue: float,
+    policy: ForecastPolicy,
+    failing: bool = True,
 ) -> list[str]:
-    """Pressure reasons that each ask for one replica beyond the ready set."""
+    """Pressure reasons that each ask for one replica beyond the ready set (error pressure
+    only while ``failing``: a failure is live evidence, :func:`errors_live`)."""
     out = []
     if queue >= QUEUE_PRESSURE:
         out.append("queue_pressure")
@@ -173,7 +191,7 @@ def _pressures(
         and fc.p95_ms > profile.latency_slo_ms
     ):
         out.append("latency_pressure")
-    if fc.rate_rps > 0 and fc.error_rate > policy.error_pressure:
+    if failing and fc.rate_rps > 0 and fc.error_rate > policy.error_pressure:
         out.append("error_pressure")
     return out
 
@@ -216,6 +234,7 @@ def desired_for(
     eligible: list[bool] | None = None,
     live: bool = True,
     share: float = 1.0,
+    failing: bool = True,
 ) -> tuple[ModelDemand, Watermark | None]:
     """Demand and desired replicas of one model, plus its new scale-down watermark.
 
@@ -233,6 +252,8 @@ def desired_for(
             direct evidence, the decaying forecast is not.
         share: the part of the engines' in-flight requests attributable to named traffic
             (:func:`named_share`); the rest is unbound work, which is workload demand.
+        failing: whether a failed request is still live evidence (:func:`errors_live`);
+            without it the window's error rate is no error pressure.
 
     Returns:
         ``(ModelDemand, watermark)``; watermark ``None`` when nothing needs remembering.
@@ -264,7 +285,7 @@ def desired_for(
     )
     if in_flight >= NAMED_IN_FLIGHT:
         reasons.append("in_flight")
-    want = _wanted(profile, fc, policy, projected, queue, ready, reasons)
+    want = _wanted(profile, fc, policy, projected, queue, ready, reasons, failing)
     asked = max(profile.min_replicas, min(want, profile.max_replicas))
     if not direct and want:
         # Without live evidence the decaying tail of old traffic (the window's EWMA level and
@@ -334,6 +355,7 @@ def _wanted(
     queue: float,
     ready: int,
     reasons: list[str],
+    failing: bool = True,
 ) -> int:
     """Replicas the projected concurrency and the queue/latency pressures ask for (before the
     profile's bounds and the cooldown); appends ``demand`` and each pressure to ``reasons``."""
@@ -342,7 +364,7 @@ def _wanted(
     if projected > EPSILON:
         want = max(1, math.ceil(projected * (1.0 + policy.headroom) / per_replica - EPSILON))
         reasons.append("demand")
-    for pressure in _pressures(profile, fc, queue, policy):
+    for pressure in _pressures(profile, fc, queue, policy, failing):
         want = max(want, ready + 1)
         reasons.append(pressure)
     return want

@@ -24,6 +24,7 @@ from grid_core.demand.desired import (
     LIVE_EVIDENCE_BUCKETS,
     desired_for,
     eligible_hosts,
+    errors_live,
     named_share,
 )
 from grid_core.demand.features import RequestFeatures
@@ -98,6 +99,15 @@ def live_until(series: DemandSeries | None) -> float | None:
             until += REFUSED_EVIDENCE_S
         out = until if out is None else max(out, until)
     return out
+
+
+def errors_until(series: DemandSeries | None) -> float | None:
+    """When the bucket holding the window's latest failed request ends (Unix seconds), or
+    ``None`` without failures (see :func:`~grid_core.demand.desired.errors_live`)."""
+    if series is None:
+        return None
+    ends = [(b.index + 1) * series.bucket_s for b in series.buckets if b.errors > 0]
+    return max(ends) if ends else None
 
 
 def _live(series: DemandSeries | None, now: float) -> bool:
@@ -330,6 +340,7 @@ class DemandTracker:
                 eligible,
                 live=_live(series, now),
                 share=self._share(profile.model_id, series, now, fpolicy.window_buckets),
+                failing=errors_live(errors_until(series), now, fpolicy),
             )
             until = live_until(series)
             if until is not None:

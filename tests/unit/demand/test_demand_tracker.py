@@ -169,6 +169,30 @@ def test_pressure_asks_for_one_replica_beyond_the_ready_set(pressure):
     ] in d.reasons
 
 
+def test_a_failure_asks_for_a_replica_only_while_it_is_live_evidence():
+    """One failed named request lifts the window's error rate above the threshold for the
+    whole window, but error pressure asks for one replica beyond the ready set on every
+    tick; only a live failure (its bucket and the two after it) may ask, so a stale one does
+    not keep adding replicas (and evicting other work for them) after the one it asked for."""
+    t = tracker_for()
+    steady(t, 1, 10)
+    t.observe(req(NOW - 5, outcome="error", service=None))
+    ready = [host("h0", ResidencySnapshot(model_id="m", memory_mb=4096, state="ready"))]
+    d = t.forecast(NOW, [prof()], ready, EWMA)["m"]
+    assert "error_pressure" in d.reasons and d.desired_replicas == 2
+    later = NOW + 3 * POLICY.bucket_s  # two more buckets completed since the failure
+    steady(t, 1, 3, end=later)
+    stale = t.forecast(later, [prof()], ready, EWMA)["m"]
+    assert stale.error_rate > POLICY.error_pressure  # still in the window's rate...
+    assert "error_pressure" not in stale.reasons  # ...but no longer live evidence
+    # What it asked for is only held now (kept while it exists, never built by eviction).
+    assert stale.desired_replicas - stale.held_replicas == 1
+    t.observe(req(later - 1, outcome="error", service=None))
+    again = t.forecast(later, [prof()], ready, EWMA)["m"]
+    assert "error_pressure" in again.reasons
+    assert again.desired_replicas - again.held_replicas == 2
+
+
 def test_rising_demand_is_projected_across_a_slow_cold_start_with_caps():
     slow = prof(load_estimate_s=240.0, warm_estimate_s=60.0)
     t = tracker_for()
