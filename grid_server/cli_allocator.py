@@ -59,7 +59,8 @@ def model_set(
     artifact_source: str | None = typer.Option(
         None,
         "--artifact-source",
-        help="Where a host may download the weights (https://… or a path).",
+        help="Where a host may download the weights: hf://owner/repo/path/file.gguf (llama.cpp), "
+        "hf://owner/repo@<40-hex commit> (vllm) or ollama://<model id> (ollama).",
     ),
     artifact_size_mb: int | None = typer.Option(
         None, "--artifact-size-mb", help="Size of the weights file (MB), for disk admission."
@@ -379,13 +380,16 @@ def profile_changes(old: ModelProfile | None, new: ModelProfile) -> list[str]:
 def model_show(
     model_id: str = typer.Argument(..., help="Model id."),
     grid: str | None = GridOpt,
-    as_json: bool = typer.Option(False, "--json", help="The server's document, as JSON."),
+    as_json: bool = typer.Option(
+        False, "--json", help="The server's document as JSON, default values filled in."
+    ),
 ) -> None:
     """Show a model's profile: every field (changed ones marked *) and its version.
 
     The version is the one ``model set`` writes over (an edit made meanwhile is refused).
-    ``--json`` prints the server's document with every profile field spelled out (the
-    server leaves default values out). Exit 2 when the model has no profile (404).
+    ``--json`` prints the server's document with the default of every profile field this
+    CLI knows added where the server left it out (fields only a newer server knows stay as
+    it sent them). Exit 2 when the model has no profile (404).
     """
     data = send(grid, Calls.get_model(model_id))
     try:
@@ -398,7 +402,8 @@ def model_show(
         raise CliError(msg) from None
     if as_json:
         every = {f: msgspec.to_builtins(getattr(profile, f)) for f in profile.__struct_fields__}
-        typer.echo(json.dumps({**data, "profile": every}, indent=2, sort_keys=True))
+        doc = {**data, "profile": {**every, **data["profile"]}}
+        typer.echo(json.dumps(doc, indent=2, sort_keys=True))
         return
     default = ModelProfile(model_id=model_id, memory_mb=0)
     rows = [

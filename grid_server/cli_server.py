@@ -38,6 +38,7 @@ from grid_server.client import (
     send,
 )
 from grid_server.home import SERVER_FILE, grid_home
+from grid_server.runner import MAX_REGISTRATION_GRACE_S
 from grid_server.serve import (
     DEFAULT_HOST,
     DEFAULT_PORT,
@@ -128,6 +129,14 @@ def up(
     tick_interval: float | None = typer.Option(
         None, "--tick-interval", min=0.1, help="Seconds between periodic controller passes."
     ),
+    registration_grace: float | None = typer.Option(
+        None,
+        "--registration-grace",
+        min=0.0,
+        max=MAX_REGISTRATION_GRACE_S,
+        help="Seconds after start while a model no registered host can run is still answered "
+        "'not ready' (hosts register again after a restart); default one host lease, 60.",
+    ),
     state_store: str | None = typer.Option(
         None,
         "--state-store",
@@ -163,7 +172,16 @@ def up(
     except GridError as exc:
         raise CliError(str(exc), exc.exit_code) from None
     launch = _Launch(
-        host, port, state_dir, tls, client_keys, policy, tick_interval, state_store, etcd_args
+        host,
+        port,
+        state_dir,
+        tls,
+        client_keys,
+        policy,
+        tick_interval,
+        state_store,
+        etcd_args,
+        registration_grace,
     )
     warning = exposure_warning(host, tls is not None)
     if warning:
@@ -210,6 +228,7 @@ class _Launch:
     tick_interval: float | None
     state_store: str | None
     etcd_args: Mapping[str, str]
+    registration_grace: float | None = None
 
     def argv(self) -> list[str]:
         """The detached server's command line (key paths only: the key stays in its file)."""
@@ -234,6 +253,8 @@ class _Launch:
             args += ["--policy", str(self.policy)]
         if self.tick_interval is not None:
             args += ["--tick-interval", str(self.tick_interval)]
+        if self.registration_grace is not None:
+            args += ["--registration-grace", str(self.registration_grace)]
         if self.state_store is not None:
             args += ["--state-store", self.state_store]
             for flag, value in self.etcd_args.items():
@@ -261,6 +282,7 @@ class _Launch:
                 client_keys=self.client_keys,
                 state_store=self.state_store,
                 etcd_options={ETCD_FLAGS[k]: v for k, v in self.etcd_args.items()},
+                registration_grace_s=self.registration_grace,
             )
         except OSError as exc:
             raise CliError(f"cannot listen on {self.host}:{self.port}: {exc.strerror}") from None

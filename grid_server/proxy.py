@@ -553,6 +553,18 @@ class Proxy:
                 retry_after_s=self.ctx.router.busy_retry_after_s(served or "", time.time()),
             )
         why = self.ctx.runner.unplaceable(served)
+        left = self.ctx.runner.registration_left_s() if why is not None else 0.0
+        if why is not None and left > 0:
+            # Hosts are still registering after a (re)start: the capable one may be next.
+            return ProxyError(
+                503,
+                f"model '{ex.requested}' has no ready engine right now: no host registered so "
+                f"far can run it ({why}); hosts are still registering after the server started "
+                f"(this is final in {math.ceil(left)} s); retry after the advised delay",
+                "model_not_ready",
+                outcome="unavailable",
+                retry_after_s=self.ctx.runner.retry_after_s(served, time.time()),
+            )
         if why is not None:
             # Waiting will not help: say so, and why. Retry-After is the longest cold-start
             # advice so that a client that retries anyway does not hammer the grid.

@@ -44,6 +44,9 @@ lives in memory, so after a restart every host registers again, and a host that 
 so within one lease (its heartbeats come far more often). Until then a model whose only
 capable hosts have not re-registered yet is an ordinary cold start (``model_not_ready``),
 not an operator's problem (``model_unplaceable``, which ``grid chat`` gives up on)."""
+MAX_REGISTRATION_GRACE_S = 3600.0
+"""Longest registration grace an operator may set (s): an hour covers a fleet of machines
+waking up one by one; longer would only hide a profile no host can ever run."""
 TICK_INTERVAL_S = 5.0
 """Periodic pass: often enough that a lost event is repaired within seconds."""
 PROMPT_TICK_MIN_GAP_S = 0.25
@@ -253,21 +256,28 @@ class ControllerRunner:
         backends, GPUs: :func:`grid_core.profile_fit.excluded_everywhere`, known before any
         pass has planned its demand), or one replica needs more memory than any host that
         can run it has even when empty (:func:`grid_core.profile_fit.oversized`).
-        A grid with no live host at all, or one started less than
-        :data:`REGISTRATION_GRACE_S` ago, is still waiting for its hosts to register, so it
-        answers ``None`` (an ordinary cold start). Reads the last plan without the lock (a
-        torn read only means ``None``); call on the event loop, where the registry lives.
+        A grid with no live host at all is still waiting for its hosts to register, so it
+        answers ``None`` (an ordinary cold start); so may a server started moments ago
+        (:meth:`registration_left_s`, for the caller to weigh). Reads the last plan without
+        the lock (a torn read only means ``None``); call on the event loop, where the
+        registry lives.
         """
         now = time.time()
         profile = self.profiles.get(model_id) if model_id is not None else None
-        if profile is None or now < self.registering_until or not self.registry.live(now):
+        if profile is None or not self.registry.live(now):
             return None
         plan = getattr(getattr(self.ctl, "last", None), "plan", None)
         for u in plan.unmet if plan is not None else ():
             if u.model_id == model_id and u.code == "no_eligible_host":
-                return str(u.message)
+                return str(u.message).removeprefix(f"model '{model_id}': ")  # callers name it
         hosts = self.hosts(now)
         return excluded_everywhere(profile, hosts) or oversized(profile, hosts)
+
+    def registration_left_s(self) -> float:
+        """Seconds of the registration grace left (0 once it has passed): until then a model
+        no registered host can run may still gain one, as hosts register again after a
+        (re)start (:data:`REGISTRATION_GRACE_S`)."""
+        return max(0.0, self.registering_until - time.time())
 
     def _startup_estimates(self, model_id: str, now: float) -> list[float]:
         profile = self.profiles.get(model_id)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import socket
 import sys
@@ -333,6 +334,24 @@ def load_policy(path: Path) -> object:
         raise ValidationError(msg) from None
 
 
+def registration_grace(text: str) -> float:
+    """``--registration-grace``: seconds in [0, MAX_REGISTRATION_GRACE_S].
+
+    Raises:
+        argparse.ArgumentTypeError: not a number, negative, not finite or above the bound.
+    """
+    from grid_server.runner import MAX_REGISTRATION_GRACE_S
+
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not 0.0 <= value <= MAX_REGISTRATION_GRACE_S:  # NaN fails every comparison
+        msg = f"{text!r}: give seconds from 0 to {MAX_REGISTRATION_GRACE_S:.0f}"
+        raise argparse.ArgumentTypeError(msg)
+    return value
+
+
 def main(argv: list[str] | None = None) -> None:
     """Command-line entry for the foreground server."""
     p = argparse.ArgumentParser(prog="grid-server")
@@ -343,7 +362,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--tick-interval", type=float, default=None)
     p.add_argument(
         "--registration-grace",
-        type=float,
+        type=registration_grace,
         default=None,
         help="seconds after start before a model no registered host can run is called "
         "unplaceable (default: one host lease, 60)",

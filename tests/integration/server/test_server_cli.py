@@ -9,10 +9,12 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import psutil
 import pytest
+from loopback_http import serving
 from server_testbed import Engine, Grid, host_with_cached_model, serve_model
 
 from grid_core.wire import control_record_id
@@ -324,6 +326,34 @@ def test_chat_does_not_wait_for_a_model_no_host_can_run(grid: Grid) -> None:
     assert "trying again" not in r.stderr  # it never paused to retry
 
 
+class _NewerServer(BaseHTTPRequestHandler):
+    """A server one release ahead: its profile has a field this CLI does not know."""
+
+    def do_GET(self) -> None:
+        body = json.dumps(
+            {"profile": {"model_id": "m", "memory_mb": 5, "gpu_vendor": "amd"}, "version": "v7"}
+        ).encode()
+        self.send_response(200)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *_: object) -> None:
+        pass
+
+
+def test_model_show_json_keeps_what_a_newer_server_sent(tmp_path: Path) -> None:
+    """``model show --json`` fills in the defaults this CLI knows, and drops nothing the
+    server sent (a field only a newer server knows stays)."""
+    with serving(_NewerServer) as url:
+        r = grid_cli("allocator", "model", "show", "m", "--json", "--grid", url, home=tmp_path)
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["version"] == "v7" and doc["profile"]["gpu_vendor"] == "amd"
+    assert doc["profile"]["memory_mb"] == 5 and doc["profile"]["max_replicas"] == 1
+
+
 def test_no_server_is_one_line_exit_1(tmp_path: Path) -> None:
     r = grid_cli("models", "--grid", "http://127.0.0.1:9", home=tmp_path)
     assert r.returncode == 1
@@ -370,6 +400,35 @@ def test_up_detach_and_down_stop_only_that_server(tmp_path: Path) -> None:
         if proc.is_running():
             proc.terminate()
             proc.wait(10)
+
+
+def test_up_passes_the_registration_grace_to_the_server_and_refuses_nonsense(
+    tmp_path: Path,
+) -> None:
+    """``grid up --registration-grace S`` reaches the detached server; a negative, endless or
+    over-an-hour grace is refused (it would hide a model no host can run for good)."""
+    home = tmp_path / "home"
+    for bad in ("-1", "inf", "3601"):
+        r = grid_cli("up", "--detach", "--port", "0", "--registration-grace", bad, home=home)
+        assert r.returncode == 2 and "--registration-grace" in r.stderr, r.stderr
+        served = subprocess.run(
+            [sys.executable, "-m", "grid_server.serve", "--port", "0", "--registration-grace", bad],
+            env={**os.environ, "GRID_HOME": str(home)},
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert served.returncode == 2 and "give seconds from 0 to 3600" in served.stderr
+    assert not (home / "server.json").exists()
+    r = grid_cli("up", "--detach", "--port", "0", "--registration-grace", "0", home=home)
+    assert r.returncode == 0, r.stderr
+    proc = psutil.Process(json.loads((home / "server.json").read_text())["pid"])
+    try:
+        argv = proc.cmdline()
+        assert argv[argv.index("--registration-grace") + 1] == "0.0"
+    finally:
+        assert grid_cli("down", home=home).returncode == 0
 
 
 def test_down_refuses_an_unproven_pid(tmp_path: Path) -> None:

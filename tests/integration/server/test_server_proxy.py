@@ -135,6 +135,7 @@ def test_a_model_no_host_can_serve_says_why_instead_of_asking_to_wait(grid: Grid
     assert (r.status_code, err["code"]) == (503, "model_unplaceable"), r.text
     assert "cannot be placed on any host" in err["message"] and "vllm" in err["message"]
     assert "grid allocator explain m-vllm" in err["message"]
+    assert err["message"].count("m-vllm") == 2, err["message"]  # the subject, then the command
     assert r.headers["retry-after"] == str(MAX_COLD_RETRY_AFTER_S)
     # A model that can be placed still gets the ordinary cold-start advice.
     r = post(grid, {"model": "m-base", **CHAT})
@@ -155,6 +156,8 @@ def test_a_just_started_server_waits_for_hosts_to_register_before_calling_a_mode
     r = post(grid, {"model": "m-vllm", **CHAT})
     err = r.json()["error"]
     assert (r.status_code, err["code"]) == (503, "model_not_ready"), r.text
+    assert "no host registered so far can run it" in err["message"] and "vllm" in err["message"]
+    assert "still registering" in err["message"]
     assert int(r.headers["retry-after"]) >= 1
     status = grid.http.get(grid.url + "/allocator/status", headers=grid.operator()).json()
     unmet = status["controller"]["unmet"]
