@@ -366,14 +366,17 @@ def _show(value: object) -> str:
 
 
 def profile_changes(old: ModelProfile | None, new: ModelProfile) -> list[str]:
-    """``field: old → new`` for every field that differs (against the defaults when new)."""
+    """``field: old → new`` for every field that differs (against the defaults when new;
+    ``memory_mb``, which has no default, then shows as ``- → new``)."""
+    created = old is None
     if old is None:
         old = ModelProfile(model_id=new.model_id, memory_mb=0)
     lines = []
     for name in ModelProfile.__struct_fields__:
         before, after = getattr(old, name), getattr(new, name)
-        if before != after:
-            lines.append(f"{name}: {_show(before)} → {_show(after)}")
+        if before != after or (created and name == "memory_mb"):
+            shown = "-" if created and name == "memory_mb" else _show(before)
+            lines.append(f"{name}: {shown} → {_show(after)}")
     return lines
 
 

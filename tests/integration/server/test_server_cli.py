@@ -144,6 +144,7 @@ def test_model_set_changes_only_the_given_fields_and_says_what_changed(grid: Gri
     )
     assert r.returncode == 0, r.stderr
     assert "created" in r.stdout and "max_replicas: 1 → 3" in r.stdout
+    assert "memory_mb: - → " in r.stdout and "memory_mb: 0 →" not in r.stdout  # no default
     r = run(grid, "allocator", "model", "set", "m", "--memory-mb", "1000")
     assert r.returncode == 0, r.stderr
     assert "memory_mb: 12000 → 1000" in r.stdout
