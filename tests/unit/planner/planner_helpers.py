@@ -33,6 +33,39 @@ def model(model_id: str, memory_gb: float = 4, **kw: object) -> ModelProfile:
     return validate_profile(ModelProfile(**base))  # type: ignore[arg-type]
 
 
+def cuda_host(host_id: str, gb: float, **kw: object) -> HostSnapshot:
+    """A GPU server: llama.cpp and vLLM on CUDA."""
+    return host(host_id, gb, runtimes=("llama.cpp", "vllm"), backends=("cuda",), **kw)
+
+
+def mac_host(host_id: str, gb: float, **kw: object) -> HostSnapshot:
+    """A Mac: llama.cpp on Metal."""
+    return host(host_id, gb, backends=("metal",), **kw)
+
+
+def vllm_model(model_id: str, gb: float, **kw: object) -> ModelProfile:
+    """A model only vLLM on CUDA runs."""
+    return model(model_id, gb, runtimes=("vllm",), backends=("cuda",), **kw)
+
+
+CHAIN_HOSTS = [
+    cuda_host("a-cuda-1slot", 22, max_models=1),
+    cuda_host("b-cuda-2slot", 36, max_models=2),
+    mac_host("m-mac-2slot", 16, max_models=2),
+    mac_host("n-mac-1slot", 8, max_models=1),
+]
+"""Two GPU servers and two Macs with model ceilings: the ejection-chain fleet."""
+CHAIN_MODELS = [
+    model("big", 20, max_replicas=1),
+    vllm_model("c8", 8),
+    vllm_model("c20", 20),
+    model("g10", 10),
+    model("g6", 6),
+    model("g4", 4),
+]
+"""A 20 GB GGUF model that fits only where a chain of moves makes room, and its neighbours."""
+
+
 def res(
     model_id: str, memory_gb: float = 4, state: str = "ready", **kw: object
 ) -> ResidencySnapshot:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from planner_helpers import NOW, PLUGINS, POLICY, demand, host, model, run
+from planner_helpers import NOW, PLUGINS, POLICY, cuda_host, demand, host, model, run
 
 from grid_core.errors import ValidationError
 from grid_core.planner import PlanInputs
@@ -22,13 +22,9 @@ def _inputs(profiles, hosts, demands=()) -> PlanInputs:
     )
 
 
-def _cuda(host_id: str, gb: float, **kw: object):
-    return host(host_id, gb, runtimes=("llama.cpp", "vllm"), backends=("cuda",), **kw)
-
-
 def test_exact_optimum_of_the_minimal_slot_case_places_all_five_and_grid_matches():
     prime_quietly()
-    hosts = [_cuda(f"cuda-{i}", 24, max_models=1) for i in range(1, 5)]
+    hosts = [cuda_host(f"cuda-{i}", 24, max_models=1) for i in range(1, 5)]
     hosts.append(host("mac", 192, backends=("metal",)))
     profiles = [model(f"gguf-{i}", 2, min_replicas=1, priority=2) for i in range(1, 5)]
     profiles.append(model("cuda-only", 12, min_replicas=1, runtimes=("vllm",), backends=("cuda",)))

@@ -6,7 +6,19 @@ several replicas; the future-compatible host set). docs/planner.md, steps 9 and 
 
 from __future__ import annotations
 
-from planner_helpers import NOW, POLICY, demand, host, model, res, run
+from planner_helpers import (
+    CHAIN_HOSTS,
+    CHAIN_MODELS,
+    NOW,
+    POLICY,
+    cuda_host,
+    demand,
+    mac_host,
+    model,
+    res,
+    run,
+    vllm_model,
+)
 
 import grid_core.planner as planner_pkg
 from grid_core.planner import PlanInputs, PlannerPolicy, canonical_inputs
@@ -14,33 +26,6 @@ from grid_core.planner.chains import place_by_chain
 from grid_core.planner.core import PlanState
 from grid_core.planner.repair import _repair_one
 
-
-def _cuda(host_id: str, gb: float, **kw: object):
-    return host(host_id, gb, runtimes=("llama.cpp", "vllm"), backends=("cuda",), **kw)
-
-
-def _mac(host_id: str, gb: float, **kw: object):
-    return host(host_id, gb, backends=("metal",), **kw)
-
-
-def _vllm(model_id: str, gb: float, **kw: object):
-    return model(model_id, gb, runtimes=("vllm",), backends=("cuda",), **kw)
-
-
-CHAIN_HOSTS = [
-    _cuda("a-cuda-1slot", 22, max_models=1),
-    _cuda("b-cuda-2slot", 36, max_models=2),
-    _mac("m-mac-2slot", 16, max_models=2),
-    _mac("n-mac-1slot", 8, max_models=1),
-]
-CHAIN_MODELS = [
-    model("big", 20, max_replicas=1),
-    _vllm("c8", 8),
-    _vllm("c20", 20),
-    model("g10", 10),
-    model("g6", 6),
-    model("g4", 4),
-]
 LAYOUT = [
     ("c8", "a-cuda-1slot"),
     ("g10", "b-cuda-2slot"),
@@ -104,7 +89,7 @@ def test_an_ejection_chain_never_moves_live_work():
     # The same fleet, but "c8" is live on the single-slot GPU host: live work is never
     # displaced to make room, so no chain exists and nothing changes.
     hosts = list(CHAIN_HOSTS)
-    hosts[0] = _cuda("a-cuda-1slot", 22, max_models=1, residencies=(res("c8", 8),))
+    hosts[0] = cuda_host("a-cuda-1slot", 22, max_models=1, residencies=(res("c8", 8),))
     state = _chain_state(hosts)
     by_host = {h.host_id: hi for hi, h in enumerate(state.hosts)}
     state.ledger.keep(
@@ -116,15 +101,15 @@ def test_an_ejection_chain_never_moves_live_work():
 
 
 REPLAN_HOSTS = [
-    _cuda("h0-cuda", 32, max_models=0),
-    _mac("h1-mac", 12, max_models=3),
-    _cuda("h2-cuda-1slot", 24, max_models=1),
+    cuda_host("h0-cuda", 32, max_models=0),
+    mac_host("h1-mac", 12, max_models=3),
+    cuda_host("h2-cuda-1slot", 24, max_models=1),
 ]
 REPLAN_MODELS = [
-    _vllm("m0", 20, max_replicas=4, priority=2),
+    vllm_model("m0", 20, max_replicas=4, priority=2),
     model("m1", 6, max_replicas=4, priority=2),
     model("m2", 4, max_replicas=4, priority=0),
-    _vllm("m3", 8, max_replicas=4, priority=2),
+    vllm_model("m3", 8, max_replicas=4, priority=2),
 ]
 REPLAN_DEMAND = [demand("m0", 1), demand("m1", 4), demand("m2", 4), demand("m3", 4)]
 HEADROOM = PlannerPolicy(admission_headroom_mb=512, admission_headroom_fraction=0.0)
@@ -155,13 +140,13 @@ def test_a_replan_with_learned_prices_places_more_of_the_lower_class(monkeypatch
 
 
 HOLD_HOSTS = [
-    _cuda("a-cuda-3slot", 30, max_models=3),
-    _cuda("b-cuda-1slot", 94, max_models=1),
-    _cuda("c-cuda-3slot", 14, max_models=3),
+    cuda_host("a-cuda-3slot", 30, max_models=3),
+    cuda_host("b-cuda-1slot", 94, max_models=1),
+    cuda_host("c-cuda-3slot", 14, max_models=3),
 ]
 HOLD_MODELS = [
-    _vllm("big", 26, min_replicas=2, max_replicas=2, priority=3),
-    _vllm("small", 8, min_replicas=1, max_replicas=2, priority=3),
+    vllm_model("big", 26, min_replicas=2, max_replicas=2, priority=3),
+    vllm_model("small", 8, min_replicas=1, max_replicas=2, priority=3),
     model("gguf", 14, min_replicas=2, max_replicas=2, priority=0),
 ]
 HOLD_DEMAND = [demand("big", 2), demand("small", 2), demand("gguf", 2)]
@@ -190,12 +175,12 @@ def test_a_replan_that_holds_room_for_the_short_lower_class_places_it(monkeypatc
 
 
 SIZE_HOSTS = [
-    _cuda("a-cuda-1slot", 64, max_models=1),
-    _cuda("b-cuda-2slot", 32, max_models=2),
-    _cuda("c-cuda-1slot", 96, max_models=1),
-    _cuda("d-cuda-3slot", 24, max_models=3),
-    _cuda("e-cuda-3slot", 64, max_models=3),
-    _mac("m-mac-open", 48),
+    cuda_host("a-cuda-1slot", 64, max_models=1),
+    cuda_host("b-cuda-2slot", 32, max_models=2),
+    cuda_host("c-cuda-1slot", 96, max_models=1),
+    cuda_host("d-cuda-3slot", 24, max_models=3),
+    cuda_host("e-cuda-3slot", 64, max_models=3),
+    mac_host("m-mac-open", 48),
 ]
 SIZE_MODELS = [
     model("big", 37, max_replicas=4, priority=3),
@@ -260,7 +245,7 @@ def test_a_trial_release_of_holds_scores_as_giving_them_back_and_changes_nothing
     assert trial == state.score(g10, mac, True)
 
 
-EXCHANGE_HOSTS = [_mac("a-mac-open", 40), _cuda("b-cuda-2slot", 64, max_models=2)]
+EXCHANGE_HOSTS = [mac_host("a-mac-open", 40), cuda_host("b-cuda-2slot", 64, max_models=2)]
 EXCHANGE_MODELS = [
     model("big", 30, priority=2),
     model("small1", 4, priority=2),
@@ -307,16 +292,16 @@ def test_an_exchange_swaps_a_large_and_a_small_replica_to_place_a_short_model():
 
 
 BUMP_HOSTS = [
-    _cuda("a-cuda-1slot", 16, max_models=1),
-    _cuda("b-cuda-2slot", 64, max_models=2),
-    _mac("m-mac-open", 40),
+    cuda_host("a-cuda-1slot", 16, max_models=1),
+    cuda_host("b-cuda-2slot", 64, max_models=2),
+    mac_host("m-mac-open", 40),
 ]
 BUMP_MODELS = [
     model("big", 37, priority=2),
     model("s", 4, priority=2),
     model("t", 5, priority=2),
     model("u", 6, priority=2),
-    _vllm("x", 12, priority=0),
+    vllm_model("x", 12, priority=0),
 ]
 BUMP_LAYOUT = [
     ("s", "a-cuda-1slot"),

@@ -8,7 +8,18 @@ spent) and show what only the settling pass then places.
 
 from __future__ import annotations
 
-from planner_helpers import NOW, POLICY, demand, host, model, res
+from planner_helpers import (
+    CHAIN_HOSTS,
+    CHAIN_MODELS,
+    NOW,
+    POLICY,
+    cuda_host,
+    demand,
+    mac_host,
+    model,
+    res,
+    vllm_model,
+)
 
 from grid_core.planner import PlanInputs, canonical_inputs
 from grid_core.planner.chains import CHAIN_PLAN_BUDGET
@@ -16,18 +27,6 @@ from grid_core.planner.core import PlanState
 from grid_core.planner.exchange import BUMP_BUDGET, EXCHANGE_BUDGET, exchange_rounds
 from grid_core.planner.repair import repair_class
 from grid_core.planner.settle import settle
-
-
-def _cuda(host_id: str, gb: float, **kw: object):
-    return host(host_id, gb, runtimes=("llama.cpp", "vllm"), backends=("cuda",), **kw)
-
-
-def _mac(host_id: str, gb: float, **kw: object):
-    return host(host_id, gb, backends=("metal",), **kw)
-
-
-def _vllm(model_id: str, gb: float, **kw: object):
-    return model(model_id, gb, runtimes=("vllm",), backends=("cuda",), **kw)
 
 
 def _state(hosts, models, layout, wants: dict[str, int], *, spent: bool = True) -> PlanState:
@@ -70,9 +69,12 @@ def _old_passes_place_nothing(state: PlanState) -> None:
     assert _where(state) == before
 
 
-SHIFT_HOSTS = [_cuda("a-cuda-1slot", 16, max_models=1), _mac("m-mac-2slot", 16, max_models=2)]
+SHIFT_HOSTS = [
+    cuda_host("a-cuda-1slot", 16, max_models=1),
+    mac_host("m-mac-2slot", 16, max_models=2),
+]
 SHIFT_MODELS = [
-    _vllm("x", 8, priority=0, max_replicas=1),
+    vllm_model("x", 8, priority=0, max_replicas=1),
     model("y", 4, priority=2, max_replicas=1),
     model("z", 6, priority=2, max_replicas=1),
 ]
@@ -91,7 +93,7 @@ def test_a_short_model_takes_a_host_a_new_replica_leaves_for_a_host_with_room():
 def test_settling_never_moves_live_work():
     # The same fleet with "y" live on the GPU host: nothing moves, "x" stays short.
     hosts = list(SHIFT_HOSTS)
-    hosts[0] = _cuda("a-cuda-1slot", 16, max_models=1, residencies=(res("y", 4),))
+    hosts[0] = cuda_host("a-cuda-1slot", 16, max_models=1, residencies=(res("y", 4),))
     state = _state(hosts, SHIFT_MODELS, [("z", "m-mac-2slot")], {"x": 1, "y": 1, "z": 1})
     by_host = {h.host_id: hi for hi, h in enumerate(state.hosts)}
     state.ledger.keep(
@@ -102,20 +104,6 @@ def test_settling_never_moves_live_work():
     assert _where(state) == before
 
 
-CHAIN_HOSTS = [
-    _cuda("a-cuda-1slot", 22, max_models=1),
-    _cuda("b-cuda-2slot", 36, max_models=2),
-    _mac("m-mac-2slot", 16, max_models=2),
-    _mac("n-mac-1slot", 8, max_models=1),
-]
-CHAIN_MODELS = [
-    model("big", 20, max_replicas=1),
-    _vllm("c8", 8),
-    _vllm("c20", 20),
-    model("g10", 10),
-    model("g6", 6),
-    model("g4", 4),
-]
 CHAIN_LAYOUT = [
     ("c8", "a-cuda-1slot"),
     ("g10", "b-cuda-2slot"),
@@ -144,16 +132,16 @@ def test_a_four_move_chain_places_a_short_model_after_the_shared_budgets_are_spe
 
 
 CLOSE_HOSTS = [
-    _cuda("a-cuda-2slot", 16, max_models=2, tags=("fast",)),
-    _mac("b-mac-open", 24),
-    _cuda("c-cuda-2slot", 40, max_models=2),
+    cuda_host("a-cuda-2slot", 16, max_models=2, tags=("fast",)),
+    mac_host("b-mac-open", 24),
+    cuda_host("c-cuda-2slot", 40, max_models=2),
 ]
 CLOSE_MODELS = [
-    _vllm("x", 10, priority=0, max_replicas=1, required_tags=("fast",)),
+    vllm_model("x", 10, priority=0, max_replicas=1, required_tags=("fast",)),
     model("y", 8, priority=1, max_replicas=1),
     model("z", 20, priority=1, max_replicas=1),
     model("s", 12, priority=1, max_replicas=1),
-    _vllm("w", 4, priority=1, max_replicas=1),
+    vllm_model("w", 4, priority=1, max_replicas=1),
 ]
 CLOSE_LAYOUT = [
     ("y", "a-cuda-2slot"),
