@@ -293,15 +293,12 @@ def _replacement(
         inp.previous.replacing if inp.previous else None, mapping, inp.hosts, fit.out_hosts()
     )
     replacing = None
-    if previous is not None and previous.rule != "starvation":
+    if previous is None or previous.rule != "starvation":
+        # A carried 1.5x path is proven again and kept, or given up; none: look for one.
         mapping, demand, replacing = _pressure_replacement(
             inp, fit, mapping, admitted, candidates, demand_of, plan_of, previous
         )
-        previous = None  # proven again and kept, or given up
-    elif previous is None:
-        mapping, demand, replacing = _pressure_replacement(
-            inp, fit, mapping, admitted, candidates, demand_of, plan_of
-        )
+        previous = None
     if replacing is None:
         replacing = _end_starvation(inp, fit, mapping, admitted, demand, plan_of, previous)
         if replacing is not None:
