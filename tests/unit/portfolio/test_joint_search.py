@@ -80,21 +80,7 @@ class _Fleet:
     def evaluate(self, mapping: Mapping[str, str]) -> Plan:
         self.budget -= 1
         self.maps.append(dict(mapping))
-        placed = sorted({m for m in mapping.values() if m == GENERAL})
-        return Plan(
-            assignments=tuple(
-                Assignment(
-                    model_id=m,
-                    host_id="h1",
-                    incumbent=True,
-                    runtime="llama.cpp",
-                    memory_mb=1_000,
-                    reason="demand",
-                )
-                for m in placed
-            ),
-            desired={m: 1 for m in placed},
-        )
+        return _plan_of(sorted({m for m in mapping.values() if m == GENERAL}))
 
 
 def test_a_map_of_preemption_only_leaders_falls_back_to_the_served_generalist() -> None:

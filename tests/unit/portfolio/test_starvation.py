@@ -19,7 +19,7 @@ from grid_core.demand.series import Forecast
 from grid_core.planner.types import PlannerPolicy
 from grid_core.portfolio.feasibility import Fit
 from grid_core.portfolio.gate import admit, workload_demand
-from grid_core.portfolio.types import AdmissionThresholds
+from grid_core.portfolio.types import AdmissionThresholds, Replacement
 from grid_core.profile import ModelProfile
 from grid_core.snapshot import HostSnapshot, ResidencySnapshot
 from grid_core.system.state_file import FileStateStore
@@ -43,6 +43,19 @@ def _image(min_replicas: int = 0) -> ModelProfile:
 VIDEO = ModelProfile(
     model_id="video", memory_mb=1_000, expected_service_time_s=90.0, workload_scores={"video": 1.0}
 )
+
+
+def _video_over_image(**kw: object) -> Replacement:
+    """Video replacing image on h1 (a 1.5x path unless ``rule`` says otherwise)."""
+    base: dict[str, object] = {
+        "beneficiary": "video",
+        "workload": "video",
+        "host_id": "h1",
+        "victims": ("image",),
+        "pressure": 3.0,
+        "victim_pressure": 1.0,
+    }
+    return Replacement(**{**base, **kw})  # type: ignore[arg-type]
 
 
 def _hosts(active: int = 0) -> list[HostSnapshot]:
@@ -209,7 +222,6 @@ def test_a_replica_in_a_silent_hosts_last_report_neither_ends_nor_floors_a_repla
     "ready" there has not arrived (the replacement stays carried), and a victim's copy there
     is no floor (a starvation path that relied on it is dropped)."""
     from grid_core.portfolio.replace import carried
-    from grid_core.portfolio.types import Replacement
 
     hosts = _hosts()
     silent = msgspec.structs.replace(
@@ -217,14 +229,7 @@ def test_a_replica_in_a_silent_hosts_last_report_neither_ends_nor_floors_a_repla
         residencies=(msgspec.structs.replace(hosts[1].residencies[0], model_id="video"),),
     )
     fleet = (hosts[0], silent)
-    pressure = Replacement(
-        beneficiary="video",
-        workload="video",
-        host_id="h1",
-        victims=("image",),
-        pressure=3.0,
-        victim_pressure=1.0,
-    )
+    pressure = _video_over_image()
     mapping = {"video": "video"}
     assert carried(pressure, mapping, fleet, frozenset({"h2"})) == pressure
     assert carried(pressure, mapping, fleet) is None  # a live host: video has arrived
@@ -239,18 +244,9 @@ def test_a_replacement_ends_when_another_model_took_its_host() -> None:
     model: the authorization has nothing left to hold, so it is not carried (it would
     otherwise stand for as long as that model stays, blocking every other path)."""
     from grid_core.portfolio.replace import carried
-    from grid_core.portfolio.types import Replacement
 
     hosts = _hosts()
-    rep = Replacement(
-        beneficiary="video",
-        workload="video",
-        host_id="h1",
-        victims=("image",),
-        pressure=3.0,
-        victim_pressure=1.0,
-        rule="starvation",
-    )
+    rep = _video_over_image(rule="starvation")
     other = msgspec.structs.replace(
         hosts[0],
         residencies=(msgspec.structs.replace(hosts[0].residencies[0], model_id="general"),),
