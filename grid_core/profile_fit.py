@@ -12,6 +12,7 @@ status).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Collection, Iterable, Sequence
 
 from grid_core.eligibility import incompatibility
@@ -110,20 +111,30 @@ def excluded_everywhere(profile: ModelProfile, hosts: Sequence[HostSnapshot]) ->
 
 
 def no_host_warning(
-    profile: ModelProfile, hosts: Sequence[HostSnapshot], known: Collection[str] = ()
+    profile: ModelProfile,
+    hosts: Sequence[HostSnapshot],
+    known: Collection[str] = (),
+    registering_s: float = 0.0,
 ) -> str | None:
     """:func:`excluded_everywhere` as a ``model set`` warning, or ``None`` when
     ``min_replicas`` is set (its own line says it) or the only rule is a runtime name nothing
-    provides (not in ``known``: :func:`runtime_warnings` says it)."""
+    provides (not in ``known``: :func:`runtime_warnings` says it).
+
+    ``registering_s`` is what is left of the server's registration grace (seconds): until it
+    ends a request gets ``model_not_ready`` rather than ``model_unplaceable``, since a host
+    that can run the model may still register, and the line says so."""
     why = excluded_everywhere(profile, hosts)
     if why is None or profile.min_replicas:
         return None
     if why.startswith("runtimes:") and not any(rt in known for rt in profile.runtimes):
         return None
-    return (
-        f"{why}; a request for it fails with model_unplaceable until such a host joins or the "
-        "profile changes"
-    )
+    final = "model_unplaceable until such a host joins or the profile changes"
+    if registering_s > 0:
+        return (
+            f"{why}; hosts are still registering after a server start, so for the next "
+            f"{math.ceil(registering_s)} s a request for it gets model_not_ready, then {final}"
+        )
+    return f"{why}; a request for it fails with {final}"
 
 
 def oversized(profile: ModelProfile, hosts: Sequence[HostSnapshot]) -> str | None:
@@ -154,7 +165,10 @@ def oversized(profile: ModelProfile, hosts: Sequence[HostSnapshot]) -> str | Non
 
 
 def fit_warnings(
-    profile: ModelProfile, hosts: Sequence[HostSnapshot], known: Collection[str] = ()
+    profile: ModelProfile,
+    hosts: Sequence[HostSnapshot],
+    known: Collection[str] = (),
+    registering_s: float = 0.0,
 ) -> list[str]:
     """What keeps an accepted profile from being placed in full on the registered hosts.
 
@@ -162,6 +176,8 @@ def fit_warnings(
         profile: the validated profile.
         hosts: the registered hosts now (any state: a paused host still counts as there).
         known: the runtime names something here provides (:func:`known_runtimes`).
+        registering_s: seconds left of the server's registration grace (0 once it is over),
+            for :func:`no_host_warning`.
 
     Returns:
         One line per problem, each naming the field: a pin to a host that is not registered,
@@ -185,7 +201,7 @@ def fit_warnings(
             f"rules), {able} registered host(s) can; status reports the shortfall until "
             "more join"
         )
-    for line in (no_host_warning(profile, hosts, known), oversized(profile, hosts)):
+    for line in (no_host_warning(profile, hosts, known, registering_s), oversized(profile, hosts)):
         if line is not None:
             out.append(line)
     return out

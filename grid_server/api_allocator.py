@@ -101,7 +101,8 @@ def _profile_routes(ctx: ServerContext) -> list[HTTPRouteHandler]:
                 "model_id": model_id,
                 "profile": stored,
                 "version": version,
-                "warnings": runtime_warnings(stored, known) + fit_warnings(stored, hosts, known),
+                "warnings": runtime_warnings(stored, known)
+                + fit_warnings(stored, hosts, known, ctx.runner.registration_left_s()),
             },
             headers={"ETag": f'"{version}"'},
         )

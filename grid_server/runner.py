@@ -98,8 +98,8 @@ class ControllerRunner:
         self.router = router
         self.clock = clock
         self.interval_s = interval_s
-        self.registering_until = time.time() + registration_grace_s
-        """Wall-clock second the registration grace ends (:data:`REGISTRATION_GRACE_S`)."""
+        self.registering_until = clock() + registration_grace_s
+        """Second (on ``clock``) the registration grace ends (:data:`REGISTRATION_GRACE_S`)."""
         self._lock = threading.Lock()
         self._features: deque[RequestFeatures] = deque(maxlen=MAX_PENDING_FEATURES)
         # Registry inputs and acknowledgements, applied in arrival order under the lock.
@@ -262,7 +262,7 @@ class ControllerRunner:
         the lock (a torn read only means ``None``); call on the event loop, where the
         registry lives.
         """
-        now = time.time()
+        now = self.clock()
         profile = self.profiles.get(model_id) if model_id is not None else None
         if profile is None or not self.registry.live(now):
             return None
@@ -277,7 +277,7 @@ class ControllerRunner:
         """Seconds of the registration grace left (0 once it has passed): until then a model
         no registered host can run may still gain one, as hosts register again after a
         (re)start (:data:`REGISTRATION_GRACE_S`)."""
-        return max(0.0, self.registering_until - time.time())
+        return max(0.0, self.registering_until - self.clock())
 
     def _startup_estimates(self, model_id: str, now: float) -> list[float]:
         profile = self.profiles.get(model_id)

@@ -162,6 +162,13 @@ def test_a_just_started_server_waits_for_hosts_to_register_before_calling_a_mode
     status = grid.http.get(grid.url + "/allocator/status", headers=grid.operator()).json()
     unmet = status["controller"]["unmet"]
     assert [u["code"] for u in unmet if u["model_id"] == "m-vllm"] == ["no_eligible_host"]
+    # model set's warning names the 503 a request gets now, and what follows the grace.
+    (warning,) = grid.client.put_model("m-vllm0", {"memory_mb": 1000, "runtimes": ["vllm"]})[
+        "warnings"
+    ]
+    assert "still registering" in warning and "gets model_not_ready, then model_unplaceable" in (
+        warning
+    )
 
 
 def test_the_first_request_for_a_model_no_host_can_run_is_told_at_once(grid: Grid) -> None:

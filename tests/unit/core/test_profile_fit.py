@@ -111,3 +111,14 @@ def test_a_profile_no_registered_host_can_run_is_said_even_without_min_replicas(
     assert [w.split(":")[0] for w in fit_warnings(required, HOSTS, known)] == ["min_replicas"]
     assert fit_warnings(vllm, [], known) == []
     assert fit_warnings(ModelProfile(model_id="m", memory_mb=100), HOSTS, known) == []
+
+
+def test_while_hosts_are_still_registering_the_warning_names_the_503_a_request_gets() -> None:
+    known = known_runtimes(installed=(), hosts=HOSTS)
+    vllm = ModelProfile(model_id="m", memory_mb=100, runtimes=("vllm",))
+    (warning,) = fit_warnings(vllm, HOSTS, known, registering_s=41.2)
+    assert "for the next 42 s a request for it gets model_not_ready, then model_unplaceable" in (
+        warning
+    )
+    (after,) = fit_warnings(vllm, HOSTS, known, registering_s=0.0)
+    assert "fails with model_unplaceable" in after and "model_not_ready" not in after
