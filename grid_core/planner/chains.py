@@ -108,6 +108,7 @@ def _any_terminal(state: PlanState) -> bool:
                     b.inc_free >= mems[hi]
                     and b.raw_free >= mems[hi]
                     and mid not in b.present
+                    and not (b.max_models and len(b.present) >= b.max_models)  # as fit_new
                     and ledger.fit_new(xi, hi) is None
                 ):
                     return True
@@ -122,6 +123,7 @@ def place_by_chain(state: PlanState, mi: int) -> bool:
     """
     ledger = state.ledger
     books = ledger.books
+    memo = state.displace_memo
     nodes = [ChainNode(mi, None, None, None, 1, frozenset())]
     displaced: set[tuple[int, int]] = set()
     """(model, host) placements already displaced in this search: each is tried once."""
@@ -156,7 +158,11 @@ def place_by_chain(state: PlanState, mi: int) -> bool:
             else:
                 why = "memory"
             if why in REPAIRABLE and node.moves < MAX_CHAIN_MOVES and best is None:
-                leaving = displaceable(state, hi, xi)
+                got = memo.get((xi, hi))  # displaceable()'s memo, read without its call
+                if got is not None and got[0] == book.version:
+                    leaving = got[1]
+                else:
+                    leaving = displaceable(state, hi, xi)
                 if leaving is not None and (leaving.mi, hi) not in displaced:
                     ejections.append((hi, leaving))
         if best is not None:

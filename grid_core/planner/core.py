@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import enum
 from bisect import bisect_right
+from itertools import accumulate
 
 import msgspec
 
@@ -39,7 +40,7 @@ from grid_core.planner.eligibility import (
     incompatibility,
     outlasts_protection,
 )
-from grid_core.planner.ledger import Ledger, Placed
+from grid_core.planner.ledger import HostBook, Ledger, Placed
 from grid_core.planner.preemption import VictimCandidate, VictimNeed, VictimSelector
 from grid_core.planner.scoring import (
     ScoreContext,
@@ -85,6 +86,13 @@ MIN_RESIDENCY_STATES = frozenset({"loading", "warming", "ready"})
 
 RoundKey = tuple[int, int, int, tuple[float, ...], str]
 """Fair-round order of a model: (-priority, candidate hosts, -MB, negated harm, model id)."""
+FitMemo = tuple[int, str | None, bool, float]
+"""What :meth:`PlanState.best_host` remembers of one model on one host: (host book version,
+fit failure or ``None``, domain novelty the score was computed for, score; 0.0 when it does
+not fit)."""
+Scarce = tuple[tuple[int, ...], list[float], dict[int, float]]
+"""One host's scarcity entry: sizes (MB, ascending) of the still-short models that fit it,
+prefix sums of their needs (0..1 each) and need by model index."""
 RankedPool = tuple[tuple[int, int], list[VictimCandidate], VictimNeed]
 """A host's victim pool for one beneficiary: ((lowest candidate priority, total disruption),
 candidates, what they must release)."""
@@ -166,11 +174,12 @@ class PlanState:
         self.pin_hosts = [{by_id[h] for h in p.pins if h in by_id} for p in self.profiles]
         """Per model, the host indexes of its pins (registered hosts only)."""
         self._init_statics(shared, topology)
-        self.scarce: dict[int, tuple[list[int], list[float], dict[int, float]]] = {}
+        self.scarce: dict[int, Scarce] = {}
+        """Per host with needy models, their sizes, prefix sums of need and needs by model
+        (:meth:`prepare_scarcity`)."""
         self.evictions: list[Eviction] = []
         self.evicted: set[tuple[str, str]] = set()
         self.staged: dict[int, int] = {}
-        self.fail_reasons: list[set[str]] = [set() for _ in self.profiles]
         self.budget_hit: set[int] = set()
         self.repair_steps = 0
         self.learned: list[tuple[float, float]] | None = None
@@ -256,6 +265,9 @@ class PlanState:
         self.movable_memo: dict[tuple[int, bool], tuple[int, list[Placed]]] = {}
         """(host, largest first) → (host version, the new replicas exchange repair may move
         off that host, by size) (:mod:`grid_core.planner.exchange`)."""
+        self.shift_memo: dict[int, tuple[int, list[Placed]]] = {}
+        """Host → (host version, the new replicas repair may move off it, largest first)
+        (:mod:`grid_core.planner.repair`)."""
         self.displace_memo: dict[tuple[int, int], tuple[int, Placed | None]] = {}
         """(displaced model, host) → (host version, the replica an ejection chain would move
         off that host for it, or ``None``) (:mod:`grid_core.planner.chains`)."""
@@ -263,10 +275,9 @@ class PlanState:
         """(beneficiary, host) → (host version, ranked victim pool, selector answer)."""
         self.last_round: list[int | None] = []
         """Host chosen per model in the latest fair round (``None`` = not placed)."""
-        self._fit: list[dict[int, tuple[int, str | None, bool, float | None]]] = [
-            {} for _ in self.profiles
-        ]
-        """Per model, host → (host book version, fit failure, domain novelty, score)."""
+        self._fit: list[list[FitMemo | None] | None] = [None] * len(self.profiles)
+        """Per model, a row indexed by host (``None`` until the model is first scanned):
+        (host book version, fit failure, domain novelty, score), or ``None``."""
         self.unheld_fit: dict[tuple[int, int], tuple[int, bool, float | None]] = {}
         """(model, host) → (host version, domain novelty, score of a new replica there once
         the holds it may release are given back, or ``None``: it does not fit even then)
@@ -292,7 +303,8 @@ class PlanState:
     # --- scoring --------------------------------------------------------------------------
     def _context(self, mi: int, hi: int, domain_new: bool) -> ScoreContext:
         book = self.ledger.books[hi]
-        free = min(book.inc_free, book.raw_free)
+        inc, raw = book.inc_free, book.raw_free
+        free = raw if raw < inc else inc
         key = (mi, self.host_class[hi])
         base = self._contexts.get(key)
         if base is None:  # the facts of one model on one host class; free memory varies
@@ -314,17 +326,19 @@ class PlanState:
             self._contexts[key] = base
         if base.free_mb == free and base.domain_new == domain_new:
             return base
-        return ScoreContext(  # as dataclasses.replace would, without its introspection
-            now=base.now,
-            demand=base.demand,
-            memory_mb=base.memory_mb,
-            allocatable_mb=base.allocatable_mb,
-            free_mb=free,
-            domain_new=domain_new,
-            speed_weight=base.speed_weight,
-            cached=base.cached,
-            resident=base.resident,
-            startup_s=base.startup_s,
+        # As dataclasses.replace would, without its introspection; positional (the fields'
+        # declared order) because keywords cost a third more on this hot path.
+        return ScoreContext(
+            base.now,
+            base.demand,
+            base.memory_mb,
+            base.allocatable_mb,
+            free,
+            domain_new,
+            base.speed_weight,
+            base.cached,
+            base.resident,
+            base.startup_s,
         )
 
     def prepare_scarcity(self, priority: int | None = None) -> None:
@@ -348,127 +362,107 @@ class PlanState:
             else -1
             for b in books
         ]
-        rows: dict[int, list[tuple[int, float, int]]] = {}
+        presents = [b.present for b in books]
+        rows: list[list[tuple[int, float, int]]] = [[] for _ in books]
+        count = ledger.count
         for mi, hs in enumerate(self.cands):
-            if priority is not None and self.profiles[mi].priority > priority:
+            p = self.profiles[mi]
+            if priority is not None and p.priority > priority:
                 continue
-            missing = self.desired[mi] - ledger.count[mi]
+            missing = self.desired[mi] - count[mi]
             if missing <= 0 or not hs:
                 continue
-            mid = self.profiles[mi].model_id
+            mid = p.model_id
             mems = self.mem_rows[mi]
-            fits = [hi for hi in hs if free[hi] >= mems[hi] and mid not in books[hi].present]
+            fits = [hi for hi in hs if free[hi] >= mems[hi] and mid not in presents[hi]]
             if not fits:
                 continue
-            need = min(1.0, missing / len(fits))
+            need = missing / len(fits)
+            need = need if need < 1.0 else 1.0  # at most 1
             if need < MIN_SCARCE_NEED:
                 continue
             for hi in fits:
-                rows.setdefault(hi, []).append((mems[hi], need, mi))
+                rows[hi].append((mems[hi], need, mi))
         self.scarce = {}
-        self._fit = [{} for _ in self.profiles]  # cached scores carry the old prices
+        self._fit = [None] * len(self.profiles)  # cached scores carry the old prices
         self.unheld_fit = {}
-        for hi, row in rows.items():
+        for hi, row in enumerate(rows):
+            if not row:
+                continue
             row.sort()
-            sizes = [r[0] for r in row]
-            prefix = [0.0]
-            acc = 0.0
-            for r in row:
-                acc += r[1]
-                prefix.append(acc)
-            self.scarce[hi] = (sizes, prefix, {r[2]: r[1] for r in row})
-
-    def scarcity(self, mi: int, hi: int) -> float:
-        """Expected placements of other still-short models lost if ``mi`` takes ``hi`` now
-        (0..1).
-
-        Two scarce dimensions, whichever binds harder: the model slot (the others that fit
-        here compete for the slots left after this one; a replica that uses little of the
-        memory its slot stands for pays more, see :data:`SLOT_WASTE_WEIGHT`) and memory
-        (others that fit now but would not fit in what this replica leaves). Disk,
-        colocation and failure domains are hard fit rules or have their own terms.
-        """
-        got = self.scarce.get(hi)
-        if got is None:
-            return 0.0
-        sizes, prefix, own = got
-        book = self.ledger.books[hi]
-        free = min(book.inc_free, book.raw_free)
-        mem = self.mem_rows[mi][hi]
-        fit_now = bisect_right(sizes, free)
-        self_need = own.get(mi, 0.0) if mem <= free else 0.0
-        harm = 0.0
-        if book.max_models:
-            slots_free = book.max_models - len(book.present)
-            harm = max(0.0, min(1.0, prefix[fit_now] - self_need - (slots_free - 1)))
-            if harm and free > 0:
-                share = free / slots_free  # memory one of the free slots stands for
-                waste = max(0.0, share - mem) / share
-                harm *= 1.0 - SLOT_WASTE_WEIGHT + SLOT_WASTE_WEIGHT * waste
-        lost = prefix[fit_now] - prefix[bisect_right(sizes, free - mem)]
-        if self_need and free - mem < mem:
-            lost -= self_need  # its own entry: one replica per host, it never needed more
-        return max(harm, min(1.0, lost))
+            sizes, needs, mis = zip(*row, strict=True)
+            self.scarce[hi] = (sizes, [0.0, *accumulate(needs)], dict(zip(mis, needs, strict=True)))
 
     def score(self, mi: int, hi: int, domain_new: bool) -> float:
-        """Summed term score of a new replica of ``mi`` on ``hi`` minus the scarcity price.
+        """Summed term score of a new replica of ``mi`` on ``hi`` minus the planner's own
+        packing prices (unitless; larger is better).
 
-        Terms see the host's facts, not its identity: hosts identical apart from id,
-        heartbeat age and failure domain form one class and share every evaluation (the
-        domain reaches terms only as ``ctx.domain_new``). Static terms run once per
-        model/class; dynamic terms once per model/class/free-memory/domain-novelty state.
-        The scarcity price (:data:`SCARCITY_PENALTY` per expected lost placement of other
-        short models) is the planner's own packing rule, added on top.
+        Terms see the host's facts, not its identity (:meth:`_term_score`). On top of them,
+        in this order: the learned re-plan price (:attr:`learned`), the slot-fit cost
+        (:data:`SLOT_FIT_WEIGHT`), the size price (:attr:`size_price`) and the scarcity
+        price, :data:`SCARCITY_PENALTY` per expected lost placement of other short models
+        (:meth:`_scarcity`). Reads the host's book as it is now (a trial may lend it memory
+        without a new version, see :func:`grid_core.planner.holds._score_without`).
         """
-        base = self._term_score(mi, hi, domain_new)
+        book = self.ledger.books[hi]
+        inc, raw = book.inc_free, book.raw_free
+        free = raw if raw < inc else inc  # min(inc, raw), without the builtin's call
+        cls = self.host_class[hi]
+        base = self._static.get((mi, cls))
+        if base is None:
+            base = self._term_score(mi, hi, domain_new, free)
+        elif self.dynamic_terms:
+            dyn = self._dynamic.get((mi, cls, free, domain_new))
+            base = self._term_score(mi, hi, domain_new, free) if dyn is None else base + dyn
+        mem = self.mem_rows[mi][hi]
         if self.learned is not None:
             slot_price, mb_price = self.learned[hi]
-            price = slot_price + mb_price * self.mem_rows[mi][hi]
+            price = slot_price + mb_price * mem
             base -= SCARCITY_PENALTY * min(LEARNED_PRICE_CAP, price)
-        base -= self.slot_fit(mi, hi)
+        max_models = book.max_models
+        if max_models:  # slot fit: |memory per free slot - size| / memory per free slot
+            slots_free = max_models - len(book.present)
+            if slots_free > 0 and free > 0:
+                share = free / slots_free
+                off = abs(share - mem) / share
+                base -= SLOT_FIT_WEIGHT * (off if off < SLOT_FIT_CAP else SLOT_FIT_CAP)
         if self.size_price is not None:
             slopes, floor = self.size_price
-            over = self.mem_rows[mi][hi] - floor
+            over = mem - floor
             if over > 0 and slopes[hi]:  # a replica larger than the short models' mean
                 base -= SCARCITY_PENALTY * min(LEARNED_PRICE_CAP, slopes[hi] * over)
-        if hi in self.scarce:
-            return base - SCARCITY_PENALTY * self.scarcity(mi, hi)
+        got = self.scarce.get(hi)
+        if got is not None:
+            return base - SCARCITY_PENALTY * _scarcity(got, mi, mem, free, max_models, book)
         return base
 
-    def slot_fit(self, mi: int, hi: int) -> float:
-        """Score cost of the mismatch between one new replica of ``mi`` and the memory one
-        free model slot of ``hi`` stands for (:data:`SLOT_FIT_WEIGHT`); 0 without a ceiling."""
-        book = self.ledger.books[hi]
-        if not book.max_models:
-            return 0.0
-        slots_free = book.max_models - len(book.present)
-        free = min(book.inc_free, book.raw_free)
-        if slots_free <= 0 or free <= 0:
-            return 0.0
-        share = free / slots_free
-        return SLOT_FIT_WEIGHT * min(SLOT_FIT_CAP, abs(share - self.mem_rows[mi][hi]) / share)
+    def _term_score(self, mi: int, hi: int, domain_new: bool, free: int) -> float:
+        """Summed plugin term score; ``free`` is the host's free MB now.
 
-    def _term_score(self, mi: int, hi: int, domain_new: bool) -> float:
+        Hosts identical apart from id, heartbeat age and failure domain form one class and
+        share every evaluation (the domain reaches terms only as ``ctx.domain_new``). Static
+        terms run once per model/class; dynamic terms once per model/class/free-memory/
+        domain-novelty state."""
         cls = self.host_class[hi]
         key = (mi, cls)
         static = self._static.get(key)
         ctx = None
-        rep = self.hosts[self.class_rep[cls]]
         if static is None:
             ctx = self._context(mi, hi, domain_new)
-            p = self.profiles[mi]
-            static = float(sum(t.score(p, rep, ctx) for t in self.static_terms))
+            static = _sum_terms(
+                self.static_terms, self.profiles[mi], self.hosts[self.class_rep[cls]], ctx
+            )
             self._static[key] = static
         if not self.dynamic_terms:
             return static
-        book = self.ledger.books[hi]
-        dkey = (mi, cls, min(book.inc_free, book.raw_free), domain_new)
+        dkey = (mi, cls, free, domain_new)
         dyn = self._dynamic.get(dkey)
         if dyn is None:
             if ctx is None or ctx.domain_new != domain_new:
                 ctx = self._context(mi, hi, domain_new)
-            p = self.profiles[mi]
-            dyn = float(sum(t.score(p, rep, ctx) for t in self.dynamic_terms))
+            dyn = _sum_terms(
+                self.dynamic_terms, self.profiles[mi], self.hosts[self.class_rep[cls]], ctx
+            )
             self._dynamic[dkey] = dyn
         return static + dyn
 
@@ -476,63 +470,76 @@ class PlanState:
         """Replicas of ``mi`` that current demand needs: the desired count without the replicas
         only hysteresis holds, never below the baseline or the pins (new placement, rebuilds and
         destructive authority stop here; incumbents are kept up to :attr:`desired`)."""
-        p = self.profiles[mi]
-        floor = max(p.min_replicas, len(self.pin_hosts[mi]))
-        return min(self.desired[mi], max(self.desired[mi] - self.held[mi], floor))
+        floor = self.profiles[mi].min_replicas
+        pins = len(self.pin_hosts[mi])
+        floor = pins if pins > floor else floor
+        want = self.desired[mi]
+        kept = want - self.held[mi]
+        kept = floor if floor > kept else kept
+        return kept if kept < want else want  # min(want, max(want - held, floor))
 
     def required_domains(self, mi: int) -> int:
         """Distinct failure domains the model's replicas must span (feasible target)."""
         return min(self.profiles[mi].min_failure_domains, self.desired[mi])
 
     def best_host(self, mi: int) -> tuple[int, float] | None:
-        """Best host for one more replica of ``mi``, or ``None`` (reasons recorded).
+        """Best host for one more replica of ``mi`` as ``(host index, score)``, or ``None``
+        when no candidate host fits it now.
 
         While the model spans fewer failure domains than it requires, only hosts in a new
         domain are considered; when none fits, any domain is accepted and the shortfall is
-        reported as ``failure_domain_shortfall``.
+        reported as ``failure_domain_shortfall``. Ties go to the first candidate host. Fit
+        and score are remembered per host version (:attr:`_fit`).
         """
         ledger = self.ledger
         books = ledger.books
         domain_list = ledger.domain_list
         domains = ledger.domains[mi]
         need_new = len(domains) < self.required_domains(mi)
-        reasons = self.fail_reasons[mi]
-        best_new: tuple[float, int] | None = None
-        best_any: tuple[float, int] | None = None
+        new_hi = any_hi = -1
+        new_s = any_s = 0.0
         mems = self.mem_rows[mi]
-        cache = self._fit[mi]
-        last_why = None
+        cache = self._fit_row(mi)
         for hi in self.cands[mi]:
             book = books[hi]
-            domain_new = domain_list[hi] not in domains
-            got = cache.get(hi)
-            s = None
+            got = cache[hi]
             if got is not None and got[0] == book.version:
-                why = got[1]
-                if why is None and got[2] == domain_new:
+                if got[1] is not None:
+                    continue  # still does not fit
+                domain_new = domain_list[hi] not in domains
+                if got[2] == domain_new:
                     s = got[3]
+                else:
+                    s = self.score(mi, hi, domain_new)
+                    cache[hi] = (book.version, None, domain_new, s)
             else:
                 mem = mems[hi]
                 if book.inc_free < mem or book.raw_free < mem:  # cheap, most rejects
-                    why = "blocked" if book.blocked else "memory"
+                    why: str | None = "blocked" if book.blocked else "memory"
+                elif book.max_models and len(book.present) >= book.max_models:
+                    why = "slots"  # as fit_new would say (or an earlier reason of its)
                 else:
                     why = ledger.fit_new(mi, hi)
                 if why is not None:
-                    cache[hi] = (book.version, why, domain_new, None)
-            if why is not None:
-                if why is not last_why:
-                    reasons.add(why)
-                    last_why = why
-                continue
-            if s is None:
+                    cache[hi] = (book.version, why, False, 0.0)
+                    continue
+                domain_new = domain_list[hi] not in domains
                 s = self.score(mi, hi, domain_new)
                 cache[hi] = (book.version, None, domain_new, s)
-            if domain_new and (best_new is None or s > best_new[0]):
-                best_new = (s, hi)
-            if best_any is None or s > best_any[0]:
-                best_any = (s, hi)
-        chosen = best_new if need_new and best_new is not None else best_any
-        return None if chosen is None else (chosen[1], chosen[0])
+            if domain_new and (new_hi < 0 or s > new_s):
+                new_s, new_hi = s, hi
+            if any_hi < 0 or s > any_s:
+                any_s, any_hi = s, hi
+        if need_new and new_hi >= 0:
+            return new_hi, new_s
+        return None if any_hi < 0 else (any_hi, any_s)
+
+    def _fit_row(self, mi: int) -> list[FitMemo | None]:
+        """``mi``'s row of the fit memo (made on first use after the prices change)."""
+        row = self._fit[mi]
+        if row is None:
+            row = self._fit[mi] = [None] * len(self.hosts)
+        return row
 
     def fit_reason(self, mi: int, hi: int) -> str | None:
         """Why a new replica of ``mi`` cannot go on candidate host ``hi`` now (``None``: it
@@ -540,7 +547,8 @@ class PlanState:
         :meth:`best_host` found while the host is unchanged (repair scans the same hosts
         right after a failed best-host search)."""
         book = self.ledger.books[hi]
-        got = self._fit[mi].get(hi)
+        row = self._fit_row(mi)
+        got = row[hi]
         if got is not None and got[0] == book.version:
             why = got[1]
             if why == "memory" and self.profiles[mi].model_id not in book.present:
@@ -549,7 +557,7 @@ class PlanState:
                 return None
         why = self.ledger.fit_new(mi, hi)
         if why is not None:
-            self._fit[mi][hi] = (book.version, why, False, None)
+            row[hi] = (book.version, why, False, 0.0)
         return why
 
     # --- helpers used by the phases -------------------------------------------------------
@@ -576,6 +584,55 @@ class PlanState:
             reason=pl.reason,
             score=pl.score,
         )
+
+
+def _scarcity(
+    got: Scarce,
+    mi: int,
+    mem: int,
+    free: int,
+    max_models: int,
+    book: HostBook,
+) -> float:
+    """Expected placements of other still-short models lost if ``mi`` (``mem`` MB) takes a
+    host now (0..1); ``got`` is the host's entry of :attr:`PlanState.scarce`, ``free`` its
+    free MB, ``max_models`` its model-slot ceiling (0: none), ``book`` its ledger book.
+
+    Two scarce dimensions, whichever binds harder: the model slot (the others that fit
+    here compete for the slots left after this one; a replica that uses little of the
+    memory its slot stands for pays more, see :data:`SLOT_WASTE_WEIGHT`) and memory
+    (others that fit now but would not fit in what this replica leaves). Disk,
+    colocation and failure domains are hard fit rules or have their own terms.
+    """
+    sizes, prefix, own = got
+    fit_now = bisect_right(sizes, free)
+    self_need = own.get(mi, 0.0) if mem <= free else 0.0
+    harm = 0.0
+    if max_models:
+        slots_free = max_models - len(book.present)
+        harm = prefix[fit_now] - self_need - (slots_free - 1)
+        harm = harm if harm < 1.0 else 1.0  # clamped to 0..1 as max(0, min(1, harm))
+        harm = harm if harm > 0.0 else 0.0
+        if harm and free > 0:
+            share = free / slots_free  # memory one of the free slots stands for
+            left = share - mem
+            waste = (left if left > 0.0 else 0.0) / share
+            harm *= 1.0 - SLOT_WASTE_WEIGHT + SLOT_WASTE_WEIGHT * waste
+    lost = prefix[fit_now] - prefix[bisect_right(sizes, free - mem)]
+    if self_need and free - mem < mem:
+        lost -= self_need  # its own entry: one replica per host, it never needed more
+    lost = lost if lost < 1.0 else 1.0
+    return lost if lost > harm else harm
+
+
+def _sum_terms(
+    terms: list[ScoreTerm], profile: ModelProfile, host: HostSnapshot, ctx: ScoreContext
+) -> float:
+    """Sum of ``terms``' scores in their order (a plain loop: as ``sum`` adds, but cheaper)."""
+    acc: float = 0
+    for t in terms:
+        acc += t.score(profile, host, ctx)
+    return float(acc)
 
 
 def _residency_map(host: HostSnapshot) -> dict[str, ResidencySnapshot]:

@@ -121,9 +121,7 @@ def _exchange_one(state: PlanState, xi: int, cand_sets: list[set[int]], bump: bo
 
 def place_direct(state: PlanState, xi: int) -> bool:
     """Place ``xi`` on its best host where it fits now, if any."""
-    reasons = set(state.fail_reasons[xi])
     found = state.best_host(xi)
-    state.fail_reasons[xi] = reasons  # a search is not a reason to report
     if found is None:
         return False
     state.ledger.place(xi, found[0], "repair", found[1])

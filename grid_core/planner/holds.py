@@ -93,8 +93,6 @@ def reserve_holds(state: PlanState, models: list[int]) -> None:
             if state.ledger.count[mi] + len(state.holds[mi]) < state.needed(mi):
                 still.append(mi)
         active = still
-    for mi in models:
-        state.fail_reasons[mi].clear()  # a hold that did not fit is not a reason to report
 
 
 def lift_holds(state: PlanState, models: list[int]) -> None:

@@ -269,11 +269,13 @@ class Ledger:
             return "blocked"
         if mid in book.present:
             return "present"
-        _, mem = self.memory(mi, hi)
+        got = self._pair[mi].get(hi)
+        mem = (got if got is not None else self.memory(mi, hi))[1]
         extra = self._extra[mi].get(hi)
         if extra is None:
             extra = self.headroom_extra(mi, hi)
-        admit = mem + max(extra, book.extra_mb)  # as admit_mb, without its second lookup
+        held = book.extra_mb
+        admit = mem + (held if held > extra else extra)  # as admit_mb, with fewer lookups
         if book.inc_free < admit or book.raw_free < mem:
             return "memory"
         if book.staged and book.inc_free + book.released_mb - book.staged_mb < admit:
@@ -283,9 +285,10 @@ class Ledger:
             return "slots"
         if (self.ceiling or self.excludes.get(mid)) and self.colocation_conflict(mid, peers):
             return "colocation"
-        disk = self.disk_cost(mi, hi)
-        if disk and book.disk_free is not None and book.disk_free < disk:
-            return "disk"
+        if book.disk_free is not None:  # no disk ceiling declared: disk never binds
+            disk = self.disk_cost(mi, hi)
+            if disk and book.disk_free < disk:
+                return "disk"
         return None
 
     def fit_after_leaving(self, mi: int, hi: int, leaving: Placed) -> str | None:
@@ -376,21 +379,13 @@ class Ledger:
         mid = self.profiles[mi].model_id
         runtime, mem = self.memory(mi, hi)
         disk = self.disk_cost(mi, hi)
-        placed = Placed(
-            mi=mi,
-            hi=hi,
-            incumbent=False,
-            runtime=runtime,
-            memory_mb=mem,
-            raw_mb=mem,
-            inc_mb=mem,
-            disk_mb=disk,
-            reason=reason,
-            score=score,
-        )
+        # Placed's fields in their declared order (positional: this runs for every trial move)
+        placed = Placed(mi, hi, False, runtime, mem, mem, mem, disk, reason, score)
         book.inc_free -= mem
         book.raw_free -= mem
-        book.extra_mb = max(book.extra_mb, self.headroom_extra(mi, hi))
+        extra = self.headroom_extra(mi, hi)
+        if extra > book.extra_mb:
+            book.extra_mb = extra
         book.version += 1
         if disk and book.disk_free is not None:
             book.disk_free -= disk

@@ -212,8 +212,6 @@ def place_pins(state: PlanState) -> None:
                 ok += 1
             elif preempt_on(state, mi, [hi], authorized=True):
                 ok += 1
-            else:
-                state.fail_reasons[mi].add("pin")
         want = demand_count(state.profiles[mi], state.demand[mi])
         # Live replicas already kept off the pins stay (no churn for a pin that cannot land).
         state.desired[mi] = max(ok, want, ledger.count[mi])
@@ -241,10 +239,11 @@ def place_class(state: PlanState, models: list[int]) -> None:
                 return min(state.profiles[mi].min_replicas, state.desired[mi])
             return state.needed(mi)  # replicas only hysteresis holds are never placed anew
 
+        # Fixed for the phase: desired counts, demand and pins do not change in the rounds.
+        goal = {mi: target(mi) for mi in models}
+        count = state.ledger.count
         while True:
-            active = [
-                mi for mi in models if mi not in stuck and state.ledger.count[mi] < target(mi)
-            ]
+            active = [mi for mi in models if mi not in stuck and count[mi] < goal[mi]]
             if not active:
                 break
             _fair_round(state, active, stuck)

@@ -109,19 +109,28 @@ def _one_move_repairs(state: PlanState, models: list[int], homogeneous: bool) ->
 
 
 def _movable(state: PlanState, hi: int, mi: int, need: int, avoid: set[int]) -> list[Placed]:
-    """New replicas on ``hi`` whose departure could make room for ``mi`` (largest first)."""
+    """New replicas on ``hi`` whose departure could make room for ``mi`` (at least ``need``
+    MB; none of ``avoid``), largest first."""
     book = state.ledger.books[hi]
-    out = [
-        pl
-        for pl in book.models.values()
-        if not pl.incumbent
-        and pl.reason not in FIXED_REASONS
-        and pl.mi != mi
-        and pl.mi not in avoid
-        and pl.memory_mb >= need
-    ]
-    out.sort(key=lambda pl: (-pl.memory_mb, pl.mi))
+    got = state.shift_memo.get(hi)
+    if got is None or got[0] != book.version:  # the list changes only with the host
+        shiftable = [
+            pl for pl in book.models.values() if not pl.incumbent and pl.reason not in FIXED_REASONS
+        ]
+        shiftable.sort(key=_largest_first)
+        got = state.shift_memo[hi] = (book.version, shiftable)
+    out = []
+    for pl in got[1]:
+        if pl.memory_mb < need:
+            break  # the rest are smaller still
+        if pl.mi != mi and pl.mi not in avoid:
+            out.append(pl)
     return out
+
+
+def _largest_first(pl: Placed) -> tuple[int, int]:
+    """Sort key of :func:`_movable`: larger replicas first, then model index."""
+    return (-pl.memory_mb, pl.mi)
 
 
 def _direct_fit(state: PlanState, xi: int, skip: int, seen: dict[int, list[int]]) -> bool:
@@ -165,9 +174,7 @@ def _repair_one(state: PlanState, mi: int) -> bool:
 
 def _rehome(state: PlanState, xi: int, avoid: set[int], depth: int) -> bool:
     """Give displaced replica ``xi`` a new host, moving one more replica when ``depth``."""
-    reasons = set(state.fail_reasons[xi])
     found = state.best_host(xi)
-    state.fail_reasons[xi] = reasons  # a trial placement is not a reason to report
     if found is not None:
         state.ledger.place(xi, found[0], "repair", found[1])
         return True
@@ -181,13 +188,17 @@ def _make_room(state: PlanState, mi: int, avoid: set[int], depth: int) -> bool:
     move; every trial counts against the per-plan budget.
     """
     ledger = state.ledger
+    books = ledger.books
+    mems = state.mem_rows[mi]
     seen: dict[int, list[int]] = {}
+    keep = avoid | {mi}  # replicas this search may not move
     for hi in state.cands[mi]:
-        if state.fit_reason(mi, hi) not in REPAIRABLE:
-            continue
-        book = ledger.books[hi]
-        need = state.mem_rows[mi][hi] - min(book.inc_free, book.raw_free)
-        for pl in _movable(state, hi, mi, need, avoid | {mi}):
+        book = books[hi]
+        inc, raw = book.inc_free, book.raw_free
+        movable = _movable(state, hi, mi, mems[hi] - (raw if raw < inc else inc), keep)
+        if not movable or state.fit_reason(mi, hi) not in REPAIRABLE:
+            continue  # (the cheap test first: most hosts have nothing to move)
+        for pl in movable:
             state.repair_steps += 1  # a rejected trial costs a step too: the budget is time
             if state.repair_steps > state.policy.repair_budget:
                 return False
