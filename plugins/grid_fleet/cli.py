@@ -224,14 +224,34 @@ def render_status(doc: dict[str, Any]) -> str:
     """The readable fleet status."""
     alloc = doc.get("allocator") or {}
     ctl = alloc.get("controller") or {}
-    by_host = {h["host_id"]: h for h in ctl.get("hosts") or ()}
     lines = [
         f"fleet: {'running' if doc['running'] else 'STOPPED'} at {doc['url']} "
         f"(server pid {doc['server_pid']}, mode {alloc.get('mode', '-')})",
         f"operator token: {doc['token_file']}",
         *_settings_line(doc.get("settings") or {}),
         "",
+        _host_table(doc, ctl),
     ]
+    # The server's live profiles, not fleet.json's launch-time ones: an operator may have
+    # changed a priority or replica range with 'grid allocator model set' since the start.
+    live = ctl.get("profiles")
+    source = "live, from the allocator" if isinstance(live, list) else "as launched"
+    lines += ["", f"profiles ({source}):", _profile_table(doc, alloc)]
+    if doc.get("allocator_error"):
+        lines.append(f"allocator status unavailable: {doc['allocator_error']}")
+    if doc.get("compete_edits"):
+        lines.append(
+            "warning: 'grid test compete' temporary profile edits are applied to "
+            f"{', '.join(doc['compete_edits'])} (a run is going on, or one was killed; the next "
+            "'grid test compete' undoes them first)"
+        )
+    return "\n".join(lines)
+
+
+def _host_table(doc: dict[str, Any], ctl: dict[str, Any]) -> str:
+    """One row per logical host: its launch settings (fleet.json) beside what the allocator
+    sees of it now (state, free MB, residencies other than cached)."""
+    by_host = {h["host_id"]: h for h in ctl.get("hosts") or ()}
     rows = []
     for h in doc["hosts"]:
         view = by_host.get(h["host_id"], {})
@@ -253,33 +273,23 @@ def render_status(doc: dict[str, Any]) -> str:
                 res or "-",
             ]
         )
-    lines.append(
-        render_table(
-            [
-                "host",
-                "domain",
-                "MB",
-                "runtimes",
-                "ports",
-                "agent",
-                "state",
-                "free MB",
-                "residencies",
-            ],
-            rows,
-        )
-    )
+    header = ["host", "domain", "MB", "runtimes", "ports", "agent", "state", "free MB"]
+    return render_table([*header, "residencies"], rows)
+
+
+def _profile_table(doc: dict[str, Any], alloc: dict[str, Any]) -> str:
+    """One row per model profile (the server's live ones when it answered, else the launch
+    settings): priority, MB, replica range, ready replicas and the forecast's desired."""
+    ctl = alloc.get("controller") or {}
     ready = observe.ready_counts(alloc) if alloc else {}
     raw = ctl.get("forecasts") or {}
     forecasts = raw if isinstance(raw, dict) else {}
-    # The server's live profiles, not fleet.json's launch-time ones: an operator may have
-    # changed a priority or replica range with 'grid allocator model set' since the start.
     live = ctl.get("profiles")
     profiles = live if isinstance(live, list) else doc["models"]
-    mrows = []
+    rows = []
     for m in map(_with_defaults, profiles):
         fc = forecasts.get(m["model_id"], {})
-        mrows.append(
+        rows.append(
             [
                 m["model_id"],
                 m["priority"],
@@ -289,21 +299,7 @@ def render_status(doc: dict[str, Any]) -> str:
                 fc.get("desired_replicas", "-"),
             ]
         )
-    source = "live, from the allocator" if isinstance(live, list) else "as launched"
-    lines += [
-        "",
-        f"profiles ({source}):",
-        render_table(["model", "priority", "MB", "replicas", "ready", "desired"], mrows),
-    ]
-    if doc.get("allocator_error"):
-        lines.append(f"allocator status unavailable: {doc['allocator_error']}")
-    if doc.get("compete_edits"):
-        lines.append(
-            "warning: 'grid test compete' temporary profile edits are applied to "
-            f"{', '.join(doc['compete_edits'])} (a run is going on, or one was killed; the next "
-            "'grid test compete' undoes them first)"
-        )
-    return "\n".join(lines)
+    return render_table(["model", "priority", "MB", "replicas", "ready", "desired"], rows)
 
 
 def watch() -> None:

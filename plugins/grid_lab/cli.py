@@ -162,36 +162,7 @@ def render_summary(report: dict, with_timeline: bool) -> str:
     if d["least_served_workload"]:
         w = d["least_served_workload"]
         lines.append(f"least-served workload: {w['workload']} {w['served_fraction']:.1%}")
-    rows = [
-        [
-            w,
-            x["requests"],
-            x["served"],
-            f"{x['served_fraction']:.1%}",
-            f"{x['slo_attainment']:.1%}",
-            "yes" if x["allocatable"] else "no",
-            ", ".join(f"{k}={v}" for k, v in report["admission_minutes"].get(w, {}).items()),
-            _top_blocker(report["admission_blocker_minutes"].get(w, {})),
-        ]
-        for w, x in d["by_workload"].items()
-    ]
-    lines += [
-        "",
-        render_table(
-            [
-                "workload",
-                "requests",
-                "served",
-                "served%",
-                "SLO%",
-                "allocatable",
-                "admission minutes",
-                "waited behind",
-            ],
-            rows,
-        ),
-        "",
-    ]
+    lines += ["", _workload_table(report), ""]
     for rec in report["capacity_recommendations"]:
         lines.append(f"recommendation: {rec}")
     sc = report["score"]
@@ -207,16 +178,52 @@ def render_summary(report: dict, with_timeline: bool) -> str:
             f"placements scored, {o['mutations']} mutations; {o['gap_meaning']}"
         )
     if with_timeline:
-        lines.append("")
-        for t in report["timeline"]:
-            parts = (
-                t["nodes"]
-                + t["residency"]
-                + [f"unmet {u}" for u in t["unmet"]]
-                + [f"overloaded {m}" for m in t["overloaded"]]
-            )
-            lines.append(f"t+{t['tick']:>4} min  " + "; ".join(parts))
+        lines += ["", *_timeline_lines(report)]
     return "\n".join(lines)
+
+
+def _workload_table(report: dict) -> str:
+    """The per-workload table of a scenario report: requests, served, SLO attainment,
+    whether the fleet can allocate it, admission minutes and what it waited behind most."""
+    d = report["demand"]
+    rows = [
+        [
+            w,
+            x["requests"],
+            x["served"],
+            f"{x['served_fraction']:.1%}",
+            f"{x['slo_attainment']:.1%}",
+            "yes" if x["allocatable"] else "no",
+            ", ".join(f"{k}={v}" for k, v in report["admission_minutes"].get(w, {}).items()),
+            _top_blocker(report["admission_blocker_minutes"].get(w, {})),
+        ]
+        for w, x in d["by_workload"].items()
+    ]
+    header = [
+        "workload",
+        "requests",
+        "served",
+        "served%",
+        "SLO%",
+        "allocatable",
+        "admission minutes",
+        "waited behind",
+    ]
+    return render_table(header, rows)
+
+
+def _timeline_lines(report: dict) -> list[str]:
+    """One line per simulated minute: nodes, residencies, unmet and overloaded models."""
+    out = []
+    for t in report["timeline"]:
+        parts = (
+            t["nodes"]
+            + t["residency"]
+            + [f"unmet {u}" for u in t["unmet"]]
+            + [f"overloaded {m}" for m in t["overloaded"]]
+        )
+        out.append(f"t+{t['tick']:>4} min  " + "; ".join(parts))
+    return out
 
 
 def _top_blocker(row: dict[str, int]) -> str:
