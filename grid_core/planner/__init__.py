@@ -31,6 +31,7 @@ from grid_core.planner.preemption import VictimSelector
 from grid_core.planner.relocation import mark_make_before_break, relocate_for
 from grid_core.planner.repair import homogeneous_empty, repair_class
 from grid_core.planner.replan import (
+    LOWER_CLASS_SLOT_FIT_WEIGHT,
     MAX_REPLANS,
     SIZE_CANDIDATE_REPAIR_STEPS,
     behind,
@@ -38,6 +39,7 @@ from grid_core.planner.replan import (
     dominates,
     improves,
     learned_prices,
+    lower_class_prices,
     size_prices,
 )
 from grid_core.planner.report import surplus_report, unmet
@@ -197,6 +199,7 @@ def _solve_with_replans(
         exchange_rounds(best)
         best = _size_candidate(canon, terms, selector, best, before)
         settle(best)
+        best = _lower_class_candidate(canon, terms, selector, best)
     return _result(best, digest)  # reported once, for the plan kept
 
 
@@ -228,6 +231,33 @@ def _size_candidate(
     if not _solve(alt) or alt.evictions or alt.relocations or alt.staged:
         return best
     exchange_rounds(alt)
+    return alt if dominates(alt, best) else best
+
+
+def _lower_class_candidate(
+    canon: PlanInputs,
+    terms: list[ScoreTerm],
+    selector: VictimSelector | None,
+    best: PlanState,
+) -> PlanState:
+    """One last candidate for a finished plan ``best`` (nothing staged) that still leaves
+    models below the top class short: each class's new replicas pay learned prices only for
+    the hosts the short models of the classes below it need
+    (:func:`.replan.lower_class_prices`), with a stronger slot-fit cost
+    (:data:`.replan.LOWER_CLASS_SLOT_FIT_WEIGHT`); exchanges and the settling repair run on
+    it too. It replaces ``best`` only when it places more and no priority class fewer
+    (:func:`.replan.dominates`), and is abandoned once a finished class is behind."""
+    if not short_models(best):
+        return best
+    alt = PlanState(canon, terms, selector, shared=best)
+    alt.class_prices = lower_class_prices(best)
+    alt.slot_fit_weight = LOWER_CLASS_SLOT_FIT_WEIGHT
+    alt.rival = best
+    alt.dominate = class_counts(best)
+    if not _solve(alt) or alt.evictions or alt.relocations or alt.staged:
+        return best
+    exchange_rounds(alt)
+    settle(alt)
     return alt if dominates(alt, best) else best
 
 

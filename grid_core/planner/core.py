@@ -19,9 +19,11 @@ order of decisions (see docs/planner.md):
    short (grid_core.planner.holds), each kept only when it places more; exchange repair
    on the plan kept (grid_core.planner.exchange), then one candidate with held room and a
    size price on hosts without a model-slot ceiling, kept only when it places more and no
-   priority class fewer (grid_core.planner.replan.size_prices); last, the settling repair
+   priority class fewer (grid_core.planner.replan.size_prices); then the settling repair
    (shifts and ejection chains with budgets of their own) for what is still short
-   (grid_core.planner.settle).
+   (grid_core.planner.settle); last, while a model below the top class is still short, one
+   candidate whose classes pay for the hosts the short classes below them need, kept on
+   the same terms (grid_core.planner.replan.lower_class_prices).
 """
 
 from __future__ import annotations
@@ -185,6 +187,12 @@ class PlanState:
         self.learned: list[tuple[float, float]] | None = None
         """Per host, (price of one model slot, price per MB) in expected lost placements,
         learned from an earlier pass of the same plan (:mod:`grid_core.planner.replan`)."""
+        self.class_prices: dict[int, list[tuple[float, float]] | None] | None = None
+        """Per priority class, (price of one model slot, price per MB) per host for that
+        class's new replicas, replacing :attr:`learned` (the lower-class-aware candidate,
+        :func:`grid_core.planner.replan.lower_class_prices`)."""
+        self.slot_fit_weight = SLOT_FIT_WEIGHT
+        """Weight of the slot-fit cost in :meth:`score` (a candidate plan may raise it)."""
         self.size_price: tuple[list[float], float] | None = None
         """Per host, expected lost placements per MB of a new replica above a floor (MB),
         for the size-priced candidate plan (:func:`grid_core.planner.replan.size_prices`)."""
@@ -398,11 +406,12 @@ class PlanState:
         packing prices (unitless; larger is better).
 
         Terms see the host's facts, not its identity (:meth:`_term_score`). On top of them,
-        in this order: the learned re-plan price (:attr:`learned`), the slot-fit cost
-        (:data:`SLOT_FIT_WEIGHT`), the size price (:attr:`size_price`) and the scarcity
-        price, :data:`SCARCITY_PENALTY` per expected lost placement of other short models
-        (:meth:`_scarcity`). Reads the host's book as it is now (a trial may lend it memory
-        without a new version, see :func:`grid_core.planner.holds._score_without`).
+        in this order: the learned re-plan price (:attr:`learned`, or :attr:`class_prices`
+        by the model's class), the slot-fit cost (:attr:`slot_fit_weight`), the size price
+        (:attr:`size_price`) and the scarcity price, :data:`SCARCITY_PENALTY` per expected
+        lost placement of other short models (:meth:`_scarcity`). Reads the host's book as
+        it is now (a trial may lend it memory without a new version, see
+        :func:`grid_core.planner.holds._score_without`).
         """
         book = self.ledger.books[hi]
         inc, raw = book.inc_free, book.raw_free
@@ -415,8 +424,11 @@ class PlanState:
             dyn = self._dynamic.get((mi, cls, free, domain_new))
             base = self._term_score(mi, hi, domain_new, free) if dyn is None else base + dyn
         mem = self.mem_rows[mi][hi]
-        if self.learned is not None:
-            slot_price, mb_price = self.learned[hi]
+        learned = self.learned
+        if self.class_prices is not None:
+            learned = self.class_prices[self.profiles[mi].priority]
+        if learned is not None:
+            slot_price, mb_price = learned[hi]
             price = slot_price + mb_price * mem
             base -= SCARCITY_PENALTY * min(LEARNED_PRICE_CAP, price)
         max_models = book.max_models
@@ -425,7 +437,7 @@ class PlanState:
             if slots_free > 0 and free > 0:
                 share = free / slots_free
                 off = abs(share - mem) / share
-                base -= SLOT_FIT_WEIGHT * (off if off < SLOT_FIT_CAP else SLOT_FIT_CAP)
+                base -= self.slot_fit_weight * (off if off < SLOT_FIT_CAP else SLOT_FIT_CAP)
         if self.size_price is not None:
             slopes, floor = self.size_price
             over = mem - floor

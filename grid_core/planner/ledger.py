@@ -303,22 +303,28 @@ class Ledger:
         mid = self.profiles[mi].model_id
         if mid in book.present:
             return "present"
-        _, mem = self.memory(mi, hi)
+        got = self._pair[mi].get(hi)
+        mem = (got if got is not None else self.memory(mi, hi))[1]
         extra = book.extra_mb  # the largest share of the new replicas there (exact max)
         if leaving.mi in book.models and self.headroom_extra(leaving.mi, hi) >= extra:
             others = (p for p in book.models.values() if not p.incumbent and p is not leaving)
             extra = max((self.headroom_extra(p.mi, hi) for p in others), default=0)
-        admit = mem + max(self.headroom_extra(mi, hi), extra)
+        own = self.headroom_extra(mi, hi)
+        admit = mem + (extra if extra > own else own)  # max(own, extra) without the call
         if book.inc_free + leaving.inc_mb < admit or book.raw_free + leaving.raw_mb < mem:
             return "memory"
-        peers = book.present - {self.profiles[leaving.mi].model_id}
-        if book.max_models and len(peers) + 1 > book.max_models:
+        gone = self.profiles[leaving.mi].model_id
+        # The peers once ``leaving`` has gone (the set is built only for colocation rules).
+        if book.max_models and len(book.present) - (gone in book.present) + 1 > book.max_models:
             return "slots"
-        if (self.ceiling or self.excludes.get(mid)) and self.colocation_conflict(mid, peers):
+        if (self.ceiling or self.excludes.get(mid)) and self.colocation_conflict(
+            mid, book.present - {gone}
+        ):
             return "colocation"
-        disk = self.disk_cost(mi, hi)
-        if disk and book.disk_free is not None and book.disk_free + leaving.disk_mb < disk:
-            return "disk"
+        if book.disk_free is not None:  # no disk ceiling declared: disk never binds
+            disk = self.disk_cost(mi, hi)
+            if disk and book.disk_free + leaving.disk_mb < disk:
+                return "disk"
         return None
 
     def fit_incumbent(self, mi: int, hi: int, res: ResidencySnapshot) -> str | None:

@@ -57,6 +57,16 @@ leave 9 / 7 / 8 / 9 seeds more than 0.02 below the exact optimum (13 without); n
 places fewer on any seed with any of them."""
 
 
+LOWER_CLASS_SLOT_FIT_WEIGHT = 60.0
+"""Slot-fit weight of the lower-class-aware candidate (twice
+:data:`grid_core.planner.core.SLOT_FIT_WEIGHT`): with the lower-class prices it keeps the
+large multi-slot servers' slots for replicas that use their memory. Measured on the 64x32
+bench fleets at occupancy 0 (exact ordered optima 8,638 for seeds 1-50 and 4,920 for
+51-80; 8,562 and 4,861 without the candidate): the candidate with the class prices and
+weight 30 places 8,565 / 4,862, 45: 8,568 / 4,863, 60: 8,570 / 4,865, 100: 8,566 / 4,866
+(weight 60 without the class prices: 8,562 / 4,865). Held-out seeds 81-110: 5,042 -> 5,046."""
+
+
 SIZE_CANDIDATE_REPAIR_STEPS = 50
 """One-move repair steps the size-priced candidate plan may spend (it makes no ejection
 chains): a full plan's repair and chains cost about 4 of its 12 ms on 64x32 seed 2 at
@@ -65,13 +75,14 @@ place 8,549 replicas, 50 steps and no chains 8,544, no repair at all 8,535 (8,52
 the candidate), while the candidate's CPU falls from about 12.6 to 7.5 ms."""
 
 
-def learned_prices(state: PlanState) -> list[tuple[float, float]] | None:
+def learned_prices(state: PlanState, below: int | None = None) -> list[tuple[float, float]] | None:
     """Per host ``(price of one model slot, price per MB)`` in expected lost placements,
     from the ended plan ``state``; ``None`` when no model with a candidate host is short.
 
     Only hosts where some short model could still go (a candidate host not already holding
     it) are priced; a host with room left for the smallest of them is not bound and costs
-    nothing.
+    nothing. With ``below``, only short models of a priority lower than ``below`` count
+    (:func:`lower_class_prices`).
     """
     ledger = state.ledger
     count = ledger.count
@@ -81,6 +92,8 @@ def learned_prices(state: PlanState) -> list[tuple[float, float]] | None:
     for mi, hosts in enumerate(state.cands):
         missing = state.needed(mi) - count[mi]
         if missing <= 0 or not hosts:
+            continue
+        if below is not None and state.profiles[mi].priority >= below:
             continue
         any_short = True
         mid = state.profiles[mi].model_id
@@ -107,6 +120,14 @@ def learned_prices(state: PlanState) -> list[tuple[float, float]] | None:
         mean_mb = acc[0] / acc[1]
         prices.append((1.0 if slot_bound else 0.0, 1.0 / mean_mb if memory_bound else 0.0))
     return prices
+
+
+def lower_class_prices(state: PlanState) -> dict[int, list[tuple[float, float]] | None]:
+    """Learned prices per priority class for the lower-class-aware candidate, from the
+    ended plan ``state``: a class's replicas pay (:func:`learned_prices`) only for the
+    hosts the models still short in the classes *below* it need, so the short models
+    themselves, and classes with nothing short below them, pay nothing (``None``)."""
+    return {c: learned_prices(state, c) for c in sorted({p.priority for p in state.profiles})}
 
 
 def size_prices(state: PlanState) -> tuple[list[float], float] | None:

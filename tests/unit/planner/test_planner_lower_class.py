@@ -1,0 +1,114 @@
+"""The lower-class-aware candidate: a last plan whose upper classes pay for the hosts the
+short lower classes need.
+
+Source: specification, "Global placement loop" (the future-compatible host set; bounded
+deterministic repair). docs/planner.md, "Lower-class-aware candidate plan".
+"""
+
+from __future__ import annotations
+
+from grid_bench.fleet import SCHEMA, fleet_inputs
+from planner_helpers import PLUGINS
+
+import grid_core.planner as planner_pkg
+from grid_core.planner import Plan, plan
+
+GB = 1024
+
+
+def _host(host_id: str, gb: int, reserved_gb: int, cuda: bool, domain: str, slots: int, **kw):
+    return {
+        "host_id": host_id,
+        "capacity_mb": gb * GB,
+        "reserved_mb": reserved_gb * GB,
+        "runtimes": ["llama.cpp", "vllm"] if cuda else ["llama.cpp"],
+        "backends": ["cuda"] if cuda else ["metal"],
+        "failure_domain": domain,
+        "tags": [],
+        "state": kw.get("state", "accepting"),
+        "max_models": slots,
+        "heartbeat_age_s": 1.0,
+        "residencies": [],
+    }
+
+
+def _model(model_id: str, mb: int, priority: int, lo: int, hi: int, domains: int, rt: str = ""):
+    return {
+        "model_id": model_id,
+        "memory_mb": mb,
+        "runtimes": [rt] if rt else ["llama.cpp", "vllm"],
+        "backends": ["cuda"] if rt == "vllm" else [],
+        "min_replicas": lo,
+        "max_replicas": hi,
+        "priority": priority,
+        "min_failure_domains": domains,
+    }
+
+
+def _demand(model_id: str, rate: float, service_s: float) -> dict[str, object]:
+    return {
+        "model_id": model_id,
+        "request_rate_per_s": rate,
+        "service_time_s": service_s,
+        "queue_depth": 0.0,
+        "p95_latency_ms": 0.0,
+    }
+
+
+FLEET = {
+    "schema": SCHEMA,
+    "now": 1767225600.0,
+    "hosts": [
+        _host("mac-a-4slot", 96, 12, False, "fd-1", 4),
+        _host("mac-b-2slot", 32, 8, False, "fd-2", 2),
+        _host("cuda-c-3slot", 96, 2, True, "fd-3", 3),
+        _host("mac-d-3slot", 64, 10, False, "fd-2", 3),
+        _host("cuda-e-2slot", 32, 1, True, "fd-3", 2),
+        _host("cuda-f-2slot", 64, 2, True, "fd-2", 2),
+        _host("cuda-g-3slot", 96, 2, True, "fd-3", 3, state="throttled"),
+    ],
+    "models": [
+        _model("m02", 19163, 2, 1, 3, 1, "llama.cpp"),
+        _model("m05", 39662, 1, 1, 5, 3, "llama.cpp"),
+        _model("m06", 5602, 0, 0, 2, 1, "vllm"),
+        _model("m07", 19141, 1, 2, 7, 2),
+        _model("m08", 8681, 1, 1, 1, 2, "vllm"),
+    ],
+    "demand": [
+        _demand("m02", 0.7272, 2.454),
+        _demand("m05", 2.5245, 3.066),
+        _demand("m06", 4.096, 1.054),
+        _demand("m07", 4.0657, 1.834),
+        _demand("m08", 1.2571, 1.334),
+    ],
+}
+"""Four GPU servers and three Macs, all with model ceilings (shrunk from a generated
+12-host fleet): the priority-0 vLLM-only "m06" needs a GPU server slot."""
+
+
+def _placed(result: Plan) -> dict[int, int]:
+    prio = {m["model_id"]: m["priority"] for m in FLEET["models"]}  # type: ignore[index]
+    out: dict[int, int] = {}
+    for a in result.assignments:
+        out[prio[a.model_id]] = out.get(prio[a.model_id], 0) + 1
+    return out
+
+
+def test_the_lower_class_candidate_places_the_short_priority_zero_replica(monkeypatch):
+    # Every earlier plan gives the 2-slot GPU server "cuda-e" to the priority-1 vLLM model
+    # "m08" (beside an "m07") and the priority-2 "m02" a slot on the throttled 3-slot GPU
+    # server, so the second "m06" (priority 0, vLLM only) finds no GPU slot: 15 replicas.
+    # In the candidate the upper classes pay for the GPU slots "m06" still needs: "m08"
+    # takes the throttled server, "m02" a Mac slot, and "m06" gets "cuda-e": 16, the exact
+    # optimum, with priorities 2 and 1 placing as many as before.
+    hooks = PLUGINS.planner_hooks()
+    monkeypatch.setattr(planner_pkg, "_lower_class_candidate", lambda c, t, s, best: best)
+    before = plan(fleet_inputs(FLEET), hooks, reuse=False)
+    monkeypatch.undo()
+    after = plan(fleet_inputs(FLEET), hooks, reuse=False)
+
+    assert (len(before.assignments), len(after.assignments)) == (15, 16)
+    assert _placed(before) == {2: 3, 1: 11, 0: 1}
+    assert _placed(after) == {2: 3, 1: 11, 0: 2}
+    assert sorted(after.hosts_of("m06")) == ["cuda-e-2slot", "cuda-g-3slot"]
+    assert plan(fleet_inputs(FLEET), hooks, reuse=False) == after  # deterministic
