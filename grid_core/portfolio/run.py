@@ -331,10 +331,12 @@ def fill_standby(
     present = frozenset(r.model_id for h in inp.hosts for r in h.residencies if r.state in PRESENT)
     claimed = claims(before, {}, workloads, leader, inp.now, present)
     real = _plan(inp, plan_of, demand)
-    chosen = choose_standby(real, fit, workloads, candidates_of, returning(claimed, fit, inp.now))
+    chosen, why = choose_standby(
+        real, fit, workloads, candidates_of, returning(claimed, fit, inp.now)
+    )
     standing = claims(claimed, chosen, workloads, leader, inp.now, present)
     if not chosen:
-        return demand, {}, standing, "no idle host, or every workload's leader already planned"
+        return demand, {}, standing, f"no standby: {why}"
     trial_demand = with_standby(demand, chosen)
     lost = displaced(real, _plan(inp, plan_of, trial_demand), set(chosen.values()))
     if lost:

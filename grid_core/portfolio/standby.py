@@ -225,8 +225,9 @@ def choose_standby(
     workloads: Mapping[str, WorkloadDemand],
     candidates: Callable[[str], tuple[Candidate, ...]],
     claimed: Mapping[str, str] | None = None,
-) -> dict[str, str]:
-    """Workload → standby model for every non-admitted workload whose leader can stand by.
+) -> tuple[dict[str, str], str]:
+    """Workload → standby model for every non-admitted workload whose leader can stand by,
+    and, when that map is empty, why (one line for status; ``""`` otherwise).
 
     Args:
         plan: the tick's real plan (without standby).
@@ -240,15 +241,15 @@ def choose_standby(
 
     Returns:
         The chosen map, in the module's order of precedence (only models that are not
-        already in the real plan).
+        already in the real plan), and the reason (:func:`_none_reason`).
     """
     hosts = idle_hosts(plan, fit)
     if not hosts:
-        return {}
+        return {}, "no idle host: the real plan uses every host, or a short model could"
     room = standby_slots(fit, hosts)
     planned = {a.model_id for a in plan.assignments}
     rows = []
-    uncovered = False  # some unseen workload's leader could not stand by anywhere idle
+    skipped: dict[str, list[str]] = {"planned": [], "elsewhere": [], "unfit": []}
     for w in catalogue_workloads(fit):
         d = workloads.get(w)
         if d is not None and d.admitted:
@@ -258,11 +259,13 @@ def choose_standby(
             continue
         m = leader.model_id
         if m in planned:
-            continue  # real demand already keeps the workload's leader resident
+            skipped["planned"].append(f"{w}->{m}")  # real demand already keeps it resident
+            continue
         if _resident_elsewhere(fit, m, hosts):
+            skipped["elsewhere"].append(f"{w}->{m}")
             continue
         if not _stands_by(fit, m, hosts):
-            uncovered = True
+            skipped["unfit"].append(f"{w}->{m}")
             continue
         rate = d.request_rate_rps if d is not None else 0.0
         kept = kept_standby(fit, m, hosts) or (claimed or {}).get(w) == m
@@ -271,6 +274,7 @@ def choose_standby(
     # The unseen-workload reserve keeps a slot for a workload nobody asked for yet; when the
     # leaders of every such workload stand by within the slots beyond the node-failure
     # reserve, no workload is left for it to serve (:func:`covered_room`).
+    uncovered = bool(skipped["unfit"])  # a leader that could not stand by anywhere idle
     room = max(room, covered_room(fit, hosts, {m for *_, m in rows}, uncovered))
     # Leaders already standing by, or returning after a loan, keep their slots (the reserve
     # gates new standby decisions only).
@@ -282,7 +286,26 @@ def choose_standby(
             continue  # the idle slots beyond the reserve are taken
         models.add(m)
         out[w] = m
-    return out
+    return out, "" if out else _none_reason(len(hosts), bool(rows), skipped)
+
+
+def _none_reason(idle: int, wanted: bool, skipped: Mapping[str, list[str]]) -> str:
+    """Why standby holds nothing although ``idle`` hosts are idle: leaders that could stand
+    by (``wanted``) found every idle slot inside the reserve; otherwise each unadmitted
+    workload's leader was already planned by real demand, serving on a busy host, or fits no
+    idle host (``skipped``: kind → ``workload->model`` entries)."""
+    if wanted:
+        return (
+            f"the {idle} idle host(s) are the spare-capacity reserve (one unseen workload, "
+            "one node failure)"
+        )
+    kinds = (
+        ("planned", "already planned by real demand"),
+        ("elsewhere", "already serving on a busy host"),
+        ("unfit", "fits no idle host"),
+    )
+    parts = [f"{what}: {', '.join(skipped[k])}" for k, what in kinds if skipped[k]]
+    return "; ".join(parts) or "no unadmitted workload has a usable model"
 
 
 def with_standby(

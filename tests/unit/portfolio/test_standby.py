@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import msgspec
+
 from grid_core.controller import Controller
 from grid_core.demand.features import RequestFeatures
 from grid_core.demand.types import STANDBY_REASON, ModelDemand
@@ -114,6 +116,32 @@ def test_a_small_fleet_keeps_its_margin_free(tmp_path: Path) -> None:
     assert report is not None and p is not None
     assert report.standby == {}
     assert {a.model_id for a in p.assignments} == {"general"}
+    assert report.standby_reason == (
+        "no standby: the 2 idle host(s) are the spare-capacity reserve (one unseen workload, "
+        "one node failure)"
+    )
+
+
+def test_status_says_why_nothing_stands_by(tmp_path: Path) -> None:
+    """No idle host at all, or every unadmitted workload's leader already planned by real
+    demand: each is named, so an operator can tell the reserve, a full fleet and a leader
+    that is already resident apart."""
+    ctl = _controller(tmp_path)
+    ctl.tick(NOW, _hosts(1))
+    report = ctl.last.portfolio
+    assert report is not None and report.standby == {}
+    assert report.standby_reason.startswith("no standby: no idle host")
+    ctl = _controller(tmp_path / "baselines")
+    for profile in (CODER, VIDEO):  # each kept resident by the operator's minimum
+        ctl.put_profile(msgspec.structs.replace(profile, min_replicas=1), NOW)
+    ctl.tick(NOW, _hosts(6))
+    report, p = ctl.last.portfolio, ctl.last.plan
+    assert report is not None and p is not None
+    assert {a.model_id for a in p.assignments} == {"general", "coder", "video"}
+    assert report.standby == {}
+    assert report.standby_reason == (
+        "no standby: already planned by real demand: coding->coder, general->general, video->video"
+    )
 
 
 def test_when_every_unseen_workload_is_covered_only_the_node_failure_slot_stays_free(
