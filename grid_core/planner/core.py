@@ -88,10 +88,15 @@ MIN_RESIDENCY_STATES = frozenset({"loading", "warming", "ready"})
 
 RoundKey = tuple[int, int, int, tuple[float, ...], str]
 """Fair-round order of a model: (-priority, candidate hosts, -MB, negated harm, model id)."""
-FitMemo = tuple[int, str | None, bool, float]
+Prices = tuple[float, float, float, float]
+"""The planner's packing prices of one new replica, subtracted from its term score in this
+order: (learned, slot fit, size, scarcity); see :meth:`PlanState.scored`."""
+NO_PRICES: Prices = (0.0, 0.0, 0.0, 0.0)
+"""The prices remembered for a host where the model does not fit (never read)."""
+FitMemo = tuple[int, str | None, bool, float, Prices]
 """What :meth:`PlanState.best_host` remembers of one model on one host: (host book version,
-fit failure or ``None``, domain novelty the score was computed for, score; 0.0 when it does
-not fit)."""
+fit failure or ``None``, domain novelty the score was computed for, score, the packing
+prices inside that score; 0.0 and :data:`NO_PRICES` when it does not fit)."""
 Scarce = tuple[tuple[int, ...], list[float], dict[int, float]]
 """One host's scarcity entry: sizes (MB, ascending) of the still-short models that fit it,
 prefix sums of their needs (0..1 each) and need by model index."""
@@ -285,7 +290,7 @@ class PlanState:
         """Host chosen per model in the latest fair round (``None`` = not placed)."""
         self._fit: list[list[FitMemo | None] | None] = [None] * len(self.profiles)
         """Per model, a row indexed by host (``None`` until the model is first scanned):
-        (host book version, fit failure, domain novelty, score), or ``None``."""
+        (host book version, fit failure, domain novelty, score, prices), or ``None``."""
         self.unheld_fit: dict[tuple[int, int], tuple[int, bool, float | None]] = {}
         """(model, host) → (host version, domain novelty, score of a new replica there once
         the holds it may release are given back, or ``None``: it does not fit even then)
@@ -403,15 +408,21 @@ class PlanState:
 
     def score(self, mi: int, hi: int, domain_new: bool) -> float:
         """Summed term score of a new replica of ``mi`` on ``hi`` minus the planner's own
-        packing prices (unitless; larger is better).
+        packing prices (unitless; larger is better); see :meth:`scored`."""
+        return self.scored(mi, hi, domain_new)[0]
 
-        Terms see the host's facts, not its identity (:meth:`_term_score`). On top of them,
-        in this order: the learned re-plan price (:attr:`learned`, or :attr:`class_prices`
-        by the model's class), the slot-fit cost (:attr:`slot_fit_weight`), the size price
+    def scored(self, mi: int, hi: int, domain_new: bool) -> tuple[float, Prices]:
+        """(score, the packing prices inside it) of a new replica of ``mi`` on ``hi``.
+
+        Terms see the host's facts, not its identity (:meth:`_term_score`). From their sum
+        the planner's own prices are subtracted in turn (:data:`Prices`, 0.0 when one does
+        not apply): the learned re-plan price (:attr:`learned`, or :attr:`class_prices` by
+        the model's class), the slot-fit cost (:attr:`slot_fit_weight`), the size price
         (:attr:`size_price`) and the scarcity price, :data:`SCARCITY_PENALTY` per expected
-        lost placement of other short models (:meth:`_scarcity`). Reads the host's book as
-        it is now (a trial may lend it memory without a new version, see
-        :func:`grid_core.planner.holds._score_without`).
+        lost placement of other short models (:func:`_scarcity`). The prices do not depend
+        on failure domains, so :meth:`best_host` keeps them when only the model's domains
+        change (:meth:`_terms_now`). Reads the host's book as it is now (a trial may lend
+        it memory without a new version, see :func:`grid_core.planner.holds._score_without`).
         """
         book = self.ledger.books[hi]
         inc, raw = book.inc_free, book.raw_free
@@ -424,28 +435,44 @@ class PlanState:
             dyn = self._dynamic.get((mi, cls, free, domain_new))
             base = self._term_score(mi, hi, domain_new, free) if dyn is None else base + dyn
         mem = self.mem_rows[mi][hi]
+        learn = fit = size = scarce = 0.0
         learned = self.learned
         if self.class_prices is not None:
             learned = self.class_prices[self.profiles[mi].priority]
         if learned is not None:
             slot_price, mb_price = learned[hi]
-            price = slot_price + mb_price * mem
-            base -= SCARCITY_PENALTY * min(LEARNED_PRICE_CAP, price)
+            lost = slot_price + mb_price * mem
+            learn = SCARCITY_PENALTY * (lost if lost < LEARNED_PRICE_CAP else LEARNED_PRICE_CAP)
         max_models = book.max_models
         if max_models:  # slot fit: |memory per free slot - size| / memory per free slot
             slots_free = max_models - len(book.present)
             if slots_free > 0 and free > 0:
                 share = free / slots_free
                 off = abs(share - mem) / share
-                base -= self.slot_fit_weight * (off if off < SLOT_FIT_CAP else SLOT_FIT_CAP)
+                fit = self.slot_fit_weight * (off if off < SLOT_FIT_CAP else SLOT_FIT_CAP)
         if self.size_price is not None:
             slopes, floor = self.size_price
             over = mem - floor
             if over > 0 and slopes[hi]:  # a replica larger than the short models' mean
-                base -= SCARCITY_PENALTY * min(LEARNED_PRICE_CAP, slopes[hi] * over)
+                lost = slopes[hi] * over
+                size = SCARCITY_PENALTY * (lost if lost < LEARNED_PRICE_CAP else LEARNED_PRICE_CAP)
         got = self.scarce.get(hi)
         if got is not None:
-            return base - SCARCITY_PENALTY * _scarcity(got, mi, mem, free, max_models, book)
+            scarce = SCARCITY_PENALTY * _scarcity(got, mi, mem, free, max_models, book)
+        return base - learn - fit - size - scarce, (learn, fit, size, scarce)
+
+    def _terms_now(self, mi: int, hi: int, domain_new: bool) -> float:
+        """The term part of :meth:`scored` alone (same memo tables, same value)."""
+        book = self.ledger.books[hi]
+        inc, raw = book.inc_free, book.raw_free
+        free = raw if raw < inc else inc
+        cls = self.host_class[hi]
+        base = self._static.get((mi, cls))
+        if base is None:
+            return self._term_score(mi, hi, domain_new, free)
+        if self.dynamic_terms:
+            dyn = self._dynamic.get((mi, cls, free, domain_new))
+            return self._term_score(mi, hi, domain_new, free) if dyn is None else base + dyn
         return base
 
     def _term_score(self, mi: int, hi: int, domain_new: bool, free: int) -> float:
@@ -521,9 +548,10 @@ class PlanState:
                 domain_new = domain_list[hi] not in domains
                 if got[2] == domain_new:
                     s = got[3]
-                else:
-                    s = self.score(mi, hi, domain_new)
-                    cache[hi] = (book.version, None, domain_new, s)
+                else:  # only the domain changed: the prices stand
+                    learned, fit, size, scarce = prices = got[4]
+                    s = self._terms_now(mi, hi, domain_new) - learned - fit - size - scarce
+                    cache[hi] = (book.version, None, domain_new, s, prices)
             else:
                 mem = mems[hi]
                 if book.inc_free < mem or book.raw_free < mem:  # cheap, most rejects
@@ -533,11 +561,11 @@ class PlanState:
                 else:
                     why = ledger.fit_new(mi, hi)
                 if why is not None:
-                    cache[hi] = (book.version, why, False, 0.0)
+                    cache[hi] = (book.version, why, False, 0.0, NO_PRICES)
                     continue
                 domain_new = domain_list[hi] not in domains
-                s = self.score(mi, hi, domain_new)
-                cache[hi] = (book.version, None, domain_new, s)
+                s, prices = self.scored(mi, hi, domain_new)
+                cache[hi] = (book.version, None, domain_new, s, prices)
             if domain_new and (new_hi < 0 or s > new_s):
                 new_s, new_hi = s, hi
             if any_hi < 0 or s > any_s:
@@ -569,7 +597,7 @@ class PlanState:
                 return None
         why = self.ledger.fit_new(mi, hi)
         if why is not None:
-            row[hi] = (book.version, why, False, 0.0)
+            row[hi] = (book.version, why, False, 0.0, NO_PRICES)
         return why
 
     # --- helpers used by the phases -------------------------------------------------------
