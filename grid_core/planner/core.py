@@ -339,8 +339,8 @@ class PlanState:
             self._contexts[key] = base
         if base.free_mb == free and base.domain_new == domain_new:
             return base
-        # As dataclasses.replace would, without its introspection; positional (the fields'
-        # declared order) because keywords cost a third more on this hot path.
+        # As msgspec.structs.replace would; positional (the fields' declared order) because
+        # keywords cost more on this hot path.
         return ScoreContext(
             base.now,
             base.demand,
