@@ -171,6 +171,17 @@ class Fit:
             self.hosts[hi], p, self.ledger.policy.throttled_fraction
         )
 
+    def degraded_pairs(self) -> frozenset[tuple[str, str]]:
+        """``(host id, model id)`` of every replica :meth:`degraded` says cannot be counted
+        on (only throttled hosts have any)."""
+        return frozenset(
+            (h.host_id, r.model_id)
+            for hi, h in enumerate(self.hosts)
+            if h.state == "throttled"
+            for r in h.residencies
+            if self.degraded(hi, r)
+        )
+
     def _path(self, mi: int, hi: int) -> bool:
         """Whether removing the host's idle speculative residents would let ``mi`` fit.
 

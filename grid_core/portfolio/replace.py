@@ -162,11 +162,17 @@ def carried(
     mapping: Mapping[str, str],
     hosts: tuple[HostSnapshot, ...],
     out: frozenset[str] = frozenset(),
+    degraded: frozenset[tuple[str, str]] = frozenset(),
 ) -> Replacement | None:
     """Last tick's replacement, while it is still in progress: its workload still maps to the
     beneficiary and the beneficiary is not ready on a live host yet (a starvation path also
     needs each victim's copy on another live host; ``out`` are the hosts that are out, whose
-    last reports still list replicas that died with them). Both rules are carried
+    last reports still list replicas that died with them). Nor has a beneficiary replica
+    listed in ``degraded`` (``(host id, model id)`` pairs from
+    :meth:`~grid_core.portfolio.feasibility.Fit.degraded_pairs`): it sits on a throttled
+    host where one of its requests outlasts the protection grace — the reason its workload
+    starved — so it cannot end the path that gives the workload a host it can serve from
+    (specification, host protection: a throttled host yields capacity). Both rules are carried
     (specification: the controller carries the replacement authorization forward), so a path
     whose victim is already draining is finished instead of a different path being started
     every tick as idle residents and pressures move. It ends when another model took the
@@ -187,7 +193,9 @@ def carried(
         ):
             return None
     if any(
-        r.model_id == previous.beneficiary and r.state == "ready"
+        r.model_id == previous.beneficiary
+        and r.state == "ready"
+        and (h.host_id, r.model_id) not in degraded
         for h in hosts
         if h.host_id not in out
         for r in h.residencies

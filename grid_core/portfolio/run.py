@@ -290,7 +290,11 @@ def _replacement(
     """
     by_id = {p.model_id: p for p in inp.profiles}
     previous = carried(
-        inp.previous.replacing if inp.previous else None, mapping, inp.hosts, fit.out_hosts()
+        inp.previous.replacing if inp.previous else None,
+        mapping,
+        inp.hosts,
+        fit.out_hosts(),
+        fit.degraded_pairs(),
     )
     replacing = None
     if previous is None or previous.rule != "starvation":

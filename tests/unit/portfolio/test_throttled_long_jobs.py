@@ -150,3 +150,31 @@ def test_a_throttled_video_host_hands_over_to_an_idle_speculative_replica(
     kinds = {(p.kind, p.host_id, p.model_id) for p in result.reconciliation.proposals}
     assert ("warm", "b", "video") in kinds
     assert ("drain", "a", "video") not in kinds
+
+
+def test_a_replica_stranded_on_a_throttled_host_does_not_end_a_starvation_path() -> None:
+    """Video's only replica is on throttled host a, where its jobs cannot finish; a
+    starvation path freed host b for it and the victim has left. That stranded replica is
+    "ready", but it is not the arrival the path waits for: the authorization is carried
+    (so the freed host is kept for video), and it ends once video is ready on b."""
+    from grid_core.portfolio.replace import carried
+    from grid_core.portfolio.types import Replacement
+
+    path = Replacement(
+        beneficiary="video",
+        workload="video",
+        host_id="b",
+        victims=("image",),
+        pressure=1.0,
+        victim_pressure=0.5,
+        rule="starvation",
+    )
+    image_elsewhere = _host("c", "image")
+    hosts = (_host("a", "video", throttled=True), _host("b"), image_elsewhere)
+    fit = Fit((IMAGE, VIDEO), hosts, POLICY, {})
+    assert fit.degraded_pairs() == frozenset({("a", "video")})
+    mapping = {"video": "video"}
+    assert carried(path, mapping, hosts, fit.out_hosts(), fit.degraded_pairs()) == path
+    arrived = (hosts[0], _host("b", "video"), image_elsewhere)
+    fit = Fit((IMAGE, VIDEO), arrived, POLICY, {})
+    assert carried(path, mapping, arrived, fit.out_hosts(), fit.degraded_pairs()) is None
