@@ -246,7 +246,9 @@ def _lower_class_candidate(
     (:func:`.replan.lower_class_prices`), with a stronger slot-fit cost
     (:data:`.replan.LOWER_CLASS_SLOT_FIT_WEIGHT`); exchanges and the settling repair run on
     it too. It replaces ``best`` only when it places more and no priority class fewer
-    (:func:`.replan.dominates`), and is abandoned once a finished class is behind."""
+    (:func:`.replan.dominates`). It is abandoned once a finished class above the lowest is
+    behind, never in the lowest: there its own exchanges and settling, which run after the
+    solve, often lift it past ``best``."""
     if not short_models(best):
         return best
     alt = PlanState(canon, terms, selector, shared=best)
@@ -254,6 +256,7 @@ def _lower_class_candidate(
     alt.slot_fit_weight = LOWER_CLASS_SLOT_FIT_WEIGHT
     alt.rival = best
     alt.dominate = class_counts(best)
+    alt.finish_lowest = True
     if not _solve(alt) or alt.evictions or alt.relocations or alt.staged:
         return best
     exchange_rounds(alt)

@@ -205,6 +205,10 @@ class PlanState:
         """For a candidate kept only if no class places fewer than its rival: the rival's
         replicas per class (highest first) before its exchanges; the candidate is abandoned
         as soon as a finished class is behind them (:func:`grid_core.planner.replan.behind`)."""
+        self.finish_lowest = False
+        """Whether such a candidate always finishes its lowest class (never abandoned there):
+        its exchanges and settling run only after the solve and may still lift that class
+        (the lower-class-aware candidate, :func:`grid_core.planner._lower_class_candidate`)."""
         self.relocations: dict[int, tuple[str, str, str]] = {}
         """Per blocked model, the staged relocation (incumbent, from host, to host)."""
         self.holds: dict[int, set[int]] = {}

@@ -184,9 +184,12 @@ def behind(alt: PlanState, base: PlanState, done: int) -> bool:
     lower-priority or surplus work). Only the last repair pass over every model could
     still add to it, so this is a cut, not a proof; on the 64x32 and 256x64 bench fleets
     (64x32 seeds 1-50 at occupancy 0, seeds 1-2 at 0.5; 256x64 seeds 1-2 at 0 and 0.5)
-    abandoning there changed no plan and saved up to a third of a re-plan.
+    abandoning there changed no plan and saved up to a third of a re-plan. Never behind
+    in the lowest class when ``alt.finish_lowest`` is set.
     """
     classes = sorted({p.priority for p in base.profiles}, reverse=True)
+    if alt.finish_lowest and done == classes[-1]:
+        return False  # its exchanges and settling may still catch up (PlanState.finish_lowest)
     cut = classes.index(done) + 1
     mine = class_counts(alt)[:cut]
     if alt.dominate is not None:  # kept only if no class is behind (:func:`dominates`)

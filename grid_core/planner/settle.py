@@ -49,12 +49,15 @@ from grid_core.planner.holds import FIXED_REASONS
 from grid_core.planner.ledger import Placed
 from grid_core.planner.phases import round_key
 
-SETTLE_CHAIN_BUDGET = 4_000
+SETTLE_CHAIN_BUDGET = 8_000
 """Host checks the searches of one plan may spend together (finding where models fit
 counts too). On the 64x32 bench fleets at occupancy 0, seeds 1-50, 2,000 place 8,555
 replicas, 4,000 8,562, 8,000 8,565 (unbounded, a plan spent at most 9,195); on the held-out
-seeds 51-80, 4,000 and 8,000 both place 4,861. About 1 ms of CPU on 64x32 seed 2, whose one
-search fails."""
+seeds 51-80, 4,000 and 8,000 both place 4,861. Raised from 4,000 once the lower-class-aware
+candidate ran its own settling to the end (``PlanState.finish_lowest``): with it, seeds 1-50
+place 8,574 at 4,000 and 8,577 at 8,000, seeds 51-80 4,866 / 4,868, seeds 81-110 5,054 /
+5,055, no plan fewer in any class; 64x32 s1 and s2 o0 take no longer (their searches stop
+early). About 1 ms of CPU on 64x32 seed 2, whose one search fails."""
 
 
 def settle(state: PlanState) -> int:

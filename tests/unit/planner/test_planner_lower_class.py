@@ -112,3 +112,93 @@ def test_the_lower_class_candidate_places_the_short_priority_zero_replica(monkey
     assert _placed(after) == {2: 3, 1: 11, 0: 2}
     assert sorted(after.hosts_of("m06")) == ["cuda-e-2slot", "cuda-g-3slot"]
     assert plan(fleet_inputs(FLEET), hooks, reuse=False) == after  # deterministic
+
+
+def _queued(model_id: str, rate: float, service_s: float, queue: float) -> dict[str, object]:
+    return {**_demand(model_id, rate, service_s), "queue_depth": queue}
+
+
+FINISH_FLEET = {
+    "schema": SCHEMA,
+    "now": 1767225600.0,
+    "hosts": [
+        _host("host-002", 24, 6, False, "fd-2", 2),
+        _host("host-004", 96, 2, True, "fd-4", 3),
+        _host("host-006", 192, 4, True, "fd-2", 6),
+        _host("host-008", 96, 2, True, "fd-4", 3, state="throttled"),
+        _host("host-015", 24, 6, False, "fd-3", 2),
+        _host("host-021", 192, 16, False, "fd-1", 0),
+        _host("host-023", 192, 16, False, "fd-3", 0),
+        _host("host-030", 96, 2, True, "fd-2", 3),
+        _host("host-032", 64, 2, True, "fd-4", 2, state="throttled"),
+        _host("host-034", 96, 2, True, "fd-2", 3),
+        _host("host-035", 24, 1, True, "fd-3", 1),
+        _host("host-036", 192, 4, True, "fd-4", 6),
+    ],
+    "models": [
+        _model("model-02", 15742, 2, 0, 6, 1, "vllm"),
+        _model("model-03", 33886, 2, 1, 4, 1, "llama.cpp"),
+        _model("model-04", 13594, 1, 1, 1, 1, "llama.cpp"),
+        _model("model-06", 5182, 1, 1, 6, 1, "llama.cpp"),
+        _model("model-07", 21887, 1, 1, 5, 2, "llama.cpp"),
+        _model("model-08", 12917, 1, 1, 11, 3, "llama.cpp"),
+        _model("model-10", 8674, 1, 0, 8, 1, "llama.cpp"),
+        _model("model-12", 43235, 3, 1, 5, 2, "llama.cpp"),
+        _model("model-18", 14685, 0, 2, 3, 2, "llama.cpp"),
+        _model("model-21", 22586, 2, 1, 2, 1, "llama.cpp"),
+        _model("model-22", 22843, 2, 1, 3, 1, "llama.cpp"),
+        _model("model-24", 3066, 1, 2, 5, 2, "llama.cpp"),
+        _model("model-25", 9227, 3, 0, 1, 1),
+        _model("model-30", 9434, 2, 1, 4, 1, "llama.cpp"),
+    ],
+    "demand": [
+        _queued("model-02", 2.0388, 1.941, 0),
+        _queued("model-03", 1.1978, 3.421, 0),
+        _queued("model-04", 0.4693, 1.896, 0),
+        _queued("model-06", 8.1748, 1.145, 3),
+        _queued("model-07", 1.7963, 2.201, 0),
+        _queued("model-08", 9.6604, 1.6, 0),
+        _queued("model-10", 5.1524, 1.372, 0),
+        _queued("model-12", 0.6385, 4.925, 0),
+        _queued("model-18", 1.2302, 1.434, 0),
+        _queued("model-21", 1.1727, 2.448, 0),
+        _queued("model-22", 0.6729, 2.663, 1),
+        _queued("model-24", 7.31, 0.548, 0),
+        _queued("model-25", 1.1401, 2.502, 0),
+        _queued("model-30", 3.4462, 0.98, 2),
+    ],
+}
+"""Twelve hosts, two of them 192 GB Macs without a model ceiling (shrunk from the generated
+64x32 fleet, seed 39): the priority-0 "model-18" needs two replicas in two domains."""
+
+
+def _placed_in(fleet: dict[str, object], result: Plan) -> dict[int, int]:
+    prio = {m["model_id"]: m["priority"] for m in fleet["models"]}  # type: ignore[attr-defined]
+    out: dict[int, int] = {}
+    for a in result.assignments:
+        out[prio[a.model_id]] = out.get(prio[a.model_id], 0) + 1
+    return out
+
+
+def test_the_lower_class_candidate_finishes_its_lowest_class(monkeypatch):
+    # Right after its solve the candidate has fewer priority-0 replicas than the kept plan
+    # (whose count already includes its exchanges and settling); abandoned there, the plan
+    # keeps one "model-18" (52 replicas). Finished, its own exchanges and settling place
+    # the second on the other large Mac: 53, every higher class as many as before.
+    hooks = PLUGINS.planner_hooks()
+    real = planner_pkg.behind
+
+    def abandon_in_lowest(alt, base, done):  # the rule before: any finished class counts
+        alt.finish_lowest = False
+        return real(alt, base, done)
+
+    monkeypatch.setattr(planner_pkg, "behind", abandon_in_lowest)
+    before = plan(fleet_inputs(FINISH_FLEET), hooks, reuse=False)
+    monkeypatch.undo()
+    after = plan(fleet_inputs(FINISH_FLEET), hooks, reuse=False)
+
+    assert (len(before.assignments), len(after.assignments)) == (52, 53)
+    assert _placed_in(FINISH_FLEET, before) == {3: 6, 2: 19, 1: 26, 0: 1}
+    assert _placed_in(FINISH_FLEET, after) == {3: 6, 2: 19, 1: 26, 0: 2}
+    assert sorted(after.hosts_of("model-18")) == ["host-021", "host-023"]
+    assert plan(fleet_inputs(FINISH_FLEET), hooks, reuse=False) == after  # deterministic
