@@ -96,13 +96,18 @@ def readmit_deferred(state: PlanState, models: list[int]) -> None:
     """Keep deferred incumbents of models that are still short after their rounds.
 
     A replica set that stays in too few domains is better than a missing replica: the
-    failure-domain shortfall is reported instead.
+    failure-domain shortfall is reported instead. A deferred replica that a pin's staged
+    preemption already drains (it was not kept, so it counted as obsolete work there) is not
+    kept: one plan never keeps and drains the same replica.
     """
     ledger = state.ledger
     for mi in models:
+        mid = state.profiles[mi].model_id
         for hi, res in state.deferred.get(mi, ()):
             if ledger.count[mi] >= state.desired[mi]:
                 break
+            if (mid, state.hosts[hi].host_id) in state.evicted:
+                continue
             if mi not in ledger.books[hi].models and ledger.fit_incumbent(mi, hi, res) is None:
                 ledger.keep(mi, hi, res, "incumbent")
 

@@ -166,13 +166,16 @@ def _relocatable_later(state: PlanState, vmi: int, skip: int) -> bool:
 
 def _existing_copy(state: PlanState, xi: int, source: int) -> int | None:
     """Keep a live, unplanned copy of ``xi`` elsewhere (an earlier relocation in progress)
-    instead of starting another one; returns its host."""
+    instead of starting another one; returns its host. A copy this plan already stages for
+    eviction is not one: keeping it would both keep and drain the same replica."""
     from grid_core.planner.core import serving_incumbents
 
     ledger = state.ledger
+    model_id = state.profiles[xi].model_id
     for hi, res in serving_incumbents(state, xi):
         if (
             hi != source
+            and (model_id, state.hosts[hi].host_id) not in state.evicted
             and xi not in ledger.books[hi].models
             and ledger.fit_incumbent(xi, hi, res) is None
         ):

@@ -256,12 +256,15 @@ def _pin_unmet(state: PlanState, mi: int) -> list[Unmet]:
     staged_hosts = {e.host_id for e in state.evictions if e.beneficiary == p.model_id}
     reloc_host = state.relocations.get(mi, ("", "", ""))[1]
     left = state.reported[mi] - state.desired[mi]
+    short = state.needed(mi) - ledger.count[mi] > 0
     out: list[Unmet] = []
     for pin in p.pins:
         hi = by_id.get(pin)
         if hi is not None and mi in ledger.books[hi].models:
             continue
         if pin in staged_hosts or pin == reloc_host:
+            if not short:  # the shortfall, which names staged changes, is empty
+                out.append(_pin_waits(p.model_id, pin, pin in staged_hosts))
             continue  # reported with the replica shortfall (preemption/relocation staged)
         if hi is None:
             why = "the host is not registered"
@@ -287,6 +290,20 @@ def _pin_unmet(state: PlanState, mi: int) -> list[Unmet]:
             )
         )
     return out
+
+
+def _pin_waits(model_id: str, pin: str, evicting: bool) -> Unmet:
+    """A pin whose host waits for a staged change while the model's demand is already met
+    on other hosts: no replica is missing, but the pin is not yet held (the plan says why)."""
+    change = "staged evictions" if evicting else "a staged relocation"
+    return Unmet(
+        code="preemption_staged" if evicting else "relocation_staged",
+        model_id=model_id,
+        host_id=pin,
+        missing=0,
+        message=f"model '{model_id}' is pinned to '{pin}', which waits for {change} to free "
+        "it (its demand is placed on other hosts meanwhile)",
+    )
 
 
 def surplus_report(state: PlanState) -> list[SurplusReplica]:

@@ -173,9 +173,9 @@ def exact_short_text(ex: dict) -> str:
 
 
 def _missing_cell(unmet: dict) -> object:
-    """The ``missing`` cell of a shortfall row: an unusable pin whose replica went to another
-    host misses nothing, and says so."""
-    if unmet["code"] == "pin_unavailable" and not unmet["missing"]:
+    """The ``missing`` cell of a shortfall row: a pin (unusable, or waiting for a staged
+    change) whose replica went to another host misses nothing, and says so."""
+    if unmet.get("host_id") and not unmet["missing"]:
         return "0 (placed on another host)"
     return unmet["missing"]
 

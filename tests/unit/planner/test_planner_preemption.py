@@ -170,6 +170,65 @@ def test_relocation_needs_a_destination():
     assert codes(p, "gpu") == ["capacity_shortage"]
 
 
+def test_relocation_never_keeps_a_copy_the_same_plan_drains():
+    # 'solo' (exclusive, one replica) is warming on two hosts; 'wide' needs both hosts. The
+    # surplus copy on 'b' is staged for eviction, and the relocation that frees 'a' must not
+    # then keep that same copy as the new home: the plan would keep and drain one replica,
+    # leaving 'solo' with none. Shrunk from a seeded planner fuzz input.
+    profiles = [
+        model("solo", 3, min_replicas=1, priority=1, max_colocated_models=1),
+        model("wide", 4, min_replicas=4, max_replicas=4, priority=1),
+    ]
+    hosts = [
+        host("a", 32, residencies=(res("solo", 3, "warming"),)),
+        host("b", 96, residencies=(res("solo", 12, "warming"),)),
+    ]
+    p = run(profiles, hosts)
+    drained = {(e.model_id, e.host_id) for e in p.evictions}
+    assert drained == {("solo", "b")}
+    assert not placed(p) & drained
+    assert p.hosts_of("solo") == ("a",)
+
+
+def test_an_off_pin_replica_drained_for_another_pin_is_not_kept_too():
+    # 'mover' runs on 'a' but is pinned to 'b'; 'stay' is pinned to 'a'. Both pins stage a
+    # preemption, the one on 'a' drains 'mover' (deferred there, off its pin). Re-admitting
+    # that deferred replica afterwards would keep and drain it in the same plan. Shrunk from
+    # a seeded planner fuzz input.
+    profiles = [
+        model("solo", 16, max_colocated_models=1),
+        model("mover", 16, pins=("b",)),
+        model("stay", 12, pins=("a",)),
+    ]
+    hosts = [
+        host("a", 32, throttle_fraction=0.5, residencies=(res("mover", 16),)),
+        host("b", 96, residencies=(res("solo", 2, "loading"),)),
+    ]
+    p = run(profiles, hosts)
+    drained = {(e.model_id, e.host_id) for e in p.evictions}
+    assert ("mover", "a") in drained
+    assert not placed(p) & drained
+
+
+def test_a_pin_waiting_for_staged_evictions_is_reported_when_demand_is_met_elsewhere():
+    # The pinned host is full (a failed load holds memory); the plan stages its eviction for
+    # the pin and meets the one desired replica on the free host meanwhile. No replica is
+    # missing, yet the pin is not held: the plan must still say why. Shrunk from a seeded
+    # planner fuzz input.
+    profiles = [model("keep", 12), model("pinned", 4, pins=("p",)), model("broken", 20)]
+    hosts = [
+        host("p", 32, residencies=(res("keep", 12), res("broken", 20, "failed"))),
+        host("q", 32),
+    ]
+    p = run(profiles, hosts)
+    assert placed(p) == {("pinned", "q")}
+    assert [(e.model_id, e.host_id, e.beneficiary) for e in p.evictions] == [
+        ("broken", "p", "pinned")
+    ]
+    [u] = p.unmet
+    assert (u.code, u.model_id, u.host_id, u.missing) == ("preemption_staged", "pinned", "p", 0)
+
+
 def test_a_rollouts_old_revision_is_not_obsolete_while_it_is_the_only_ready_replica():
     # 'a' rolls to a new digest; its old revision is still its only ready replica, so an
     # equal-priority model may not evict it as if it were obsolete work (found by the soak).
