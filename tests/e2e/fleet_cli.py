@@ -217,3 +217,57 @@ class FleetApi:
             }
             for h in self.controller().get("hosts") or []
         }
+
+
+ANSWER_TOKENS = 8
+"""Tokens of an ordinary chat reply in the fleet tests (``ignore_eos``: exactly this many)."""
+RETRY_POLL_S = 0.5
+"""A cold client's resend interval after a 503."""
+CONVERGE_S = 240.0
+"""Upper bound for one convergence on a loaded 2-core machine (bounds a wait, never timed)."""
+
+
+class ChatFleet(FleetApi):
+    """:class:`FleetApi` plus what a client sends: chat requests, resent while the grid
+    answers 503, and which hosts report a model ready."""
+
+    def chat(self, model: str, text: str, max_tokens: int = ANSWER_TOKENS) -> tuple[int, str]:
+        """One request; (status, the answering model from the body or the error code; the
+        exception's name and status 0 when the connection failed)."""
+        body = {
+            "model": model,
+            "max_tokens": max_tokens,
+            "ignore_eos": True,
+            "messages": [{"role": "user", "content": text}],
+        }
+        try:
+            r = self.http.post(self.url + "/v1/chat/completions", json=body)
+        except httpx.HTTPError as exc:
+            return 0, type(exc).__name__
+        doc = r.json()
+        if r.status_code == 200:
+            assert doc["choices"][0]["message"]["content"] is not None, doc
+            return 200, doc["model"]
+        return r.status_code, (doc.get("error") or {}).get("code", "")
+
+    def answered(self, model: str, text: str) -> str:
+        """Resend every :data:`RETRY_POLL_S` while the grid answers 503 (at most
+        :data:`CONVERGE_S`); the answering model."""
+        import time
+
+        deadline = time.monotonic() + CONVERGE_S
+        while True:
+            code, who = self.chat(model, text)
+            if code == 200:
+                return who
+            assert code == 503, (code, who)
+            assert time.monotonic() < deadline, f"{model} still 503 after {CONVERGE_S} s"
+            time.sleep(RETRY_POLL_S)
+
+    def ready_on(self, model: str) -> list[str]:
+        """Hosts a node reports ``model`` ready on, sorted."""
+        return sorted(
+            str(h["host_id"])
+            for h in self.controller().get("hosts") or []
+            if any(r["model_id"] == model and r["state"] == "ready" for r in h["residencies"])
+        )

@@ -39,9 +39,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
-from fleet_cli import FleetApi, grid, started_fleet, wait_for
+from fleet_cli import CONVERGE_S as WAIT_S
+from fleet_cli import ChatFleet, grid, started_fleet, wait_for
 from ports import port
 
 pytestmark = pytest.mark.e2e
@@ -88,18 +88,12 @@ BURST_S = 12.0
 """How long each burst client keeps sending (s)."""
 BURST_MAX_TOKENS = 48
 """Tokens per burst reply (``ignore_eos``): each request occupies an engine slot a while."""
-ANSWER_TOKENS = 8
-"""Tokens of an ordinary reply."""
 MIN_NAMED_ANSWERS = 10
 """Named answers the directly used model must give while observed (it was really in use)."""
-RETRY_POLL_S = 0.5
-"""A cold client's resend interval after a 503."""
 SAME_LOAD_S = 1.0
 """Spread of a replica's reported ``loaded_at`` (s) that is still one load: the node derives
 it from a monotonic clock each heartbeat (microsecond jitter), while a reload comes after a
 drain, an unload, a load and a warm, each at least a heartbeat apart."""
-WAIT_S = 240.0
-"""Upper bound for one convergence on a loaded 2-core machine (bounds a wait, never timed)."""
 FLEET_GRID = "test-fleet"
 """The name ``grid test start`` registers the fleet under (``--grid test-fleet``)."""
 WIDE = {"COLUMNS": "250"}
@@ -194,47 +188,11 @@ class NamedUse:
             self.stop.wait(NAMED_GAP_S)
 
 
-class Fleet(FleetApi):
+class Fleet(ChatFleet):
     """The fleet as an operator (status, profiles) and a client (chat) see it."""
 
     def __init__(self, home: Path, url: str, token: str) -> None:
         super().__init__(home, url, token, max_connections=4 * BURST_CLIENTS)
-
-    def chat(self, model: str, text: str, max_tokens: int = ANSWER_TOKENS) -> tuple[int, str]:
-        """One request; (status, the answering model from the body or the error code)."""
-        body = {
-            "model": model,
-            "max_tokens": max_tokens,
-            "ignore_eos": True,
-            "messages": [{"role": "user", "content": text}],
-        }
-        try:
-            r = self.http.post(self.url + "/v1/chat/completions", json=body)
-        except httpx.HTTPError as exc:
-            return 0, type(exc).__name__
-        doc = r.json()
-        if r.status_code == 200:
-            assert doc["choices"][0]["message"]["content"] is not None, doc
-            return 200, doc["model"]
-        return r.status_code, (doc.get("error") or {}).get("code", "")
-
-    def answered(self, model: str, text: str) -> str:
-        """Resend every :data:`RETRY_POLL_S` while the grid answers 503; the answering model."""
-        deadline = time.monotonic() + WAIT_S
-        while True:
-            code, who = self.chat(model, text)
-            if code == 200:
-                return who
-            assert code == 503, (code, who)
-            assert time.monotonic() < deadline, f"{model} still 503 after {WAIT_S} s"
-            time.sleep(RETRY_POLL_S)
-
-    def ready_host(self, model: str) -> str | None:
-        """The host a node reports ``model`` ready on, if any (the first such host)."""
-        for h in self.controller().get("hosts") or []:
-            if any(r["model_id"] == model and r["state"] == "ready" for r in h["residencies"]):
-                return str(h["host_id"])
-        return None
 
 
 @pytest.fixture(scope="module")
@@ -378,7 +336,7 @@ def test_auto_coding_traffic_earns_a_canary_on_spare_capacity_and_never_evicts(
     # A client starts using the writer by name (its first request cold-starts it) and keeps
     # using it for the rest of the test.
     assert fleet.answered(WRITER, "Write a short poem about rain.") == WRITER
-    wait_for(lambda: fleet.ready_host(WRITER), "the writer reported ready", WAIT_S)
+    wait_for(lambda: fleet.ready_on(WRITER), "the writer reported ready", WAIT_S)
     # Only now does the coder score for coding. Scored earlier, while two hosts were still
     # idle, it could stand by on one of them before any coding request (the portfolio's
     # standby keeps one idle host as the node-failure reserve and may use the rest); with one

@@ -30,9 +30,9 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import httpx
 import pytest
-from fleet_cli import FleetApi, started_fleet, wait_for
+from fleet_cli import CONVERGE_S as WAIT_S
+from fleet_cli import ChatFleet, started_fleet, wait_for
 from ports import port
 
 pytestmark = pytest.mark.e2e
@@ -59,55 +59,13 @@ BURST_S = 12.0
 """How long each burst client keeps sending (s)."""
 BURST_MAX_TOKENS = 48
 """Tokens per burst reply (``ignore_eos``): each request occupies an engine slot a while."""
-ANSWER_TOKENS = 8
-"""Tokens of an ordinary reply."""
-RETRY_POLL_S = 0.5
-"""A cold client's resend interval after a 503."""
-WAIT_S = 240.0
-"""Upper bound for one convergence on a loaded 2-core machine (bounds a wait, never timed)."""
 
 
-class Fleet(FleetApi):
+class Fleet(ChatFleet):
     """The fleet as an operator (status, profiles) and a client (chat) see it."""
 
     def __init__(self, home: Path, url: str, token: str) -> None:
         super().__init__(home, url, token, max_connections=4 * BURST_CLIENTS)
-
-    def chat(self, model: str, text: str, max_tokens: int = ANSWER_TOKENS) -> tuple[int, str]:
-        """One request; (status, the answering model from the body or the error code)."""
-        body = {
-            "model": model,
-            "max_tokens": max_tokens,
-            "ignore_eos": True,
-            "messages": [{"role": "user", "content": text}],
-        }
-        try:
-            r = self.http.post(self.url + "/v1/chat/completions", json=body)
-        except httpx.HTTPError as exc:
-            return 0, type(exc).__name__
-        doc = r.json()
-        if r.status_code == 200:
-            return 200, doc["model"]
-        return r.status_code, (doc.get("error") or {}).get("code", "")
-
-    def answered(self, model: str, text: str) -> str:
-        """Resend every :data:`RETRY_POLL_S` while the grid answers 503; the answering model."""
-        deadline = time.monotonic() + WAIT_S
-        while True:
-            code, who = self.chat(model, text)
-            if code == 200:
-                return who
-            assert code == 503, (code, who)
-            assert time.monotonic() < deadline, f"{model} still 503 after {WAIT_S} s"
-            time.sleep(RETRY_POLL_S)
-
-    def ready_on(self, model: str) -> list[str]:
-        """Hosts a node reports ``model`` ready on."""
-        return sorted(
-            str(h["host_id"])
-            for h in self.controller().get("hosts") or []
-            if any(r["model_id"] == model and r["state"] == "ready" for r in h["residencies"])
-        )
 
     def portfolio(self) -> dict[str, object]:
         """The status's portfolio section (standby decisions and admission rows)."""
