@@ -6,10 +6,11 @@ import os
 import signal
 import subprocess
 import sys
+from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 import psutil
@@ -271,3 +272,50 @@ class ChatFleet(FleetApi):
             for h in self.controller().get("hosts") or []
             if any(r["model_id"] == model and r["state"] == "ready" for r in h["residencies"])
         )
+
+    def burst(
+        self, model: str, prompt: str, clients: int, seconds: float, max_tokens: int
+    ) -> Counter[tuple[int, str]]:
+        """``clients`` concurrent clients, each sending ``prompt`` (``{i}``: the client's
+        number) for ``model`` again and again for ``seconds``; every answer counted as
+        (status, answering model or error code)."""
+        import threading
+        import time
+        from concurrent.futures import ThreadPoolExecutor
+
+        answers: Counter[tuple[int, str]] = Counter()
+        lock = threading.Lock()
+
+        def client(i: int) -> None:
+            end = time.monotonic() + seconds
+            while time.monotonic() < end:
+                got = self.chat(model, prompt.format(i=i), max_tokens)
+                with lock:
+                    answers[got] += 1
+
+        with ThreadPoolExecutor(clients) as pool:
+            list(pool.map(client, range(clients)))
+        return answers
+
+
+ChatFleetT = TypeVar("ChatFleetT", bound=ChatFleet)
+"""A test module's own :class:`ChatFleet` subclass."""
+
+
+@contextmanager
+def chat_fleet(
+    kind: type[ChatFleetT], home: Path, *, machines: int, engine_port_base: int, gib: int
+) -> Iterator[ChatFleetT]:
+    """A logical fleet of ``machines`` hosts of ``gib`` GiB each (:func:`started_fleet`), seen
+    through a ``kind`` client whose connections are closed at the end."""
+    with started_fleet(
+        home,
+        machines=machines,
+        engine_port_base=engine_port_base,
+        capacities_gib=",".join([str(gib)] * machines),
+    ) as (_root, url, token):
+        f = kind(home, url, token)
+        try:
+            yield f
+        finally:
+            f.http.close()

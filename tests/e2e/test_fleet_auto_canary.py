@@ -34,14 +34,13 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
 from fleet_cli import CONVERGE_S as WAIT_S
-from fleet_cli import ChatFleet, grid, started_fleet, wait_for
+from fleet_cli import ChatFleet, chat_fleet, grid, wait_for
 from ports import port
 
 pytestmark = pytest.mark.e2e
@@ -198,17 +197,10 @@ class Fleet(ChatFleet):
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
     home = tmp_path_factory.mktemp("auto-canary-home")
-    with started_fleet(
-        home,
-        machines=MACHINES,
-        engine_port_base=ENGINE_PORT_BASE,
-        capacities_gib=",".join([str(HOST_GIB)] * MACHINES),
-    ) as (_root, url, token):
-        f = Fleet(home, url, token)
-        try:
-            yield f
-        finally:
-            f.http.close()
+    with chat_fleet(
+        Fleet, home, machines=MACHINES, engine_port_base=ENGINE_PORT_BASE, gib=HOST_GIB
+    ) as f:
+        yield f
 
 
 def _thread(target: Callable[[], None]) -> threading.Thread:
@@ -309,23 +301,6 @@ def _check_cli(fleet: Fleet) -> None:
     print(f"operator's JSON status: {row['state']} {row['model_id']}: {row['reason']}")
 
 
-def _burst(fleet: Fleet) -> Counter[tuple[int, str]]:
-    """Step 2: :data:`BURST_CLIENTS` concurrent ``auto`` clients for :data:`BURST_S` each."""
-    answers: Counter[tuple[int, str]] = Counter()
-    lock = threading.Lock()
-
-    def client(i: int) -> None:
-        end = time.monotonic() + BURST_S
-        while time.monotonic() < end:
-            got = fleet.chat("auto", BURST_PROMPT.format(i=i), BURST_MAX_TOKENS)
-            with lock:
-                answers[got] += 1
-
-    with ThreadPoolExecutor(BURST_CLIENTS) as pool:
-        list(pool.map(client, range(BURST_CLIENTS)))
-    return answers
-
-
 def test_auto_coding_traffic_earns_a_canary_on_spare_capacity_and_never_evicts(
     fleet: Fleet,
 ) -> None:
@@ -348,7 +323,7 @@ def test_auto_coding_traffic_earns_a_canary_on_spare_capacity_and_never_evicts(
     try:
         spare, writer_host, asked = _canary(fleet, seen, since)
         canary_steps = list(seen.steps)
-        answers = _burst(fleet)
+        answers = fleet.burst("auto", BURST_PROMPT, BURST_CLIENTS, BURST_S, BURST_MAX_TOKENS)
         wait_for(lambda: len(named.codes) >= MIN_NAMED_ANSWERS, "named answers", WAIT_S)
     finally:
         named.stop.set()

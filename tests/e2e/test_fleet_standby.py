@@ -23,16 +23,13 @@ reclaims it first).
 
 from __future__ import annotations
 
-import threading
 import time
-from collections import Counter
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 from fleet_cli import CONVERGE_S as WAIT_S
-from fleet_cli import ChatFleet, started_fleet, wait_for
+from fleet_cli import ChatFleet, chat_fleet, wait_for
 from ports import port
 
 pytestmark = pytest.mark.e2e
@@ -53,6 +50,8 @@ PROFILES: dict[str, dict[str, object]] = {
 """The operator's changes to the fleet's default profiles."""
 CODING_PROMPT = "Why does this python function raise a KeyError?"
 """A request the built-in classifier reads as coding."""
+BURST_PROMPT = "Write a long story about rain, part {i}."
+"""The burst's named writer request (``{i}``: the client's number)."""
 BURST_CLIENTS = 16
 """Concurrent named writer clients: more than one writer replica's four slots."""
 BURST_S = 12.0
@@ -75,34 +74,10 @@ class Fleet(ChatFleet):
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
     home = tmp_path_factory.mktemp("standby-home")
-    with started_fleet(
-        home,
-        machines=MACHINES,
-        engine_port_base=ENGINE_PORT_BASE,
-        capacities_gib=",".join([str(HOST_GIB)] * MACHINES),
-    ) as (_root, url, token):
-        f = Fleet(home, url, token)
-        try:
-            yield f
-        finally:
-            f.http.close()
-
-
-def _burst(fleet: Fleet) -> Counter[tuple[int, str]]:
-    """:data:`BURST_CLIENTS` concurrent named writer clients for :data:`BURST_S` each."""
-    answers: Counter[tuple[int, str]] = Counter()
-    lock = threading.Lock()
-
-    def client(i: int) -> None:
-        end = time.monotonic() + BURST_S
-        while time.monotonic() < end:
-            got = fleet.chat(WRITER, f"Write a long story about rain, part {i}.", BURST_MAX_TOKENS)
-            with lock:
-                answers[got] += 1
-
-    with ThreadPoolExecutor(BURST_CLIENTS) as pool:
-        list(pool.map(client, range(BURST_CLIENTS)))
-    return answers
+    with chat_fleet(
+        Fleet, home, machines=MACHINES, engine_port_base=ENGINE_PORT_BASE, gib=HOST_GIB
+    ) as f:
+        yield f
 
 
 def test_a_workload_model_stands_by_on_idle_capacity_until_direct_demand_needs_the_host(
@@ -141,7 +116,7 @@ def test_a_workload_model_stands_by_on_idle_capacity_until_direct_demand_needs_t
     [first_writer] = wait_for(lambda: fleet.ready_on(WRITER), "the writer ready", WAIT_S)
     assert first_writer != standby_host
     assert fleet.ready_on(CODER) == [standby_host]  # a kept standby outlives a full reserve
-    answers = _burst(fleet)
+    answers = fleet.burst(WRITER, BURST_PROMPT, BURST_CLIENTS, BURST_S, BURST_MAX_TOKENS)
     assert answers[(200, WRITER)] > 0 and {c for c, _ in answers} <= {200, 503}, answers
     wait_for(
         lambda: standby_host in fleet.ready_on(WRITER),
