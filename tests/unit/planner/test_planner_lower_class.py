@@ -86,8 +86,9 @@ FLEET = {
 12-host fleet): the priority-0 vLLM-only "m06" needs a GPU server slot."""
 
 
-def _placed(result: Plan) -> dict[int, int]:
-    prio = {m["model_id"]: m["priority"] for m in FLEET["models"]}  # type: ignore[index]
+def _placed(fleet: dict[str, object], result: Plan) -> dict[int, int]:
+    """Replicas ``result`` places per priority class of ``fleet``'s models."""
+    prio = {m["model_id"]: m["priority"] for m in fleet["models"]}  # type: ignore[attr-defined]
     out: dict[int, int] = {}
     for a in result.assignments:
         out[prio[a.model_id]] = out.get(prio[a.model_id], 0) + 1
@@ -108,8 +109,8 @@ def test_the_lower_class_candidate_places_the_short_priority_zero_replica(monkey
     after = plan(fleet_inputs(FLEET), hooks, reuse=False)
 
     assert (len(before.assignments), len(after.assignments)) == (15, 16)
-    assert _placed(before) == {2: 3, 1: 11, 0: 1}
-    assert _placed(after) == {2: 3, 1: 11, 0: 2}
+    assert _placed(FLEET, before) == {2: 3, 1: 11, 0: 1}
+    assert _placed(FLEET, after) == {2: 3, 1: 11, 0: 2}
     assert sorted(after.hosts_of("m06")) == ["cuda-e-2slot", "cuda-g-3slot"]
     assert plan(fleet_inputs(FLEET), hooks, reuse=False) == after  # deterministic
 
@@ -172,14 +173,6 @@ FINISH_FLEET = {
 64x32 fleet, seed 39): the priority-0 "model-18" needs two replicas in two domains."""
 
 
-def _placed_in(fleet: dict[str, object], result: Plan) -> dict[int, int]:
-    prio = {m["model_id"]: m["priority"] for m in fleet["models"]}  # type: ignore[attr-defined]
-    out: dict[int, int] = {}
-    for a in result.assignments:
-        out[prio[a.model_id]] = out.get(prio[a.model_id], 0) + 1
-    return out
-
-
 def test_the_lower_class_candidate_finishes_its_lowest_class(monkeypatch):
     # Right after its solve the candidate has fewer priority-0 replicas than the kept plan
     # (whose count already includes its exchanges and settling); abandoned there, the plan
@@ -198,7 +191,7 @@ def test_the_lower_class_candidate_finishes_its_lowest_class(monkeypatch):
     after = plan(fleet_inputs(FINISH_FLEET), hooks, reuse=False)
 
     assert (len(before.assignments), len(after.assignments)) == (52, 53)
-    assert _placed_in(FINISH_FLEET, before) == {3: 6, 2: 19, 1: 26, 0: 1}
-    assert _placed_in(FINISH_FLEET, after) == {3: 6, 2: 19, 1: 26, 0: 2}
+    assert _placed(FINISH_FLEET, before) == {3: 6, 2: 19, 1: 26, 0: 1}
+    assert _placed(FINISH_FLEET, after) == {3: 6, 2: 19, 1: 26, 0: 2}
     assert sorted(after.hosts_of("model-18")) == ["host-021", "host-023"]
     assert plan(fleet_inputs(FINISH_FLEET), hooks, reuse=False) == after  # deterministic
