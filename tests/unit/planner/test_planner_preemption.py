@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 from planner_helpers import NOW, codes, demand, host, model, placed, res, run
 
-from grid_core.planner import PlannerPolicy
+from grid_core.planner import Plan, PlannerPolicy
 
 
 def test_three_small_idle_residencies_evict_the_smallest_sufficient_set():
@@ -190,24 +190,55 @@ def test_relocation_never_keeps_a_copy_the_same_plan_drains():
     assert p.hosts_of("solo") == ("a",)
 
 
-def test_an_off_pin_replica_drained_for_another_pin_is_not_kept_too():
-    # 'mover' runs on 'a' but is pinned to 'b'; 'stay' is pinned to 'a'. Both pins stage a
-    # preemption, the one on 'a' drains 'mover' (deferred there, off its pin). Re-admitting
-    # that deferred replica afterwards would keep and drain it in the same plan. Shrunk from
-    # a seeded planner fuzz input.
+def _off_pin_fleet(stay_priority: int) -> Plan:
+    # 'mover' runs on 'a' but is pinned to 'b' (full of a loading exclusive model); 'stay' is
+    # pinned to 'a'. 'mover's replica on 'a' is deferred behind its own pin when 'stay's pin
+    # looks for victims there. Shrunk from a seeded planner fuzz input.
     profiles = [
         model("solo", 16, max_colocated_models=1),
         model("mover", 16, pins=("b",)),
-        model("stay", 12, pins=("a",)),
+        model("stay", 12, pins=("a",), priority=stay_priority),
     ]
     hosts = [
         host("a", 32, throttle_fraction=0.5, residencies=(res("mover", 16),)),
         host("b", 96, residencies=(res("solo", 2, "loading"),)),
     ]
-    p = run(profiles, hosts)
+    return run(profiles, hosts)
+
+
+def test_an_off_pin_replica_is_wanted_work_not_obsolete_for_another_pin():
+    # An equal-priority pin may not drain it: it is kept, and the other pin is reported.
+    p = _off_pin_fleet(stay_priority=0)
+    assert ("mover", "a") in placed(p)
+    assert ("mover", "a") not in {(e.model_id, e.host_id) for e in p.evictions}
+    stay = {(u.code, u.host_id) for u in p.unmet if u.model_id == "stay"}
+    assert ("pin_unavailable", "a") in stay
+
+
+def test_an_off_pin_replica_drained_for_a_higher_pin_is_not_kept_too():
+    # A higher-priority pin may drain it; re-admitting the deferred replica afterwards would
+    # keep and drain it in the same plan.
+    p = _off_pin_fleet(stay_priority=1)
     drained = {(e.model_id, e.host_id) for e in p.evictions}
     assert ("mover", "a") in drained
     assert not placed(p) & drained
+
+
+def test_a_lower_priority_pin_never_drains_a_higher_models_deferred_replica():
+    # 'vip' (priority 5) runs only on 'a', off its pin 'b' (held by priority-9 work). The
+    # priority-0 pin on 'a' must not take 'vip's only replica as if it were obsolete work.
+    profiles = [
+        model("vip", 16, min_replicas=1, priority=5, pins=("b",)),
+        model("lo", 12, min_replicas=1, priority=0, pins=("a",)),
+        model("filler", 16, min_replicas=1, priority=9),
+    ]
+    hosts = [
+        host("a", 16, residencies=(res("vip", 16),)),
+        host("b", 16, residencies=(res("filler", 16),)),
+    ]
+    p = run(profiles, hosts)
+    assert p.evictions == ()
+    assert placed(p) == {("vip", "a"), ("filler", "b")}
 
 
 def test_a_pin_waiting_for_staged_evictions_is_reported_when_demand_is_met_elsewhere():
