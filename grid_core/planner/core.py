@@ -221,6 +221,10 @@ class PlanState:
         behind it (:func:`grid_core.planner.replan.behind`)."""
         self.deferred: dict[int, list[tuple[int, ResidencySnapshot]]] = {}
         """Per model, incumbents held back so a missing failure domain can be filled."""
+        self.off_pin: set[tuple[int, int]] = set()
+        """(model, host) of deferred incumbents held back only because the model's pins
+        take its room first: wanted work while the model is short, priced at its priority as
+        a victim (:func:`grid_core.planner.phases.place_pins`)."""
         self._init_search_memos()
         self.alloc = [h.allocatable_mb for h in self.hosts]
 

@@ -77,6 +77,7 @@ def seed_incumbents(state: PlanState) -> None:
             if pins and hi not in pins:
                 if off_pin_room <= 0:
                     state.deferred.setdefault(mi, []).append((hi, res))
+                    state.off_pin.add((mi, hi))
                     continue
                 off_pin_room -= 1
             dom = ledger.domain_list[hi]
@@ -531,12 +532,6 @@ def _serves_old_revision(state: PlanState, vmi: int, r: ResidencySnapshot) -> bo
     )
 
 
-def _deferred_here(state: PlanState, vmi: int, hi: int) -> bool:
-    """Whether ``vmi``'s live replica on ``hi`` waits in :func:`seed_incumbents`' deferred
-    list (re-admitted by :func:`readmit_deferred` if its model stays short)."""
-    return any(h == hi for h, _ in state.deferred.get(vmi, ()))
-
-
 def _victim_pool(
     state: PlanState, mi: int, hi: int
 ) -> tuple[list[VictimCandidate], VictimNeed] | None:
@@ -561,10 +556,15 @@ def _victim_pool(
             # A rollout's old revision still serving its model: it yields only to what could
             # preempt the model itself (specification, "Safety invariants" 5 and 8).
             prio = state.profiles[vmi].priority
-        elif kept is None and vmi is not None and _deferred_here(state, vmi, hi):
-            # Not kept yet only because its model's pins or failure domains come first: it is
-            # wanted work, not obsolete, and yields only to higher priority ("Safety
-            # invariants" 3).
+        elif (
+            kept is None
+            and vmi is not None
+            and (vmi, hi) in state.off_pin
+            and state.ledger.count[vmi] < state.desired[vmi]
+        ):
+            # Held back only because its model's pins take its room first, and the model is
+            # still short: wanted work, not obsolete, so it yields only to higher priority
+            # ("Safety invariants" 3). Once the model is satisfied it is surplus again.
             prio = state.profiles[vmi].priority
         surplus = kept is not None and surplus_hold(state, kept, hi, r) is None
         if surplus:
