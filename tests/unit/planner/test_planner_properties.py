@@ -172,14 +172,11 @@ def _check_hard_rules(inputs: PlanInputs) -> None:
             assert e.host_id not in victim.pins
             if r.state in ("loading", "warming", "ready") and r.loaded_at is not None:
                 assert inputs.now - r.loaded_at >= victim.min_residency_s
-
+        # a replica the plan drains is never also one it keeps (whatever the eviction is for)
+        placed = {(a.model_id, a.host_id) for a in result.assignments}
+        assert (e.model_id, e.host_id) not in placed, (e, "kept and drained")
         if e.beneficiary is not None:
-            assert (e.beneficiary, e.host_id) not in {
-                (a.model_id, a.host_id) for a in result.assignments
-            }
-            assert (e.model_id, e.host_id) not in {
-                (a.model_id, a.host_id) for a in result.assignments
-            }
+            assert (e.beneficiary, e.host_id) not in placed
 
 
 @SETTINGS
