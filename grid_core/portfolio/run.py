@@ -153,6 +153,106 @@ def exploitation_choice(cands: tuple[Candidate, ...]) -> str | None:
     return min(usable, key=lambda c: (-(c.utility - c.bonus), c.model_id)).model_id
 
 
+class _TickAdmission:
+    """What one tick knows about its workloads before any search: the feasibility scan, the
+    admission gate's verdicts, each workload's candidates, and the projection of a
+    workload→model map onto model demand (shared by the search, the replacement and the
+    standby steps).
+
+    Args:
+        inp: the tick's immutable inputs.
+    """
+
+    def __init__(self, inp: TickInputs) -> None:
+        self.inp = inp
+        self.fit = Fit(inp.profiles, inp.hosts, inp.policy, inp.direct)
+        raw = {
+            w: workload_demand(w, fc, n, inp.profiles, inp.thresholds)
+            for w, (fc, n) in sorted(inp.forecasts.items())
+        }
+        previous = {d.workload: d for d in inp.previous.workloads} if inp.previous else None
+        self.workloads = admit(raw, self.fit, previous)
+        self.admitted = {w: d for w, d in self.workloads.items() if d.admitted}
+        self.candidates = {
+            w: candidates_for(w, self.fit, inp.outcomes, inp.quality, inp.now, self.admitted)
+            for w in self.workloads
+        }
+        self.by_id = {p.model_id: p for p in inp.profiles}
+        self.capped = frozenset(w for w, d in self.admitted.items() if d.canary_cap)
+
+    def demand_of(self, mapping: Mapping[str, str]) -> dict[str, ModelDemand]:
+        """Model demand when the admitted workloads are served as ``mapping`` says (a
+        canary-capped workload stays capped until its model has a validated response)."""
+        inp, by_id = self.inp, self.by_id
+        valid = {w: m for w, m in mapping.items() if w in self.admitted and m in by_id}
+        cap = frozenset(
+            w
+            for w in self.capped
+            if w in valid
+            and not inp.outcomes.validated(valid[w], w, by_id[valid[w]].artifact_sha256, inp.now)
+        )
+        return project(inp.direct, self.admitted, valid, by_id, inp.headroom, cap)
+
+    def candidates_of(self, w: str) -> tuple[Candidate, ...]:
+        """A workload's candidates (also for one the gate did not admit this tick)."""
+        got = self.candidates.get(w)
+        if got is None:
+            inp = self.inp
+            got = candidates_for(w, self.fit, inp.outcomes, inp.quality, inp.now, self.admitted)
+        return got
+
+    def snapshot(self) -> PortfolioSnapshot:
+        """The immutable snapshot every counterfactual of the tick reuses."""
+        inp = self.inp
+        return PortfolioSnapshot(
+            now=inp.now,
+            workloads=self.admitted,
+            profiles=inp.profiles,
+            hosts=inp.hosts,
+            direct=dict(inp.direct),
+            candidates={w: self.candidates[w] for w in self.admitted},
+            previous=dict(inp.previous.mapping) if inp.previous else {},
+            exploring=inp.previous.exploring if inp.previous else None,
+            out_hosts=tuple(sorted(self.fit.out_hosts())),
+        )
+
+
+def _decide(
+    tick: _TickAdmission, search: Search | None, plan_of: PlanOf, plugin_name: str
+) -> tuple[PortfolioDecision, str, int]:
+    """Ask the installed search for a workload→model map, else project each admitted
+    workload onto its best usable candidate.
+
+    Returns:
+        ``(decision, answering plugin's name, portfolios evaluated)``.
+    """
+    inp = tick.inp
+
+    def evaluate(mapping: Mapping[str, str]) -> Plan:
+        return plan_of(
+            PlanInputs(
+                now=inp.now,
+                profiles=inp.profiles,
+                hosts=inp.hosts,
+                demand=tick.demand_of(mapping),
+                policy=inp.policy,
+            )
+        )
+
+    ctx = Evaluator(evaluate, MAX_PORTFOLIOS)
+    if search is not None and tick.admitted:
+        decision = search(tick.snapshot(), ctx)
+        if decision is not None:
+            return decision, plugin_name, ctx.evaluated
+    mapping = {}
+    for w in tick.admitted:
+        best = exploitation_choice(tick.candidates[w])
+        if best is not None:
+            mapping[w] = best
+    decision = PortfolioDecision(mapping=mapping, reason="best usable candidate per workload")
+    return decision, "builtin-projection", ctx.evaluated
+
+
 def run_portfolio(
     inp: TickInputs, search: Search | None, plan_of: PlanOf, plugin_name: str = "plugin"
 ) -> TickPortfolio:
@@ -165,86 +265,26 @@ def run_portfolio(
         plan_of: the planner with the tick's hooks bound.
         plugin_name: the answering plugin's name (status).
     """
-    fit = Fit(inp.profiles, inp.hosts, inp.policy, inp.direct)
-    raw = {
-        w: workload_demand(w, fc, n, inp.profiles, inp.thresholds)
-        for w, (fc, n) in sorted(inp.forecasts.items())
-    }
-    workloads = admit(
-        raw, fit, {d.workload: d for d in inp.previous.workloads} if inp.previous else None
-    )
-    admitted = {w: d for w, d in workloads.items() if d.admitted}
-    candidates = {
-        w: candidates_for(w, fit, inp.outcomes, inp.quality, inp.now, admitted) for w in workloads
-    }
-    by_id = {p.model_id: p for p in inp.profiles}
-    capped = frozenset(w for w, d in admitted.items() if d.canary_cap)
-
-    def demand_of(mapping: Mapping[str, str]) -> dict[str, ModelDemand]:
-        valid = {w: m for w, m in mapping.items() if w in admitted and m in by_id}
-        cap = frozenset(
-            w
-            for w in capped
-            if w in valid
-            and not inp.outcomes.validated(valid[w], w, by_id[valid[w]].artifact_sha256, inp.now)
-        )
-        return project(inp.direct, admitted, valid, by_id, inp.headroom, cap)
-
-    def evaluate(mapping: Mapping[str, str]) -> Plan:
-        return plan_of(
-            PlanInputs(
-                now=inp.now,
-                profiles=inp.profiles,
-                hosts=inp.hosts,
-                demand=demand_of(mapping),
-                policy=inp.policy,
-            )
-        )
-
-    snapshot = PortfolioSnapshot(
-        now=inp.now,
-        workloads=admitted,
-        profiles=inp.profiles,
-        hosts=inp.hosts,
-        direct=dict(inp.direct),
-        candidates={w: candidates[w] for w in admitted},
-        previous=dict(inp.previous.mapping) if inp.previous else {},
-        exploring=inp.previous.exploring if inp.previous else None,
-        out_hosts=tuple(sorted(fit.out_hosts())),
-    )
-    decision = None
-    plugin = "builtin-projection"
-    ctx = Evaluator(evaluate, MAX_PORTFOLIOS)
-    if search is not None and admitted:
-        decision = search(snapshot, ctx)
-        if decision is not None:
-            plugin = plugin_name
-    if decision is None:
-        mapping = {}
-        for w in admitted:
-            best = exploitation_choice(candidates[w])
-            if best is not None:
-                mapping[w] = best
-        decision = PortfolioDecision(mapping=mapping, reason="best usable candidate per workload")
-    mapping = {w: m for w, m in decision.mapping.items() if w in admitted and m in by_id}
-    demand = demand_of(mapping)
+    tick = _TickAdmission(inp)
+    decision, plugin, evaluated = _decide(tick, search, plan_of, plugin_name)
+    admitted, candidates = tick.admitted, tick.candidates
+    mapping = {w: m for w, m in decision.mapping.items() if w in admitted and m in tick.by_id}
+    demand = tick.demand_of(mapping)
     mapping, demand, replacing = _replacement(
-        inp, fit, mapping, admitted, candidates, demand, demand_of, plan_of
+        inp, tick.fit, mapping, admitted, candidates, demand, tick.demand_of, plan_of
     )
     standby: dict[str, str] = {}
     standing: dict[str, StandbyClaim] = {}
     standby_note = "no portfolio search: workloads wait for the admission gate"
     planning = leaving(inp.hosts, replacing)
     if search is not None:  # a portfolio search is installed: the proactive planner
-
-        def candidates_of(w: str) -> tuple[Candidate, ...]:
-            got = candidates.get(w)
-            if got is None:
-                got = candidates_for(w, fit, inp.outcomes, inp.quality, inp.now, admitted)
-            return got
-
         demand, standby, standing, standby_note = fill_standby(
-            replace(inp, hosts=planning), fit, demand, workloads, candidates_of, plan_of
+            replace(inp, hosts=planning),
+            tick.fit,
+            demand,
+            tick.workloads,
+            tick.candidates_of,
+            plan_of,
         )
     report = PortfolioReport(
         plugin=plugin,
@@ -252,10 +292,10 @@ def run_portfolio(
         models=sorted(set(mapping.values())),
         deferred=sorted(w for w in admitted if w not in mapping),
         exploring=decision.exploring,
-        evaluated=ctx.evaluated,
+        evaluated=evaluated,
         reason=decision.reason,
         thresholds=inp.thresholds,
-        workloads=list(workloads.values()),
+        workloads=list(tick.workloads.values()),
         candidates=[c for w in sorted(candidates) for c in candidates[w]],
         replacing=replacing,
         standby=standby,
@@ -266,7 +306,7 @@ def run_portfolio(
         demand=demand,
         report=report,
         candidates=candidates,
-        workloads=workloads,
+        workloads=tick.workloads,
         hosts=planning,
     )
 
@@ -522,88 +562,102 @@ def _undersupplied(m: str, ready: int, desired: int, planned: int, plan: Plan) -
 def admission_rows(
     tick: TickPortfolio, plan: Plan, hosts: Mapping[str, HostSnapshot], fit: Fit
 ) -> list[AdmissionRow]:
-    """One row per active unbound workload, explaining the authoritative plan (no solver)."""
-    rep = tick.report
+    """One row per active unbound workload, explaining the authoritative plan (no solver).
+
+    Specification, "Proactive observation and portfolio planning": a workload below the
+    admission gate waits for a plan, an admitted one without a chosen model is deferred or
+    infeasible, and a chosen model's row counts its desired, planned and ready replicas.
+    """
     rows = []
     for w, d in sorted(tick.workloads.items()):
         if not d.admitted:
-            why = (
-                f"below the admission gate: {d.observations}/{rep.thresholds.observations} "
-                f"observations, {d.offered_concurrency:.2f}/{rep.thresholds.concurrency} "
-                "offered-concurrency units"
-            )
-            if d.admission == "weak_media":
-                why += f"; media canary refused: {spare_capacity_proof(fit, w)}"
-            if w in rep.standby:
-                why += f"; {rep.standby[w]} stands by on idle capacity"
-            rows.append(_row_for(d, "awaiting-plan", why))
-            continue
-        cands = tick.candidates.get(w, ())
-        if w not in rep.mapping:
-            gives_way = rep.replacing is not None and any(
-                c.model_id in rep.replacing.victims and c.resident for c in cands
-            )
-            if gives_way and rep.replacing is not None:
-                swap = rep.replacing
-                why = (
-                    f"deferred: its model gives way on {swap.host_id} to {swap.beneficiary} "
-                    f"for {swap.workload} (pressure {swap.pressure:.2f} >= 1.5 x "
-                    f"{swap.victim_pressure:.2f})"
-                )
-                rows.append(_row_for(d, "deferred", why))
-            elif any(c.usable for c in cands):
-                rows.append(
-                    _row_for(d, "deferred", f"deferred under current capacity: {rep.reason}")
-                )
-            else:
-                rejection = cands[0].rejection if cands else None
-                rows.append(_row_for(d, "infeasible", rejection or "no configured model scores it"))
-            continue
-        m = rep.mapping[w]
-        c = next((c for c in cands if c.model_id == m), None)
-        desired = plan.desired.get(m, 0)
-        planned = len(plan.hosts_of(m))
-        ready = starting = 0
-        for h in hosts.values():
-            r = h.residency(m)
-            if r is not None and r.state == "ready":
-                ready += 1
-            elif r is not None and r.state in SERVING:
-                starting += 1
-        staged = any(e.beneficiary == m for e in plan.evictions)
-        state: AdmissionState
-        if ready and ready >= desired:
-            state, why = "ready", f"{ready} ready replica(s) of {m}"
-        elif ready:
-            state, why = "undersupplied", _undersupplied(m, ready, desired, planned, plan)
-        elif starting:
-            state, why = "starting", f"{m} is loading or warming"
-        elif planned or staged:
-            after = " after a staged preemption" if staged else ""
-            state, why = "planned", f"{m} planned on {planned} host(s){after}"
-        elif rep.replacing is not None and rep.replacing.beneficiary == m:
-            state = "blocked-by-residency"
-            why = (
-                f"{m} replaces idle speculative {','.join(rep.replacing.victims)} on "
-                f"{rep.replacing.host_id}: drain first, then load"
-            )
+            rows.append(_awaiting_row(tick.report, d, fit))
+        elif w not in tick.report.mapping:
+            rows.append(_unmapped_row(tick.report, d, tick.candidates.get(w, ())))
         else:
-            state, why = _unplanned_state(m, c, plan)
-        rows.append(
-            _row_for(
-                d,
-                state,
-                why,
-                model_id=m,
-                desired=desired,
-                planned=planned,
-                ready=ready,
-                missing=max(0, desired - ready),
-                eligible_hosts=c.compatible_hosts if c else 0,
-                startup_s=c.startup_s if c else 0.0,
-            )
-        )
+            rows.append(_mapped_row(tick, d, plan, hosts))
     return rows
+
+
+def _awaiting_row(rep: PortfolioReport, d: WorkloadDemand, fit: Fit) -> AdmissionRow:
+    """The row of a workload still below the admission gate (its evidence against the bar)."""
+    why = (
+        f"below the admission gate: {d.observations}/{rep.thresholds.observations} "
+        f"observations, {d.offered_concurrency:.2f}/{rep.thresholds.concurrency} "
+        "offered-concurrency units"
+    )
+    if d.admission == "weak_media":
+        why += f"; media canary refused: {spare_capacity_proof(fit, d.workload)}"
+    if d.workload in rep.standby:
+        why += f"; {rep.standby[d.workload]} stands by on idle capacity"
+    return _row_for(d, "awaiting-plan", why)
+
+
+def _unmapped_row(
+    rep: PortfolioReport, d: WorkloadDemand, cands: tuple[Candidate, ...]
+) -> AdmissionRow:
+    """The row of an admitted workload the portfolio serves with no model this tick."""
+    swap = rep.replacing
+    if swap is not None and any(c.model_id in swap.victims and c.resident for c in cands):
+        why = (
+            f"deferred: its model gives way on {swap.host_id} to {swap.beneficiary} "
+            f"for {swap.workload} (pressure {swap.pressure:.2f} >= 1.5 x "
+            f"{swap.victim_pressure:.2f})"
+        )
+        return _row_for(d, "deferred", why)
+    if any(c.usable for c in cands):
+        return _row_for(d, "deferred", f"deferred under current capacity: {rep.reason}")
+    rejection = cands[0].rejection if cands else None
+    return _row_for(d, "infeasible", rejection or "no configured model scores it")
+
+
+def _mapped_row(
+    tick: TickPortfolio, d: WorkloadDemand, plan: Plan, hosts: Mapping[str, HostSnapshot]
+) -> AdmissionRow:
+    """The row of a workload with a chosen model: how far its replicas are from serving."""
+    rep = tick.report
+    m = rep.mapping[d.workload]
+    c = next((c for c in tick.candidates.get(d.workload, ()) if c.model_id == m), None)
+    desired = plan.desired.get(m, 0)
+    planned = len(plan.hosts_of(m))
+    ready = starting = 0
+    for h in hosts.values():
+        r = h.residency(m)
+        if r is not None and r.state == "ready":
+            ready += 1
+        elif r is not None and r.state in SERVING:
+            starting += 1
+    staged = any(e.beneficiary == m for e in plan.evictions)
+    state: AdmissionState
+    if ready and ready >= desired:
+        state, why = "ready", f"{ready} ready replica(s) of {m}"
+    elif ready:
+        state, why = "undersupplied", _undersupplied(m, ready, desired, planned, plan)
+    elif starting:
+        state, why = "starting", f"{m} is loading or warming"
+    elif planned or staged:
+        after = " after a staged preemption" if staged else ""
+        state, why = "planned", f"{m} planned on {planned} host(s){after}"
+    elif rep.replacing is not None and rep.replacing.beneficiary == m:
+        state = "blocked-by-residency"
+        why = (
+            f"{m} replaces idle speculative {','.join(rep.replacing.victims)} on "
+            f"{rep.replacing.host_id}: drain first, then load"
+        )
+    else:
+        state, why = _unplanned_state(m, c, plan)
+    return _row_for(
+        d,
+        state,
+        why,
+        model_id=m,
+        desired=desired,
+        planned=planned,
+        ready=ready,
+        missing=max(0, desired - ready),
+        eligible_hosts=c.compatible_hosts if c else 0,
+        startup_s=c.startup_s if c else 0.0,
+    )
 
 
 class SearchSource(Protocol):
