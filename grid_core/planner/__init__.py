@@ -19,6 +19,7 @@ from grid_core.planner.core import PlanState, desired_count
 from grid_core.planner.exchange import exchange_rounds
 from grid_core.planner.holds import lift_holds, reserve_holds, short_models
 from grid_core.planner.hooks import NO_HOOKS, PlannerHooks
+from grid_core.planner.longchains import long_chains
 from grid_core.planner.phases import (
     place_class,
     place_pins,
@@ -169,8 +170,9 @@ def _solve_with_replans(
     resources of the best plan so far, as long as each re-plan improves (:mod:`.replan`);
     then, if lower-priority models are still short, once more holding room for them from
     the start (:mod:`.holds`), kept only when it improves too; then exchange repair on the
-    plan kept, one size-priced candidate (:func:`_size_candidate`) and the settling repair
-    for what is still short (:mod:`.settle`)."""
+    plan kept, one size-priced candidate (:func:`_size_candidate`), the settling repair for
+    what is still short (:mod:`.settle`), the lower-class-aware candidate
+    (:func:`_lower_class_candidate`) and, last, long ejection chains (:mod:`.longchains`)."""
     best = PlanState(canon, terms, selector, topology=topo)
     _solve(best)
     for _ in range(MAX_REPLANS):
@@ -200,6 +202,7 @@ def _solve_with_replans(
         best = _size_candidate(canon, terms, selector, best, before)
         settle(best)
         best = _lower_class_candidate(canon, terms, selector, best)
+        long_chains(best)
     return _result(best, digest)  # reported once, for the plan kept
 
 

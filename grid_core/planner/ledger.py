@@ -305,14 +305,19 @@ class Ledger:
             return "present"
         got = self._pair[mi].get(hi)
         mem = (got if got is not None else self.memory(mi, hi))[1]
+        own = self._extra[mi].get(hi)  # headroom_extra's memo, read without its call
+        if own is None:
+            own = self.headroom_extra(mi, hi)
+        inc_room = book.inc_free + leaving.inc_mb
+        if inc_room < mem + own or book.raw_free + leaving.raw_mb < mem:
+            return "memory"  # short even before the shares of the replicas staying there
         extra = book.extra_mb  # the largest share of the new replicas there (exact max)
-        if leaving.mi in book.models and self.headroom_extra(leaving.mi, hi) >= extra:
-            others = (p for p in book.models.values() if not p.incumbent and p is not leaving)
-            extra = max((self.headroom_extra(p.mi, hi) for p in others), default=0)
-        own = self.headroom_extra(mi, hi)
-        admit = mem + (extra if extra > own else own)  # max(own, extra) without the call
-        if book.inc_free + leaving.inc_mb < admit or book.raw_free + leaving.raw_mb < mem:
-            return "memory"
+        if extra > own:  # only a larger share than its own can still make it short
+            if leaving.mi in book.models and self.headroom_extra(leaving.mi, hi) >= extra:
+                others = (p for p in book.models.values() if not p.incumbent and p is not leaving)
+                extra = max((self.headroom_extra(p.mi, hi) for p in others), default=0)
+            if inc_room < mem + extra:
+                return "memory"
         gone = self.profiles[leaving.mi].model_id
         # The peers once ``leaving`` has gone (the set is built only for colocation rules).
         if book.max_models and len(book.present) - (gone in book.present) + 1 > book.max_models:

@@ -1,0 +1,318 @@
+"""Long ejection chains: the planner's last search for a replica still short.
+
+Source: specification, "Global placement loop": a deterministic bounded repair may evacuate
+and re-place replicas when greedy placement fragments capacity. The settling repair
+(:mod:`grid_core.planner.settle`) searches chains of up to
+:data:`~grid_core.planner.chains.MAX_CHAIN_MOVES` moves and, at each host, tries only the
+smallest and the largest departing replica that makes room. On the 64x32 bench fleets at
+occupancy 0, the exact program that moves the fewest of the planner's new replicas (every
+model keeping at least its count) shows what the seeds still furthest from the optimum need
+for their next replica: five moves ending where a replica fits directly (seeds 59, 74), or
+four and five moves that close on a host the chain changed, through a departing replica of
+middle size (seeds 22, 63, 77, 79).
+
+This pass runs once, on the finished plan, for the models still short (highest priority
+first, one replica per model per round), within :data:`LONG_CHAIN_BUDGET` steps:
+
+* a chain has up to :data:`LONG_CHAIN_MOVES` moves; at a host the short model (or a
+  displaced replica) may take, every new replica whose departure makes room is a successor;
+* a chain ends where the last displaced replica fits a host the chain has not used, or on
+  a host an earlier move changed, when the replica that left there made room for two (the
+  closing landing of :mod:`grid_core.planner.settle`);
+* a search first follows only chains that can still end directly: per model, the fewest
+  further displacements after which one of its replicas can land where it fits
+  (:meth:`_LongChains._levels`, from a move map judged by memory alone, so never too many)
+  both prunes and orders it, best first; each departing replica is a successor once;
+* when that fails, a second search also admits a replica displaced from a host that keeps a
+  free model slot and room for one more (a *cycle*: what it displaces may land back there),
+  each departing replica a successor once per predecessor model.
+
+As in every repair, only new replicas move (nothing live, no pin reservation or hold, no
+replica on a host holding its cached weights), each move obeys the ledger's hard rules and
+no moved model spans fewer failure domains than before (up to its requirement): the pass only
+adds a replica, so no class places fewer and the rest of the plan is unchanged.
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass
+
+from grid_core.planner.chains import REPAIRABLE, ChainNode, apply_chain
+from grid_core.planner.core import PlanState
+from grid_core.planner.exchange import is_short, movables
+from grid_core.planner.holds import FIXED_REASONS
+from grid_core.planner.ledger import Placed
+from grid_core.planner.phases import round_key
+from grid_core.planner.settle import _Chains, _keeps_spread, _score
+
+LONG_CHAIN_MOVES = 5
+"""Replicas one long chain may place or move (the short model's replica plus four displaced
+ones): one more than the settling repair. See :data:`LONG_CHAIN_BUDGET` for what it places."""
+LONG_CHAIN_BUDGET = 12_000
+"""Steps (a candidate host examined while building the move map, a node or a successor
+examined in a search) one plan's long chains may spend together. On the 64x32 bench fleets
+at occupancy 0, seeds 1-110: 6,000 place 9 more replicas, 12,000 11, 20,000 13 (seeds 56
+and 100); the pass then costs at most about 1 ms of CPU on 64x32 s2, 3 ms on seed 49 and
+4 ms on the costliest seed, where a budget of 20,000 lets a few seeds spend 5-6 ms."""
+
+
+@dataclass(slots=True)
+class _Node(ChainNode):
+    """A :class:`~grid_core.planner.chains.ChainNode` that also knows whether a host of its
+    path could take one more replica (a model slot free where one replica left and one
+    arrived): only then may a replica displaced after it close on a host the chain changed."""
+
+    closable: bool = False
+    cycle: bool = False
+    """Admitted although no direct end is within reach: it may only end by closing."""
+
+
+def long_chains(state: PlanState) -> int:
+    """Place what is still short by long ejection chains; returns the replicas added."""
+    short = sorted(
+        (mi for mi in range(len(state.profiles)) if is_short(state, mi)),
+        key=lambda mi: round_key(state, mi),
+    )
+    chains = _LongChains(state)
+    added = 0
+    while short:
+        still = []
+        for mi in short:
+            if chains.spent >= LONG_CHAIN_BUDGET:
+                return added
+            if chains.place(mi):
+                added += 1
+                if is_short(state, mi):
+                    still.append(mi)
+        short = still
+    return added
+
+
+class _LongChains(_Chains):
+    """The settling repair's shared move map (where models fit, which models fit somewhere),
+    with every departing replica that makes room as a successor (:meth:`_leaving`)."""
+
+    def __init__(self, state: PlanState) -> None:
+        super().__init__(state)
+        self.leaving: dict[int, list[tuple[int, Placed]]] = {}
+        self.levels: dict[int, int] | None = None
+        self.room: dict[tuple[int, int, int], bool] = {}
+        self.smallest = 0
+        """MB of the smallest new replica that may move (set with :meth:`_levels`): a host
+        where less than that stays free after a swap can take no closing replica."""
+
+    def _changed(self) -> None:
+        super()._changed()
+        self.leaving.clear()
+        self.room.clear()
+        self.levels = None
+
+    def _back(self, movable: list[int]) -> dict[int, set[int]]:
+        """Per model, the movable models that could take a host once one of its new replicas
+        leaves it, judged by memory and presence alone (a superset of the exact successors,
+        so levels built on it never exclude a chain that exists)."""
+        state = self.state
+        books = state.ledger.books
+        ids = [p.model_id for p in state.profiles]
+        hosts: dict[int, list[Placed]] = {}
+        back: dict[int, set[int]] = {}
+        for xi in movable:
+            mid = ids[xi]
+            mems = state.mem_rows[xi]
+            for hi in state.cands[xi]:
+                book = books[hi]
+                if mid in book.present or book.blocked or not book.eligible:
+                    continue
+                self.spent += 1
+                leaving = hosts.get(hi)
+                if leaving is None:
+                    leaving = hosts[hi] = movables(state, hi, -1, largest_first=True)
+                if not leaving:
+                    continue
+                short_mb = mems[hi] - min(book.inc_free, book.raw_free)
+                for pl in leaving:
+                    if pl.memory_mb < short_mb:
+                        break
+                    got = back.get(pl.mi)
+                    if got is None:
+                        back[pl.mi] = {xi}
+                    else:
+                        got.add(xi)
+        return back
+
+    def _levels(self) -> dict[int, int]:
+        """Per movable model, the fewest further displacements after which a chain through
+        one of its replicas can end where a replica fits directly (0: it fits somewhere
+        now), ignoring which hosts the chain uses; models that cannot are left out."""
+        if self.levels is None:
+            state = self.state
+            movable = sorted(
+                {
+                    pl.mi
+                    for book in state.ledger.books
+                    for pl in book.models.values()
+                    if not pl.incumbent and pl.reason not in FIXED_REASONS
+                }
+            )
+            self.smallest = min(
+                (state.mem_rows[xi][hi] for xi in movable for hi in state.cands[xi]), default=0
+            )
+            back = self._back(movable)
+            level = dict.fromkeys(sorted(self._ends()), 0)
+            frontier = list(level)
+            depth = 0
+            while frontier and depth < LONG_CHAIN_MOVES:
+                depth += 1
+                nxt = []
+                for yi in frontier:
+                    for xi in sorted(back.get(yi, ())):
+                        if xi not in level:
+                            level[xi] = depth
+                            nxt.append(xi)
+                frontier = nxt
+            self.levels = level
+        return self.levels
+
+    def _leaving(self, mi: int) -> list[tuple[int, Placed]]:
+        """(host, new replica whose departure lets ``mi`` fit there), every such replica,
+        host by host in candidate order and smallest first; remembered while the ledger
+        stands."""
+        got = self.leaving.get(mi)
+        if got is not None:
+            return got
+        state = self.state
+        ledger = state.ledger
+        books = ledger.books
+        mid = state.profiles[mi].model_id
+        mems = state.mem_rows[mi]
+        got = []
+        for hi in state.cands[mi]:
+            book = books[hi]
+            if mid in book.present or book.blocked or not book.eligible:
+                continue
+            self.spent += 1
+            if state.fit_reason(mi, hi) not in REPAIRABLE:
+                continue
+            # MB a departing replica must release (the quick part of fit_after_leaving)
+            short_mb = mems[hi] - min(book.inc_free, book.raw_free)
+            got.extend(
+                (hi, pl)
+                for pl in movables(state, hi, mi, largest_first=False)
+                if pl.memory_mb >= short_mb
+            )
+        self.leaving[mi] = got
+        return got
+
+    def _makes_room(self, mi: int, hi: int, leaving: Placed) -> bool:
+        """Whether ``mi`` fits ``hi`` once ``leaving`` has left, by every hard rule
+        (:meth:`~grid_core.planner.ledger.Ledger.fit_after_leaving`), remembered while the
+        ledger stands: a successor in :meth:`_leaving` is only checked in full when a search
+        reaches it."""
+        key = (mi, hi, leaving.mi)
+        got = self.room.get(key)
+        if got is None:
+            got = self.room[key] = self.state.ledger.fit_after_leaving(mi, hi, leaving) is None
+        return got
+
+    def place(self, mi: int) -> bool:
+        """Place one more replica of ``mi`` by the shortest long chain found; True when
+        placed (the ledger is unchanged otherwise)."""
+        if not self._ends() and not self._fits(mi):
+            return False
+        return self._search(mi, False) or self._search(mi, True)
+
+    def _search(self, mi: int, cycles: bool) -> bool:
+        """One best-first search for a chain placing ``mi``; with ``cycles`` also through
+        replicas that can only end by closing (see the module notes); True when placed."""
+        state = self.state
+        ends = self._ends()
+        books = state.ledger.books
+        levels = self._levels()
+        smallest = self.smallest
+        nodes: list[ChainNode] = [_Node(mi, None, None, None, 1, frozenset())]
+        seen: set[tuple[int, int, int]] = set()
+        frontier = [(0, 0)]  # (moves so far + fewest still needed, node index)
+        while frontier and self.spent < LONG_CHAIN_BUDGET:
+            k = heapq.heappop(frontier)[1]
+            node = nodes[k]
+            assert isinstance(node, _Node)
+            xi = node.mi
+            self.spent += 1
+            if k == 0 or xi in ends:
+                open_hosts = [hi for hi in self._fits(xi) if hi not in node.path]
+                open_hosts.sort(key=lambda hi: (-_score(state, xi, hi), hi))
+                for dest in open_hosts:
+                    if _keeps_spread(state, nodes, k, dest):
+                        self._changed()
+                        return apply_chain(state, nodes, k, dest)
+            parent = nodes[node.parent] if node.parent is not None else None
+            if isinstance(parent, _Node) and parent.closable and self._close(nodes, k):
+                return True
+            if node.moves >= LONG_CHAIN_MOVES:
+                continue
+            last = node.moves + 1 == LONG_CHAIN_MOVES
+            reach = LONG_CHAIN_MOVES - node.moves - 1  # displacements left after a child
+            mems = state.mem_rows[xi]
+            for hi, leaving in self._leaving(xi):
+                self.spent += 1
+                yi = leaving.mi
+                if hi in node.path or yi == mi:
+                    continue
+                if last:  # a leaf: kept only when it can end, and never marked seen
+                    if not (
+                        yi in ends and any(h not in node.path and h != hi for h in self._fits(yi))
+                    ) and not (node.closable and self._could_close(nodes, k, yi)):
+                        continue
+                elif (yi, hi, xi if cycles else -1) in seen:
+                    continue
+                book = books[hi]
+                # room left on ``hi`` once ``leaving`` goes and ``xi`` arrives: could one
+                # more replica close the chain there later?
+                room = min(book.inc_free, book.raw_free) + leaving.memory_mb - mems[hi]
+                free_slot = room >= smallest and not (
+                    book.max_models and len(book.present) >= book.max_models
+                )
+                cycle = not last and levels.get(yi, LONG_CHAIN_MOVES) > reach
+                if cycle and not (
+                    (cycles and free_slot and not node.cycle)
+                    or (node.closable and self._could_close(nodes, k, yi))
+                ):
+                    continue
+                if not self._makes_room(xi, hi, leaving):
+                    continue
+                if not last:
+                    seen.add((yi, hi, xi if cycles else -1))
+                closable = node.closable or free_slot
+                estimate = node.moves + 1 + (0 if cycles else levels.get(yi, 0))
+                heapq.heappush(frontier, (estimate, len(nodes)))
+                nodes.append(
+                    _Node(yi, hi, leaving, k, node.moves + 1, node.path | {hi}, closable, cycle)
+                )
+        return False
+
+    def _could_close(self, nodes: list[ChainNode], k: int, yi: int) -> bool:
+        """Whether a replica of ``yi`` displaced by node ``k``'s replica could land on a host
+        of node ``k``'s path by memory and slots (what :meth:`_close` then checks in full)."""
+        state = self.state
+        books = state.ledger.books
+        mems = state.mem_rows[yi]
+        mid = state.profiles[yi].model_id
+        cands = self.cand_sets.get(yi)
+        if cands is None:
+            cands = self.cand_sets[yi] = set(state.cands[yi])
+        anc = nodes[k]
+        while anc.leaving is not None and anc.parent is not None:
+            self.spent += 1
+            p = anc.leaving.hi
+            book = books[p]
+            if (
+                p in cands
+                and mid not in book.present
+                and not (book.max_models and len(book.present) >= book.max_models)
+                and min(book.inc_free, book.raw_free) + anc.leaving.memory_mb
+                >= state.mem_rows[nodes[anc.parent].mi][p] + mems[p]
+            ):
+                return True
+            anc = nodes[anc.parent]
+        return False

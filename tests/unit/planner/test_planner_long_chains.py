@@ -1,0 +1,143 @@
+"""Long ejection chains: the last search for a replica still short after the settling repair.
+
+Source: specification, "Global placement loop" (bounded deterministic repair that may move
+several new replicas). These fleets start from spent shared budgets, as the classes above
+leave them on a large fleet, and show what the settling repair cannot place and the long
+chains then do.
+"""
+
+from __future__ import annotations
+
+from planner_helpers import NOW, POLICY, demand, host, model, res
+
+from grid_core.planner import PlanInputs, canonical_inputs
+from grid_core.planner.chains import CHAIN_PLAN_BUDGET
+from grid_core.planner.core import PlanState
+from grid_core.planner.exchange import BUMP_BUDGET, EXCHANGE_BUDGET, exchange_rounds
+from grid_core.planner.longchains import long_chains
+from grid_core.planner.repair import repair_class
+from grid_core.planner.settle import settle
+
+LADDER_HOSTS = [
+    host("h1", 16, max_models=1, tags=("t1", "tb")),
+    host("h2", 16, max_models=1, tags=("tb", "tc")),
+    host("h3", 16, max_models=1, tags=("tc", "td")),
+    host("h4", 16, max_models=1, tags=("td", "te")),
+    host("h5", 16, max_models=1, tags=("te",)),
+]
+"""Five single-slot hosts; each model runs on two neighbours (its required tag)."""
+LADDER_MODELS = [
+    model("a", 8, priority=0, max_replicas=1, required_tags=("t1",)),
+    model("b", 6, priority=2, max_replicas=1, required_tags=("tb",)),
+    model("c", 5, priority=2, max_replicas=1, required_tags=("tc",)),
+    model("d", 7, priority=1, max_replicas=1, required_tags=("td",)),
+    model("e", 4, priority=1, max_replicas=1, required_tags=("te",)),
+]
+LADDER_LAYOUT = [("b", "h1"), ("c", "h2"), ("d", "h3"), ("e", "h4")]
+"""Every slot but the last host's is taken, each by the model that could also move up one
+host: the shape of the next replica on 64x32 seed 59 (occupancy 0), a priority-0 model
+that gets a host only once four new replicas each move one host on."""
+
+
+def _state(
+    hosts, layout, *, live: tuple[str, str] | None = None, models=LADDER_MODELS
+) -> PlanState:
+    """A plan state with ``layout``'s new replicas placed (``live`` kept as an incumbent
+    instead), one replica of each model wanted and the shared repair budgets spent."""
+    inputs = canonical_inputs(
+        PlanInputs(
+            now=NOW,
+            profiles=tuple(models),
+            hosts=tuple(hosts),
+            demand={m.model_id: demand(m.model_id, 1) for m in models},
+            policy=POLICY,
+        )
+    )
+    state = PlanState(inputs, [], None)
+    by_host = {h.host_id: hi for hi, h in enumerate(state.hosts)}
+    for mid, hid in layout:
+        mi, hi = state.ledger.index[mid], by_host[hid]
+        assert state.ledger.fit_new(mi, hi) is None
+        state.ledger.place(mi, hi, "score")
+    if live is not None:
+        mid, hid = live
+        hi = by_host[hid]
+        state.ledger.keep(state.ledger.index[mid], hi, state.hosts[hi].residencies[0], "incumbent")
+    state.repair_steps = state.policy.repair_budget
+    state.chain_steps = CHAIN_PLAN_BUDGET
+    state.exchange_steps = EXCHANGE_BUDGET
+    state.bump_trials = BUMP_BUDGET
+    return state
+
+
+def _where(state: PlanState) -> set[tuple[str, str]]:
+    return {
+        (state.profiles[pl.mi].model_id, state.hosts[pl.hi].host_id)
+        for pl in state.ledger.placements()
+    }
+
+
+def test_a_five_move_chain_places_what_the_settling_repair_cannot():
+    # "a" runs only on h1, where "b" sits; "b" can move to h2 once "c" leaves, "c" to h3
+    # once "d" leaves, "d" to h4 once "e" leaves, and "e" fits the empty h5. The settling
+    # repair's chains stop at four moves, one short.
+    state = _state(LADDER_HOSTS, LADDER_LAYOUT)
+    before = _where(state)
+    repair_class(state, list(range(len(state.profiles))), False)
+    assert exchange_rounds(state) == 0
+    assert settle(state) == 0
+    assert _where(state) == before
+    assert long_chains(state) == 1
+    assert _where(state) == {("a", "h1"), ("b", "h2"), ("c", "h3"), ("d", "h4"), ("e", "h5")}
+
+
+CLOSING_HOSTS = [
+    host("p", 40, tags=("tp", "td", "te")),
+    host("q", 16, max_models=1, tags=("td", "te")),
+]
+"""An open host without a model ceiling and a single-slot host."""
+CLOSING_MODELS = [
+    model("a", 9, priority=0, max_replicas=1, required_tags=("tp",)),
+    model("m", 10, priority=2, max_replicas=1, required_tags=("tp",)),
+    model("d", 12, priority=2, max_replicas=1, required_tags=("td",)),
+    model("l", 14, priority=2, max_replicas=1, required_tags=("tp",)),
+    model("e", 4, priority=1, max_replicas=1, required_tags=("te",)),
+]
+CLOSING_LAYOUT = [("m", "p"), ("d", "p"), ("l", "p"), ("e", "q")]
+"""The open host is full (4 GB free) with three replicas that each make room for "a"; only
+the middle-sized one has somewhere to go: the shape of 64x32 seed 79 (occupancy 0)."""
+
+
+def test_a_chain_through_a_middle_sized_replica_closes_on_the_host_it_started_from():
+    # "a" runs only on p. "m" (the smallest that makes room) and "l" (the largest) run
+    # nowhere else; "d" moves to q once "e" leaves, and "e" lands back on p beside "a"
+    # (4 + 12 - 9 = 7 GB left there). The settling repair tries only "m" and "l".
+    state = _state(CLOSING_HOSTS, CLOSING_LAYOUT, models=CLOSING_MODELS)
+    before = _where(state)
+    repair_class(state, list(range(len(state.profiles))), False)
+    assert exchange_rounds(state) == 0
+    assert settle(state) == 0
+    assert _where(state) == before
+    assert long_chains(state) == 1
+    assert _where(state) == {("a", "p"), ("m", "p"), ("l", "p"), ("e", "p"), ("d", "q")}
+
+
+def test_a_long_chain_never_moves_live_work():
+    # The same ladder with "e" live on h4: "d" has nowhere to go, so nothing moves and "a"
+    # stays short.
+    hosts = list(LADDER_HOSTS)
+    hosts[3] = host("h4", 16, max_models=1, tags=("td", "te"), residencies=(res("e", 4),))
+    state = _state(hosts, LADDER_LAYOUT[:3], live=("e", "h4"))
+    before = _where(state)
+    assert long_chains(state) == 0
+    assert _where(state) == before
+
+
+def test_nothing_short_nothing_moves():
+    layout = [*LADDER_LAYOUT[:3], ("e", "h5"), ("a", "h4")]
+    hosts = list(LADDER_HOSTS)
+    hosts[3] = host("h4", 16, max_models=1, tags=("t1", "td", "te"))
+    state = _state(hosts, layout)
+    before = _where(state)
+    assert long_chains(state) == 0
+    assert _where(state) == before
