@@ -296,6 +296,10 @@ class PlanState:
         """(beneficiary, host) → (host version, ranked victim pool, selector answer)."""
         self.last_round: list[int | None] = []
         """Host chosen per model in the latest fair round (``None`` = not placed)."""
+        self.fit_map: tuple[tuple[int, ...], dict[int, list[int]], set[int] | None] | None = None
+        """(every host's book version, model → hosts where one more new replica fits, models
+        that fit somewhere), as the settling repair last saw the ledger
+        (:mod:`grid_core.planner.settle`); the long chains reuse it while no host changed."""
         self._fit: list[list[FitMemo | None] | None] = [None] * len(self.profiles)
         """Per model, a row indexed by host (``None`` until the model is first scanned):
         (host book version, fit failure, domain novelty, score, prices), or ``None``."""

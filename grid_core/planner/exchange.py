@@ -90,13 +90,19 @@ def is_short(state: PlanState, mi: int) -> bool:
 
 def movables(state: PlanState, hi: int, skip: int, largest_first: bool) -> list[Placed]:
     """New replicas on ``hi`` an exchange may move (not ``skip``'s), by size."""
+    return [pl for pl in _sorted_movables(state, hi, largest_first) if pl.mi != skip]
+
+
+def _sorted_movables(state: PlanState, hi: int, largest_first: bool) -> list[Placed]:
+    """Every new replica on ``hi`` an exchange may move, by size: the remembered list itself
+    (read it, never change it)."""
     book = state.ledger.books[hi]
     key = (hi, largest_first)
     got = state.movable_memo.get(key)
     if got is None or got[0] != book.version:  # the list changes only with the host
         got = (book.version, _movable_list(state, hi, largest_first))
         state.movable_memo[key] = got
-    return [pl for pl in got[1] if pl.mi != skip]
+    return got[1]
 
 
 def _movable_list(state: PlanState, hi: int, largest_first: bool) -> list[Placed]:
@@ -205,6 +211,7 @@ def _swap_host(
     books = ledger.books
     big_id = state.profiles[big.mi].model_id
     present_a = books[a].present
+    mems = state.mem_rows[big.mi]
     for b in state.cands[big.mi]:
         state.exchange_steps += 1
         if state.exchange_steps > EXCHANGE_BUDGET:
@@ -212,10 +219,11 @@ def _swap_host(
         book_b = books[b]
         if b == a or book_b.blocked or not book_b.eligible or big_id in book_b.present:
             continue
-        need = state.mem_rows[big.mi][b]
+        need = mems[b]
         if min(book_b.inc_free, book_b.raw_free) + room < need:
             continue  # even the largest small replica that fits a could not make room
-        for small in movables(state, b, big.mi, largest_first=False):
+        # ``big``'s model is not on ``b``, so none of these is ``big``'s (no copy to skip it)
+        for small in _sorted_movables(state, b, largest_first=False):
             if small.memory_mb > room:
                 break
             if (

@@ -124,6 +124,9 @@ class Ledger:
         self._pair = tables.pair
         self._compat = tables.compat
         self._extra = tables.extra
+        self._shares: dict[int, tuple[int, int, int, int]] = {}
+        """Host → (book version, largest headroom share of its new replicas, how many hold
+        it, the next largest) (:meth:`_share_without`)."""
         for host in hosts:
             self._add_host(host)
         self.domain_list = [h.failure_domain or f"host:{h.host_id}" for h in hosts]
@@ -314,8 +317,7 @@ class Ledger:
         extra = book.extra_mb  # the largest share of the new replicas there (exact max)
         if extra > own:  # only a larger share than its own can still make it short
             if leaving.mi in book.models and self.headroom_extra(leaving.mi, hi) >= extra:
-                others = (p for p in book.models.values() if not p.incumbent and p is not leaving)
-                extra = max((self.headroom_extra(p.mi, hi) for p in others), default=0)
+                extra = self._share_without(hi, leaving)
             if inc_room < mem + extra:
                 return "memory"
         gone = self.profiles[leaving.mi].model_id
@@ -331,6 +333,33 @@ class Ledger:
             if disk and book.disk_free + leaving.disk_mb < disk:
                 return "disk"
         return None
+
+    def _share_without(self, hi: int, leaving: Placed) -> int:
+        """The largest headroom share beyond the floor among the new replicas on ``hi``
+        other than ``leaving`` itself (MB; 0 without one), from the two largest shares
+        there, remembered per host version (:meth:`fit_after_leaving` asks it for every
+        replica whose departure a repair considers)."""
+        book = self.books[hi]
+        got = self._shares.get(hi)
+        if got is None or got[0] != book.version:
+            top = second = count = 0
+            for p in book.models.values():
+                if p.incumbent:
+                    continue
+                share = self.headroom_extra(p.mi, hi)
+                if share > top:
+                    top, second, count = share, top, 1
+                elif share == top:
+                    count += 1
+                elif share > second:
+                    second = share
+            got = self._shares[hi] = (book.version, top, count, second)
+        _, top, count, second = got
+        if book.models.get(leaving.mi) is not leaving or leaving.incumbent:
+            return top  # not one of the replicas counted: all of them stay
+        if self.headroom_extra(leaving.mi, hi) < top or count > 1:
+            return top
+        return second
 
     def fit_incumbent(self, mi: int, hi: int, res: ResidencySnapshot) -> str | None:
         """Why an existing residency cannot stay desired, or ``None`` when it may.

@@ -9,7 +9,8 @@ occupancy 0, the exact program that moves the fewest of the planner's new replic
 model keeping at least its count) shows what the seeds still furthest from the optimum need
 for their next replica: five moves ending where a replica fits directly (seeds 59, 74), or
 four and five moves that close on a host the chain changed, through a departing replica of
-middle size (seeds 22, 63, 77, 79).
+middle size (seeds 22, 63, 77, 79), or four replicas leaving one host at once, each for a
+host where it fits (seed 80).
 
 This pass runs once, on the finished plan, for the models still short (highest priority
 first, one replica per model per round), within :data:`LONG_CHAIN_BUDGET` steps:
@@ -23,7 +24,9 @@ first, one replica per model per round), within :data:`LONG_CHAIN_BUDGET` steps:
   further displacements after which one of its replicas can land where it fits
   (:meth:`_LongChains._levels`, from a move map judged by memory alone, so never too many)
   both prunes and orders it, best first; each departing replica is a successor once;
-* when that fails, a second search also admits a replica displaced from a host that keeps a
+* when that fails, up to :data:`VACATE_MOVES` new replicas may leave a host where the short
+  model lacks memory, largest first, each for a different host where it fits directly;
+* when that fails too, a second search also admits a replica displaced from a host that keeps a
   free model slot and room for one more (a *cycle*: what it displaces may land back there),
   each departing replica a successor once per predecessor model.
 
@@ -40,15 +43,19 @@ from dataclasses import dataclass
 
 from grid_core.planner.chains import REPAIRABLE, ChainNode, apply_chain
 from grid_core.planner.core import PlanState
-from grid_core.planner.exchange import is_short, movables
+from grid_core.planner.exchange import is_short, movables, spread
 from grid_core.planner.holds import FIXED_REASONS
 from grid_core.planner.ledger import Placed
 from grid_core.planner.phases import round_key
-from grid_core.planner.settle import _Chains, _keeps_spread, _score
+from grid_core.planner.settle import _Chains, _keeps_spread, _score, fit_hosts
 
 LONG_CHAIN_MOVES = 5
 """Replicas one long chain may place or move (the short model's replica plus four displaced
 ones): one more than the settling repair. See :data:`LONG_CHAIN_BUDGET` for what it places."""
+VACATE_MOVES = 4
+"""New replicas that may leave one host together so that a short model fits there (seed 80's
+next replica needs four to leave a 192 GB Mac; on seeds 1-110 this finds that one replica
+and nothing else, for about 0.1 ms on 64x32 s2 where it fails)."""
 LONG_CHAIN_BUDGET = 12_000
 """Steps (a candidate host examined while building the move map, a node or a successor
 examined in a search) one plan's long chains may spend together. On the 64x32 bench fleets
@@ -75,6 +82,11 @@ def long_chains(state: PlanState) -> int:
         key=lambda mi: round_key(state, mi),
     )
     chains = _LongChains(state)
+    if state.fit_map is not None:  # what the settling repair found, while no host changed
+        versions, fits, ends = state.fit_map
+        if versions == tuple(book.version for book in state.ledger.books):
+            chains.fits = dict(fits)
+            chains.ends = None if ends is None else set(ends)
     added = 0
     while short:
         still = []
@@ -216,11 +228,84 @@ class _LongChains(_Chains):
         return got
 
     def place(self, mi: int) -> bool:
-        """Place one more replica of ``mi`` by the shortest long chain found; True when
-        placed (the ledger is unchanged otherwise)."""
+        """Place one more replica of ``mi``: by the shortest chain that ends directly, else
+        by vacating part of a host, else by a chain through a cycle; True when placed (the
+        ledger is unchanged otherwise)."""
         if not self._ends() and not self._fits(mi):
             return False
-        return self._search(mi, False) or self._search(mi, True)
+        return self._search(mi, False) or self._vacate(mi) or self._search(mi, True)
+
+    def _vacate(self, mi: int) -> bool:
+        """Place ``mi`` on a host where it is short of memory once up to
+        :data:`VACATE_MOVES` new replicas leave it, each for a host where it fits directly
+        (largest first, so as few as possible move); True when placed."""
+        state = self.state
+        ledger = state.ledger
+        books = ledger.books
+        ends = self._ends()
+        mid = state.profiles[mi].model_id
+        mems = state.mem_rows[mi]
+        for hi in state.cands[mi]:
+            book = books[hi]
+            if mid in book.present or book.blocked or not book.eligible:
+                continue
+            self.spent += 1
+            if state.fit_reason(mi, hi) != "memory":
+                continue
+            inc_short = mems[hi] + ledger.headroom_extra(mi, hi) - book.inc_free
+            raw_short = mems[hi] - book.raw_free
+            picked: list[Placed] = []
+            taken: set[int] = set()  # one leaving replica per destination host
+            for pl in movables(state, hi, mi, largest_first=True):
+                self.spent += 1
+                if pl.mi not in ends:
+                    continue
+                dest = next((h for h in self._fits(pl.mi) if h != hi and h not in taken), None)
+                if dest is not None:
+                    taken.add(dest)
+                    picked.append(pl)
+                    inc_short -= pl.inc_mb
+                    raw_short -= pl.raw_mb
+                    if (inc_short <= 0 and raw_short <= 0) or len(picked) == VACATE_MOVES:
+                        break
+            enough = inc_short <= 0 and raw_short <= 0 and len(picked) > 1
+            if enough and self._apply_vacate(mi, hi, picked):
+                self._changed()
+                return True
+        return False
+
+    def _apply_vacate(self, mi: int, hi: int, picked: list[Placed]) -> bool:
+        """Move ``picked`` off ``hi`` (each to its best host where it fits directly once the
+        earlier ones have landed) and place ``mi`` there; the ledger is restored exactly
+        when one finds no host, ``mi`` still does not fit, or a moved model would span fewer
+        failure domains."""
+        state = self.state
+        ledger = state.ledger
+        before = {pl.mi: spread(state, pl.mi) for pl in picked}
+        for pl in picked:
+            ledger.remove(pl.mi, hi)
+        landed: list[tuple[int, int]] = []
+        ok = ledger.fit_new(mi, hi) is None
+        if ok:
+            ledger.place(mi, hi, "repair", _score(state, mi, hi))
+            for pl in picked:
+                dests = [h for h in fit_hosts(state, pl.mi) if h != hi]
+                if not dests:
+                    ok = False
+                    break
+                dest = max(dests, key=lambda h: (_score(state, pl.mi, h), -h))
+                ledger.place(pl.mi, dest, "repair", _score(state, pl.mi, dest))
+                landed.append((pl.mi, dest))
+            ok = ok and all(spread(state, x) >= n for x, n in before.items())
+        if ok:
+            return True
+        for xi, dest in reversed(landed):
+            ledger.remove(xi, dest)
+        if mi in ledger.books[hi].models:
+            ledger.remove(mi, hi)
+        for pl in reversed(picked):
+            ledger.place(pl.mi, hi, pl.reason, pl.score)
+        return False
 
     def _search(self, mi: int, cycles: bool) -> bool:
         """One best-first search for a chain placing ``mi``; with ``cycles`` also through

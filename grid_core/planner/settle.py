@@ -61,23 +61,26 @@ early). About 1 ms of CPU on 64x32 seed 2, whose one search fails."""
 
 
 def settle(state: PlanState) -> int:
-    """Place what is still short by ejection chains; returns the replicas added."""
+    """Place what is still short by ejection chains; returns the replicas added. Leaves
+    where each model fits now in ``state.fit_map`` for the long chains that may follow."""
     short = sorted(
         (mi for mi in range(len(state.profiles)) if is_short(state, mi)),
         key=lambda mi: round_key(state, mi),
     )
     chains = _Chains(state)
     added = 0
-    while short:
+    while short and chains.spent < SETTLE_CHAIN_BUDGET:
         still = []
         for mi in short:
             if chains.spent >= SETTLE_CHAIN_BUDGET:
-                return added
+                break
             if chains.place(mi):
                 added += 1
                 if is_short(state, mi):
                     still.append(mi)
         short = still
+    versions = tuple(book.version for book in state.ledger.books)
+    state.fit_map = (versions, chains.fits, chains.ends)
     return added
 
 

@@ -122,6 +122,37 @@ def test_a_chain_through_a_middle_sized_replica_closes_on_the_host_it_started_fr
     assert _where(state) == {("a", "p"), ("m", "p"), ("l", "p"), ("e", "p"), ("d", "q")}
 
 
+VACATE_HOSTS = [
+    host("p", 40, tags=("tp", "tr")),
+    host("q1", 12, max_models=1, tags=("tr",)),
+    host("q2", 12, max_models=1, tags=("tr",)),
+]
+"""An open host and two empty single-slot hosts."""
+VACATE_MODELS = [
+    model("x", 20, priority=0, max_replicas=1, required_tags=("tp",)),
+    model("r1", 10, priority=2, max_replicas=1, required_tags=("tr",)),
+    model("r2", 10, priority=2, max_replicas=1, required_tags=("tr",)),
+    model("r3", 10, priority=1, max_replicas=1, required_tags=("tp",)),
+    model("r4", 8, priority=1, max_replicas=1, required_tags=("tp",)),
+]
+VACATE_LAYOUT = [("r1", "p"), ("r2", "p"), ("r3", "p"), ("r4", "p")]
+"""The open host has 2 GB free; "x" needs 20, so no single replica leaving makes room: the
+shape of 64x32 seed 80 (occupancy 0), where four replicas leave a 192 GB Mac for a 37 GB
+priority-0 model."""
+
+
+def test_several_replicas_leave_one_host_each_for_a_host_where_it_fits():
+    # "r1" and "r2" each fit one of the single-slot hosts; with both gone "x" fits p.
+    state = _state(VACATE_HOSTS, VACATE_LAYOUT, models=VACATE_MODELS)
+    before = _where(state)
+    repair_class(state, list(range(len(state.profiles))), False)
+    assert exchange_rounds(state) == 0
+    assert settle(state) == 0
+    assert _where(state) == before
+    assert long_chains(state) == 1
+    assert _where(state) == {("x", "p"), ("r3", "p"), ("r4", "p"), ("r1", "q1"), ("r2", "q2")}
+
+
 def test_a_long_chain_never_moves_live_work():
     # The same ladder with "e" live on h4: "d" has nowhere to go, so nothing moves and "a"
     # stays short.
