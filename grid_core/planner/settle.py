@@ -272,7 +272,10 @@ class _Chains:
 def _apply_closing(state: PlanState, nodes: list[ChainNode], last: int, dest: int) -> bool:
     """Carry out the chain ending with node ``last`` landing on ``dest``, a host an earlier
     move of the chain changed: every other move first, then the last replica only when it
-    fits ``dest`` by the ledger's hard rules; otherwise the ledger is restored exactly."""
+    fits ``dest`` by the ledger's hard rules, kept only when no moved model then spans fewer
+    failure domains than before (up to what it requires; a long chain may displace two
+    replicas of one model, which :func:`_keeps_spread` judges one at a time); otherwise the
+    ledger is restored exactly."""
     ledger = state.ledger
     steps: list[tuple[int, int, Placed]] = []
     node = nodes[last]
@@ -280,6 +283,7 @@ def _apply_closing(state: PlanState, nodes: list[ChainNode], last: int, dest: in
         assert node.origin is not None and node.leaving is not None
         steps.append((nodes[node.parent].mi, node.origin, node.leaving))
         node = nodes[node.parent]
+    before = {leaving.mi: spread(state, leaving.mi) for _, _, leaving in steps}
     for _, hi, leaving in steps:
         ledger.remove(leaving.mi, hi)
     for xi, hi, _ in steps:
@@ -287,7 +291,9 @@ def _apply_closing(state: PlanState, nodes: list[ChainNode], last: int, dest: in
     xi = nodes[last].mi
     if ledger.fit_new(xi, dest) is None:
         ledger.place(xi, dest, "repair", _score(state, xi, dest))
-        return True
+        if all(spread(state, m) >= n for m, n in before.items()):
+            return True
+        ledger.remove(xi, dest)
     for xi, hi, leaving in reversed(steps):
         ledger.remove(xi, hi)
         ledger.place(leaving.mi, hi, leaving.reason, leaving.score)
@@ -297,7 +303,10 @@ def _apply_closing(state: PlanState, nodes: list[ChainNode], last: int, dest: in
 def _keeps_spread(state: PlanState, nodes: list[ChainNode], last: int, dest: int) -> bool:
     """Whether the chain ending with node ``last`` landing on ``dest`` leaves every moved
     model spanning as many failure domains as before (up to what it requires), judged
-    without touching the ledger (the models of one chain are distinct)."""
+    without touching the ledger, one move at a time: exact when the models of the chain are
+    distinct (as in this repair's chains); a long chain that displaces two replicas of one
+    model is checked again once applied (:func:`_apply_closing`,
+    :func:`~grid_core.planner.chains.apply_chain`)."""
     ledger = state.ledger
     node = nodes[last]
     landing = dest

@@ -40,16 +40,23 @@ that gets a host only once four new replicas each move one host on."""
 
 
 def _state(
-    hosts, layout, *, live: tuple[str, str] | None = None, models=LADDER_MODELS
+    hosts,
+    layout,
+    *,
+    live: tuple[str, str] | None = None,
+    models=LADDER_MODELS,
+    wanted: dict[str, int] | None = None,
 ) -> PlanState:
     """A plan state with ``layout``'s new replicas placed (``live`` kept as an incumbent
-    instead), one replica of each model wanted and the shared repair budgets spent."""
+    instead), one replica of each model wanted (``wanted`` names other counts) and the
+    shared repair budgets spent."""
+    counts = wanted or {}
     inputs = canonical_inputs(
         PlanInputs(
             now=NOW,
             profiles=tuple(models),
             hosts=tuple(hosts),
-            demand={m.model_id: demand(m.model_id, 1) for m in models},
+            demand={m.model_id: demand(m.model_id, counts.get(m.model_id, 1)) for m in models},
             policy=POLICY,
         )
     )
@@ -151,6 +158,43 @@ def test_several_replicas_leave_one_host_each_for_a_host_where_it_fits():
     assert _where(state) == before
     assert long_chains(state) == 1
     assert _where(state) == {("x", "p"), ("r3", "p"), ("r4", "p"), ("r1", "q1"), ("r2", "q2")}
+
+
+SPREAD_HOSTS = [
+    host("h1", 16, max_models=1, tags=("ta", "ty"), failure_domain="fd-a"),
+    host("h2", 16, max_models=1, tags=("ty", "tz"), failure_domain="fd-b"),
+    host("h3", 14, tags=("ty", "tz", "tw"), failure_domain="fd-b"),
+    host("h4", 16, max_models=1, tags=("ty", "tw"), failure_domain="fd-a"),
+    host("h5", 16, max_models=1, tags=("ty",), failure_domain="fd-b"),
+    host("h6", 16, tags=("te", "ty"), failure_domain="fd-c"),
+    host("h7", 8, max_models=1, tags=("te",), failure_domain="fd-c"),
+]
+"""Single-slot hosts in two failure domains, an open host (h3) with one large replica, and
+an open host (h6) whose replicas "y" may not join."""
+SPREAD_MODELS = [
+    model("a", 8, priority=1, max_replicas=1, required_tags=("ta",)),
+    model("y", 6, priority=0, max_replicas=3, min_failure_domains=2, required_tags=("ty",)),
+    model("z", 5, priority=0, max_replicas=1, required_tags=("tz",)),
+    model("w", 12, priority=0, max_replicas=1, required_tags=("tw",)),
+    model("e", 4, priority=0, max_replicas=1, required_tags=("te",)),
+    model("x", 2, priority=0, max_replicas=1, required_tags=("te",), colocation_excludes=("y",)),
+]
+SPREAD_LAYOUT = [("y", "h1"), ("z", "h2"), ("w", "h3"), ("y", "h4"), ("y", "h5")]
+SPREAD_LAYOUT += [("e", "h6"), ("x", "h6")]
+""""y" needs two failure domains and has them: h1 and h4 in fd-a, h5 in fd-b."""
+
+
+def test_a_long_chain_that_moves_one_model_twice_keeps_its_failure_domains():
+    # "a" runs only on h1, where "y" sits. The one chain that makes room: "y" moves from h1
+    # to h3 (fd-b) once "w" leaves for h4, which "y" must leave too, for h2 (fd-b) once "z"
+    # leaves; "z" closes on h3 beside "y". Every move alone keeps "y" in both domains, but
+    # together they leave it only in fd-b, below what it requires: "a" stays short.
+    state = _state(SPREAD_HOSTS, SPREAD_LAYOUT, models=SPREAD_MODELS, wanted={"y": 3})
+    before = _where(state)
+    assert settle(state) == 0
+    assert long_chains(state) == 0
+    assert _where(state) == before
+    assert set(state.ledger.domains[state.ledger.index["y"]]) == {"fd-a", "fd-b"}
 
 
 def test_a_long_chain_never_moves_live_work():
