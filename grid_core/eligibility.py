@@ -156,3 +156,23 @@ def outlasts_protection(
     if frac <= 0.0:
         return True
     return profile.expected_service_time_s / frac > DRAIN_GRACE_S
+
+
+def placement_incompatibility(
+    profile: ModelProfile, host: HostSnapshot, throttled_fraction: float
+) -> str | None:
+    """Why a *new* replica of ``profile`` cannot go on ``host`` at this planning instant,
+    whatever else is planned, or ``None``.
+
+    The static rules of :func:`incompatibility`, plus ``"throttled"``: the host is throttled
+    and one typical request would outlast its protection grace
+    (:func:`outlasts_protection`). Planning does not count a replica there as serving its
+    model, so a new one placed there would be short again at the next tick: the plan would
+    load it, discount it and look elsewhere (a flap that also takes the host from work that
+    could use it). The rule lifts when the host cools; an existing replica there keeps
+    serving until its replacement is ready (make-before-break).
+    """
+    bad = incompatibility(profile, host)
+    if bad is None and outlasts_protection(host, profile, throttled_fraction):
+        return "throttled"
+    return bad

@@ -310,17 +310,30 @@ class PlanState:
 
     # --- static indexes -------------------------------------------------------------------
     def _candidates(self) -> list[list[int]]:
-        """Per model, eligible hosts passing every static rule (cached per host class)."""
+        """Per model, eligible hosts passing every static rule (cached per host class) and
+        able to finish its requests (:func:`~grid_core.eligibility.placement_incompatibility`)."""
         by_sig: dict[tuple[object, ...], list[int]] = {}
         for hi, host in enumerate(self.hosts):
             if self.ledger.books[hi].eligible:
                 by_sig.setdefault(host_signature(host), []).append(hi)
         out: list[list[int]] = []
+        frac = self.policy.throttled_fraction
+        hot = {hi for hi, h in enumerate(self.hosts) if h.state == "throttled"}
         for p in self.profiles:
             hs: list[int] = []
             for his in by_sig.values():
-                if incompatibility(p, self.hosts[his[0]]) is None:
+                if incompatibility(p, self.hosts[his[0]]) is not None:
+                    continue
+                if not hot:
                     hs.extend(his)
+                    continue
+                # the signature leaves out the protection state: a throttled host where the
+                # model's requests outlast the grace takes no new replica of it
+                hs.extend(
+                    hi
+                    for hi in his
+                    if hi not in hot or not outlasts_protection(self.hosts[hi], p, frac)
+                )
             hs.sort()
             out.append(hs)
         return out

@@ -8,4 +8,5 @@ from grid_core.eligibility import host_ineligible_reason as host_ineligible_reas
 from grid_core.eligibility import host_signature as host_signature
 from grid_core.eligibility import incompatibility as incompatibility
 from grid_core.eligibility import outlasts_protection as outlasts_protection
+from grid_core.eligibility import placement_incompatibility as placement_incompatibility
 from grid_core.eligibility import runtime_for as runtime_for

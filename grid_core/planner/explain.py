@@ -14,7 +14,7 @@ from typing import Literal
 import msgspec
 
 from grid_core.demand.types import ModelDemand
-from grid_core.planner.eligibility import incompatibility
+from grid_core.planner.eligibility import placement_incompatibility
 from grid_core.planner.ledger import Ledger
 from grid_core.planner.types import Plan, PlannerPolicy, Unmet
 from grid_core.profile import ModelProfile
@@ -195,7 +195,10 @@ def _verdict(
         else:
             detail = f"it takes no new work ({why})"
         return HostVerdict(host_id=hid, verdict="ineligible", reason=why, detail=detail)
-    bad = incompatibility(profile, host)
+    bad = placement_incompatibility(profile, host, ledger.policy.throttled_fraction)
+    if bad == "throttled":
+        detail = "it is throttled and one request of this model would outlast its protection grace"
+        return HostVerdict(host_id=hid, verdict="incompatible", reason=bad, detail=detail)
     if bad is not None:
         detail = f"it breaks the model's {bad.replace('_', ' ')} rule"
         return HostVerdict(host_id=hid, verdict="incompatible", reason=bad, detail=detail)

@@ -24,7 +24,7 @@ from grid_core.headroom import admission_headroom_mb
 from grid_core.planner.eligibility import (
     MEMORY_STATES,
     host_ineligible_reason,
-    incompatibility,
+    placement_incompatibility,
     runtime_for,
 )
 from grid_core.planner.topology import LedgerTables
@@ -167,10 +167,14 @@ class Ledger:
 
     # --- static facts (memoised per plan) ------------------------------------------------
     def compat(self, mi: int, hi: int) -> str | None:
-        """Static incompatibility of model ``mi`` with host ``hi`` (memoised)."""
+        """Why a new replica of model ``mi`` can never go on host ``hi`` at this planning
+        instant (:func:`~grid_core.eligibility.placement_incompatibility`: the static rules,
+        and a throttled host its requests would outlast), or ``None`` (memoised)."""
         key = (mi, hi)
         if key not in self._compat:
-            self._compat[key] = incompatibility(self.profiles[mi], self.hosts[hi])
+            self._compat[key] = placement_incompatibility(
+                self.profiles[mi], self.hosts[hi], self.policy.throttled_fraction
+            )
         return self._compat[key]
 
     def memory(self, mi: int, hi: int) -> tuple[str, int]:

@@ -7,7 +7,7 @@ shortfalls stay visible; no invented capacity, no silently relaxed hard constrai
 from __future__ import annotations
 
 from grid_core.planner.core import PlanState
-from grid_core.planner.eligibility import incompatibility
+from grid_core.planner.eligibility import placement_incompatibility
 from grid_core.planner.phases import surplus_hold
 from grid_core.planner.types import SurplusReplica, Unmet, UnmetCode, UnmetResource
 from grid_core.profile import ModelProfile
@@ -20,6 +20,7 @@ STATIC_RESOURCE: dict[str, UnmetResource] = {
     "data_tier": "tier",
     "gpu_count": "gpu",
     "gpu_memory": "gpu",
+    "throttled": "eligibility",
 }
 """Static incompatibility → the resource an operator would change (runtime, tags, ...)."""
 
@@ -214,12 +215,14 @@ def _static_binding(state: PlanState, mi: int) -> tuple[UnmetCode, UnmetResource
     """Every compatible host is used (or none exists): which static rule binds."""
     p = state.profiles[mi]
     counts: dict[UnmetResource, int] = {}
-    eligible = 0
+    eligible = throttled = 0
     for hi, host in enumerate(state.hosts):
         if not state.ledger.books[hi].eligible:
             continue
         eligible += 1
-        bad = incompatibility(p, host)
+        bad = placement_incompatibility(p, host, state.policy.throttled_fraction)
+        if bad == "throttled":
+            throttled += 1
         if bad is not None:
             r = STATIC_RESOURCE.get(bad, "eligibility")
             counts[r] = counts.get(r, 0) + 1
@@ -234,6 +237,11 @@ def _static_binding(state: PlanState, mi: int) -> tuple[UnmetCode, UnmetResource
             f"its {resource} rule{_rule_values(p, resource)} excludes {counts[resource]} of "
             f"{eligible} eligible host(s)"
         )
+        if resource == "eligibility" and throttled:
+            detail = (
+                f"{throttled} of {eligible} eligible host(s) are throttled and one of its "
+                "requests would outlast their protection grace"
+            )
     if n == 0:
         return "no_eligible_host", resource, f"no eligible host is compatible ({detail})"
     return (
@@ -270,7 +278,9 @@ def _pin_unmet(state: PlanState, mi: int) -> list[Unmet]:
             why = "the host is not registered"
         elif ledger.ineligible[hi] is not None:
             why = f"the host is ineligible ({ledger.ineligible[hi]})"
-        elif (bad := incompatibility(p, state.hosts[hi])) is not None:
+        elif (
+            bad := placement_incompatibility(p, state.hosts[hi], state.policy.throttled_fraction)
+        ) is not None:
             why = f"the host is incompatible ({bad})"
         else:
             lacks = ", ".join(_lacks(state, mi, hi)) or "capacity"

@@ -121,15 +121,18 @@ class Fit:
         startup: float | None = None
         could_fit = False
         for hi, host in enumerate(self.hosts):
-            if ledger.compat(mi, hi) is not None or ledger.ineligible[hi] is not None:
+            why = ledger.compat(mi, hi)
+            if (why is not None and why != "throttled") or ledger.ineligible[hi] is not None:
                 continue
-            compatible += 1
+            compatible += 1  # a throttled host is the model's again once it cools
             could_fit = could_fit or ledger.memory(mi, hi)[1] <= (
                 host.allocatable_mb - host.external_used_mb
             )
+            if why == "throttled":
+                # its jobs outlast the host's protection grace: a replica there is not
+                # counted (:meth:`degraded`), and a new one is neither placed nor made room for
+                continue
             res = host.residency(model_id)
-            if res is not None and res.state in SERVING and self.degraded(hi, res):
-                continue  # it holds the host, yet its jobs outlast the host's protection grace
             if res is not None and res.state in SERVING:
                 resident += 1
                 best = (-1.0, host.host_id) if best is None or best[0] > -1.0 else best

@@ -17,7 +17,7 @@ from grid_core.controller import Controller
 from grid_core.demand.features import RequestFeatures
 from grid_core.demand.types import ModelDemand
 from grid_core.eligibility import outlasts_protection
-from grid_core.planner import PlanInputs, PlannerPolicy, plan
+from grid_core.planner import Plan, PlanInputs, PlannerPolicy, plan
 from grid_core.portfolio.feasibility import Fit
 from grid_core.profile import ModelProfile
 from grid_core.protection import DRAIN_GRACE_S
@@ -178,3 +178,47 @@ def test_a_replica_stranded_on_a_throttled_host_does_not_end_a_starvation_path()
     arrived = (hosts[0], _host("b", "video"), image_elsewhere)
     fit = Fit((IMAGE, VIDEO), arrived, POLICY, {})
     assert carried(path, mapping, arrived, fit.out_hosts(), fit.degraded_pairs()) is None
+
+
+def test_no_new_replica_goes_where_its_jobs_would_not_finish() -> None:
+    """The only host is throttled: a new video replica there would not be counted at the
+    next tick, so the plan leaves video short and says why; image's short jobs may use it."""
+    hosts = (_host("b", throttled=True),)
+    hooks = plugins_with(builtins=("grid_scoring", "grid_victims")).planner_hooks()
+
+    def plan_for(model: str) -> Plan:
+        demand = {model: ModelDemand(model_id=model, desired_replicas=1, direct=True)}
+        inputs = PlanInputs(
+            now=NOW, profiles=(IMAGE, VIDEO), hosts=hosts, demand=demand, policy=POLICY
+        )
+        return plan(inputs, hooks, reuse=False)
+
+    video = plan_for("video")
+    assert video.hosts_of("video") == ()
+    (short,) = video.unmet
+    assert short.code == "no_eligible_host"
+    assert "throttled" in short.message and "protection grace" in short.message
+    assert plan_for("image").hosts_of("image") == ("b",)
+    fit = Fit((IMAGE, VIDEO), hosts, POLICY, {})
+    assert (fit.row("video").feasible, fit.row("image").feasible) == (0, 1)
+
+
+def test_a_throttled_host_is_no_replacement_path_for_a_long_job_model(tmp_path: Path) -> None:
+    """Video's replica is stranded on throttled host a; host b holds an idle image replica
+    nobody asks for, but b is throttled too, so a video job could not finish there either.
+    Draining image for video would only move the stranding: no path is taken, image keeps
+    serving, and nothing is drained."""
+    store = FileStateStore(tmp_path / "controller-state.json")
+    ctl = Controller(plugins=plugins_with(builtins=BUILTINS), store=store).restore()
+    for p in (IMAGE, VIDEO):
+        ctl.put_profile(p, NOW)
+    ctl.set_mode("automatic", NOW)
+    for i in range(4):
+        ctl.observe_request(_video_job(NOW + 100 + 40 * i, "video"))
+    hosts = [_host("a", "video", throttled=True), _host("b", "image", throttled=True)]
+    assert Fit((IMAGE, VIDEO), tuple(hosts), POLICY, {}).row("video").paths == ()
+    result = ctl.tick(NOW + 300, hosts)
+    report = ctl.last.portfolio
+    assert report is not None and report.replacing is None
+    drains = {(p.kind, p.host_id, p.model_id) for p in result.reconciliation.proposals}
+    assert not {d for d in drains if d[0] == "drain"}
