@@ -147,6 +147,10 @@ class DemandTracker:
         self._configured: set[str] = set()
         self._series: dict[str, DemandSeries] = {}
         self._watermarks: dict[str, Watermark] = {}
+        self._short: dict[str, float] = {}
+        """Per model, when its current uninterrupted shortfall was first forecast
+        (:attr:`ModelDemand.short_since`). Not persisted: after a restart a shortfall must be
+        seen again before it counts as persistent, which only delays, never permits."""
         self._workloads: dict[str, DemandSeries] = {}
         self._recent: dict[str, list[float]] = {}
         self._served_unbound: dict[str, DemandSeries] = {}
@@ -247,9 +251,11 @@ class DemandTracker:
         return named_share(float(named), float(served))
 
     def forget(self, model_id: str) -> None:
-        """Drop a model's series and watermark (profile removed or retiring)."""
+        """Drop a model's series, watermark and shortfall record (profile removed or
+        retiring)."""
         self._series.pop(model_id, None)
         self._watermarks.pop(model_id, None)
+        self._short.pop(model_id, None)
         self._served_unbound.pop(model_id, None)
 
     def series(self, model_id: str) -> DemandSeries | None:
@@ -345,12 +351,26 @@ class DemandTracker:
             until = live_until(series)
             if until is not None:
                 demand = msgspec.structs.replace(demand, live_until=until)
+            demand = self._shortfall(demand, now)
             if watermark is None:
                 self._watermarks.pop(profile.model_id, None)
             else:
                 self._watermarks[profile.model_id] = watermark
             out[profile.model_id] = demand
         return out
+
+    def _shortfall(self, demand: ModelDemand, now: float) -> ModelDemand:
+        """``demand`` with :attr:`ModelDemand.short_since` set while its live direct need
+        exceeds its ready replicas; the record ends on the first forecast without it."""
+        mid = demand.model_id
+        short = demand.direct and (
+            demand.desired_replicas - demand.held_replicas > demand.ready_replicas
+        )
+        if not short:
+            self._short.pop(mid, None)
+            return demand
+        since = self._short.setdefault(mid, now)
+        return msgspec.structs.replace(demand, short_since=since)
 
     def infer(
         self,

@@ -50,6 +50,12 @@ class ModelDemand(msgspec.Struct, frozen=True, kw_only=True):
         live_until: Unix seconds at which the model's live evidence (its latest named
             request) leaves the live window if no new request arrives; ``None`` without any.
             From then on what its count still asks beyond the baseline is hysteresis.
+        short_since: Unix seconds since which the model has, on every forecast, had live
+            direct evidence and needed more replicas than are ready (``desired_replicas``
+            minus ``held_replicas`` above ``ready_replicas``); ``None`` when it does not now.
+            The planner lets a served model's scale-out take another model's last ready
+            replica only once this shortfall has persisted
+            (:mod:`grid_core.planner.lastready`).
     """
 
     model_id: str
@@ -70,6 +76,7 @@ class ModelDemand(msgspec.Struct, frozen=True, kw_only=True):
     held_replicas: int = 0
     inferred_rps: float = 0.0
     live_until: float | None = None
+    short_since: float | None = None
 
     def harm(self, latency_slo_ms: float | None) -> tuple[float, float, float, float, float]:
         """Attributable service harm, compared lexicographically (larger = more harmed).

@@ -188,6 +188,10 @@ class PlanState:
         self.evicted: set[tuple[str, str]] = set()
         self.staged: dict[int, int] = {}
         self.budget_hit: set[int] = set()
+        self.settling: dict[int, set[str]] = {}
+        """Per beneficiary, models whose last ready replica it may not take yet: only they
+        would have completed a victim set, and its scale-out shortfall has not persisted
+        (:mod:`grid_core.planner.lastready`; the unmet code ``shortfall_settling``)."""
         self.repair_steps = 0
         self.learned: list[tuple[float, float]] | None = None
         """Per host, (price of one model slot, price per MB) in expected lost placements,

@@ -40,6 +40,7 @@ UNMET_BINDING: dict[str, str] = {
     "preemption_staged": "memory",
     "relocation_staged": "memory",
     "eviction_budget": "eviction_budget",
+    "shortfall_settling": "memory",
 }
 """Unmet code → binding resource, for shortfalls the planner names no resource for (staged
 changes and budgets); the planner's own ``Unmet.resource`` wins when it is set."""

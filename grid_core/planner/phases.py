@@ -7,6 +7,7 @@ from grid_core.demand.types import STANDBY_REASON
 from grid_core.planner.core import PlanState, RankedPool, RoundKey, Unasked, serving_incumbents
 from grid_core.planner.eligibility import MEMORY_STATES
 from grid_core.planner.holds import release_hold, take_hold
+from grid_core.planner.lastready import kept_ready, last_ready, settling_scale_out
 from grid_core.planner.preemption import (
     MAX_PREEMPTION_HOSTS,
     MAX_VICTIM_CANDIDATES,
@@ -450,21 +451,9 @@ def surplus_hold(state: PlanState, vmi: int, hi: int, r: ResidencySnapshot) -> s
         return "activity_unknown"
     if r.active_requests > 0:
         return "in_flight"
-    if r.state == "ready" and _kept_ready(state, vmi) <= 1:
+    if r.state == "ready" and kept_ready(state, vmi) <= 1:
         return "last_ready_replica"
     return None
-
-
-def _kept_ready(state: PlanState, vmi: int) -> int:
-    """Ready incumbents of ``vmi`` the plan keeps."""
-    mid = state.profiles[vmi].model_id
-    n = 0
-    for hj, book in enumerate(state.ledger.books):
-        placed = book.models.get(vmi)
-        res = state.res_maps[hj].get(mid)
-        if placed is not None and placed.incumbent and res is not None and res.state == "ready":
-            n += 1
-    return n
 
 
 def _beneficiary_start_s(state: PlanState, mi: int, hi: int) -> float:
@@ -535,12 +524,18 @@ def _serves_old_revision(state: PlanState, vmi: int, r: ResidencySnapshot) -> bo
 def _victim_pool(
     state: PlanState, mi: int, hi: int
 ) -> tuple[list[VictimCandidate], VictimNeed] | None:
-    """Removable residencies on ``hi`` for beneficiary ``mi`` and what they must release."""
+    """Removable residencies on ``hi`` for beneficiary ``mi`` and what they must release.
+
+    Another model's last ready replica is left out while ``mi``'s scale-out shortfall has not
+    yet persisted (:func:`~grid_core.planner.lastready.settling_scale_out`).
+    """
     ledger, host, book = state.ledger, state.hosts[hi], state.ledger.books[hi]
     p = state.profiles[mi]
     if book.blocked or p.model_id in book.present or not book.eligible:
         return None
     cands: list[VictimCandidate] = []
+    waiting: list[VictimCandidate] = []  # last ready replicas a fresh scale-out may not take
+    settling = settling_scale_out(state, mi, hi)
     for r in host.residencies:
         if r.state not in MEMORY_STATES or not r.actuatable:
             continue
@@ -576,21 +571,39 @@ def _victim_pool(
             q = state.profiles[kept]
             # Learned per-host timings (controller-blended with the priors) price warm-back.
             warm = startup_path_s(q, host.performance.get(q.model_id), False)
-        cands.append(
-            VictimCandidate(
-                model_id=r.model_id,
-                host_id=host.host_id,
-                memory_mb=r.memory_mb,
-                desired_mb=book.models[kept].raw_mb if kept is not None else 0,
-                priority=prio,
-                state=r.state,
-                idle=r.active_requests == 0,
-                warm_back_s=warm,
-                surplus=surplus,
-            )
+        cand = VictimCandidate(
+            model_id=r.model_id,
+            host_id=host.host_id,
+            memory_mb=r.memory_mb,
+            desired_mb=book.models[kept].raw_mb if kept is not None else 0,
+            priority=prio,
+            state=r.state,
+            idle=r.active_requests == 0,
+            warm_back_s=warm,
+            surplus=surplus,
         )
-    if not cands:
-        return None
+        if settling and kept is not None and last_ready(state, kept, r):
+            waiting.append(cand)
+        else:
+            cands.append(cand)
+    return _with_need(state, mi, hi, cands, waiting)
+
+
+def _with_need(
+    state: PlanState,
+    mi: int,
+    hi: int,
+    cands: list[VictimCandidate],
+    waiting: list[VictimCandidate],
+) -> tuple[list[VictimCandidate], VictimNeed] | None:
+    """``cands`` (best first, at most :data:`MAX_VICTIM_CANDIDATES`) and what they must
+    release on ``hi`` for ``mi``, or ``None`` when they cannot release it.
+
+    When only the ``waiting`` last ready replicas would have made the set sufficient, their
+    models are noted in :attr:`PlanState.settling` (the beneficiary's unmet reason,
+    :mod:`grid_core.planner.lastready`).
+    """
+    ledger, book, p = state.ledger, state.ledger.books[hi], state.profiles[mi]
     cands.sort(key=lambda c: (c.priority, c.disruption, c.warm_back_s, c.model_id))
     cands = cands[:MAX_VICTIM_CANDIDATES]
     _, mem = ledger.memory(mi, hi)
@@ -606,6 +619,8 @@ def _victim_pool(
         slots=slots,
         required=required,
     )
-    if not need.satisfied_by(cands):
+    if not cands or not need.satisfied_by(cands):
+        if waiting and need.satisfied_by(cands + waiting):
+            state.settling.setdefault(mi, set()).update(v.model_id for v in waiting)
         return None
     return cands, need

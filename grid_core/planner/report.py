@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from grid_core.planner.core import PlanState
 from grid_core.planner.eligibility import placement_incompatibility
+from grid_core.planner.lastready import settling_message
 from grid_core.planner.phases import surplus_hold
 from grid_core.planner.types import SurplusReplica, Unmet, UnmetCode, UnmetResource
 from grid_core.profile import ModelProfile
@@ -109,6 +110,9 @@ def _replica_unmet(state: PlanState, mi: int, missing: int) -> list[Unmet]:
     if mi in state.budget_hit:
         code = "eviction_budget"
         why = f"the per-plan eviction budget is spent ({why}); later plans continue"
+    elif mi in state.settling:
+        code = "shortfall_settling"
+        why = f"{settling_message(state, mi)} ({why})"
     out.append(
         Unmet(
             code=code,

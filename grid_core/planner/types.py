@@ -32,6 +32,7 @@ UnmetCode = Literal[
     "disk_shortage",
     "slot_limit",
     "eviction_budget",
+    "shortfall_settling",
     "relocation_staged",
     "host_shortage",
 ]

@@ -422,3 +422,32 @@ def test_unbound_service_counts_survive_a_restart():
     copy = DemandTracker(POLICY)
     copy.from_state(t.to_state())
     assert not copy.forecast(NOW, [prof()], _busy(2), EWMA)["m"].direct
+
+
+# --- how long a shortfall has lasted (a served model's scale-out) ------------------------
+
+
+def test_a_shortfall_is_dated_from_its_first_forecast_and_ends_with_it():
+    """A served model whose engine queues one request needs one replica beyond the ready set;
+    the tracker dates that shortfall from the first forecast that saw it, keeps the date while
+    the shortfall lasts, and forgets it once the queue is gone (so a later one starts anew)."""
+    t = tracker_for()
+    steady(t, 1, 30)
+    wide = prof(replica_concurrency=4)  # the arrival rate alone needs one replica
+
+    def fleet(queue: int) -> list[HostSnapshot]:
+        r = ResidencySnapshot(model_id="m", memory_mb=4096, state="ready", queue_depth=queue)
+        return [host("h0", r)]
+
+    first = t.forecast(NOW, [wide], fleet(1), EWMA)["m"]
+    assert first.ready_replicas == 1 and first.desired_replicas == 2
+    assert "queue_pressure" in first.reasons and first.short_since == NOW
+    t.observe(req(NOW + 5.0))
+    still = t.forecast(NOW + 60.0, [wide], fleet(1), EWMA)["m"]
+    assert still.short_since == NOW
+    t.observe(req(NOW + 65.0))
+    served = t.forecast(NOW + 120.0, [wide], fleet(0), EWMA)["m"]
+    assert "queue_pressure" not in served.reasons and served.short_since is None
+    t.observe(req(NOW + 125.0))
+    again = t.forecast(NOW + 180.0, [wide], fleet(1), EWMA)["m"]
+    assert again.short_since == NOW + 180.0

@@ -9,6 +9,7 @@ import pytest
 from planner_helpers import NOW, codes, demand, host, model, placed, res, run
 
 from grid_core.planner import Plan, PlannerPolicy
+from grid_core.planner.lastready import SHORTFALL_PERSIST_S
 
 
 def test_three_small_idle_residencies_evict_the_smallest_sufficient_set():
@@ -275,3 +276,57 @@ def test_a_rollouts_old_revision_is_not_obsolete_while_it_is_the_only_ready_repl
     h2 = host("h2", 5, residencies=(res("a", 5, artifact_sha256=new),))
     p = run(profiles, [h, h2], [demand("b", 1)])
     assert [(e.model_id, e.host_id, e.beneficiary) for e in p.evictions] == [("a", "h1", "b")]
+
+
+# --- a served model's scale-out and another model's last ready replica ---------------------
+
+
+def _scale_out(
+    since: float | None, vip_kw: dict[str, object] | None = None, lo_hosts: int = 1, ready: int = 1
+) -> Plan:
+    """``vip`` (priority 3) has one replica on ``b`` (ready when ``ready``) and asks for a
+    second (direct, its shortfall seen since ``since``); ``lo`` has ``lo_hosts`` ready
+    replicas, one on the only other host ``a``."""
+    vip = res("vip", 8, state="ready" if ready else "warming")
+    hosts = [host("a", 8, residencies=(res("lo", 8),)), host("b", 8, residencies=(vip,))]
+    hosts += [host(f"c{i}", 8, residencies=(res("lo", 8),)) for i in range(lo_hosts - 1)]
+    profiles = [
+        model("vip", 8, priority=3, max_replicas=2, **(vip_kw or {})),
+        model("lo", 8, max_replicas=2),
+    ]
+    demands = [
+        demand("vip", 2, ready_replicas=ready, short_since=since),
+        demand("lo", lo_hosts, direct=False, inferred_rps=0.1),
+    ]
+    return run(profiles, hosts, demands)
+
+
+def test_a_fresh_scale_out_does_not_take_another_models_last_ready_replica():
+    """One tick's queue on a served model does not stage the drain of the only replica of a
+    lower-priority model: the shortfall is reported as settling, naming the model it spares."""
+    for since in (None, NOW, NOW - SHORTFALL_PERSIST_S + 1.0):
+        p = _scale_out(since)
+        assert p.evictions == ()
+        assert codes(p, "vip") == ["shortfall_settling"]
+        (u,) = p.unmet
+        assert "'lo'" in u.message and u.missing == 1
+
+
+def test_a_persistent_scale_out_takes_it():
+    p = _scale_out(NOW - SHORTFALL_PERSIST_S)
+    assert [(e.model_id, e.host_id, e.beneficiary) for e in p.evictions] == [("lo", "a", "vip")]
+    assert codes(p, "vip") == ["preemption_staged"]
+
+
+@pytest.mark.parametrize(
+    ("vip_kw", "lo_hosts", "ready"),
+    [
+        ({"min_replicas": 2}, 1, 1),  # a baseline never waits
+        ({"pins": ("a", "b")}, 1, 1),  # nor a pin on its own host
+        ({}, 2, 1),  # the victim keeps another ready replica
+        ({}, 1, 0),  # vip is not served yet: its replica on b is not ready
+    ],
+)
+def test_a_fresh_shortfall_still_preempts_when_the_rule_does_not_apply(vip_kw, lo_hosts, ready):
+    p = _scale_out(NOW, vip_kw, lo_hosts, ready)
+    assert ("lo", "a") in {(e.model_id, e.host_id) for e in p.evictions}
