@@ -108,6 +108,7 @@ if TYPE_CHECKING:
     from grid_core.planner.exact import DEFAULT_TIME_LIMIT_S, exact_optimum, prime_quietly
     from grid_core.planner.exact import loss_by_class as exact_loss_by_class
     from grid_core.planner.hooks import NO_HOOKS, PlannerHooks
+    from grid_core.planner.lastready import established
     from grid_core.planner.preemption import (
         MAX_VICTIM_CANDIDATES,
         VictimCandidate,
@@ -250,6 +251,7 @@ _SOURCES: dict[str, tuple[str, str]] = {
     "prime_quietly": ("grid_core.planner.exact", "prime_quietly"),
     "exact_loss_by_class": ("grid_core.planner.exact", "loss_by_class"),
     "NO_HOOKS": ("grid_core.planner.hooks", "NO_HOOKS"),
+    "established": ("grid_core.planner.lastready", "established"),
     "PlannerHooks": ("grid_core.planner.hooks", "PlannerHooks"),
     "MAX_VICTIM_CANDIDATES": ("grid_core.planner.preemption", "MAX_VICTIM_CANDIDATES"),
     "VictimCandidate": ("grid_core.planner.preemption", "VictimCandidate"),
@@ -476,6 +478,7 @@ __all__ = [
     "birth_of",
     "desired_for",
     "disabled_names",
+    "established",
     "exact_check",
     "exact_loss_by_class",
     "exact_optimum",

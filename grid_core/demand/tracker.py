@@ -363,10 +363,7 @@ class DemandTracker:
         """``demand`` with :attr:`ModelDemand.short_since` set while its live direct need
         exceeds its ready replicas; the record ends on the first forecast without it."""
         mid = demand.model_id
-        short = demand.direct and (
-            demand.desired_replicas - demand.held_replicas > demand.ready_replicas
-        )
-        if not short:
+        if not demand.live_shortfall():
             self._short.pop(mid, None)
             return demand
         since = self._short.setdefault(mid, now)

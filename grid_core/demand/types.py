@@ -95,6 +95,11 @@ class ModelDemand(msgspec.Struct, frozen=True, kw_only=True):
             self.request_rate_rps,
         )
 
+    def live_shortfall(self) -> bool:
+        """Whether live direct evidence asks for more replicas than are ready (desired minus
+        held above ready): the condition :attr:`short_since` dates."""
+        return self.direct and self.desired_replicas - self.held_replicas > self.ready_replicas
+
 
 class Watermark(msgspec.Struct, frozen=True, kw_only=True, array_like=True):
     """Highest recent desired replica count of a model and when it was last reached.

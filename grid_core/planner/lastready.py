@@ -24,6 +24,9 @@ victim, so status shows why the replica waits.
 
 from __future__ import annotations
 
+import msgspec
+
+from grid_core.demand.types import ModelDemand
 from grid_core.planner.core import PlanState
 from grid_core.snapshot import ResidencySnapshot
 
@@ -33,6 +36,17 @@ ready replica: one default demand bucket (``ForecastPolicy.bucket_s``), so a nee
 single bucket is noise the way one bucket of silence is not yet a trend
 (:data:`~grid_core.demand.desired.LIVE_EVIDENCE_BUCKETS`). A controller ticking once a minute
 therefore needs the shortfall on two consecutive ticks."""
+
+
+def established(demand: ModelDemand, now: float) -> ModelDemand:
+    """``demand`` with a live shortfall dated as already persisted (``now`` minus
+    :data:`SHORTFALL_PERSIST_S`), for inputs that are one instant without history, such as a
+    fleet file for ``grid bench plan``: the planner then makes the decision it makes once the
+    evidence has lasted, not the first-sighting one. Demand without a live shortfall, or with
+    its own date, is returned unchanged."""
+    if demand.short_since is not None or not demand.live_shortfall():
+        return demand
+    return msgspec.structs.replace(demand, short_since=now - SHORTFALL_PERSIST_S)
 
 
 def settling_scale_out(state: PlanState, mi: int, hi: int) -> bool:

@@ -20,6 +20,7 @@ from grid_core.api import (
     ResidencySnapshot,
     ValidationError,
     desired_for,
+    established,
     validate_profile,
 )
 from grid_core.wire import Ownership
@@ -214,9 +215,9 @@ def _convert(data: dict, policy: PlannerPolicy) -> PlanInputs:
             queued=float(d["queue_depth"]),
             p95_ms=float(d["p95_latency_ms"]) or None,
         )
-        demand[profile.model_id], _ = desired_for(
-            profile, fc, list(hosts), now, fpolicy, None, policy
-        )
+        got, _ = desired_for(profile, fc, list(hosts), now, fpolicy, None, policy)
+        # one instant without history: a shortfall in the file is taken as established
+        demand[profile.model_id] = established(got, now)
     return PlanInputs(now=now, profiles=profiles, hosts=hosts, demand=demand, policy=policy)
 
 

@@ -8,6 +8,7 @@ import pytest
 from grid_bench.fleet import SCHEMA, fleet_inputs
 
 from grid_core.errors import ValidationError
+from grid_core.planner.lastready import SHORTFALL_PERSIST_S
 
 FLEET = {
     "schema": SCHEMA,
@@ -99,3 +100,28 @@ def test_a_missing_key_names_the_entry() -> None:
     del data["hosts"][0]["max_models"]
     with pytest.raises(ValidationError, match=r"hosts\[0\] \(host-001\) has no 'max_models'"):
         fleet_inputs(data)
+
+
+def test_a_fleet_files_shortfall_counts_as_established() -> None:
+    """A fleet file is one instant with no history: its shortfall is taken as lasting, so the
+    plan shows the steady-state decision (a staged preemption of the lower-priority model's
+    last ready replica), not the first-sighting wait (``shortfall_settling``)."""
+    from grid_core.api import get_plugins, plan
+
+    data = copy.deepcopy(FLEET)
+    second = copy.deepcopy(data["hosts"][0])
+    second.update(host_id="host-002", failure_domain="fd-2", max_models=1)
+    second["residencies"] = [
+        {"model_id": "model-02", "memory_mb": 4096, "state": "ready", "managed": True}
+    ]
+    data["hosts"][0]["max_models"] = 1
+    data["hosts"].append(second)
+    low = copy.deepcopy(data["models"][0])
+    low.update(model_id="model-02", priority=0, min_replicas=0, max_replicas=1)
+    data["models"].append(low)
+    data["demand"][0].update(queue_depth=3.0)
+    inputs = fleet_inputs(data)
+    assert inputs.demand["model-01"].short_since == FLEET["now"] - SHORTFALL_PERSIST_S
+    out = plan(inputs, get_plugins().planner_hooks(), reuse=False)
+    assert [(e.model_id, e.host_id) for e in out.evictions] == [("model-02", "host-002")]
+    assert {u.code for u in out.unmet} == {"preemption_staged"}
