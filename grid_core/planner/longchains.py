@@ -47,7 +47,7 @@ from grid_core.planner.exchange import is_short, movables, spread
 from grid_core.planner.holds import FIXED_REASONS
 from grid_core.planner.ledger import Placed
 from grid_core.planner.phases import round_key
-from grid_core.planner.settle import _Chains, _keeps_spread, _score, fit_hosts
+from grid_core.planner.settle import _Chains, _keeps_spread, _score, closing_room, fit_hosts
 
 LONG_CHAIN_MOVES = 5
 """Replicas one long chain may place or move (the short model's replica plus four displaced
@@ -380,7 +380,6 @@ class _LongChains(_Chains):
         """Whether a replica of ``yi`` displaced by node ``k``'s replica could land on a host
         of node ``k``'s path by memory and slots (what :meth:`_close` then checks in full)."""
         state = self.state
-        books = state.ledger.books
         mems = state.mem_rows[yi]
         mid = state.profiles[yi].model_id
         cands = self.cand_sets.get(yi)
@@ -390,14 +389,7 @@ class _LongChains(_Chains):
         while anc.leaving is not None and anc.parent is not None:
             self.spent += 1
             p = anc.leaving.hi
-            book = books[p]
-            if (
-                p in cands
-                and mid not in book.present
-                and not (book.max_models and len(book.present) >= book.max_models)
-                and min(book.inc_free, book.raw_free) + anc.leaving.memory_mb
-                >= state.mem_rows[nodes[anc.parent].mi][p] + mems[p]
-            ):
+            if p in cands and closing_room(state, anc.leaving, nodes[anc.parent].mi, mid, mems[p]):
                 return True
             anc = nodes[anc.parent]
         return False

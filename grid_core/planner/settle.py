@@ -60,6 +60,21 @@ place 8,574 at 4,000 and 8,577 at 8,000, seeds 51-80 4,866 / 4,868, seeds 81-110
 early). About 1 ms of CPU on 64x32 seed 2, whose one search fails."""
 
 
+def closing_room(state: PlanState, leaving: Placed, arrived: int, mid: str, need_mb: int) -> bool:
+    """Whether the host the replica ``leaving`` left also takes one replica of model ``mid``
+    (``need_mb`` there) beside the replica of model index ``arrived`` that took its place: no
+    copy of ``mid`` there, a free model slot, and room for both arrivals in the tighter
+    ledger (the closing landing of a chain on a host it already changed)."""
+    p = leaving.hi
+    book = state.ledger.books[p]
+    return (
+        mid not in book.present
+        and not (book.max_models and len(book.present) >= book.max_models)
+        and min(book.inc_free, book.raw_free) + leaving.memory_mb
+        >= state.mem_rows[arrived][p] + need_mb
+    )
+
+
 def settle(state: PlanState) -> int:
     """Place what is still short by ejection chains; returns the replicas added. Leaves
     where each model fits now in ``state.fit_map`` for the long chains that may follow."""
@@ -242,7 +257,6 @@ class _Chains:
         origin), where the replica that left made room for the newcomer and this one too;
         True when applied."""
         state = self.state
-        books = state.ledger.books
         node = nodes[k]
         mems = state.mem_rows[node.mi]
         mid = state.profiles[node.mi].model_id
@@ -252,14 +266,10 @@ class _Chains:
         anc = nodes[node.parent] if node.parent is not None else None
         while anc is not None and anc.leaving is not None and anc.parent is not None:
             p = anc.leaving.hi
-            book = books[p]
             self.spent += 1
             if (
                 p in cands
-                and mid not in book.present
-                and not (book.max_models and len(book.present) >= book.max_models)
-                and min(book.inc_free, book.raw_free) + anc.leaving.memory_mb
-                >= state.mem_rows[nodes[anc.parent].mi][p] + mems[p]
+                and closing_room(state, anc.leaving, nodes[anc.parent].mi, mid, mems[p])
                 and _keeps_spread(state, nodes, k, p)
                 and _apply_closing(state, nodes, k, p)
             ):
