@@ -122,12 +122,9 @@ def _video_job(at: float, served: str | None) -> RequestFeatures:
     )
 
 
-def test_a_throttled_video_host_hands_over_to_an_idle_speculative_replica(
-    tmp_path: Path,
-) -> None:
-    """Video jobs were served on host a, which is now throttled; host b holds an idle image
-    replica nobody asks for. Video takes b (the mature 1.5x replacement rule), and video's
-    throttled replica is not drained before the replacement is ready."""
+def _video_served(tmp_path: Path) -> Controller:
+    """An automatic controller with both profiles that has seen four served video jobs
+    (mature workload evidence for the replacement rules)."""
     store = FileStateStore(tmp_path / "controller-state.json")
     ctl = Controller(plugins=plugins_with(builtins=BUILTINS), store=store).restore()
     for p in (IMAGE, VIDEO):
@@ -135,6 +132,16 @@ def test_a_throttled_video_host_hands_over_to_an_idle_speculative_replica(
     ctl.set_mode("automatic", NOW)
     for i in range(4):
         ctl.observe_request(_video_job(NOW + 100 + 40 * i, "video"))
+    return ctl
+
+
+def test_a_throttled_video_host_hands_over_to_an_idle_speculative_replica(
+    tmp_path: Path,
+) -> None:
+    """Video jobs were served on host a, which is now throttled; host b holds an idle image
+    replica nobody asks for. Video takes b (the mature 1.5x replacement rule), and video's
+    throttled replica is not drained before the replacement is ready."""
+    ctl = _video_served(tmp_path)
     hosts = [_host("a", "video", throttled=True), _host("b", "image")]
     result = ctl.tick(NOW + 300, hosts)
     report = ctl.last.portfolio
@@ -208,13 +215,7 @@ def test_a_throttled_host_is_no_replacement_path_for_a_long_job_model(tmp_path: 
     nobody asks for, but b is throttled too, so a video job could not finish there either.
     Draining image for video would only move the stranding: no path is taken, image keeps
     serving, and nothing is drained."""
-    store = FileStateStore(tmp_path / "controller-state.json")
-    ctl = Controller(plugins=plugins_with(builtins=BUILTINS), store=store).restore()
-    for p in (IMAGE, VIDEO):
-        ctl.put_profile(p, NOW)
-    ctl.set_mode("automatic", NOW)
-    for i in range(4):
-        ctl.observe_request(_video_job(NOW + 100 + 40 * i, "video"))
+    ctl = _video_served(tmp_path)
     hosts = [_host("a", "video", throttled=True), _host("b", "image", throttled=True)]
     assert Fit((IMAGE, VIDEO), tuple(hosts), POLICY, {}).row("video").paths == ()
     result = ctl.tick(NOW + 300, hosts)
