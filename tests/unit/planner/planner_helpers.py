@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 from grid_core.demand.types import ModelDemand
-from grid_core.planner import Plan, PlanInputs, PlannerPolicy, plan
+from grid_core.planner import Plan, PlanInputs, PlannerPolicy, canonical_inputs, plan
+from grid_core.planner.chains import CHAIN_PLAN_BUDGET
+from grid_core.planner.core import PlanState
+from grid_core.planner.exchange import BUMP_BUDGET, EXCHANGE_BUDGET
 from grid_core.profile import ModelProfile, validate_profile
 from grid_core.snapshot import HostSnapshot, ResidencySnapshot
 from grid_core.testing import plugins_with
@@ -109,3 +112,51 @@ def placed(p: Plan) -> set[tuple[str, str]]:
 
 def codes(p: Plan, model_id: str | None = None) -> list[str]:
     return [u.code for u in p.unmet if model_id is None or u.model_id == model_id]
+
+
+def layout_state(
+    hosts: list[HostSnapshot],
+    models: list[ModelProfile],
+    layout: list[tuple[str, str]],
+    wants: dict[str, int],
+    *,
+    live: tuple[str, str] | None = None,
+    spent: bool = True,
+) -> PlanState:
+    """A plan state (for the repair passes) with ``layout``'s (model, host) new replicas
+    placed, ``live`` (model, host) kept as an incumbent, ``wants`` replicas wanted per model
+    and, with ``spent``, the shared repair budgets used up as the classes above leave them on
+    a large fleet."""
+    inputs = canonical_inputs(
+        PlanInputs(
+            now=NOW,
+            profiles=tuple(models),
+            hosts=tuple(hosts),
+            demand={m: demand(m, n) for m, n in wants.items()},
+            policy=POLICY,
+        )
+    )
+    state = PlanState(inputs, [], None)
+    by_host = {h.host_id: hi for hi, h in enumerate(state.hosts)}
+    for mid, hid in layout:
+        mi, hi = state.ledger.index[mid], by_host[hid]
+        assert state.ledger.fit_new(mi, hi) is None
+        state.ledger.place(mi, hi, "score")
+    if live is not None:
+        mid, hid = live
+        hi = by_host[hid]
+        state.ledger.keep(state.ledger.index[mid], hi, state.hosts[hi].residencies[0], "incumbent")
+    if spent:
+        state.repair_steps = state.policy.repair_budget
+        state.chain_steps = CHAIN_PLAN_BUDGET
+        state.exchange_steps = EXCHANGE_BUDGET
+        state.bump_trials = BUMP_BUDGET
+    return state
+
+
+def state_where(state: PlanState) -> set[tuple[str, str]]:
+    """(model id, host id) of every replica the plan state holds."""
+    return {
+        (state.profiles[pl.mi].model_id, state.hosts[pl.hi].host_id)
+        for pl in state.ledger.placements()
+    }

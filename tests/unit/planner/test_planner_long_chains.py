@@ -8,12 +8,10 @@ chains then do.
 
 from __future__ import annotations
 
-from planner_helpers import NOW, POLICY, demand, host, model, res
+from planner_helpers import host, layout_state, model, res, state_where
 
-from grid_core.planner import PlanInputs, canonical_inputs
-from grid_core.planner.chains import CHAIN_PLAN_BUDGET
 from grid_core.planner.core import PlanState
-from grid_core.planner.exchange import BUMP_BUDGET, EXCHANGE_BUDGET, exchange_rounds
+from grid_core.planner.exchange import exchange_rounds
 from grid_core.planner.longchains import long_chains
 from grid_core.planner.repair import repair_class
 from grid_core.planner.settle import settle
@@ -47,41 +45,25 @@ def _state(
     models=LADDER_MODELS,
     wanted: dict[str, int] | None = None,
 ) -> PlanState:
-    """A plan state with ``layout``'s new replicas placed (``live`` kept as an incumbent
-    instead), one replica of each model wanted (``wanted`` names other counts) and the
-    shared repair budgets spent."""
+    """:func:`layout_state` with one replica of each model wanted (``wanted`` names other
+    counts) and the shared repair budgets spent."""
     counts = wanted or {}
-    inputs = canonical_inputs(
-        PlanInputs(
-            now=NOW,
-            profiles=tuple(models),
-            hosts=tuple(hosts),
-            demand={m.model_id: demand(m.model_id, counts.get(m.model_id, 1)) for m in models},
-            policy=POLICY,
-        )
-    )
-    state = PlanState(inputs, [], None)
-    by_host = {h.host_id: hi for hi, h in enumerate(state.hosts)}
-    for mid, hid in layout:
-        mi, hi = state.ledger.index[mid], by_host[hid]
-        assert state.ledger.fit_new(mi, hi) is None
-        state.ledger.place(mi, hi, "score")
-    if live is not None:
-        mid, hid = live
-        hi = by_host[hid]
-        state.ledger.keep(state.ledger.index[mid], hi, state.hosts[hi].residencies[0], "incumbent")
-    state.repair_steps = state.policy.repair_budget
-    state.chain_steps = CHAIN_PLAN_BUDGET
-    state.exchange_steps = EXCHANGE_BUDGET
-    state.bump_trials = BUMP_BUDGET
-    return state
+    wants = {m.model_id: counts.get(m.model_id, 1) for m in models}
+    return layout_state(hosts, models, layout, wants, live=live)
 
 
-def _where(state: PlanState) -> set[tuple[str, str]]:
-    return {
-        (state.profiles[pl.mi].model_id, state.hosts[pl.hi].host_id)
-        for pl in state.ledger.placements()
-    }
+_where = state_where
+
+
+def _only_long_chains_place(state: PlanState) -> None:
+    """The earlier passes (repair, exchanges, settling) leave the state as it is; the long
+    chains then place one replica."""
+    before = _where(state)
+    repair_class(state, list(range(len(state.profiles))), False)
+    assert exchange_rounds(state) == 0
+    assert settle(state) == 0
+    assert _where(state) == before
+    assert long_chains(state) == 1
 
 
 def test_a_five_move_chain_places_what_the_settling_repair_cannot():
@@ -89,12 +71,7 @@ def test_a_five_move_chain_places_what_the_settling_repair_cannot():
     # once "d" leaves, "d" to h4 once "e" leaves, and "e" fits the empty h5. The settling
     # repair's chains stop at four moves, one short.
     state = _state(LADDER_HOSTS, LADDER_LAYOUT)
-    before = _where(state)
-    repair_class(state, list(range(len(state.profiles))), False)
-    assert exchange_rounds(state) == 0
-    assert settle(state) == 0
-    assert _where(state) == before
-    assert long_chains(state) == 1
+    _only_long_chains_place(state)
     assert _where(state) == {("a", "h1"), ("b", "h2"), ("c", "h3"), ("d", "h4"), ("e", "h5")}
 
 
@@ -120,12 +97,7 @@ def test_a_chain_through_a_middle_sized_replica_closes_on_the_host_it_started_fr
     # nowhere else; "d" moves to q once "e" leaves, and "e" lands back on p beside "a"
     # (4 + 12 - 9 = 7 GB left there). The settling repair tries only "m" and "l".
     state = _state(CLOSING_HOSTS, CLOSING_LAYOUT, models=CLOSING_MODELS)
-    before = _where(state)
-    repair_class(state, list(range(len(state.profiles))), False)
-    assert exchange_rounds(state) == 0
-    assert settle(state) == 0
-    assert _where(state) == before
-    assert long_chains(state) == 1
+    _only_long_chains_place(state)
     assert _where(state) == {("a", "p"), ("m", "p"), ("l", "p"), ("e", "p"), ("d", "q")}
 
 
@@ -151,12 +123,7 @@ priority-0 model."""
 def test_several_replicas_leave_one_host_each_for_a_host_where_it_fits():
     # "r1" and "r2" each fit one of the single-slot hosts; with both gone "x" fits p.
     state = _state(VACATE_HOSTS, VACATE_LAYOUT, models=VACATE_MODELS)
-    before = _where(state)
-    repair_class(state, list(range(len(state.profiles))), False)
-    assert exchange_rounds(state) == 0
-    assert settle(state) == 0
-    assert _where(state) == before
-    assert long_chains(state) == 1
+    _only_long_chains_place(state)
     assert _where(state) == {("x", "p"), ("r3", "p"), ("r4", "p"), ("r1", "q1"), ("r2", "q2")}
 
 

@@ -11,55 +11,22 @@ from __future__ import annotations
 from planner_helpers import (
     CHAIN_HOSTS,
     CHAIN_MODELS,
-    NOW,
-    POLICY,
     cuda_host,
-    demand,
+    layout_state,
     mac_host,
     model,
     res,
+    state_where,
     vllm_model,
 )
 
-from grid_core.planner import PlanInputs, canonical_inputs
-from grid_core.planner.chains import CHAIN_PLAN_BUDGET
 from grid_core.planner.core import PlanState
-from grid_core.planner.exchange import BUMP_BUDGET, EXCHANGE_BUDGET, exchange_rounds
+from grid_core.planner.exchange import exchange_rounds
 from grid_core.planner.repair import repair_class
 from grid_core.planner.settle import settle
 
-
-def _state(hosts, models, layout, wants: dict[str, int], *, spent: bool = True) -> PlanState:
-    """A plan state with ``layout``'s new replicas placed and, with ``spent``, the shared
-    repair budgets used up as the classes above leave them on a large fleet."""
-    inputs = canonical_inputs(
-        PlanInputs(
-            now=NOW,
-            profiles=tuple(models),
-            hosts=tuple(hosts),
-            demand={m: demand(m, n) for m, n in wants.items()},
-            policy=POLICY,
-        )
-    )
-    state = PlanState(inputs, [], None)
-    by_host = {h.host_id: hi for hi, h in enumerate(state.hosts)}
-    for mid, hid in layout:
-        mi, hi = state.ledger.index[mid], by_host[hid]
-        assert state.ledger.fit_new(mi, hi) is None
-        state.ledger.place(mi, hi, "score")
-    if spent:
-        state.repair_steps = state.policy.repair_budget
-        state.chain_steps = CHAIN_PLAN_BUDGET
-        state.exchange_steps = EXCHANGE_BUDGET
-        state.bump_trials = BUMP_BUDGET
-    return state
-
-
-def _where(state: PlanState) -> set[tuple[str, str]]:
-    return {
-        (state.profiles[pl.mi].model_id, state.hosts[pl.hi].host_id)
-        for pl in state.ledger.placements()
-    }
+_state = layout_state
+_where = state_where
 
 
 def _old_passes_place_nothing(state: PlanState) -> None:
