@@ -7,7 +7,7 @@ from grid_core.demand.types import STANDBY_REASON
 from grid_core.planner.core import PlanState, RankedPool, RoundKey, Unasked, serving_incumbents
 from grid_core.planner.eligibility import MEMORY_STATES
 from grid_core.planner.holds import release_hold, take_hold
-from grid_core.planner.lastready import kept_ready, last_ready, settling_scale_out
+from grid_core.planner.lastready import last_ready, settling_scale_out
 from grid_core.planner.preemption import (
     MAX_PREEMPTION_HOSTS,
     MAX_VICTIM_CANDIDATES,
@@ -451,7 +451,7 @@ def surplus_hold(state: PlanState, vmi: int, hi: int, r: ResidencySnapshot) -> s
         return "activity_unknown"
     if r.active_requests > 0:
         return "in_flight"
-    if r.state == "ready" and kept_ready(state, vmi) <= 1:
+    if last_ready(state, vmi, r):
         return "last_ready_replica"
     return None
 
