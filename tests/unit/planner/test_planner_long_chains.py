@@ -52,17 +52,14 @@ def _state(
     return layout_state(hosts, models, layout, wants, live=live)
 
 
-_where = state_where
-
-
 def _only_long_chains_place(state: PlanState) -> None:
     """The earlier passes (repair, exchanges, settling) leave the state as it is; the long
     chains then place one replica."""
-    before = _where(state)
+    before = state_where(state)
     repair_class(state, list(range(len(state.profiles))), False)
     assert exchange_rounds(state) == 0
     assert settle(state) == 0
-    assert _where(state) == before
+    assert state_where(state) == before
     assert long_chains(state) == 1
 
 
@@ -72,7 +69,7 @@ def test_a_five_move_chain_places_what_the_settling_repair_cannot():
     # repair's chains stop at four moves, one short.
     state = _state(LADDER_HOSTS, LADDER_LAYOUT)
     _only_long_chains_place(state)
-    assert _where(state) == {("a", "h1"), ("b", "h2"), ("c", "h3"), ("d", "h4"), ("e", "h5")}
+    assert state_where(state) == {("a", "h1"), ("b", "h2"), ("c", "h3"), ("d", "h4"), ("e", "h5")}
 
 
 CLOSING_HOSTS = [
@@ -98,7 +95,7 @@ def test_a_chain_through_a_middle_sized_replica_closes_on_the_host_it_started_fr
     # (4 + 12 - 9 = 7 GB left there). The settling repair tries only "m" and "l".
     state = _state(CLOSING_HOSTS, CLOSING_LAYOUT, models=CLOSING_MODELS)
     _only_long_chains_place(state)
-    assert _where(state) == {("a", "p"), ("m", "p"), ("l", "p"), ("e", "p"), ("d", "q")}
+    assert state_where(state) == {("a", "p"), ("m", "p"), ("l", "p"), ("e", "p"), ("d", "q")}
 
 
 VACATE_HOSTS = [
@@ -124,7 +121,7 @@ def test_several_replicas_leave_one_host_each_for_a_host_where_it_fits():
     # "r1" and "r2" each fit one of the single-slot hosts; with both gone "x" fits p.
     state = _state(VACATE_HOSTS, VACATE_LAYOUT, models=VACATE_MODELS)
     _only_long_chains_place(state)
-    assert _where(state) == {("x", "p"), ("r3", "p"), ("r4", "p"), ("r1", "q1"), ("r2", "q2")}
+    assert state_where(state) == {("x", "p"), ("r3", "p"), ("r4", "p"), ("r1", "q1"), ("r2", "q2")}
 
 
 SPREAD_HOSTS = [
@@ -157,10 +154,10 @@ def test_a_long_chain_that_moves_one_model_twice_keeps_its_failure_domains():
     # leaves; "z" closes on h3 beside "y". Every move alone keeps "y" in both domains, but
     # together they leave it only in fd-b, below what it requires: "a" stays short.
     state = _state(SPREAD_HOSTS, SPREAD_LAYOUT, models=SPREAD_MODELS, wanted={"y": 3})
-    before = _where(state)
+    before = state_where(state)
     assert settle(state) == 0
     assert long_chains(state) == 0
-    assert _where(state) == before
+    assert state_where(state) == before
     assert set(state.ledger.domains[state.ledger.index["y"]]) == {"fd-a", "fd-b"}
 
 
@@ -170,9 +167,9 @@ def test_a_long_chain_never_moves_live_work():
     hosts = list(LADDER_HOSTS)
     hosts[3] = host("h4", 16, max_models=1, tags=("td", "te"), residencies=(res("e", 4),))
     state = _state(hosts, LADDER_LAYOUT[:3], live=("e", "h4"))
-    before = _where(state)
+    before = state_where(state)
     assert long_chains(state) == 0
-    assert _where(state) == before
+    assert state_where(state) == before
 
 
 def test_nothing_short_nothing_moves():
@@ -180,6 +177,6 @@ def test_nothing_short_nothing_moves():
     hosts = list(LADDER_HOSTS)
     hosts[3] = host("h4", 16, max_models=1, tags=("t1", "td", "te"))
     state = _state(hosts, layout)
-    before = _where(state)
+    before = state_where(state)
     assert long_chains(state) == 0
-    assert _where(state) == before
+    assert state_where(state) == before

@@ -25,15 +25,12 @@ from grid_core.planner.exchange import exchange_rounds
 from grid_core.planner.repair import repair_class
 from grid_core.planner.settle import settle
 
-_state = layout_state
-_where = state_where
-
 
 def _old_passes_place_nothing(state: PlanState) -> None:
-    before = _where(state)
+    before = state_where(state)
     repair_class(state, list(range(len(state.profiles))), False)
     assert exchange_rounds(state) == 0
-    assert _where(state) == before
+    assert state_where(state) == before
 
 
 SHIFT_HOSTS = [
@@ -51,24 +48,24 @@ SHIFT_LAYOUT = [("y", "a-cuda-1slot"), ("z", "m-mac-2slot")]
 
 def test_a_short_model_takes_a_host_a_new_replica_leaves_for_a_host_with_room():
     # "x" runs only on the GPU host, whose one slot "y" takes; "y" fits the Mac beside "z".
-    state = _state(SHIFT_HOSTS, SHIFT_MODELS, SHIFT_LAYOUT, {"x": 1, "y": 1, "z": 1})
+    state = layout_state(SHIFT_HOSTS, SHIFT_MODELS, SHIFT_LAYOUT, {"x": 1, "y": 1, "z": 1})
     _old_passes_place_nothing(state)
     assert settle(state) == 1
-    assert _where(state) == {("x", "a-cuda-1slot"), ("y", "m-mac-2slot"), ("z", "m-mac-2slot")}
+    assert state_where(state) == {("x", "a-cuda-1slot"), ("y", "m-mac-2slot"), ("z", "m-mac-2slot")}
 
 
 def test_settling_never_moves_live_work():
     # The same fleet with "y" live on the GPU host: nothing moves, "x" stays short.
     hosts = list(SHIFT_HOSTS)
     hosts[0] = cuda_host("a-cuda-1slot", 16, max_models=1, residencies=(res("y", 4),))
-    state = _state(hosts, SHIFT_MODELS, [("z", "m-mac-2slot")], {"x": 1, "y": 1, "z": 1})
+    state = layout_state(hosts, SHIFT_MODELS, [("z", "m-mac-2slot")], {"x": 1, "y": 1, "z": 1})
     by_host = {h.host_id: hi for hi, h in enumerate(state.hosts)}
     state.ledger.keep(
         state.ledger.index["y"], by_host["a-cuda-1slot"], hosts[0].residencies[0], "incumbent"
     )
-    before = _where(state)
+    before = state_where(state)
     assert settle(state) == 0
-    assert _where(state) == before
+    assert state_where(state) == before
 
 
 CHAIN_LAYOUT = [
@@ -85,10 +82,10 @@ def test_a_four_move_chain_places_a_short_model_after_the_shared_budgets_are_spe
     # "big" fits only the single-slot GPU host once its 8 GB CUDA model leaves; that model
     # fits the two-slot GPU host once a 10 GB GGUF replica leaves; that one fits the Mac
     # once its 4 GB replica moves to the small Mac. No single move does it.
-    state = _state(CHAIN_HOSTS, CHAIN_MODELS, CHAIN_LAYOUT, {"big": 1})
+    state = layout_state(CHAIN_HOSTS, CHAIN_MODELS, CHAIN_LAYOUT, {"big": 1})
     _old_passes_place_nothing(state)
     assert settle(state) == 1
-    assert _where(state) == {
+    assert state_where(state) == {
         ("big", "a-cuda-1slot"),
         ("c8", "b-cuda-2slot"),
         ("c20", "b-cuda-2slot"),
@@ -125,10 +122,10 @@ def test_a_chain_may_close_on_a_host_it_changed():
     # leaves; "w" runs only on GPU hosts and lands back on the "fast" host, beside "x". A
     # chain that uses each host once cannot end: "w" has nowhere else to go.
     wants = {"x": 1, "y": 1, "z": 1, "s": 1, "w": 1}
-    state = _state(CLOSE_HOSTS, CLOSE_MODELS, CLOSE_LAYOUT, wants)
+    state = layout_state(CLOSE_HOSTS, CLOSE_MODELS, CLOSE_LAYOUT, wants)
     _old_passes_place_nothing(state)
     assert settle(state) == 1
-    assert _where(state) == {
+    assert state_where(state) == {
         ("x", "a-cuda-2slot"),
         ("w", "a-cuda-2slot"),
         ("z", "b-mac-open"),
@@ -138,9 +135,9 @@ def test_a_chain_may_close_on_a_host_it_changed():
 
 
 def test_nothing_short_nothing_moves():
-    state = _state(
+    state = layout_state(
         SHIFT_HOSTS, SHIFT_MODELS, [("x", "a-cuda-1slot"), ("y", "m-mac-2slot")], {"x": 1, "y": 1}
     )
-    before = _where(state)
+    before = state_where(state)
     assert settle(state) == 0
-    assert _where(state) == before
+    assert state_where(state) == before
