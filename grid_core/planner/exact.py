@@ -65,12 +65,14 @@ class ExactResult:
         desired: replicas wanted in total (the planner's desired counts, summed).
         optimum: replicas placed by the best solution that, like Grid, gives every priority
             class the most replicas it can have before any lower class (lexicographic).
+            When ``optimal`` is false this is the best plan found within the time limit
+            (the unordered one if the ordered solves found none), not a proven optimum.
         unordered: replicas the best solution places when priority is ignored (the pure
             packing maximum; equals ``optimum`` whenever everything desired fits).
         bound: proven upper bound on ``unordered`` (equals it when optimal).
         optimal: HiGHS proved optimality within :data:`RELATIVE_GAP`.
         status: HiGHS model status text.
-        seconds: solver run time as HiGHS accounts it (the last of its solves).
+        seconds: solver run time as HiGHS accounts it, summed over its solves.
         per_model: model id → replicas in the best solution.
         assignments: (model id, host id) of every replica in the best solution.
         variables / constraints: size of the program.
@@ -155,16 +157,17 @@ def exact_optimum(inputs: PlanInputs, time_limit_s: float = DEFAULT_TIME_LIMIT_S
     desired = sum(state.desired)
     if not prog.n:
         return ExactResult(desired, 0, 0, 0, True, "empty", 0.0, {}, (), 0, 0)
-    h.run()
+    prog.run()
     status = h.modelStatusToString(h.getModelStatus())
     unordered, bound = _objective(h, prog.inf)
     optimal = status == "Optimal"
     sol = _solution(h, prog.total)
     pins = [j for j, (mi, hi, _) in enumerate(cols) if hi in state.pin_hosts[mi]]
     if unordered < desired or (pins and sum(sol[j] > 0.5 for j in pins) < len(pins)):
-        optimal = _lexicographic(prog, pins) and optimal
-        status = h.modelStatusToString(h.getModelStatus())
-        sol = _solution(h, prog.total)
+        ordered_optimal, ordered, status = _lexicographic(prog, pins)
+        optimal = optimal and ordered_optimal
+        if ordered is not None:  # else keep the first solve's plan: feasible, not ordered
+            sol = ordered
     seconds = h.getRunTime()  # HiGHS's own accounting: the planner core reads no clock
     per_model: dict[str, int] = {}
     chosen: list[tuple[str, str]] = []
@@ -221,7 +224,7 @@ def loss_by_class(
     state, h = prog.state, prog.h
     chosen = set(assignments)
     prios = [state.profiles[mi].priority for mi, _, _ in prog.cols]
-    h.run()
+    prog.run()
     best, _ = _objective(h, prog.inf)
     out: dict[int, int] = {}
     for prio in sorted(set(prios), reverse=True):
@@ -236,7 +239,7 @@ def loss_by_class(
         h.changeColsBounds(
             len(members), np.array(members, dtype=np.int32), np.array(fixed), np.array(fixed)
         )
-        h.run()
+        prog.run()
         now, _ = _objective(h, prog.inf)
         out[prio] = max(0, best - now)
         best = now
@@ -254,6 +257,7 @@ class _Program:
     total: int
     rows: int
     inf: float
+    time_limit_s: float
 
     @classmethod
     def build(cls, inputs: PlanInputs, time_limit_s: float) -> _Program:
@@ -270,14 +274,20 @@ class _Program:
         rows.extend(pin_rows)
         h = highspy.Highs()
         h.setOptionValue("output_flag", False)
-        h.setOptionValue("time_limit", float(time_limit_s))
         h.setOptionValue("mip_rel_gap", RELATIVE_GAP)
         h.setOptionValue("threads", 1)
         n = len(cols)
-        prog = cls(state, cols, h, n, n + extra, len(rows), highspy.kHighsInf)
+        prog = cls(state, cols, h, n, n + extra, len(rows), highspy.kHighsInf, time_limit_s)
         if n:
             prog._add(highspy, rows)
         return prog
+
+    def run(self) -> None:
+        """Solve once within :attr:`time_limit_s` of its own: HiGHS checks its time limit
+        against the instance's cumulative run time, so each solve's deadline is moved past
+        the time the earlier solves already used."""
+        self.h.setOptionValue("time_limit", self.h.getRunTime() + float(self.time_limit_s))
+        self.h.run()
 
     def objective(self, members: list[int] | None = None) -> Any:
         """Cost vector: -1 on ``members`` (every placement column when ``None``)."""
@@ -331,10 +341,20 @@ class _Program:
             )
 
 
-def _lexicographic(prog: _Program, pins: list[int]) -> bool:
+def _lexicographic(prog: _Program, pins: list[int]) -> tuple[bool, list[float] | None, str]:
     """Re-solve in the order Grid must respect: pins first (reserved before anything else,
     higher priority first), then the most replicas of the highest priority class, each
-    level's optimum then fixed as a floor for the next; True when every solve was optimal."""
+    level's optimum then fixed as a floor for the next.
+
+    The last level's solution meets every floor, so it is the ordered optimum itself; no
+    further solve is needed. A level that ends without any solution (its time limit spent
+    before HiGHS found one) stops the ladder, and the previous level's solution is kept:
+    it still meets every floor fixed so far, but the classes below were not maximised.
+
+    Returns:
+        (every solve proved optimal, the last solution found or ``None`` when even the
+        first level found none, the HiGHS status text of the last solve).
+    """
     import numpy as np
 
     h, total, inf = prog.h, prog.total, prog.inf
@@ -346,17 +366,21 @@ def _lexicographic(prog: _Program, pins: list[int]) -> bool:
     ]
     everything = np.arange(total, dtype=np.int32)
     optimal = True
+    solution: list[float] | None = None
+    status = "Not Set"
     for members in levels:
         h.changeColsCost(total, everything, prog.objective(members))
-        h.run()
+        prog.run()
+        status = h.modelStatusToString(h.getModelStatus())
+        optimal = optimal and status == "Optimal"
+        if not h.getInfo().primal_solution_status:
+            return False, solution, status
         best, _ = _objective(h, inf)
-        optimal = optimal and h.modelStatusToString(h.getModelStatus()) == "Optimal"
+        solution = _solution(h, total)
         h.addRow(
             float(best), inf, len(members), np.array(members, dtype=np.int32), np.ones(len(members))
         )
-    h.changeColsCost(total, everything, prog.objective())
-    h.run()
-    return optimal and h.modelStatusToString(h.getModelStatus()) == "Optimal"
+    return optimal, solution, status
 
 
 def _objective(h: Any, inf: float) -> tuple[int, int]:

@@ -107,9 +107,13 @@ def exact_summary(out: dict, time_limit_s: float) -> dict:
     """Solve the bench input exactly and compare (see :mod:`grid_core.planner.exact`).
 
     Returns:
-        ``{optimum, coverage, grid_coverage, gap, unordered, unordered_coverage, optimal,
-        status, solve_s, variables, constraints, short_models, loss_by_class}``; ``gap`` is
-        the optimum's coverage minus Grid's (0 when Grid is optimal), ``short_models`` lists
+        ``{optimum, coverage, grid_coverage, gap, unordered, unordered_coverage, bound,
+        bound_coverage, optimal, status, solve_s, variables, constraints, short_models,
+        loss_by_class}``;
+        ``gap`` is the optimum's coverage minus Grid's (0 when Grid is optimal); ``bound``
+        is HiGHS's proven ceiling on any plan's replicas (when ``optimal`` is false the
+        optimum is only the best plan found, and the true gap is at most
+        ``bound_coverage - grid_coverage``); ``short_models`` lists
         models Grid places fewer replicas of than the optimum, ``loss_by_class`` maps each
         priority (as a string) to the replicas its host choices cost
         (:func:`grid_core.planner.exact.loss_by_class`; empty when Grid places as many as
@@ -145,6 +149,8 @@ def exact_summary(out: dict, time_limit_s: float) -> dict:
         "gap": round(res.coverage - grid_cov, 4),
         "unordered": res.unordered,
         "unordered_coverage": round(res.unordered / desired, 4) if desired else 1.0,
+        "bound": res.bound,
+        "bound_coverage": round(res.bound / desired, 4) if desired else 1.0,
         "optimal": res.optimal,
         "status": res.status,
         "solve_s": round(solve_s, 3),
@@ -166,10 +172,23 @@ def exact_short_text(ex: dict) -> str:
         Grid matches the optimum for every model.
     """
     short = ex["short_models"]
+    lines = []
+    if not ex["optimal"]:
+        lines.append(
+            f"exact: not proven optimal within --exact-time-limit (HiGHS: {ex['status']}); "
+            f"the optimum above is the best plan found. No plan places more than "
+            f"{ex['bound']} replicas, so Grid is at most "
+            f"{max(0.0, ex['bound_coverage'] - ex['grid_coverage']):.4f} below any plan. "
+            "Raise --exact-time-limit for a proof."
+        )
     if not short:
-        return "exact: Grid places as many replicas as the optimum for every model"
-    rows = [[m, c["grid"], c["exact"], c["exact"] - c["grid"]] for m, c in sorted(short.items())]
-    return render_table(["model", "grid", "optimum", "short"], rows)
+        lines.append("exact: Grid places as many replicas as the optimum for every model")
+    else:
+        rows = [
+            [m, c["grid"], c["exact"], c["exact"] - c["grid"]] for m, c in sorted(short.items())
+        ]
+        lines.append(render_table(["model", "grid", "optimum", "short"], rows))
+    return "\n".join(lines)
 
 
 def _missing_cell(unmet: dict) -> object:
@@ -232,6 +251,7 @@ def bench_plan(
             ["exact:coverage", ex["coverage"]],
             ["exact:gap", ex["gap"]],
             ["exact:unordered_coverage", ex["unordered_coverage"]],
+            ["exact:bound", ex["bound"]],
             ["exact:status", ex["status"]],
             ["exact:solve_s", ex["solve_s"]],
         ]

@@ -104,3 +104,61 @@ def test_loss_by_class_names_the_class_whose_host_choice_cost_a_replica():
     # Grid itself finds the optimal packing here, so nothing is attributed
     grid = [(a.model_id, a.host_id) for a in run(profiles, hosts).assignments]
     assert loss_by_class(inputs, grid) == {3: 0, 0: 0}
+
+
+def test_each_solve_gets_the_whole_time_limit():
+    # HiGHS measures its time limit against the instance's cumulative run time, so a ladder
+    # of solves would otherwise share one budget and the later ones stop with no plan.
+    from grid_core.planner.exact import _Program
+
+    prog = _Program.build(_inputs([model("m", 1, min_replicas=1)], [host("h", 8)]), 5.0)
+    prog.run()
+    used = prog.h.getRunTime()
+    prog.run()
+    _status, limit = prog.h.getOptionValue("time_limit")
+    assert limit == pytest.approx(used + 5.0)
+
+
+def _priority_ladder():
+    # Not everything fits, so the ordered optimum needs its class-by-class solves.
+    hosts = [host("h", 16)]
+    profiles = [
+        model("vip", 12, min_replicas=1, priority=3),
+        model("a", 6, min_replicas=1),
+        model("b", 6, min_replicas=1),
+    ]
+    return _inputs(profiles, hosts)
+
+
+def test_a_ladder_that_finds_no_plan_keeps_the_first_plan_and_says_unproven(monkeypatch):
+    # A class solve that ends at its time limit before finding any plan must not turn the
+    # reported optimum into 0: the first (unordered) plan is kept and nothing claims a proof.
+    from grid_core.planner import exact
+
+    monkeypatch.setattr(exact, "_lexicographic", lambda prog, pins: (False, None, "Time limit"))
+    res = exact.exact_optimum(_priority_ladder())
+    assert (res.optimum, res.unordered, res.optimal, res.status) == (2, 2, False, "Time limit")
+
+
+def test_the_last_class_solve_is_the_ordered_optimum():
+    res = exact_optimum(_priority_ladder())
+    assert (res.optimum, res.optimal, res.status) == (1, True, "Optimal")
+    assert res.assignments == (("vip", "h"),)
+
+
+def test_bench_text_says_when_the_optimum_is_not_proven():
+    from grid_bench.plan_bench import exact_short_text
+
+    ex = {
+        "optimal": False,
+        "status": "Time limit reached",
+        "bound": 190,
+        "bound_coverage": 0.95,
+        "grid_coverage": 0.9,
+        "short_models": {},
+    }
+    text = exact_short_text(ex)
+    assert "not proven optimal" in text and "190" in text and "0.0500" in text
+    assert "--exact-time-limit" in text
+    ex["optimal"] = True
+    assert "not proven" not in exact_short_text(ex)
