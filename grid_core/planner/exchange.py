@@ -134,17 +134,30 @@ def place_direct(state: PlanState, xi: int) -> bool:
     return True
 
 
+def open_candidates(state: PlanState, mi: int) -> Iterator[int]:
+    """``mi``'s candidate hosts (host indexes, in candidate order) that a repair may still
+    give one more new replica of it: open to repair moves (not blocked), eligible, and not
+    holding ``mi`` already (no replica of it placed, desired or live there). Checked as each
+    host is reached, so moves made for earlier hosts count. Every repair search starts here
+    (:func:`repairable_hosts`, :mod:`grid_core.planner.settle`,
+    :mod:`grid_core.planner.longchains`)."""
+    books = state.ledger.books
+    mid = state.profiles[mi].model_id
+    for hi in state.cands[mi]:
+        book = books[hi]
+        if book.blocked or not book.eligible or mid in book.present:
+            continue
+        yield hi
+
+
 def repairable_hosts(state: PlanState, xi: int, *, slot_free: bool) -> Iterator[int]:
-    """``xi``'s candidate hosts, in order, where a repair move could place it: open, eligible,
-    not holding it already, short for a repairable reason (memory, slots), and with
+    """``xi``'s candidate hosts, in order, where a repair move could place it: the
+    :func:`open_candidates` short for a repairable reason (memory, slots), and with
     ``slot_free`` also below their model ceiling. Checked as each host is reached, so moves
     made for earlier hosts count."""
     books = state.ledger.books
-    xid = state.profiles[xi].model_id
-    for a in state.cands[xi]:
+    for a in open_candidates(state, xi):
         book = books[a]
-        if book.blocked or not book.eligible or xid in book.present:
-            continue
         if slot_free and book.max_models and len(book.present) >= book.max_models:
             continue
         if state.fit_reason(xi, a) not in REPAIRABLE:

@@ -43,7 +43,7 @@ from dataclasses import dataclass
 
 from grid_core.planner.chains import REPAIRABLE, ChainNode, apply_chain
 from grid_core.planner.core import PlanState
-from grid_core.planner.exchange import is_short, movables, spread
+from grid_core.planner.exchange import is_short, movables, open_candidates, spread
 from grid_core.planner.holds import FIXED_REASONS
 from grid_core.planner.ledger import Placed
 from grid_core.planner.phases import round_key
@@ -126,16 +126,12 @@ class _LongChains(_Chains):
         so levels built on it never exclude a chain that exists)."""
         state = self.state
         books = state.ledger.books
-        ids = [p.model_id for p in state.profiles]
         hosts: dict[int, list[Placed]] = {}
         back: dict[int, set[int]] = {}
         for xi in movable:
-            mid = ids[xi]
             mems = state.mem_rows[xi]
-            for hi in state.cands[xi]:
+            for hi in open_candidates(state, xi):
                 book = books[hi]
-                if mid in book.present or book.blocked or not book.eligible:
-                    continue
                 self.spent += 1
                 leaving = hosts.get(hi)
                 if leaving is None:
@@ -194,18 +190,14 @@ class _LongChains(_Chains):
         if got is not None:
             return got
         state = self.state
-        ledger = state.ledger
-        books = ledger.books
-        mid = state.profiles[mi].model_id
+        books = state.ledger.books
         mems = state.mem_rows[mi]
         got = []
-        for hi in state.cands[mi]:
-            book = books[hi]
-            if mid in book.present or book.blocked or not book.eligible:
-                continue
+        for hi in open_candidates(state, mi):
             self.spent += 1
             if state.fit_reason(mi, hi) not in REPAIRABLE:
                 continue
+            book = books[hi]
             # MB a departing replica must release (the quick part of fit_after_leaving)
             short_mb = mems[hi] - min(book.inc_free, book.raw_free)
             got.extend(
@@ -243,15 +235,12 @@ class _LongChains(_Chains):
         ledger = state.ledger
         books = ledger.books
         ends = self._ends()
-        mid = state.profiles[mi].model_id
         mems = state.mem_rows[mi]
-        for hi in state.cands[mi]:
-            book = books[hi]
-            if mid in book.present or book.blocked or not book.eligible:
-                continue
+        for hi in open_candidates(state, mi):
             self.spent += 1
             if state.fit_reason(mi, hi) != "memory":
                 continue
+            book = books[hi]
             inc_short = mems[hi] + ledger.headroom_extra(mi, hi) - book.inc_free
             raw_short = mems[hi] - book.raw_free
             picked: list[Placed] = []

@@ -44,7 +44,7 @@ from grid_core.planner.chains import (
     displaceable,
 )
 from grid_core.planner.core import PlanState
-from grid_core.planner.exchange import is_short, movables, spread
+from grid_core.planner.exchange import is_short, movables, open_candidates, spread
 from grid_core.planner.holds import FIXED_REASONS
 from grid_core.planner.ledger import Placed
 from grid_core.planner.phases import round_key
@@ -182,13 +182,10 @@ class _Chains:
             return got
         state = self.state
         books = state.ledger.books
-        mid = state.profiles[mi].model_id
         ends = self._ends() if last else None
         got = []
-        for hi in state.cands[mi]:
+        for hi in open_candidates(state, mi):
             book = books[hi]
-            if mid in book.present or book.blocked or not book.eligible:
-                continue
             if ends is not None and not any(pl.mi in ends for pl in book.models.values()):
                 continue
             self.spent += 1
