@@ -47,7 +47,7 @@ from grid_core.planner.exchange import is_short, movables, open_candidates, spre
 from grid_core.planner.holds import FIXED_REASONS
 from grid_core.planner.ledger import Placed
 from grid_core.planner.phases import round_key
-from grid_core.planner.settle import _Chains, _keeps_spread, _score, closing_room, fit_hosts
+from grid_core.planner.settle import _Chains, _keeps_spread, _score, fit_hosts
 
 LONG_CHAIN_MOVES = 5
 """Replicas one long chain may place or move (the short model's replica plus four displaced
@@ -367,18 +367,6 @@ class _LongChains(_Chains):
 
     def _could_close(self, nodes: list[ChainNode], k: int, yi: int) -> bool:
         """Whether a replica of ``yi`` displaced by node ``k``'s replica could land on a host
-        of node ``k``'s path by memory and slots (what :meth:`_close` then checks in full)."""
-        state = self.state
-        mems = state.mem_rows[yi]
-        mid = state.profiles[yi].model_id
-        cands = self.cand_sets.get(yi)
-        if cands is None:
-            cands = self.cand_sets[yi] = set(state.cands[yi])
-        anc = nodes[k]
-        while anc.leaving is not None and anc.parent is not None:
-            self.spent += 1
-            p = anc.leaving.hi
-            if p in cands and closing_room(state, anc.leaving, nodes[anc.parent].mi, mid, mems[p]):
-                return True
-            anc = nodes[anc.parent]
-        return False
+        of node ``k``'s path by memory and slots (the first of :meth:`_closing_hosts`; what
+        :meth:`_close` then checks in full)."""
+        return next(self._closing_hosts(nodes, k, yi), None) is not None

@@ -36,6 +36,8 @@ on seed 1, so it was left out.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 from grid_core.planner.chains import (
     MAX_CHAIN_MOVES,
     REPAIRABLE,
@@ -255,25 +257,33 @@ class _Chains:
         True when applied."""
         state = self.state
         node = nodes[k]
-        mems = state.mem_rows[node.mi]
-        mid = state.profiles[node.mi].model_id
-        cands = self.cand_sets.get(node.mi)
-        if cands is None:
-            cands = self.cand_sets[node.mi] = set(state.cands[node.mi])
-        anc = nodes[node.parent] if node.parent is not None else None
-        while anc is not None and anc.leaving is not None and anc.parent is not None:
-            p = anc.leaving.hi
-            self.spent += 1
-            if (
-                p in cands
-                and closing_room(state, anc.leaving, nodes[anc.parent].mi, mid, mems[p])
-                and _keeps_spread(state, nodes, k, p)
-                and _apply_closing(state, nodes, k, p)
-            ):
+        if node.parent is None:
+            return False
+        for p in self._closing_hosts(nodes, node.parent, node.mi):
+            if _keeps_spread(state, nodes, k, p) and _apply_closing(state, nodes, k, p):
                 self._changed()
                 return True
-            anc = nodes[anc.parent]
         return False
+
+    def _closing_hosts(self, nodes: list[ChainNode], k: int, xi: int) -> Iterator[int]:
+        """The origins of node ``k`` and of its ancestors (host indexes, node ``k``'s first:
+        hosts where a move of the chain replaced a replica) where one replica of ``xi``
+        could land beside the newcomer by presence, memory and slots (:func:`closing_room`;
+        the ledger's hard rules are checked when the chain is applied). One step is spent
+        per host examined; a host is judged as the ledger stands when it is reached."""
+        state = self.state
+        mems = state.mem_rows[xi]
+        mid = state.profiles[xi].model_id
+        cands = self.cand_sets.get(xi)
+        if cands is None:
+            cands = self.cand_sets[xi] = set(state.cands[xi])
+        anc = nodes[k]
+        while anc.leaving is not None and anc.parent is not None:
+            self.spent += 1
+            p = anc.leaving.hi
+            if p in cands and closing_room(state, anc.leaving, nodes[anc.parent].mi, mid, mems[p]):
+                yield p
+            anc = nodes[anc.parent]
 
 
 def _apply_closing(state: PlanState, nodes: list[ChainNode], last: int, dest: int) -> bool:
