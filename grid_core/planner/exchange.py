@@ -62,10 +62,7 @@ REPAIRABLE = frozenset({"memory", "slots"})
 def exchange_rounds(state: PlanState) -> int:
     """Give short models one more replica per round by exchanges until none is found or the
     budget is spent; returns the replicas added."""
-    short = sorted(
-        (mi for mi in range(len(state.profiles)) if is_short(state, mi)),
-        key=lambda mi: round_key(state, mi),
-    )
+    short = short_by_round(state)
     cand_sets = [set(hs) for hs in state.cands]
     added = 0
     bump = False
@@ -86,6 +83,16 @@ def exchange_rounds(state: PlanState) -> int:
 
 def is_short(state: PlanState, mi: int) -> bool:
     return bool(state.cands[mi]) and state.ledger.count[mi] < state.needed(mi)
+
+
+def short_by_round(state: PlanState) -> list[int]:
+    """Indexes of the models still short (:func:`is_short`) in fair-round order, highest
+    priority first (:func:`~grid_core.planner.phases.round_key`): the order in which the
+    repairs run on the finished plan give them one replica per round."""
+    return sorted(
+        (mi for mi in range(len(state.profiles)) if is_short(state, mi)),
+        key=lambda mi: round_key(state, mi),
+    )
 
 
 def movables(state: PlanState, hi: int, skip: int, largest_first: bool) -> list[Placed]:

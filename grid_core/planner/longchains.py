@@ -41,13 +41,12 @@ from __future__ import annotations
 import heapq
 from dataclasses import dataclass
 
-from grid_core.planner.chains import REPAIRABLE, ChainNode, apply_chain
+from grid_core.planner.chains import REPAIRABLE, ChainNode
 from grid_core.planner.core import PlanState
-from grid_core.planner.exchange import is_short, movables, open_candidates, spread
+from grid_core.planner.exchange import movables, open_candidates, spread
 from grid_core.planner.holds import FIXED_REASONS
 from grid_core.planner.ledger import Placed
-from grid_core.planner.phases import round_key
-from grid_core.planner.settle import _Chains, _keeps_spread, _score, fit_hosts
+from grid_core.planner.settle import _Chains, _score, fit_hosts
 
 LONG_CHAIN_MOVES = 5
 """Replicas one long chain may place or move (the short model's replica plus four displaced
@@ -77,28 +76,13 @@ class _Node(ChainNode):
 
 def long_chains(state: PlanState) -> int:
     """Place what is still short by long ejection chains; returns the replicas added."""
-    short = sorted(
-        (mi for mi in range(len(state.profiles)) if is_short(state, mi)),
-        key=lambda mi: round_key(state, mi),
-    )
     chains = _LongChains(state)
     if state.fit_map is not None:  # what the settling repair found, while no host changed
         versions, fits, ends = state.fit_map
         if versions == tuple(book.version for book in state.ledger.books):
             chains.fits = dict(fits)
             chains.ends = None if ends is None else set(ends)
-    added = 0
-    while short:
-        still = []
-        for mi in short:
-            if chains.spent >= LONG_CHAIN_BUDGET:
-                return added
-            if chains.place(mi):
-                added += 1
-                if is_short(state, mi):
-                    still.append(mi)
-        short = still
-    return added
+    return chains.rounds(LONG_CHAIN_BUDGET)
 
 
 class _LongChains(_Chains):
@@ -314,12 +298,9 @@ class _LongChains(_Chains):
             xi = node.mi
             self.spent += 1
             if k == 0 or xi in ends:
-                open_hosts = [hi for hi in self._fits(xi) if hi not in node.path]
-                open_hosts.sort(key=lambda hi: (-_score(state, xi, hi), hi))
-                for dest in open_hosts:
-                    if _keeps_spread(state, nodes, k, dest):
-                        self._changed()
-                        return apply_chain(state, nodes, k, dest)
+                ended = self._end(nodes, k)
+                if ended is not None:
+                    return ended
             parent = nodes[node.parent] if node.parent is not None else None
             if isinstance(parent, _Node) and parent.closable and self._close(nodes, k):
                 return True

@@ -46,10 +46,9 @@ from grid_core.planner.chains import (
     displaceable,
 )
 from grid_core.planner.core import PlanState
-from grid_core.planner.exchange import is_short, movables, open_candidates, spread
+from grid_core.planner.exchange import is_short, movables, open_candidates, short_by_round, spread
 from grid_core.planner.holds import FIXED_REASONS
 from grid_core.planner.ledger import Placed
-from grid_core.planner.phases import round_key
 
 SETTLE_CHAIN_BUDGET = 8_000
 """Host checks the searches of one plan may spend together (finding where models fit
@@ -80,22 +79,8 @@ def closing_room(state: PlanState, leaving: Placed, arrived: int, mid: str, need
 def settle(state: PlanState) -> int:
     """Place what is still short by ejection chains; returns the replicas added. Leaves
     where each model fits now in ``state.fit_map`` for the long chains that may follow."""
-    short = sorted(
-        (mi for mi in range(len(state.profiles)) if is_short(state, mi)),
-        key=lambda mi: round_key(state, mi),
-    )
     chains = _Chains(state)
-    added = 0
-    while short and chains.spent < SETTLE_CHAIN_BUDGET:
-        still = []
-        for mi in short:
-            if chains.spent >= SETTLE_CHAIN_BUDGET:
-                break
-            if chains.place(mi):
-                added += 1
-                if is_short(state, mi):
-                    still.append(mi)
-        short = still
+    added = chains.rounds(SETTLE_CHAIN_BUDGET)
     versions = tuple(book.version for book in state.ledger.books)
     state.fit_map = (versions, chains.fits, chains.ends)
     return added
@@ -217,9 +202,27 @@ class _Chains:
                 return [pl]
         return []
 
+    def rounds(self, budget: int) -> int:
+        """Give each short model (:func:`~grid_core.planner.exchange.short_by_round`) one more
+        replica per round by :meth:`place`, while a round places any and fewer than
+        ``budget`` steps are spent; returns the replicas added."""
+        state = self.state
+        short = short_by_round(state)
+        added = 0
+        while short:
+            still = []
+            for mi in short:
+                if self.spent >= budget:
+                    return added
+                if self.place(mi):
+                    added += 1
+                    if is_short(state, mi):
+                        still.append(mi)
+            short = still
+        return added
+
     def place(self, mi: int) -> bool:
         """Place one more replica of ``mi`` by the shortest chain found; True when placed."""
-        state = self.state
         if not self._ends() and not self._fits(mi):
             return False
         nodes = [ChainNode(mi, None, None, None, 1, frozenset())]
@@ -229,12 +232,9 @@ class _Chains:
             k = head
             head += 1
             node = nodes[k]
-            open_hosts = [hi for hi in self._fits(node.mi) if hi not in node.path]
-            open_hosts.sort(key=lambda hi: (-_score(state, node.mi, hi), hi))
-            for dest in open_hosts:
-                if _keeps_spread(state, nodes, k, dest):
-                    self._changed()
-                    return apply_chain(state, nodes, k, dest)
+            ended = self._end(nodes, k)
+            if ended is not None:
+                return ended
             if node.parent is not None and self._close(nodes, k):
                 return True
             if node.moves >= MAX_CHAIN_MOVES:
@@ -250,6 +250,22 @@ class _Chains:
                     ChainNode(leaving.mi, hi, leaving, k, node.moves + 1, node.path | {hi})
                 )
         return False
+
+    def _end(self, nodes: list[ChainNode], k: int) -> bool | None:
+        """End the chain with node ``k``'s replica on its best-scored host where it fits
+        directly, outside the chain's path, that keeps every moved model's failure domains
+        (:func:`_keeps_spread`): ``None`` when there is none (the ledger untouched), else
+        whether :func:`~grid_core.planner.chains.apply_chain` kept the chain."""
+        state = self.state
+        xi = nodes[k].mi
+        path = nodes[k].path
+        open_hosts = [hi for hi in self._fits(xi) if hi not in path]
+        open_hosts.sort(key=lambda hi: (-_score(state, xi, hi), hi))
+        for dest in open_hosts:
+            if _keeps_spread(state, nodes, k, dest):
+                self._changed()
+                return apply_chain(state, nodes, k, dest)
+        return None
 
     def _close(self, nodes: list[ChainNode], k: int) -> bool:
         """Land node ``k``'s replica on a host an ancestor's move changed (not its own
