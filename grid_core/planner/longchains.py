@@ -44,7 +44,6 @@ from dataclasses import dataclass
 from grid_core.planner.chains import REPAIRABLE, ChainNode
 from grid_core.planner.core import PlanState
 from grid_core.planner.exchange import movables, open_candidates, spread
-from grid_core.planner.holds import FIXED_REASONS
 from grid_core.planner.ledger import Placed
 from grid_core.planner.settle import _Chains, _score, fit_hosts
 
@@ -139,14 +138,7 @@ class _LongChains(_Chains):
         now), ignoring which hosts the chain uses; models that cannot are left out."""
         if self.levels is None:
             state = self.state
-            movable = sorted(
-                {
-                    pl.mi
-                    for book in state.ledger.books
-                    for pl in book.models.values()
-                    if not pl.incumbent and pl.reason not in FIXED_REASONS
-                }
-            )
+            movable = self._movable()
             self.smallest = min(
                 (state.mem_rows[xi][hi] for xi in movable for hi in state.cands[xi]), default=0
             )

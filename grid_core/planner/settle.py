@@ -134,12 +134,14 @@ class _Chains:
         self.fits: dict[int, list[int]] = {}
         self.ejections: dict[tuple[int, bool], list[tuple[int, Placed]]] = {}
         self.ends: set[int] | None = None
+        self.movable: list[int] | None = None
         self.cand_sets: dict[int, set[int]] = {}
 
     def _changed(self) -> None:
         self.fits.clear()
         self.ejections.clear()
         self.ends = None
+        self.movable = None
 
     def _fits(self, mi: int) -> list[int]:
         got = self.fits.get(mi)
@@ -148,16 +150,24 @@ class _Chains:
             got = self.fits[mi] = fit_hosts(self.state, mi)
         return got
 
+    def _movable(self) -> list[int]:
+        """Indexes of the models with a new replica that may move (not live, no pin
+        reservation or hold), ascending; remembered while the ledger stands."""
+        if self.movable is None:
+            self.movable = sorted(
+                {
+                    pl.mi
+                    for book in self.state.ledger.books
+                    for pl in book.models.values()
+                    if not pl.incumbent and pl.reason not in FIXED_REASONS
+                }
+            )
+        return self.movable
+
     def _ends(self) -> set[int]:
         """Models with a new replica that may move and a host where one more fits now."""
         if self.ends is None:
-            movable = {
-                pl.mi
-                for book in self.state.ledger.books
-                for pl in book.models.values()
-                if not pl.incumbent and pl.reason not in FIXED_REASONS
-            }
-            self.ends = {mi for mi in sorted(movable) if self._fits(mi)}
+            self.ends = {mi for mi in self._movable() if self._fits(mi)}
         return self.ends
 
     def _ejections(self, mi: int, last: bool) -> list[tuple[int, Placed]]:
