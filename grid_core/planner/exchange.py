@@ -36,7 +36,7 @@ places fewer. The planner runs it once, on the plan it keeps, for models still s
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 from grid_core.planner.core import PlanState
 from grid_core.planner.holds import FIXED_REASONS
@@ -95,14 +95,14 @@ def short_by_round(state: PlanState) -> list[int]:
     )
 
 
-def movables(state: PlanState, hi: int, skip: int, largest_first: bool) -> list[Placed]:
-    """New replicas on ``hi`` an exchange may move (not ``skip``'s), by size."""
-    return [pl for pl in _sorted_movables(state, hi, largest_first) if pl.mi != skip]
+def movables(state: PlanState, hi: int, largest_first: bool) -> Sequence[Placed]:
+    """Every new replica on ``hi`` a repair may move (not live, no pin reservation or hold,
+    not on a host holding its cached weights), by memory (MB; the largest first with
+    ``largest_first``, else the smallest), then model index: the remembered list itself,
+    per host version (read it, never change it).
 
-
-def _sorted_movables(state: PlanState, hi: int, largest_first: bool) -> list[Placed]:
-    """Every new replica on ``hi`` an exchange may move, by size: the remembered list itself
-    (read it, never change it)."""
+    A repair asks about a host for a model that is not there yet (:func:`open_candidates`),
+    so none of these is a replica of the model it places."""
     book = state.ledger.books[hi]
     key = (hi, largest_first)
     got = state.movable_memo.get(key)
@@ -178,7 +178,7 @@ def _exchange(state: PlanState, xi: int, cand_sets: list[set[int]], avoid: froze
     # x and the small replica both need a slot where one leaves: a host with a free slot.
     for a in repairable_hosts(state, xi, slot_free=True):
         book_a = ledger.books[a]
-        for big in movables(state, a, xi, largest_first=True):
+        for big in movables(state, a, largest_first=True):
             if big.mi in avoid or ledger.fit_after_leaving(xi, a, big) is not None:
                 continue
             room = min(book_a.inc_free + big.inc_mb, book_a.raw_free + big.raw_mb)
@@ -195,7 +195,7 @@ def _bumped(state: PlanState, xi: int, cand_sets: list[set[int]]) -> bool:
     exchange (never moving ``xi``); the ledger is unchanged when none works."""
     ledger = state.ledger
     for a in repairable_hosts(state, xi, slot_free=False):
-        for small in movables(state, a, xi, largest_first=False):
+        for small in movables(state, a, largest_first=False):
             if ledger.fit_after_leaving(xi, a, small) is not None or _pinned_spread(
                 state, small.mi, a
             ):
@@ -242,8 +242,7 @@ def _swap_host(
         need = mems[b]
         if min(book_b.inc_free, book_b.raw_free) + room < need:
             continue  # even the largest small replica that fits a could not make room
-        # ``big``'s model is not on ``b``, so none of these is ``big``'s (no copy to skip it)
-        for small in _sorted_movables(state, b, largest_first=False):
+        for small in movables(state, b, largest_first=False):
             if small.memory_mb > room:
                 break
             if (

@@ -39,6 +39,7 @@ adds a replica, so no class places fewer and the rest of the plan is unchanged.
 from __future__ import annotations
 
 import heapq
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from grid_core.planner.chains import REPAIRABLE, ChainNode
@@ -109,7 +110,7 @@ class _LongChains(_Chains):
         so levels built on it never exclude a chain that exists)."""
         state = self.state
         books = state.ledger.books
-        hosts: dict[int, list[Placed]] = {}
+        hosts: dict[int, Sequence[Placed]] = {}
         back: dict[int, set[int]] = {}
         for xi in movable:
             mems = state.mem_rows[xi]
@@ -118,7 +119,7 @@ class _LongChains(_Chains):
                 self.spent += 1
                 leaving = hosts.get(hi)
                 if leaving is None:
-                    leaving = hosts[hi] = movables(state, hi, -1, largest_first=True)
+                    leaving = hosts[hi] = movables(state, hi, largest_first=True)
                 if not leaving:
                     continue
                 short_mb = mems[hi] - min(book.inc_free, book.raw_free)
@@ -178,7 +179,7 @@ class _LongChains(_Chains):
             short_mb = mems[hi] - min(book.inc_free, book.raw_free)
             got.extend(
                 (hi, pl)
-                for pl in movables(state, hi, mi, largest_first=False)
+                for pl in movables(state, hi, largest_first=False)
                 if pl.memory_mb >= short_mb
             )
         self.leaving[mi] = got
@@ -221,7 +222,7 @@ class _LongChains(_Chains):
             raw_short = mems[hi] - book.raw_free
             picked: list[Placed] = []
             taken: set[int] = set()  # one leaving replica per destination host
-            for pl in movables(state, hi, mi, largest_first=True):
+            for pl in movables(state, hi, largest_first=True):
                 self.spent += 1
                 if pl.mi not in ends:
                     continue

@@ -195,7 +195,7 @@ class _Chains:
             if small is None:
                 continue
             got.append((hi, small))
-            big = movables(state, hi, mi, largest_first=True)[0]
+            big = movables(state, hi, largest_first=True)[0]
             if (
                 big.memory_mb > small.memory_mb
                 and state.ledger.fit_after_leaving(mi, hi, big) is None
@@ -207,7 +207,7 @@ class _Chains:
     def _end_leaving(self, mi: int, hi: int, ends: set[int]) -> list[Placed]:
         """The smallest replica of an end on ``hi`` whose departure lets ``mi`` fit there."""
         ledger = self.state.ledger
-        for pl in movables(self.state, hi, mi, largest_first=False):
+        for pl in movables(self.state, hi, largest_first=False):
             if pl.mi in ends and ledger.fit_after_leaving(mi, hi, pl) is None:
                 return [pl]
         return []
