@@ -341,8 +341,9 @@ class Ledger:
     def _share_without(self, hi: int, leaving: Placed) -> int:
         """The largest headroom share beyond the floor among the new replicas on ``hi``
         other than ``leaving`` itself (MB; 0 without one), from the two largest shares
-        there, remembered per host version (:meth:`fit_after_leaving` asks it for every
-        replica whose departure a repair considers)."""
+        there, remembered per host version. :meth:`fit_after_leaving` asks it only for a
+        ``leaving`` whose own share is at least the host's :attr:`HostBook.extra_mb`, the
+        largest share there, for every replica whose departure a repair considers."""
         book = self.books[hi]
         got = self._shares.get(hi)
         if got is None or got[0] != book.version:
@@ -361,9 +362,9 @@ class Ledger:
         _, top, count, second = got
         if book.models.get(leaving.mi) is not leaving or leaving.incumbent:
             return top  # not one of the replicas counted: all of them stay
-        if self.headroom_extra(leaving.mi, hi) < top or count > 1:
-            return top
-        return second
+        # ``leaving`` holds the largest share: the caller asks only when its share is at
+        # least ``extra_mb``, which place/remove keep equal to ``top`` (shares are >= 0)
+        return top if count > 1 else second
 
     def fit_incumbent(self, mi: int, hi: int, res: ResidencySnapshot) -> str | None:
         """Why an existing residency cannot stay desired, or ``None`` when it may.
