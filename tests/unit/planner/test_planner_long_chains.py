@@ -172,11 +172,31 @@ def test_a_long_chain_never_moves_live_work():
     assert state_where(state) == before
 
 
-def test_nothing_short_nothing_moves():
-    layout = [*LADDER_LAYOUT[:3], ("e", "h5"), ("a", "h4")]
-    hosts = list(LADDER_HOSTS)
-    hosts[3] = host("h4", 16, max_models=1, tags=("t1", "td", "te"))
-    state = _state(hosts, layout)
-    before = state_where(state)
-    assert long_chains(state) == 0
-    assert state_where(state) == before
+SHORTCUT_HOSTS = [
+    host("h0", 16, max_models=1, tags=("t1", "tg"), residencies=(res("g", 6),)),
+    *LADDER_HOSTS,
+    host("h6", 16, max_models=1, tags=("tg",)),
+]
+"""The ladder, plus a single-slot host "a" may use that holds a live replica of "g", which
+could move to the empty h6: a two-move shortcut if live work could move."""
+SHORTCUT_MODELS = [*LADDER_MODELS, model("g", 6, priority=2, max_replicas=1, required_tags=("tg",))]
+
+
+def test_only_a_short_model_moves_new_replicas_and_never_live_ones():
+    # With "a" not wanted nothing is short: the pass moves nothing. With one replica of "a"
+    # wanted, it is placed by the five-move ladder (the only chain of new replicas), not by
+    # moving the live "g" off h0, which stays there, live.
+    live = ("g", "h0")
+    quiet = _state(
+        SHORTCUT_HOSTS, LADDER_LAYOUT, live=live, models=SHORTCUT_MODELS, wanted={"a": 0}
+    )
+    before = state_where(quiet)
+    assert long_chains(quiet) == 0
+    assert state_where(quiet) == before
+
+    state = _state(SHORTCUT_HOSTS, LADDER_LAYOUT, live=live, models=SHORTCUT_MODELS)
+    _only_long_chains_place(state)
+    ladder = {("a", "h1"), ("b", "h2"), ("c", "h3"), ("d", "h4"), ("e", "h5")}
+    assert state_where(state) == ladder | {("g", "h0")}
+    h0 = next(hi for hi, h in enumerate(state.hosts) if h.host_id == "h0")
+    assert state.ledger.books[h0].models[state.ledger.index["g"]].incumbent
