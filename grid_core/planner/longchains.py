@@ -13,7 +13,9 @@ middle size (seeds 22, 63, 77, 79), or four replicas leaving one host at once, e
 host where it fits (seed 80).
 
 This pass runs once, on the finished plan, for the models still short (highest priority
-first, one replica per model per round), within :data:`LONG_CHAIN_BUDGET` steps:
+first, one replica per model per round), within a step budget that grows with the fleet
+(:func:`chain_budget`: :data:`LONG_CHAIN_BUDGET`, or :data:`LONG_CHAIN_STEPS_PER_PAIR` per
+candidate (model, host) pair when that is more, at most :data:`LONG_CHAIN_BUDGET_CAP`):
 
 * a chain has up to :data:`LONG_CHAIN_MOVES` moves; at a host the short model (or a
   displaced replica) may take, every new replica whose departure makes room is a successor;
@@ -57,10 +59,37 @@ next replica needs four to leave a 192 GB Mac; on seeds 1-110 this finds that on
 and nothing else, for about 0.1 ms on 64x32 s2 where it fails)."""
 LONG_CHAIN_BUDGET = 12_000
 """Steps (a candidate host examined while building the move map, a node or a successor
-examined in a search) one plan's long chains may spend together. On the 64x32 bench fleets
-at occupancy 0, seeds 1-110: 6,000 place 9 more replicas, 12,000 11, 20,000 13 (seeds 56
-and 100); the pass then costs at most about 1 ms of CPU on 64x32 s2, 3 ms on seed 49 and
-4 ms on the costliest seed, where a budget of 20,000 lets a few seeds spend 5-6 ms."""
+examined in a search) one plan's long chains may spend together on a small fleet (the
+floor of :func:`chain_budget`). On the 64x32 bench fleets at occupancy 0, seeds 1-110:
+6,000 place 9 more replicas, 12,000 11, 20,000 13 (seeds 56 and 100); the pass then costs at
+most about 1 ms of CPU on 64x32 s2, 3 ms on seed 49 and 4 ms on the costliest seed, where a
+budget of 20,000 lets a few seeds spend 5-6 ms."""
+LONG_CHAIN_STEPS_PER_PAIR = 8
+"""Steps per candidate (model, host) pair of the fleet (:func:`chain_budget`). The move map
+of one ledger state costs about 0.87 steps per pair (1,250 on 64x32 seed 2 with 1,510 pairs,
+3,660 on 128x48 seed 402 with 4,205) and every chain placed changes the ledger, so the map is
+built again: a fixed budget buys fewer searches the wider the fleet. :data:`LONG_CHAIN_BUDGET`
+was measured on the 64x32 fleets (1,196-1,533 pairs), about 8 steps per pair; at 8 per pair
+every 64x32 and 32x16 bench plan stays the same (at most 12,264 steps there), and on
+128x48 at occupancy 0 (seeds 401-425; 3,882-4,498 pairs) and 96x40 (seeds 301-320) the
+pass places 6 more replicas (128x48 seeds 402 +2, 410 +2, 415 +1; 96x40 seed 312 +1), by
+chains that move a llama.cpp replica off a CUDA server's model slot to a Mac. 7 per pair
+places 3 more, 16 six, 30 eight (402 +4) for three times the CPU there."""
+LONG_CHAIN_BUDGET_CAP = 100_000
+"""Most steps one plan's long chains spend however wide the fleet (reached from 12,500
+candidate pairs, beyond 256x64, whose fleets have about 11,000): 28 ms of CPU on generated
+192x96 and 256x128 fleets at occupancy 0 (seed 1; 12,258 and 22,254 pairs), where the
+12,000 steps of a small fleet did not cover the first move map (11,116 and 20,375 steps)
+and the capped budget places 2 and 1 more replicas."""
+
+
+def chain_budget(state: PlanState) -> int:
+    """Steps one plan's long chains may spend: :data:`LONG_CHAIN_STEPS_PER_PAIR` per
+    candidate (model, host) pair, never below :data:`LONG_CHAIN_BUDGET` nor above
+    :data:`LONG_CHAIN_BUDGET_CAP` (a count, fixed for the plan)."""
+    pairs = sum(len(hosts) for hosts in state.cands)
+    scaled = LONG_CHAIN_STEPS_PER_PAIR * pairs
+    return max(LONG_CHAIN_BUDGET, min(LONG_CHAIN_BUDGET_CAP, scaled))
 
 
 @dataclass(slots=True)
@@ -82,7 +111,7 @@ def long_chains(state: PlanState) -> int:
         if versions == tuple(book.version for book in state.ledger.books):
             chains.fits = dict(fits)
             chains.ends = None if ends is None else set(ends)
-    return chains.rounds(LONG_CHAIN_BUDGET)
+    return chains.rounds(chains.budget)
 
 
 class _LongChains(_Chains):
@@ -91,6 +120,7 @@ class _LongChains(_Chains):
 
     def __init__(self, state: PlanState) -> None:
         super().__init__(state)
+        self.budget = chain_budget(state)
         self.leaving: dict[int, list[tuple[int, Placed]]] = {}
         self.levels: dict[int, int] | None = None
         self.room: dict[tuple[int, int, int], bool] = {}
@@ -284,7 +314,7 @@ class _LongChains(_Chains):
         nodes: list[ChainNode] = [_Node(mi, None, None, None, 1, frozenset())]
         seen: set[tuple[int, int, int]] = set()
         frontier = [(0, 0)]  # (moves so far + fewest still needed, node index)
-        while frontier and self.spent < LONG_CHAIN_BUDGET:
+        while frontier and self.spent < self.budget:
             k = heapq.heappop(frontier)[1]
             node = nodes[k]
             assert isinstance(node, _Node)

@@ -200,3 +200,35 @@ def test_only_a_short_model_moves_new_replicas_and_never_live_ones():
     assert state_where(state) == ladder | {("g", "h0")}
     h0 = next(hi for hi, h in enumerate(state.hosts) if h.host_id == "h0")
     assert state.ledger.books[h0].models[state.ledger.index["g"]].incumbent
+
+
+WIDE_FILLER = 40
+"""Models of the wide part of the fleet, each with one new replica that may move."""
+WIDE_HOSTS = [
+    *LADDER_HOSTS,
+    *(host(f"w{i:03}", 64, tags=("tw",)) for i in range(200)),
+]
+"""The ladder beside 200 open hosts that every filler model may use: 8,000 more candidate
+(model, host) pairs, as on a fleet of a few hundred hosts."""
+WIDE_MODELS = [
+    *LADDER_MODELS,
+    *(
+        model(f"f{i:02}", 1, priority=1, max_replicas=1, required_tags=("tw",))
+        for i in range(WIDE_FILLER)
+    ),
+]
+WIDE_LAYOUT = [*LADDER_LAYOUT, *((f"f{i:02}", f"w{i:03}") for i in range(WIDE_FILLER))]
+
+
+def test_a_wide_fleet_gives_the_long_chains_a_budget_that_reaches_the_search():
+    # The ladder's five-move chain again, beside a wide part of the fleet: working out
+    # where every movable replica could go (where each fits, what each could displace)
+    # costs about 16,000 steps here, two per filler pair, more than the 12,000 a small
+    # fleet gets. The budget grows with the candidate pairs (8,009 of them: 64,072 steps),
+    # so the chain is found and "a" is placed; with the small fleet's budget the pass
+    # would stop before its first search and leave "a" short.
+    state = _state(WIDE_HOSTS, WIDE_LAYOUT, models=WIDE_MODELS)
+    assert long_chains(state) == 1
+    where = state_where(state)
+    assert {("a", "h1"), ("b", "h2"), ("c", "h3"), ("d", "h4"), ("e", "h5")} <= where
+    assert {(f"f{i:02}", f"w{i:03}") for i in range(WIDE_FILLER)} <= where
