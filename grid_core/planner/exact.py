@@ -68,10 +68,14 @@ class ExactResult:
             When ``optimal`` is false this is the best plan found within the time limit
             (the unordered one if the ordered solves found none), not a proven optimum.
         unordered: replicas the best solution places when priority is ignored (the pure
-            packing maximum; equals ``optimum`` whenever everything desired fits).
-        bound: proven upper bound on ``unordered`` (equals it when optimal).
+            packing maximum; equals ``optimum`` whenever everything desired fits). When
+            ``optimal`` is false, the most any plan found places (never below ``optimum``).
+        bound: proven upper bound on any plan's replicas (equals ``unordered`` when
+            optimal; the no-solve ceiling of :meth:`_Program.ceiling` when HiGHS proved
+            no bound of its own); never below ``unordered``.
         optimal: HiGHS proved optimality within :data:`RELATIVE_GAP`.
-        status: HiGHS model status text.
+        status: HiGHS model status text: of the first solve not proved optimal, else of
+            the last solve.
         seconds: solver run time as HiGHS accounts it, summed over its solves.
         per_model: model id → replicas in the best solution.
         assignments: (model id, host id) of every replica in the best solution.
@@ -159,15 +163,20 @@ def exact_optimum(inputs: PlanInputs, time_limit_s: float = DEFAULT_TIME_LIMIT_S
         return ExactResult(desired, 0, 0, 0, True, "empty", 0.0, {}, (), 0, 0)
     prog.run()
     status = h.modelStatusToString(h.getModelStatus())
-    unordered, bound = _objective(h, prog.inf)
+    unordered, bound = _objective(h, prog.inf, prog.ceiling())
     optimal = status == "Optimal"
     sol = _solution(h, prog.total)
     pins = [j for j, (mi, hi, _) in enumerate(cols) if hi in state.pin_hosts[mi]]
     if unordered < desired or (pins and sum(sol[j] > 0.5 for j in pins) < len(pins)):
-        ordered_optimal, ordered, status = _lexicographic(prog, pins)
+        ordered_optimal, ordered, ladder_status = _lexicographic(prog, pins)
+        if optimal:  # else the first solve's status says why nothing is proven
+            status = ladder_status
         optimal = optimal and ordered_optimal
         if ordered is not None:  # else keep the first solve's plan: feasible, not ordered
             sol = ordered
+            # the ordered plan is a plan too: an unproven first solve may have found fewer
+            unordered = max(unordered, sum(v > 0.5 for v in sol[: prog.n]))
+            bound = max(bound, unordered)
     seconds = h.getRunTime()  # HiGHS's own accounting: the planner core reads no clock
     per_model: dict[str, int] = {}
     chosen: list[tuple[str, str]] = []
@@ -225,7 +234,7 @@ def loss_by_class(
     chosen = set(assignments)
     prios = [state.profiles[mi].priority for mi, _, _ in prog.cols]
     prog.run()
-    best, _ = _objective(h, prog.inf)
+    best = _found(h)
     out: dict[int, int] = {}
     for prio in sorted(set(prios), reverse=True):
         members = [j for j, q in enumerate(prios) if q == prio]
@@ -240,7 +249,7 @@ def loss_by_class(
             len(members), np.array(members, dtype=np.int32), np.array(fixed), np.array(fixed)
         )
         prog.run()
-        now, _ = _objective(h, prog.inf)
+        now = _found(h)
         out[prio] = max(0, best - now)
         best = now
     return out
@@ -288,6 +297,14 @@ class _Program:
         the time the earlier solves already used."""
         self.h.setOptionValue("time_limit", self.h.getRunTime() + float(self.time_limit_s))
         self.h.run()
+
+    def ceiling(self) -> int:
+        """Replicas no plan can exceed without solving anything: per model, the fewer of
+        its desired count and its candidate columns, summed."""
+        per_model: dict[int, int] = {}
+        for mi, _hi, _res in self.cols:
+            per_model[mi] = per_model.get(mi, 0) + 1
+        return sum(min(n, self.state.desired[mi]) for mi, n in per_model.items())
 
     def objective(self, members: list[int] | None = None) -> Any:
         """Cost vector: -1 on ``members`` (every placement column when ``None``)."""
@@ -353,7 +370,8 @@ def _lexicographic(prog: _Program, pins: list[int]) -> tuple[bool, list[float] |
 
     Returns:
         (every solve proved optimal, the last solution found or ``None`` when even the
-        first level found none, the HiGHS status text of the last solve).
+        first level found none, the HiGHS status text of the first solve not proved
+        optimal, or of the last solve when all were).
     """
     import numpy as np
 
@@ -371,11 +389,12 @@ def _lexicographic(prog: _Program, pins: list[int]) -> tuple[bool, list[float] |
     for members in levels:
         h.changeColsCost(total, everything, prog.objective(members))
         prog.run()
-        status = h.modelStatusToString(h.getModelStatus())
-        optimal = optimal and status == "Optimal"
+        if optimal:  # after the first unproven level its status is the one that matters
+            status = h.modelStatusToString(h.getModelStatus())
+            optimal = status == "Optimal"
         if not h.getInfo().primal_solution_status:
             return False, solution, status
-        best, _ = _objective(h, inf)
+        best = _found(h)
         solution = _solution(h, total)
         h.addRow(
             float(best), inf, len(members), np.array(members, dtype=np.int32), np.ones(len(members))
@@ -383,13 +402,24 @@ def _lexicographic(prog: _Program, pins: list[int]) -> tuple[bool, list[float] |
     return optimal, solution, status
 
 
-def _objective(h: Any, inf: float) -> tuple[int, int]:
-    """(best placed count found, proven upper bound) of the last solve."""
+def _objective(h: Any, inf: float, ceiling: int) -> tuple[int, int]:
+    """(best placed count found, proven upper bound) of the last solve.
+
+    ``ceiling`` is the bound that needs no solve (:meth:`_Program.ceiling`); it is the
+    answer when HiGHS stopped before proving any bound of its own (its dual bound is then
+    infinite), and it caps a proven bound too.
+    """
     info = h.getInfo()
-    found = round(-info.objective_function_value) if info.primal_solution_status else 0
+    found = _found(h)
     dual = info.mip_dual_bound
-    bound = int(-dual + 1e-6) if abs(dual) < inf else found
+    bound = min(ceiling, int(-dual + 1e-6)) if abs(dual) < inf else ceiling
     return found, max(found, bound)
+
+
+def _found(h: Any) -> int:
+    """Replicas (of the objective's columns) in the last solve's best solution; 0 if none."""
+    info = h.getInfo()
+    return round(-info.objective_function_value) if info.primal_solution_status else 0
 
 
 def _solution(h: Any, n: int) -> list[float]:

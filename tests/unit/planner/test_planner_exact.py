@@ -162,3 +162,28 @@ def test_bench_text_says_when_the_optimum_is_not_proven():
     assert "--exact-time-limit" in text
     ex["optimal"] = True
     assert "not proven" not in exact_short_text(ex)
+
+
+def test_a_first_solve_that_finds_nothing_claims_no_bound_below_the_plan_it_reports(monkeypatch):
+    # The first (unordered) solve can spend its limit before HiGHS has any plan or bound
+    # (a large fleet with --exact-time-limit 0.1): the reported ceiling must still hold for
+    # the ordered plan found afterwards, and the status must not read "Optimal".
+    from grid_core.planner import exact
+
+    real_run = exact._Program.run
+    calls = []
+
+    def starve_first(prog):
+        calls.append(1)
+        if len(calls) > 1:
+            return real_run(prog)
+        prog.h.setOptionValue("time_limit", 0.0)
+        prog.h.run()
+        return None
+
+    monkeypatch.setattr(exact._Program, "run", starve_first)
+    res = exact.exact_optimum(_priority_ladder())
+    assert (res.optimum, res.optimal) == (1, False)
+    assert res.status != "Optimal"
+    # vip, a and b each want one replica on the one host: no plan places more than three
+    assert res.optimum <= res.unordered <= res.bound == 3
