@@ -8,6 +8,7 @@ desired replicas with its own demand rules. Unknown keys are ignored, as the for
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 from grid_core.api import (
@@ -104,8 +105,8 @@ optional or ignored)."""
 
 
 def _check(entry: object, fields: dict[str, Types], where: str) -> None:
-    """Refuse an entry that lacks a needed key or has one of the wrong JSON type, naming
-    the entry (``hosts[3] (host-004)``) and the key.
+    """Refuse an entry that lacks a needed key, has one of the wrong JSON type or a number
+    that is not finite (NaN, Infinity), naming the entry (``hosts[3] (host-004)``) and the key.
 
     Raises:
         ValidationError: the first problem found.
@@ -121,6 +122,9 @@ def _check(entry: object, fields: dict[str, Types], where: str) -> None:
         if isinstance(value, bool) or not isinstance(value, types):
             kind = "a number" if types is NUMBER else f"a {types[0].__name__}"
             msg = f"fleet: {where}.{key} is {value!r}, not {kind}; regenerate the file"
+            raise ValidationError(msg)
+        if isinstance(value, float) and not math.isfinite(value):  # json reads NaN, Infinity
+            msg = f"fleet: {where}.{key} is {value!r}, not a finite number; regenerate the file"
             raise ValidationError(msg)
 
 

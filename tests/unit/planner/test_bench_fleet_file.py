@@ -80,6 +80,17 @@ def test_a_well_formed_fleet_converts() -> None:
             "models[0] (model-01).runtimes is 'llama.cpp', not a list",
         ),
         (("demand", 0, "queue_depth"), "0", "demand[0] (model-01).queue_depth is '0'"),
+        # Python's json reads Infinity and NaN; the rate once reached math.ceil (exit 1)
+        (
+            ("demand", 0, "request_rate_per_s"),
+            float("inf"),
+            "demand[0] (model-01).request_rate_per_s is inf, not a finite number",
+        ),
+        (
+            ("hosts", 0, "capacity_mb"),
+            float("nan"),
+            "hosts[0] (host-001).capacity_mb is nan, not a finite number",
+        ),
     ],
 )
 def test_a_wrong_value_names_the_entry_and_the_key(path, value, named) -> None:
