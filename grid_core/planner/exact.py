@@ -39,6 +39,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from grid_core.eligibility import MEMORY_STATES
 from grid_core.errors import ValidationError
 from grid_core.planner.core import PlanState, serving_incumbents
 from grid_core.planner.types import PlanInputs
@@ -347,7 +348,9 @@ class _Program:
                 value.append(float(a))
             upper.append(float(ub))
         if rows:
-            h.addRows(
+            # HiGHS refuses the whole batch (kError, nothing added) if a row repeats a column:
+            # the program would then be solved without any constraint at all.
+            added = h.addRows(
                 len(rows),
                 np.full(len(rows), -self.inf),
                 np.array(upper),
@@ -356,6 +359,9 @@ class _Program:
                 np.array(index, dtype=np.int32),
                 np.array(value),
             )
+            if added == highspy.HighsStatus.kError:
+                msg = f"exact: HiGHS refused the program's {len(rows)} constraints"
+                raise RuntimeError(msg)
 
 
 def _lexicographic(prog: _Program, pins: list[int]) -> tuple[bool, list[float] | None, str]:
@@ -494,30 +500,72 @@ def _rows(state: PlanState, cols: list[Column]) -> list[Row]:
 
 
 def _pin_rows(state: PlanState, cols: list[Column]) -> tuple[list[Row], int]:
-    """Pins as Grid honours them, with one extra binary ``b`` per pinned model.
+    """Pins as Grid honours them (:func:`grid_core.planner.phases.place_pins`), with one
+    extra binary ``b`` per pinned model.
 
-    Replicas off the pins may only make up what the demand alone asks for beyond the pins
-    that landed: ``off_pin <= max(0, want - on_pin)``. With ``b = 1`` meaning "the pins
-    cover the demand": ``off_pin + want*b <= want``, ``off_pin + on_pin - pins*b <= want``
-    and ``want*b - on_pin <= 0``. The binaries are numbered after the placement columns.
+    Per pinned model: ``on`` are its columns on pin hosts, ``kept`` its live replicas off
+    the pins (Grid keeps them: no churn for a pin that cannot land), ``new`` its new
+    replicas off the pins. ``pin_new`` counts its new pin columns on hosts holding another
+    replica Grid might drain (:func:`_evictable`), ``on_new`` how many of those are chosen,
+    and ``stand = pin_new - on_new``: a pin that needs a preemption counts as landed while
+    the preemption is staged, so Grid places a stand-in replica elsewhere meanwhile. Which
+    victim set Grid would choose is not modelled, so every such empty pin column allows one
+    stand-in (a slight relaxation, for pinned models on occupied pin hosts only).
+    New replicas off the pins make up only what the demand alone asks for beyond the pins
+    and the live replicas off them, plus the stand-ins, plus one for each live replica off
+    the pins that is not kept (Grid may relocate it: a new replica on another host):
+    ``new <= max(0, want - on - K) + stand + (K - kept)`` with ``K`` the live replicas off
+    the pins (a constant). With ``b = 1`` meaning "pins and live replicas cover the demand":
+    ``new + kept + on_new + want*b <= want + pin_new + K``,
+    ``new + kept + on + on_new - (on_cols + K)*b <= want + pin_new`` and
+    ``want*b - on <= K``. The binaries are numbered after the placement columns.
     """
     from grid_core.planner.core import demand_count
 
     rows: list[Row] = []
-    per_model: dict[int, tuple[list[int], list[int]]] = {}
-    for j, (mi, hi, _res) in enumerate(cols):
+    per_model: dict[int, tuple[list[int], list[int], list[int]]] = {}
+    for j, (mi, hi, res) in enumerate(cols):
         if state.pin_hosts[mi]:
-            on, off = per_model.setdefault(mi, ([], []))
-            (on if hi in state.pin_hosts[mi] else off).append(j)
+            on, kept, new = per_model.setdefault(mi, ([], [], []))
+            (on if hi in state.pin_hosts[mi] else kept if res is not None else new).append(j)
     b = len(cols)
-    for mi, (on, off) in sorted(per_model.items()):
+    for mi, (on, kept, new) in sorted(per_model.items()):
         want = demand_count(state.profiles[mi], state.demand[mi])
-        pins = len(state.pin_hosts[mi])
-        rows.append(([(j, 1) for j in off] + [(b, want)], want))
-        rows.append(([(j, 1) for j in off + on] + [(b, -pins)], want))
-        rows.append(([(j, -1) for j in on] + [(b, want)], 0))
+        on_new = [j for j in on if cols[j][2] is None and _evictable(state, mi, cols[j][1])]
+        room = want + len(on_new)
+        rows.append(([(j, 1) for j in new + kept + on_new] + [(b, want)], room + len(kept)))
+        twice = set(on_new)  # in on and in on_new: one coefficient of 2 (HiGHS refuses repeats)
+        both = [(j, 2 if j in twice else 1) for j in new + kept + on]
+        rows.append(([*both, (b, -(len(on) + len(kept)))], room))
+        rows.append(([(j, -1) for j in on] + [(b, want)], len(kept)))
         b += 1
     return rows, b - len(cols)
+
+
+def _evictable(state: PlanState, mi: int, hi: int) -> bool:
+    """Host ``hi`` holds a replica Grid might drain for ``mi``'s pin there: a superset of
+    :func:`grid_core.planner.phases._victim_pool`'s candidates, read from the input alone.
+
+    Another model's managed, memory-holding replica, not pinned to this host, that is not a
+    serving incumbent (obsolete), or whose model is of lower priority than ``mi``, or has
+    more serving replicas than it needs (surplus). Minimum residency is not checked.
+    """
+    p = state.profiles[mi]
+    host = state.hosts[hi]
+    index = state.ledger.index
+    for r in host.residencies:
+        if not r.actuatable or r.state not in MEMORY_STATES or r.model_id == p.model_id:
+            continue
+        vmi = index.get(r.model_id)
+        if vmi is None:
+            return True
+        victim = state.profiles[vmi]
+        if host.host_id in victim.pins:
+            continue
+        live = dict(serving_incumbents(state, vmi))
+        if live.get(hi) is not r or victim.priority < p.priority or len(live) > state.needed(vmi):
+            return True
+    return False
 
 
 def _colocation_rows(

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from planner_helpers import NOW, PLUGINS, POLICY, cuda_host, demand, host, model, run
+from planner_helpers import NOW, PLUGINS, POLICY, cuda_host, demand, host, model, placed, res, run
 
 from grid_core.errors import ValidationError
 from grid_core.planner import PlanInputs
@@ -187,3 +187,52 @@ def test_a_first_solve_that_finds_nothing_claims_no_bound_below_the_plan_it_repo
     assert res.status != "Optimal"
     # vip, a and b each want one replica on the one host: no plan places more than three
     assert res.optimum <= res.unordered <= res.bound == 3
+
+
+def _grid_and_exact(profiles, hosts, demands=()):
+    grid = run(profiles, hosts, demands)
+    return grid, exact_optimum(_inputs(profiles, hosts, demands))
+
+
+def test_exact_optimum_keeps_a_live_replica_off_a_pin_that_cannot_land():
+    # The pin host is draining; Grid keeps the live replica elsewhere (no churn for a pin
+    # that cannot land), so the program must allow it: its optimum is never below Grid.
+    hosts = [host("pin", 16, state="draining"), host("other", 16, residencies=(res("m", 4),))]
+    profiles = [model("m", 4, pins=("pin",), max_replicas=2)]
+    grid, res_ = _grid_and_exact(profiles, hosts)
+    assert placed(grid) == {("m", "other")}
+    assert (res_.optimum, res_.optimal) == (1, True)
+
+
+def test_exact_optimum_counts_the_stand_in_for_a_pin_awaiting_its_preemption():
+    # One pin lands; the other host is full of a lower-priority model: Grid stages its
+    # preemption, counts that pin as landed and places a stand-in on a third host meanwhile,
+    # two replicas where the demand alone asks for one.
+    hosts = [
+        host("free", 16),
+        host("other", 16),
+        host("pin", 8, residencies=(res("low", 6),)),
+    ]
+    profiles = [model("m", 4, pins=("free", "pin"), max_replicas=3, priority=2), model("low", 6)]
+    grid, res_ = _grid_and_exact(profiles, hosts, [demand("m", 1)])
+    assert {("m", "free"), ("m", "other")} <= placed(grid) and grid.evictions
+    assert res_.optimal and res_.optimum >= len(grid.assignments)
+    assert res_.per_model["m"] == 2
+    # A pin host holding only what Grid may not drain (a needed replica of the same
+    # priority, or external work) gets no stand-in: the program gives m one replica, as Grid.
+    for other in (model("peer", 6, priority=2, min_replicas=1), model("ext", 6)):
+        owner = "managed" if other.model_id == "peer" else "external"
+        busy = host("pin", 8, residencies=(res(other.model_id, 6, ownership=owner),))
+        grid, res_ = _grid_and_exact([profiles[0], other], [*hosts[:2], busy], [demand("m", 1)])
+        assert not grid.evictions and [a.host_id for a in grid.assignments if a.model_id == "m"]
+        assert res_.optimal and res_.per_model["m"] == 1
+
+
+def test_a_constraint_highs_refuses_is_an_error_not_a_program_without_constraints(monkeypatch):
+    # HiGHS refuses a whole batch of rows when one repeats a column; solving on without them
+    # once reported 10 of 5 desired replicas as the optimum.
+    from grid_core.planner import exact
+
+    monkeypatch.setattr(exact, "_pin_rows", lambda state, cols: ([([(0, 1), (0, 1)], 1)], 0))
+    with pytest.raises(RuntimeError, match="refused"):
+        exact.exact_optimum(_priority_ladder())
