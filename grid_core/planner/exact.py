@@ -74,7 +74,8 @@ class ExactResult:
         bound: proven upper bound on any plan's replicas (equals ``unordered`` when
             optimal; the no-solve ceiling of :meth:`_Program.ceiling` when HiGHS proved
             no bound of its own); never below ``unordered``.
-        optimal: HiGHS proved optimality within :data:`RELATIVE_GAP`.
+        optimal: HiGHS proved optimality within :data:`RELATIVE_GAP` (or the plan found
+            places as many replicas as the ceiling that needs no solve).
         status: HiGHS model status text: of the first solve not proved optimal, else of
             the last solve.
         seconds: solver run time as HiGHS accounts it, summed over its solves.
@@ -143,12 +144,18 @@ def prime_quietly() -> None:
     _quiet_solver(_highs())
 
 
-def exact_optimum(inputs: PlanInputs, time_limit_s: float = DEFAULT_TIME_LIMIT_S) -> ExactResult:
+def exact_optimum(
+    inputs: PlanInputs,
+    time_limit_s: float = DEFAULT_TIME_LIMIT_S,
+    start: Iterable[tuple[str, str]] = (),
+) -> ExactResult:
     """Solve ``inputs`` exactly: the most replicas any one plan could place.
 
     Args:
         inputs: the planning input (the same value :func:`grid_core.planner.plan` takes).
         time_limit_s: solver wall-clock budget in seconds (> 0).
+        start: a known plan's ``(model id, host id)`` pairs (Grid's, say), offered to every
+            solve as its first incumbent: an unproven result is then never a worse plan.
 
     Returns:
         An :class:`ExactResult` (optimum, proven bound, per-model counts).
@@ -162,10 +169,11 @@ def exact_optimum(inputs: PlanInputs, time_limit_s: float = DEFAULT_TIME_LIMIT_S
     desired = sum(state.desired)
     if not prog.n:
         return ExactResult(desired, 0, 0, 0, True, "empty", 0.0, {}, (), 0, 0)
+    prog.use_start(start)
     prog.run()
     status = h.modelStatusToString(h.getModelStatus())
     unordered, bound = _objective(h, prog.inf, prog.ceiling())
-    optimal = status == "Optimal"
+    optimal = status == "Optimal" or unordered >= bound  # a plan at the ceiling is proven
     sol = _solution(h, prog.total)
     pins = [j for j, (mi, hi, _) in enumerate(cols) if hi in state.pin_hosts[mi]]
     if unordered < desired or (pins and sum(sol[j] > 0.5 for j in pins) < len(pins)):
@@ -268,6 +276,9 @@ class _Program:
     rows: int
     inf: float
     time_limit_s: float
+    pin_rows: list[Row]
+    start: Any = None
+    """A known plan as a HiGHS solution (:meth:`use_start`), offered before every solve."""
 
     @classmethod
     def build(cls, inputs: PlanInputs, time_limit_s: float) -> _Program:
@@ -287,15 +298,47 @@ class _Program:
         h.setOptionValue("mip_rel_gap", RELATIVE_GAP)
         h.setOptionValue("threads", 1)
         n = len(cols)
-        prog = cls(state, cols, h, n, n + extra, len(rows), highspy.kHighsInf, time_limit_s)
+        prog = cls(
+            state, cols, h, n, n + extra, len(rows), highspy.kHighsInf, time_limit_s, pin_rows
+        )
         if n:
             prog._add(highspy, rows)
         return prog
+
+    def use_start(self, assignments: Iterable[tuple[str, str]]) -> None:
+        """Offer a known plan (``(model id, host id)`` pairs, e.g. Grid's) to every solve as
+        its first incumbent, so a solve stopped by its time limit never reports less than
+        that plan. HiGHS ignores it where it breaks a row (a class floor it does not meet);
+        a pair that is no column of the program leaves the start unused."""
+        state = self.state
+        index = {
+            (state.profiles[mi].model_id, state.hosts[hi].host_id): j
+            for j, (mi, hi, _) in enumerate(self.cols)
+        }
+        x = [0.0] * self.total
+        for pair in assignments:
+            j = index.get(pair)
+            if j is None:
+                return
+            x[j] = 1.0
+        for g in range(self.total - self.n):  # each pinned model's b: the value its rows allow
+            b = self.n + g
+            x[b] = 1.0
+            rows = self.pin_rows[3 * g : 3 * g + 3]
+            if any(sum(a * x[j] for j, a in coeffs) > ub for coeffs, ub in rows):
+                x[b] = 0.0
+        highspy = _highs()
+        start = highspy.HighsSolution()
+        start.col_value = x
+        start.value_valid = True
+        self.start = start
 
     def run(self) -> None:
         """Solve once within :attr:`time_limit_s` of its own: HiGHS checks its time limit
         against the instance's cumulative run time, so each solve's deadline is moved past
         the time the earlier solves already used."""
+        if self.start is not None:
+            self.h.setSolution(self.start)
         self.h.setOptionValue("time_limit", self.h.getRunTime() + float(self.time_limit_s))
         self.h.run()
 

@@ -236,3 +236,22 @@ def test_a_constraint_highs_refuses_is_an_error_not_a_program_without_constraint
     monkeypatch.setattr(exact, "_pin_rows", lambda state, cols: ([([(0, 1), (0, 1)], 1)], 0))
     with pytest.raises(RuntimeError, match="refused"):
         exact.exact_optimum(_priority_ladder())
+
+
+def test_a_known_plan_is_never_beaten_by_an_unproven_result(monkeypatch):
+    # Every solve stopped before HiGHS finds anything: without a start the best plan found
+    # is none at all; with Grid's plan offered as the start it is at least Grid's plan.
+    from grid_core.planner import exact
+
+    def starved(prog):
+        if prog.start is not None:
+            prog.h.setSolution(prog.start)
+        prog.h.setOptionValue("time_limit", 0.0)
+        prog.h.run()
+
+    monkeypatch.setattr(exact._Program, "run", starved)
+    inputs = _priority_ladder()
+    assert exact.exact_optimum(inputs).optimum == 0
+    res = exact.exact_optimum(inputs, start=[("vip", "h")])
+    assert (res.optimum, res.optimal) == (1, False)
+    assert res.assignments == (("vip", "h"),) and res.unordered >= 1 and res.bound == 3
