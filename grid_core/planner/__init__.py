@@ -46,6 +46,7 @@ from grid_core.planner.replan import (
 from grid_core.planner.report import surplus_report, unmet
 from grid_core.planner.scoring import ScoreTerm
 from grid_core.planner.settle import settle
+from grid_core.planner.spare import keep_spare
 from grid_core.planner.topology import Topology, lookup, topology_for
 from grid_core.planner.types import (
     Assignment,
@@ -172,7 +173,8 @@ def _solve_with_replans(
     the start (:mod:`.holds`), kept only when it improves too; then exchange repair on the
     plan kept, one size-priced candidate (:func:`_size_candidate`), the settling repair for
     what is still short (:mod:`.settle`), the lower-class-aware candidate
-    (:func:`_lower_class_candidate`) and, last, long ejection chains (:mod:`.longchains`)."""
+    (:func:`_lower_class_candidate`), long ejection chains (:mod:`.longchains`) and, last,
+    on a plan that leaves nothing short, the spare-host moves (:mod:`.spare`)."""
     best = PlanState(canon, terms, selector, topology=topo)
     _solve(best)
     for _ in range(MAX_REPLANS):
@@ -203,6 +205,7 @@ def _solve_with_replans(
         settle(best)
         best = _lower_class_candidate(canon, terms, selector, best)
         long_chains(best)
+        keep_spare(best)
     return _result(best, digest)  # reported once, for the plan kept
 
 

@@ -23,7 +23,9 @@ order of decisions (see docs/planner.md):
    (shifts and ejection chains with budgets of their own) for what is still short
    (grid_core.planner.settle); last, while a model below the top class is still short, one
    candidate whose classes pay for the hosts the short classes below them need, kept on
-   the same terms (grid_core.planner.replan.lower_class_prices).
+   the same terms (grid_core.planner.replan.lower_class_prices);
+8. on a plan that places every needed replica and stages nothing, new replicas move so the
+   hosts it leaves empty are the ones the fewest models could use (grid_core.planner.spare).
 """
 
 from __future__ import annotations
