@@ -20,6 +20,10 @@ from grid_core.api import (
     render_table,
 )
 
+MEASURED_TEXT_CHARS = 160
+"""Longest nested gate evidence (JSON characters) the text gate table prints in full; the
+predictive-savings scorecard (one entry per cell, about 250 characters each) is left to
+``--json``."""
 TRACE_ATTRIBUTION = (
     "Trace data: if a --workload-trace comes from the Azure LLM inference trace 2023 "
     '(CC-BY 4.0), credit Patel et al., "Splitwise", ISCA 2024.'
@@ -304,7 +308,7 @@ def graduate_cmd(
                     [
                         g["gate"],
                         "PASS" if g["pass"] else "FAIL",
-                        json.dumps(g["measured"]),
+                        measured_text(g["measured"]),
                         "; ".join(g["failing"]) or "-",
                     ]
                     for g in result["gates"]
@@ -314,6 +318,18 @@ def graduate_cmd(
     typer.echo(f"grid: graduate finished in {time.perf_counter() - started:.1f} s", err=True)
     if not result["passed"]:
         sys.exit(1)
+
+
+def measured_text(measured: dict) -> str:
+    """A gate's evidence for the text table: each value as compact JSON, except a nested
+    value longer than :data:`MEASURED_TEXT_CHARS` (a per-cell scorecard), which reads
+    ``"see --json"`` so one gate cannot widen the table to thousands of characters."""
+    shown = {}
+    for key, value in measured.items():
+        text = json.dumps(value)
+        big = isinstance(value, dict | list) and len(text) > MEASURED_TEXT_CHARS
+        shown[key] = "see --json" if big else value
+    return json.dumps(shown)
 
 
 def render_oracle(rows: list[dict]) -> str:

@@ -172,6 +172,10 @@ def test_graduate_prints_every_gate(app) -> None:
     assert ("FAIL" in result.stdout) == (result.exit_code == 1)
     assert "capacity bound" in result.stdout and "oracle schedule" in result.stdout
     assert "exhaustive" in result.stdout  # 1- and 2-machine fleets are searched exhaustively
+    # the per-cell prefetch scorecard is left to --json; its medians stay in the table
+    gate_row = next(ln for ln in result.stdout.splitlines() if "predictive_startup" in ln)
+    assert '"scorecard": "see --json"' in gate_row and "smart_median" in gate_row
+    assert "prefetch_downloads" not in result.stdout
 
 
 def test_reports_are_identical_across_processes_with_different_hash_seeds() -> None:
