@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 import typer
@@ -320,11 +321,11 @@ def graduate_cmd(
         sys.exit(1)
 
 
-def measured_text(measured: dict) -> str:
+def measured_text(measured: Mapping[str, object]) -> str:
     """A gate's evidence for the text table: each value as compact JSON, except a nested
     value longer than :data:`MEASURED_TEXT_CHARS` (a per-cell scorecard), which reads
     ``"see --json"`` so one gate cannot widen the table to thousands of characters."""
-    shown = {}
+    shown: dict[str, object] = {}
     for key, value in measured.items():
         text = json.dumps(value)
         big = isinstance(value, dict | list) and len(text) > MEASURED_TEXT_CHARS
