@@ -33,10 +33,13 @@ def load_fleet(path: str | Path) -> dict:
     """Parse a fleet file.
 
     Raises:
-        ValidationError: the file does not exist, is not JSON, or is not the
+        ValidationError: the file does not exist (or is a directory), is not JSON, or is not the
             ``grid-bench-fleet/1`` schema (all are a wrong ``--fleet`` value: exit 2).
     """
     p = Path(path)
+    if p.is_dir():
+        msg = f"fleet file '{p}' is a directory; pass a file made by 'grid bench fleet --out FILE'"
+        raise ValidationError(msg)
     if not p.is_file():
         msg = f"fleet file '{p}' does not exist; generate one with 'grid bench fleet --out FILE'"
         raise ValidationError(msg)

@@ -161,11 +161,20 @@ def bench_fleet(
         typer.Option("--out", "-o", help="File to write (owner-only, atomic); default stdout."),
     ] = None,
 ) -> None:
-    """Write a seeded synthetic fleet (grid-bench-fleet/1) for grid bench plan and tick."""
+    """Write a seeded synthetic fleet (grid-bench-fleet/1) for grid bench plan and tick.
+
+    An ``--out`` in a missing directory, or naming a directory, is refused (exit 2) before
+    anything is written."""
     doc = make_fleet(hosts, models, seed, occupancy)
     text = json.dumps(doc, indent=1) + "\n"
     if out is None:
         sys.stdout.write(text)
         return
+    if not out.parent.is_dir():
+        msg = f"--out: directory '{out.parent}' does not exist; create it or write elsewhere"
+        raise ValidationError(msg)
+    if out.is_dir():
+        msg = f"--out: '{out}' is a directory; name a file in it, e.g. '{out / 'fleet.json'}'"
+        raise ValidationError(msg)
     write_atomic(out, text)
     typer.echo(f"grid: wrote {out} ({hosts} hosts, {models} models, seed {seed})", err=True)

@@ -18,7 +18,7 @@ from grid_bench.fleet_make import make_fleet
 from grid_bench.plan_bench import run_plan_bench
 from typer.testing import CliRunner
 
-from grid_core.cli import build_app
+from grid_core.cli import build_app, main
 from grid_core.testing import plugins_with
 
 pytestmark = pytest.mark.benchmark
@@ -205,6 +205,24 @@ def test_bench_fleet_writes_a_file_that_bench_plan_reads(tmp_path):
     assert json.loads(plan.stdout)["violations"] == 0
     bad = runner.invoke(app, ["bench", "fleet", "--occupancy", "1.5"])
     assert bad.exit_code == 2 and "--occupancy" in str(bad.exception) + bad.output
+
+
+def test_bench_fleet_and_plan_name_a_wrong_path_as_a_usage_error(tmp_path, capsys):
+    """A missing ``--out`` directory, an ``--out`` or ``--fleet`` that is a directory: one
+    line naming the path and the fix, exit 2, and nothing written."""
+    base = ["bench", "fleet", "--hosts", "4", "--models", "2"]
+    with pytest.raises(SystemExit) as missing:
+        main([*base, "--out", str(tmp_path / "nope" / "f.json")])
+    assert missing.value.code == 2
+    err = capsys.readouterr().err
+    assert "--out" in err and "does not exist" in err and str(tmp_path / "nope") in err
+    with pytest.raises(SystemExit) as folder:
+        main([*base, "--out", str(tmp_path)])
+    assert folder.value.code == 2 and "is a directory" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []  # nothing written, no temp file left
+    with pytest.raises(SystemExit) as plan_dir:
+        main(["bench", "plan", "--fleet", str(tmp_path)])
+    assert plan_dir.value.code == 2 and "is a directory" in capsys.readouterr().err
 
 
 def test_text_table_names_an_unusable_pin_and_where_its_replica_went(tmp_path):
