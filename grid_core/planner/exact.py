@@ -53,6 +53,10 @@ Row = tuple[list[tuple[int, int]], int]
 DEFAULT_TIME_LIMIT_S = 120.0
 """Solver budget per solve: the 1024-host bench fleet solves within it; a pathological input
 returns the best solution and bound found instead of running for hours."""
+CEILING_STATUS = "Optimal (the plan reaches the no-solve ceiling)"
+"""Status text of a result HiGHS stopped at its time limit whose plan already places as many
+replicas as :meth:`_Program.ceiling` allows: proven by counting, not by the solver, so the
+text must not read "Time limit reached" beside ``optimal`` true."""
 RELATIVE_GAP = 1e-6
 """Stop only when the solution is proven within one part in a million of the bound (the
 objective is an integer count, so this is exact for every fleet below a million replicas)."""
@@ -174,6 +178,8 @@ def exact_optimum(
     status = h.modelStatusToString(h.getModelStatus())
     unordered, bound = _objective(h, prog.inf, prog.ceiling())
     optimal = status == "Optimal" or unordered >= bound  # a plan at the ceiling is proven
+    if optimal and status != "Optimal":
+        status = CEILING_STATUS
     sol = _solution(h, prog.total)
     pins = [j for j, (mi, hi, _) in enumerate(cols) if hi in state.pin_hosts[mi]]
     if unordered < desired or (pins and sum(sol[j] > 0.5 for j in pins) < len(pins)):

@@ -255,3 +255,18 @@ def test_a_known_plan_is_never_beaten_by_an_unproven_result(monkeypatch):
     res = exact.exact_optimum(inputs, start=[("vip", "h")])
     assert (res.optimum, res.optimal) == (1, False)
     assert res.assignments == (("vip", "h"),) and res.unordered >= 1 and res.bound == 3
+
+
+def test_a_plan_at_the_ceiling_reads_optimal_even_when_the_solver_ran_out_of_time():
+    # Six 16 GB two-slot hosts, four 6 GB models wanting three each: Grid places all 12.
+    # Offered as the start, that plan reaches the no-solve ceiling; the solver stopped at a
+    # tiny limit must not leave the status "Time limit reached" beside optimal true.
+    from grid_core.planner.exact import CEILING_STATUS
+
+    hosts = [host(f"h{i}", 16, max_models=2) for i in range(6)]
+    profiles = [model(f"m{i}", 6, min_replicas=1, max_replicas=3) for i in range(4)]
+    demands = [demand(f"m{i}", 3) for i in range(4)]
+    grid = [(a.model_id, a.host_id) for a in run(profiles, hosts, demands).assignments]
+    res = exact_optimum(_inputs(profiles, hosts, demands), 1e-9, grid)
+    assert (res.optimum, res.bound, res.optimal) == (12, 12, True)
+    assert res.status in ("Optimal", CEILING_STATUS)
