@@ -38,6 +38,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 
+from grid_core.planner.chains import REPAIRABLE
 from grid_core.planner.core import PlanState
 from grid_core.planner.holds import FIXED_REASONS
 from grid_core.planner.ledger import Placed
@@ -53,10 +54,6 @@ BUMP_BUDGET = 50
 directly or by an exchange) one plan may make; each costs a host search. On the 64x32
 bench fleets at occupancy 0 (seeds 1-50, exchange budget 3,000) no bumps place 8,515
 replicas in all, 50 trials 8,528, 200 trials 8,529."""
-
-
-REPAIRABLE = frozenset({"memory", "slots"})
-"""Fit failures a departing replica can cure."""
 
 
 def exchange_rounds(state: PlanState) -> int:
