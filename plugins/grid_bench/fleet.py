@@ -236,6 +236,11 @@ def overcommitted_hosts(data: dict, assignments: list[dict]) -> list[str]:
     * the desired footprint (assigned replicas at catalog size, plus unmanaged processes not
       themselves assigned) exceeds ``capacity_mb - reserved_mb``, or
     * the transition (everything live now plus every newly assigned replica) exceeds it.
+
+    A host the file already overcommits (reserved or unmanaged memory above its capacity)
+    counts only where the placement keeps or adds a replica there (the desired test) or
+    adds one (the transition test): an overcommit the plan found and did not add to is the
+    file's, not the plan's.
     """
     size = {m["model_id"]: int(m["memory_mb"]) for m in data["models"]}
     holding = {"ready", "loading", "warming", "draining", "failed"}
@@ -253,10 +258,13 @@ def overcommitted_hosts(data: dict, assignments: list[dict]) -> list[str]:
             for r in live
             if not r.get("managed", True) and r["model_id"] not in assigned
         )
-        transition = sum(int(r["memory_mb"]) for r in live) + sum(
-            size[m] for m in assigned if m not in live_ids
-        )
-        if len(set(assigned)) != len(assigned) or max(desired, transition) > placeable:
+        added = sum(size[m] for m in assigned if m not in live_ids)
+        transition = sum(int(r["memory_mb"]) for r in live) + added
+        if (
+            len(set(assigned)) != len(assigned)
+            or (assigned and desired > placeable)
+            or (added and transition > placeable)
+        ):
             bad.append(h["host_id"])
     return bad
 

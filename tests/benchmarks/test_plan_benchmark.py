@@ -82,6 +82,21 @@ def test_overcommit_check_is_independent_and_catches_a_bad_placement(tmp_path):
     assert overcommitted_hosts(data, heavy) == expected
 
 
+def test_an_overcommit_the_file_brings_is_blamed_on_a_plan_only_when_it_adds_to_it():
+    # A host whose reserved memory already exceeds its capacity: a plan that leaves it
+    # alone is clean; one that puts a replica there overcommits it.
+    data = make_fleet(4, 3, 7, 0.0)
+    host = data["hosts"][0]
+    host["reserved_mb"] = host["capacity_mb"] + 1024
+    host["residencies"] = []
+    small = min(data["models"], key=lambda m: m["memory_mb"])
+    elsewhere = [{"model_id": small["model_id"], "host_id": data["hosts"][1]["host_id"]}]
+    assert host["host_id"] not in overcommitted_hosts(data, elsewhere)
+    assert host["host_id"] not in violations(data, elsewhere)["memory"]
+    there = [{"model_id": small["model_id"], "host_id": host["host_id"]}]
+    assert overcommitted_hosts(data, there) == [host["host_id"]]
+
+
 def test_cli_json_has_exactly_the_documented_keys(tmp_path):
     p = tmp_path / "fleet.json"
     p.write_text(json.dumps(make_fleet(8, 4, 3, 0.5)))
