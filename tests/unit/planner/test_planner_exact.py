@@ -34,19 +34,29 @@ def test_exact_optimum_of_the_minimal_slot_case_places_all_five_and_grid_matches
     assert len(run(profiles, hosts).assignments) == res.optimum
 
 
+PRIORITY_HOSTS = [host("h", 16)]
+PRIORITY_MODELS = [
+    model("vip", 12, min_replicas=1, priority=3),
+    model("a", 6, min_replicas=1),
+    model("b", 6, min_replicas=1),
+]
+"""One 16 GB host: one 12 GB priority-3 model or two 6 GB priority-0 models. Not everything
+fits, so the ordered optimum needs its class-by-class solves."""
+
+
+def _priority_ladder() -> PlanInputs:
+    return _inputs(PRIORITY_MODELS, PRIORITY_HOSTS)
+
+
 def test_exact_optimum_respects_priority_before_count():
-    # One 16 GB host: one 12 GB priority-3 model or two 6 GB priority-0 models. The count
-    # maximum is 2, but Grid (and the ordered optimum) must give the slot to priority 3.
-    hosts = [host("h", 16)]
-    profiles = [
-        model("vip", 12, min_replicas=1, priority=3),
-        model("a", 6, min_replicas=1),
-        model("b", 6, min_replicas=1),
-    ]
-    res = exact_optimum(_inputs(profiles, hosts))
+    # The count maximum is 2, but Grid (and the ordered optimum) must give the slot to
+    # priority 3; the last class solve's plan is that optimum, proven.
+    res = exact_optimum(_priority_ladder())
     assert (res.unordered, res.optimum) == (2, 1)
     assert res.per_model == {"vip": 1}
-    p = run(profiles, hosts)
+    assert (res.optimal, res.status) == (True, "Optimal")
+    assert res.assignments == (("vip", "h"),)
+    p = run(PRIORITY_MODELS, PRIORITY_HOSTS)
     assert [a.model_id for a in p.assignments] == ["vip"]
 
 
@@ -119,17 +129,6 @@ def test_each_solve_gets_the_whole_time_limit():
     assert limit == pytest.approx(used + 5.0)
 
 
-def _priority_ladder():
-    # Not everything fits, so the ordered optimum needs its class-by-class solves.
-    hosts = [host("h", 16)]
-    profiles = [
-        model("vip", 12, min_replicas=1, priority=3),
-        model("a", 6, min_replicas=1),
-        model("b", 6, min_replicas=1),
-    ]
-    return _inputs(profiles, hosts)
-
-
 def test_a_ladder_that_finds_no_plan_keeps_the_first_plan_and_says_unproven(monkeypatch):
     # A class solve that ends at its time limit before finding any plan must not turn the
     # reported optimum into 0: the first (unordered) plan is kept and nothing claims a proof.
@@ -138,12 +137,6 @@ def test_a_ladder_that_finds_no_plan_keeps_the_first_plan_and_says_unproven(monk
     monkeypatch.setattr(exact, "_lexicographic", lambda prog, pins: (False, None, "Time limit"))
     res = exact.exact_optimum(_priority_ladder())
     assert (res.optimum, res.unordered, res.optimal, res.status) == (2, 2, False, "Time limit")
-
-
-def test_the_last_class_solve_is_the_ordered_optimum():
-    res = exact_optimum(_priority_ladder())
-    assert (res.optimum, res.optimal, res.status) == (1, True, "Optimal")
-    assert res.assignments == (("vip", "h"),)
 
 
 def test_bench_text_says_when_the_optimum_is_not_proven():
