@@ -29,6 +29,7 @@ model or priority class places fewer.
 from __future__ import annotations
 
 from grid_core.planner.core import PlanState
+from grid_core.planner.exchange import is_short
 from grid_core.planner.holds import FIXED_REASONS
 from grid_core.planner.ledger import Placed
 
@@ -98,7 +99,9 @@ def keep_spare(state: PlanState) -> int:
     """Move new replicas so the plan's empty hosts are the least versatile ones it can
     leave (see the module docstring); returns the moves made. The plan must be finished,
     with nothing staged; a plan with any model short is left unchanged."""
-    if state.evictions or state.relocations or state.staged or _any_short(state):
+    if state.evictions or state.relocations or state.staged:
+        return 0
+    if any(is_short(state, mi) for mi in range(len(state.profiles))):
         return 0
     empty = [hi for hi in range(len(state.hosts)) if _spare(state, hi)]
     if not empty:
@@ -117,11 +120,6 @@ def keep_spare(state: PlanState) -> int:
         empty.append(pl.hi)
         moves += 1
     return moves
-
-
-def _any_short(state: PlanState) -> bool:
-    count = state.ledger.count
-    return any(hs and count[mi] < state.needed(mi) for mi, hs in enumerate(state.cands))
 
 
 def _spare(state: PlanState, hi: int) -> bool:
