@@ -228,6 +228,12 @@ def _convert(data: dict, policy: PlannerPolicy) -> PlanInputs:
     return PlanInputs(now=now, profiles=profiles, hosts=hosts, demand=demand, policy=policy)
 
 
+HOLDING_STATES = frozenset({"ready", "loading", "warming", "draining", "failed"})
+"""Residency states that hold host memory and a model slot (every state in the fleet format
+but ``cached``, which is weights on disk only). Spelled here, not imported from the planner,
+so the checker stays independent of the code it checks."""
+
+
 def overcommitted_hosts(data: dict, assignments: list[dict]) -> list[str]:
     """Hosts whose memory the placement overcommits, checked from the fleet file alone.
 
@@ -243,7 +249,6 @@ def overcommitted_hosts(data: dict, assignments: list[dict]) -> list[str]:
     file's, not the plan's.
     """
     size = {m["model_id"]: int(m["memory_mb"]) for m in data["models"]}
-    holding = {"ready", "loading", "warming", "draining", "failed"}
     by_host: dict[str, list[str]] = {}
     for a in assignments:
         by_host.setdefault(a["host_id"], []).append(a["model_id"])
@@ -251,7 +256,7 @@ def overcommitted_hosts(data: dict, assignments: list[dict]) -> list[str]:
     for h in data["hosts"]:
         placeable = int(h["capacity_mb"]) - int(h["reserved_mb"])
         assigned = by_host.get(h["host_id"], [])
-        live = [r for r in h["residencies"] if r["state"] in holding]
+        live = [r for r in h["residencies"] if r["state"] in HOLDING_STATES]
         live_ids = {r["model_id"] for r in live}
         desired = sum(size[m] for m in assigned) + sum(
             int(r["memory_mb"])
@@ -290,7 +295,6 @@ def violations(data: dict, assignments: list[dict]) -> dict[str, list[str]]:
     """
     models = {m["model_id"]: m for m in data["models"]}
     hosts = {h["host_id"]: h for h in data["hosts"]}
-    holding = {"ready", "loading", "warming", "draining", "failed"}
     out: dict[str, list[str]] = {
         k: [] for k in ("memory", "slots", "duplicate", "compatibility", "eligibility", "unknown")
     }
@@ -311,7 +315,7 @@ def violations(data: dict, assignments: list[dict]) -> dict[str, list[str]]:
             and set(m.get("required_tags", ())) <= set(h["tags"])
         ):
             out["compatibility"].append(f"{mid}@{hid}")
-        live = {r["model_id"] for r in h["residencies"] if r["state"] in holding}
+        live = {r["model_id"] for r in h["residencies"] if r["state"] in HOLDING_STATES}
         if mid not in live and (
             h["state"] not in LIVE_STATES or float(h["heartbeat_age_s"]) > STALE_HEARTBEAT_S
         ):
@@ -320,7 +324,7 @@ def violations(data: dict, assignments: list[dict]) -> dict[str, list[str]]:
         h = hosts[hid]
         if len(set(mids)) != len(mids):
             out["duplicate"].append(hid)
-        live = {r["model_id"] for r in h["residencies"] if r["state"] in holding}
+        live = {r["model_id"] for r in h["residencies"] if r["state"] in HOLDING_STATES}
         new = set(mids) - live
         if h["max_models"] and new and len(live | set(mids)) > h["max_models"]:
             out["slots"].append(hid)
