@@ -11,13 +11,21 @@ and starting ledgers are Grid's own, from :class:`grid_core.planner.core.PlanSta
 
     maximise    sum x[m, h]
     subject to  sum_h x[m, h]                    <= desired[m]           every model
-                sum_m inc[m, h] * x[m, h]        <= incremental free[h]  every host
-                the same + extra[m', h] * x[m', h] <= incremental free[h]  every new m' whose
+                sum_m inc[m, h] * x[m, h] + e[h] <= incremental free[h]  every host
+                extra[m', h] * x[m', h]          <= e[h]                 every new m' whose
                                                    admission headroom exceeds the floor
                 sum_m raw[m, h] * x[m, h]        <= desired free[h]      every host
                 sum_m new_slot[m, h] * x[m, h]   <= free slots[h]        hosts with a ceiling
                 sum_m disk[m, h] * x[m, h]       <= free disk[h]         hosts reporting disk
                 colocation exclusions and ceilings                       where profiles set them
+
+``e[h]`` is one continuous variable per host where some new replica's headroom share exceeds
+the floor: at least the largest such share among the replicas chosen there, so the memory row
+is exactly the ledger's rule (footprints plus the largest share) in about two coefficients per
+replica plus one per host. (One row per such replica, each repeating the whole host row,
+says the same with a number of coefficients that grows with the square of the replicas per
+host: 5.4 million for 55,000 columns on a 512-host fleet, where HiGHS's presolve, which its
+time limit does not interrupt, ran for a minute against a limit of one second.)
 
 Pins are modelled as Grid honours them: a pinned model's replicas off its pins only make up
 demand beyond the pins that landed (:func:`_pin_rows`), and whenever the first solve leaves
@@ -283,6 +291,12 @@ class _Program:
     inf: float
     time_limit_s: float
     pin_rows: list[Row]
+    pin_binaries: int
+    """Pinned models' binaries (:func:`_pin_rows`), numbered after the ``n`` placements."""
+    shares: list[list[tuple[int, int]]]
+    """Per headroom variable ``e[h]`` (numbered after the pin binaries, up to ``total``):
+    (column, MB of headroom share beyond the floor) of each new replica on that host that
+    has one (:func:`_rows`)."""
     start: Any = None
     """A known plan as a HiGHS solution (:meth:`use_start`), offered before every solve."""
 
@@ -296,16 +310,27 @@ class _Program:
 
         state = PlanState(canonical_inputs(inputs), [], None)
         cols = _columns(state)
-        rows = _rows(state, cols)
-        pin_rows, extra = _pin_rows(state, cols)
+        n = len(cols)
+        pin_rows, pin_binaries = _pin_rows(state, cols)
+        rows, shares = _rows(state, cols, n + pin_binaries)
         rows.extend(pin_rows)
         h = highspy.Highs()
         h.setOptionValue("output_flag", False)
         h.setOptionValue("mip_rel_gap", RELATIVE_GAP)
         h.setOptionValue("threads", 1)
-        n = len(cols)
+        total = n + pin_binaries + len(shares)
         prog = cls(
-            state, cols, h, n, n + extra, len(rows), highspy.kHighsInf, time_limit_s, pin_rows
+            state,
+            cols,
+            h,
+            n,
+            total,
+            len(rows),
+            highspy.kHighsInf,
+            time_limit_s,
+            pin_rows,
+            pin_binaries,
+            shares,
         )
         if n:
             prog._add(highspy, rows)
@@ -327,12 +352,15 @@ class _Program:
             if j is None:
                 return
             x[j] = 1.0
-        for g in range(self.total - self.n):  # each pinned model's b: the value its rows allow
+        for g in range(self.pin_binaries):  # each pinned model's b: the value its rows allow
             b = self.n + g
             x[b] = 1.0
             rows = self.pin_rows[3 * g : 3 * g + 3]
             if any(sum(a * x[j] for j, a in coeffs) > ub for coeffs, ub in rows):
                 x[b] = 0.0
+        first = self.n + self.pin_binaries
+        for g, members in enumerate(self.shares):  # e[h]: the largest share chosen there
+            x[first + g] = float(max((mb for j, mb in members if x[j] > 0.5), default=0))
         highspy = _highs()
         start = highspy.HighsSolution()
         start.col_value = x
@@ -371,38 +399,41 @@ class _Program:
         import numpy as np
 
         h, total = self.h, self.total
+        binaries = self.n + self.pin_binaries
+        upper = np.ones(total)  # a headroom variable's upper bound: its largest share
+        upper[binaries:] = [max(mb for _, mb in members) for members in self.shares]
         h.addCols(
             total,
             self.objective(),
             np.zeros(total),
-            np.ones(total),
+            upper,
             0,
             np.array([], dtype=np.int32),
             np.array([], dtype=np.int32),
             np.array([], dtype=np.float64),
         )
         h.changeColsIntegrality(
-            total,
-            np.arange(total, dtype=np.int32),
-            np.full(total, highspy.HighsVarType.kInteger, dtype=np.uint8),
+            binaries,
+            np.arange(binaries, dtype=np.int32),
+            np.full(binaries, highspy.HighsVarType.kInteger, dtype=np.uint8),
         )
         starts: list[int] = []
         index: list[int] = []
         value: list[float] = []
-        upper: list[float] = []
+        bounds: list[float] = []
         for coeffs, ub in rows:
             starts.append(len(index))
             for j, a in coeffs:
                 index.append(j)
                 value.append(float(a))
-            upper.append(float(ub))
+            bounds.append(float(ub))
         if rows:
             # HiGHS refuses the whole batch (kError, nothing added) if a row repeats a column:
             # the program would then be solved without any constraint at all.
             added = h.addRows(
                 len(rows),
                 np.full(len(rows), -self.inf),
-                np.array(upper),
+                np.array(bounds),
                 len(index),
                 np.array(starts, dtype=np.int32),
                 np.array(index, dtype=np.int32),
@@ -500,8 +531,12 @@ def _columns(state: PlanState) -> list[Column]:
     return cols
 
 
-def _rows(state: PlanState, cols: list[Column]) -> list[Row]:
-    """Every constraint as (sparse coefficients, upper bound)."""
+def _rows(
+    state: PlanState, cols: list[Column], first_share: int
+) -> tuple[list[Row], list[list[tuple[int, int]]]]:
+    """Every constraint but the pins' as (sparse coefficients, upper bound), and per host
+    headroom variable ``e[h]`` (columns from ``first_share`` on, one per host where a new
+    replica's share exceeds the floor) its (column, share MB) members."""
     ledger = state.ledger
     rows: list[Row] = []
     per_model: dict[int, list[int]] = {}
@@ -528,15 +563,21 @@ def _rows(state: PlanState, cols: list[Column]) -> list[Row]:
     for mi, js in per_model.items():
         if len(js) > state.desired[mi]:
             rows.append(([(j, 1) for j in js], state.desired[mi]))
+    shares: list[list[tuple[int, int]]] = []
     for hi, coeffs in inc_row.items():
         cap = max(0, ledger.books[hi].inc_free)
-        rows.append((coeffs, cap))
-        # Each new replica must also leave its own headroom beyond the floor: one row per
-        # replica whose share exceeds it (grid_core.headroom), exactly the ledger's max rule.
-        for j, _ in coeffs:
-            extra = ledger.headroom_extra(cols[j][0], hi)
-            if extra > 0:
-                rows.append(([(k, m + extra if k == j else m) for k, m in coeffs], cap))
+        # Each new replica must also leave its own headroom beyond the floor
+        # (grid_core.headroom): the host's footprints plus the largest share chosen there,
+        # the ledger's max rule, with e = first_share + len(shares) at least every share.
+        members = [(j, ledger.headroom_extra(cols[j][0], hi)) for j, _ in coeffs]
+        members = [(j, mb) for j, mb in members if mb > 0]
+        if not members:
+            rows.append((coeffs, cap))
+            continue
+        e = first_share + len(shares)
+        shares.append(members)
+        rows.append(([*coeffs, (e, 1)], cap))
+        rows.extend(([(j, mb), (e, -1)], 0) for j, mb in members)
     for hi, coeffs in raw_row.items():
         rows.append((coeffs, max(0, ledger.books[hi].raw_free)))
     for hi, coeffs in slot_row.items():
@@ -545,7 +586,7 @@ def _rows(state: PlanState, cols: list[Column]) -> list[Row]:
     for hi, coeffs in disk_row.items():
         rows.append((coeffs, max(0, ledger.books[hi].disk_free or 0)))
     rows.extend(_colocation_rows(state, cols, on_host))
-    return rows
+    return rows, shares
 
 
 def _pin_rows(state: PlanState, cols: list[Column]) -> tuple[list[Row], int]:

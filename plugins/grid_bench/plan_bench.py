@@ -220,7 +220,9 @@ def bench_plan(
             min=0.1,
             help="Solver budget per solve, seconds. A fleet that cannot be placed in full "
             "takes several solves (about one per priority class for the ordered optimum, as "
-            "many again for the loss per class), so a run can take several times this.",
+            "many again for the loss per class), so a run can take several times this. "
+            "HiGHS checks it between the phases of a solve, so a large fleet's solves can "
+            "each run past it.",
         ),
     ] = DEFAULT_TIME_LIMIT_S,
 ) -> None:

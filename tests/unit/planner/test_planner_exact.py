@@ -263,3 +263,45 @@ def test_a_plan_at_the_ceiling_reads_optimal_even_when_the_solver_ran_out_of_tim
     res = exact_optimum(_inputs(profiles, hosts, demands), 1e-9, grid)
     assert (res.optimum, res.bound, res.optimal) == (12, 12, True)
     assert res.status in ("Optimal", CEILING_STATUS)
+
+
+def _headroom_host(k: int) -> PlanInputs:
+    """One host of ``8 * k`` GB and ``k`` 8 GB models: each new replica's headroom share
+    (820 MB) exceeds the 512 MB floor, so only ``k - 1`` of them fit."""
+    from grid_core.planner import PlannerPolicy
+
+    profiles = [model(f"m{i:02d}", 8, min_replicas=1) for i in range(k)]
+    return PlanInputs(
+        now=NOW, profiles=tuple(profiles), hosts=(host("h", 8 * k),), policy=PlannerPolicy()
+    )
+
+
+def test_the_headroom_rule_grows_the_program_linearly_with_the_replicas_per_host(monkeypatch):
+    # Repeating the host's whole memory row once per replica with a headroom share made the
+    # program grow with the square of the replicas per host (5.4 million coefficients on a
+    # 512-host fleet, whose presolve then ignored a 1 s time limit for a minute).
+    from grid_core.planner import exact
+
+    sizes = {}
+    for k in (10, 20, 40):
+        inputs = _headroom_host(k)
+        sizes[k] = exact._Program.build(inputs, 5.0).h.getNumNz()
+        res = exact.exact_optimum(inputs)
+        placed = len(run(inputs.profiles, inputs.hosts, policy=inputs.policy).assignments)
+        assert (res.optimum, res.optimal, placed) == (k - 1, True, k - 1)
+    assert sizes[40] - sizes[20] == 2 * (sizes[20] - sizes[10])
+    assert sizes[40] <= 5 * 40
+
+    # Grid's plan, offered as the start, stays a valid incumbent in the compact form.
+    def starved(prog):
+        prog.h.setSolution(prog.start)
+        prog.h.setOptionValue("time_limit", 0.0)
+        prog.h.run()
+
+    monkeypatch.setattr(exact._Program, "run", starved)
+    inputs = _headroom_host(10)
+    grid = [
+        (a.model_id, "h")
+        for a in run(inputs.profiles, inputs.hosts, policy=inputs.policy).assignments
+    ]
+    assert exact.exact_optimum(inputs, start=grid).optimum == 9
