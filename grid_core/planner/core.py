@@ -287,6 +287,9 @@ class PlanState:
         """Host checks spent by ejection-chain searches (:mod:`grid_core.planner.chains`)."""
         self.exchange_steps = 0
         """Host pairs examined by exchange repair (:mod:`grid_core.planner.exchange`)."""
+        self.long_chain_steps = 0
+        """Steps the long ejection chains took (:mod:`grid_core.planner.longchains`; at most
+        its ``LONG_CHAIN_STEP_LIMIT``)."""
         self.bump_trials = 0
         """Bump trials made by exchange repair (:mod:`grid_core.planner.exchange`)."""
         self.movable_memo: dict[tuple[int, bool], tuple[int, list[Placed]]] = {}

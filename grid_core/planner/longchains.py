@@ -15,7 +15,8 @@ host where it fits (seed 80).
 This pass runs once, on the finished plan, for the models still short (highest priority
 first, one replica per model per round), within a step budget that grows with the fleet
 (:func:`chain_budget`: :data:`LONG_CHAIN_BUDGET`, or :data:`LONG_CHAIN_STEPS_PER_PAIR` per
-candidate (model, host) pair when that is more, at most :data:`LONG_CHAIN_BUDGET_CAP`):
+candidate (model, host) pair when that is more, at most :data:`LONG_CHAIN_BUDGET_CAP`), and
+never more than :data:`LONG_CHAIN_STEP_LIMIT` steps in all:
 
 * a chain has up to :data:`LONG_CHAIN_MOVES` moves; at a host the short model (or a
   displaced replica) may take, every new replica whose departure makes room is a successor;
@@ -80,10 +81,19 @@ LONG_CHAIN_BUDGET_CAP = 100_000
 candidate pairs, beyond 256x64, whose fleets have about 11,000): 28 ms of CPU on generated
 192x96 and 256x128 fleets at occupancy 0 (seed 1; 12,258 and 22,254 pairs), where the
 12,000 steps of a small fleet did not cover the first move map (11,116 and 20,375 steps)
-and the capped budget places 2 and 1 more replicas. It bounds the searches, not the first
-move map: the budget is checked before each placement, so a fleet with more candidate pairs
-than this builds one whole map (about one step per pair, 0.65 microseconds each) and one
-vacating scan first (769,436 steps, 0.5 s, on 640 hosts and 1,248 models: 774,144 pairs)."""
+and the capped budget places 2 and 1 more replicas. The budget is checked before each
+placement and between the search's steps, so work begun below it (a move map, a vacating
+scan) may end above it; :data:`LONG_CHAIN_STEP_LIMIT` bounds that."""
+LONG_CHAIN_STEP_LIMIT = 2 * LONG_CHAIN_BUDGET_CAP
+"""Most steps one plan's long chains take in all, whatever the fleet (0.1 s of CPU at the
+0.37-0.65 microseconds a step costs). The budget alone let a crafted fleet of 640 hosts and
+1,248 models (774,144 candidate pairs) spend 769,436 steps: the first move map (about one step
+per pair, checked only as a whole) and a vacating scan ran to their end. Work whose size is
+known before it starts (the move map, the scan for models that fit somewhere, one model's
+hosts: one step per candidate pair at most) is not begun when it could cross this limit, and
+the searches and the vacating scan stop at it; the pass then ends, keeping what it placed.
+Twice the cap, so that work begun just below the budget ends as before: the bench fleets spend
+at most 37,498 steps (128x48 seed 402), generated 192x96 and 256x128 fleets 100,328."""
 
 
 def chain_budget(state: PlanState) -> int:
@@ -107,14 +117,17 @@ class _Node(ChainNode):
 
 
 def long_chains(state: PlanState) -> int:
-    """Place what is still short by long ejection chains; returns the replicas added."""
+    """Place what is still short by long ejection chains; returns the replicas added (the
+    steps taken, at most :data:`LONG_CHAIN_STEP_LIMIT`, go to ``state.long_chain_steps``)."""
     chains = _LongChains(state)
     if state.fit_map is not None:  # what the settling repair found, while no host changed
         versions, fits, ends = state.fit_map
         if versions == tuple(book.version for book in state.ledger.books):
             chains.fits = dict(fits)
             chains.ends = None if ends is None else set(ends)
-    return chains.rounds(chains.budget)
+    added = chains.rounds(chains.budget)
+    state.long_chain_steps = chains.spent
+    return added
 
 
 class _LongChains(_Chains):
@@ -130,6 +143,23 @@ class _LongChains(_Chains):
         self.smallest = 0
         """MB of the smallest new replica that may move (set with :meth:`_levels`): a host
         where less than that stays free after a swap can take no closing replica."""
+        self.stopped = False
+        """The pass reached :data:`LONG_CHAIN_STEP_LIMIT`: it places nothing more."""
+
+    def _afford(self, steps: int) -> bool:
+        """Whether ``steps`` more steps (and the few hosts a closing check may examine
+        after a step: at most :data:`LONG_CHAIN_MOVES`) stay within
+        :data:`LONG_CHAIN_STEP_LIMIT`; when not, the pass stops for good."""
+        if self.spent + steps + LONG_CHAIN_MOVES > LONG_CHAIN_STEP_LIMIT:
+            self.stopped = True
+        return not self.stopped
+
+    def _fits(self, mi: int) -> list[int]:
+        """The hosts where one more replica of ``mi`` fits directly (one step per candidate
+        host, remembered while the ledger stands); none once the pass has stopped."""
+        if mi not in self.fits and not self._afford(len(self.state.cands[mi])):
+            return []
+        return super()._fits(mi)
 
     def _changed(self) -> None:
         super()._changed()
@@ -166,13 +196,17 @@ class _LongChains(_Chains):
                         got.add(xi)
         return back
 
-    def _levels(self) -> dict[int, int]:
+    def _levels(self) -> dict[int, int] | None:
         """Per movable model, the fewest further displacements after which a chain through
         one of its replicas can end where a replica fits directly (0: it fits somewhere
-        now), ignoring which hosts the chain uses; models that cannot are left out."""
+        now), ignoring which hosts the chain uses; models that cannot are left out.
+        ``None`` (and the pass stops) when the move map, one step per candidate pair of the
+        movable models at most, could cross :data:`LONG_CHAIN_STEP_LIMIT`."""
         if self.levels is None:
             state = self.state
             movable = self._movable()
+            if not self._afford(sum(len(state.cands[xi]) for xi in movable)):
+                return None
             self.smallest = min(
                 (state.mem_rows[xi][hi] for xi in movable for hi in state.cands[xi]), default=0
             )
@@ -200,6 +234,8 @@ class _LongChains(_Chains):
         if got is not None:
             return got
         state = self.state
+        if not self._afford(len(state.cands[mi])):
+            return []  # the pass has stopped; nothing is remembered
         books = state.ledger.books
         mems = state.mem_rows[mi]
         got = []
@@ -233,9 +269,17 @@ class _LongChains(_Chains):
         """Place one more replica of ``mi``: by the shortest chain that ends directly, else
         by vacating part of a host, else by a chain through a cycle; True when placed (the
         ledger is unchanged otherwise)."""
-        if not self._ends() and not self._fits(mi):
+        if self.ends is None and not self._afford(self._unscanned()):
+            return False
+        if self.stopped or (not self._ends() and not self._fits(mi)):
             return False
         return self._search(mi, False) or self._vacate(mi) or self._search(mi, True)
+
+    def _unscanned(self) -> int:
+        """Steps finding the models that fit somewhere may take: the candidate hosts of
+        every movable model whose hosts are not known yet."""
+        cands = self.state.cands
+        return sum(len(cands[xi]) for xi in self._movable() if xi not in self.fits)
 
     def _vacate(self, mi: int) -> bool:
         """Place ``mi`` on a host where it is short of memory once up to
@@ -247,6 +291,8 @@ class _LongChains(_Chains):
         ends = self._ends()
         mems = state.mem_rows[mi]
         for hi in open_candidates(state, mi):
+            if not self._afford(1):
+                return False
             self.spent += 1
             if state.fit_reason(mi, hi) != "memory":
                 continue
@@ -256,6 +302,8 @@ class _LongChains(_Chains):
             picked: list[Placed] = []
             taken: set[int] = set()  # one leaving replica per destination host
             for pl in movables(state, hi, largest_first=True):
+                if not self._afford(1):
+                    return False
                 self.spent += 1
                 if pl.mi not in ends:
                     continue
@@ -313,11 +361,17 @@ class _LongChains(_Chains):
         ends = self._ends()
         books = state.ledger.books
         levels = self._levels()
+        if levels is None:
+            return False
         smallest = self.smallest
         nodes: list[ChainNode] = [_Node(mi, None, None, None, 1, frozenset())]
         seen: set[tuple[int, int, int]] = set()
         frontier = [(0, 0)]  # (moves so far + fewest still needed, node index)
+        stop_at = LONG_CHAIN_STEP_LIMIT - LONG_CHAIN_MOVES  # as _afford(1), inline
         while frontier and self.spent < self.budget:
+            if self.stopped or self.spent >= stop_at:
+                self.stopped = True
+                return False
             k = heapq.heappop(frontier)[1]
             node = nodes[k]
             assert isinstance(node, _Node)
@@ -336,6 +390,9 @@ class _LongChains(_Chains):
             reach = LONG_CHAIN_MOVES - node.moves - 1  # displacements left after a child
             mems = state.mem_rows[xi]
             for hi, leaving in self._leaving(xi):
+                if self.spent >= stop_at:  # a refused _fits stops the search at the next node
+                    self.stopped = True
+                    return False
                 self.spent += 1
                 yi = leaving.mi
                 if hi in node.path or yi == mi:

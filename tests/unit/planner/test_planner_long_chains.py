@@ -232,3 +232,25 @@ def test_a_wide_fleet_gives_the_long_chains_a_budget_that_reaches_the_search():
     where = state_where(state)
     assert {("a", "h1"), ("b", "h2"), ("c", "h3"), ("d", "h4"), ("e", "h5")} <= where
     assert {(f"f{i:02}", f"w{i:03}") for i in range(WIDE_FILLER)} <= where
+
+
+def test_the_long_chains_never_begin_work_that_could_cross_their_step_limit(monkeypatch):
+    # The wide fleet: finding where every movable replica fits costs about 8,000 steps,
+    # the first move map about 8,000 more. With a step limit of 10,000 the map is never
+    # begun (a crafted fleet of 774,144 candidate pairs once spent 769,436 steps against a
+    # budget of 100,000, most of them building that map): the pass stops within the limit,
+    # places nothing and leaves the plan as it was.
+    from grid_core.planner import longchains
+
+    monkeypatch.setattr(longchains, "LONG_CHAIN_STEP_LIMIT", 10_000)
+    state = _state(WIDE_HOSTS, WIDE_LAYOUT, models=WIDE_MODELS)
+    before = state_where(state)
+    assert long_chains(state) == 0
+    assert state_where(state) == before
+    assert 0 < state.long_chain_steps <= 10_000
+
+    # the real limit is far above what this fleet needs: the five-move chain is found
+    monkeypatch.undo()
+    state = _state(WIDE_HOSTS, WIDE_LAYOUT, models=WIDE_MODELS)
+    assert long_chains(state) == 1
+    assert 10_000 < state.long_chain_steps <= longchains.LONG_CHAIN_STEP_LIMIT
