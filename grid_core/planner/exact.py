@@ -638,11 +638,17 @@ def _evictable(state: PlanState, mi: int, hi: int) -> bool:
 
     Another model's managed, memory-holding replica, not pinned to this host, that is not a
     serving incumbent (obsolete), or whose model is of lower priority than ``mi``, or has
-    more serving replicas than it needs (surplus). Minimum residency is not checked.
+    more serving replicas than it needs (surplus). Minimum residency is not checked. None
+    when ``mi`` is larger than the host's desired ledger before anything is planned (its
+    allocatable memory less unmanaged work): a victim set must release the footprint the
+    replica lacks there (:class:`~grid_core.planner.preemption.VictimNeed`), and drained
+    replicas give back only what keeping them took, so no drain can make room.
     """
     p = state.profiles[mi]
     host = state.hosts[hi]
     index = state.ledger.index
+    if state.mem_rows[mi][hi] > state.ledger.books[hi].raw_free:
+        return False
     for r in host.residencies:
         if not r.actuatable or r.state not in MEMORY_STATES or r.model_id == p.model_id:
             continue

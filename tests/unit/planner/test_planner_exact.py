@@ -221,6 +221,19 @@ def test_exact_optimum_counts_the_stand_in_for_a_pin_awaiting_its_preemption():
         assert res_.optimal and res_.per_model["m"] == 1
 
 
+def test_a_pin_too_large_for_its_host_gets_no_stand_in():
+    # The 12 GB model's only pin is an 8 GB host holding a lower-priority replica: draining
+    # it could never make room, so Grid stages nothing and, with no demand of its own, the
+    # model gets no replica. The program once let such a pin "wait for a preemption" and
+    # put a stand-in on the free host, an optimum above anything Grid could place.
+    hosts = [host("free", 16), host("pin", 8, residencies=(res("low", 4),))]
+    profiles = [model("m", 12, pins=("pin",), priority=3), model("low", 4, min_replicas=1)]
+    grid, res_ = _grid_and_exact(profiles, hosts)
+    assert not grid.evictions and "m" not in {a.model_id for a in grid.assignments}
+    assert res_.optimal and "m" not in res_.per_model
+    assert res_.optimum == len(grid.assignments)
+
+
 def test_a_constraint_highs_refuses_is_an_error_not_a_program_without_constraints(monkeypatch):
     # HiGHS refuses a whole batch of rows when one repeats a column; solving on without them
     # once reported 10 of 5 desired replicas as the optimum.
