@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
+from typing import get_args
 
 from grid_core.api import (
     Forecast,
@@ -24,7 +25,7 @@ from grid_core.api import (
     established,
     validate_profile,
 )
-from grid_core.wire import Ownership
+from grid_core.wire import HostState, Ownership, ResidencyState
 
 SCHEMA = "grid-bench-fleet/1"
 
@@ -105,6 +106,10 @@ DEMAND_FIELDS: dict[str, Types] = {
 }
 """The keys this reader needs per entry and their JSON types (the format's other keys are
 optional or ignored)."""
+HOST_STATES: tuple[str, ...] = get_args(HostState)
+"""A host's ``state`` must be one of these (the format's list and Grid's own)."""
+RESIDENCY_STATES: tuple[str, ...] = get_args(ResidencyState)
+"""A residency's ``state`` must be one of these (the format's list and Grid's own)."""
 
 
 def _check(entry: object, fields: dict[str, Types], where: str) -> None:
@@ -131,6 +136,21 @@ def _check(entry: object, fields: dict[str, Types], where: str) -> None:
             raise ValidationError(msg)
 
 
+def _check_state(entry: dict, allowed: tuple[str, ...], where: str) -> None:
+    """Refuse a ``state`` outside ``allowed``: the planner would otherwise read a misspelt host
+    state as "takes no new work" and a misspelt residency state as "holds nothing".
+
+    Raises:
+        ValidationError: names the entry, the value and the allowed states.
+    """
+    if entry["state"] not in allowed:
+        msg = (
+            f"fleet: {where}.state is {entry['state']!r}, not one of {', '.join(allowed)}; "
+            "regenerate the file"
+        )
+        raise ValidationError(msg)
+
+
 def _where(kind: str, i: int, entry: object, key: str) -> str:
     """``hosts[3] (host-004)``: an entry's place in the file and, when it has one, its id."""
     label = entry.get(key) if isinstance(entry, dict) else None
@@ -141,14 +161,17 @@ def check_entries(data: dict) -> None:
     """Check every entry :func:`fleet_inputs` reads before converting any of them.
 
     Raises:
-        ValidationError: names the entry (list and index, and its id) and the key.
+        ValidationError: names the entry (list and index, and its id) and the key; a host or
+            residency ``state`` outside the format's states is refused too.
     """
     _check(data, TOP_FIELDS, "the file")
     for i, h in enumerate(data["hosts"]):
         where = _where("hosts", i, h, "host_id")
         _check(h, HOST_FIELDS, where)
+        _check_state(h, HOST_STATES, where)
         for j, r in enumerate(h["residencies"]):
             _check(r, RESIDENCY_FIELDS, f"{where}.residencies[{j}]")
+            _check_state(r, RESIDENCY_STATES, f"{where}.residencies[{j}]")
     for i, m in enumerate(data["models"]):
         _check(m, MODEL_FIELDS, _where("models", i, m, "model_id"))
     for i, d in enumerate(data["demand"]):

@@ -91,6 +91,18 @@ def test_a_well_formed_fleet_converts() -> None:
             float("nan"),
             "hosts[0] (host-001).capacity_mb is nan, not a finite number",
         ),
+        # a misspelt state once planned silently: the host took no new work, the residency
+        # held neither memory nor a model slot
+        (
+            ("hosts", 0, "state"),
+            "Accepting",
+            "hosts[0] (host-001).state is 'Accepting', not one of accepting, throttled,",
+        ),
+        (
+            ("hosts", 0, "residencies", 0, "state"),
+            "running",
+            "hosts[0] (host-001).residencies[0].state is 'running', not one of loading, cached,",
+        ),
     ],
 )
 def test_a_wrong_value_names_the_entry_and_the_key(path, value, named) -> None:
