@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from grid_core.demand.desired import startup_path_s
 from grid_core.demand.types import STANDBY_REASON
+from grid_core.eligibility import outlasts_protection
 from grid_core.planner.core import PlanState, RankedPool, RoundKey, Unasked, serving_incumbents
 from grid_core.planner.eligibility import MEMORY_STATES
 from grid_core.planner.holds import release_hold, take_hold
-from grid_core.planner.lastready import last_ready, settling_scale_out
+from grid_core.planner.lastready import kept_ready, last_ready, settling_scale_out
 from grid_core.planner.preemption import (
     MAX_PREEMPTION_HOSTS,
     MAX_VICTIM_CANDIDATES,
@@ -521,6 +522,23 @@ def _serves_old_revision(state: PlanState, vmi: int, r: ResidencySnapshot) -> bo
     )
 
 
+def _stranded_last(state: PlanState, vmi: int, hi: int, r: ResidencySnapshot) -> bool:
+    """Whether ``r`` is a ready replica of model ``vmi`` that the plan does not count because
+    ``hi`` is throttled and one of its requests would outlast the protection grace, while the
+    model still wants replicas and the plan keeps no ready one elsewhere. Such a replica
+    keeps serving until its replacement is ready (make-before-break,
+    :func:`~grid_core.planner.core.serving_incumbents`); as a victim it is therefore still
+    its model's last ready replica, not obsolete work."""
+    return (
+        r.state == "ready"
+        and state.desired[vmi] > 0
+        and outlasts_protection(
+            state.hosts[hi], state.profiles[vmi], state.policy.throttled_fraction
+        )
+        and kept_ready(state, vmi) == 0
+    )
+
+
 def _victim_pool(
     state: PlanState, mi: int, hi: int
 ) -> tuple[list[VictimCandidate], VictimNeed] | None:
@@ -547,9 +565,14 @@ def _victim_pool(
         if _pinned_here(state, r.model_id, host.host_id):
             continue  # pinned work is never preempted on its pinned host
         prio = state.profiles[kept].priority if kept is not None else OBSOLETE_PRIORITY
-        if kept is None and vmi is not None and _serves_old_revision(state, vmi, r):
-            # A rollout's old revision still serving its model: it yields only to what could
-            # preempt the model itself (specification, "Safety invariants" 5 and 8).
+        if (
+            kept is None
+            and vmi is not None
+            and (_serves_old_revision(state, vmi, r) or _stranded_last(state, vmi, hi, r))
+        ):
+            # A rollout's old revision still serving its model, or the model's last ready
+            # replica stranded on a throttled host: it yields only to what could preempt the
+            # model itself (specification, "Safety invariants" 5 and 8).
             prio = state.profiles[vmi].priority
         elif (
             kept is None

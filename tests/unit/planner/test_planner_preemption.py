@@ -330,3 +330,43 @@ def test_a_persistent_scale_out_takes_it():
 def test_a_fresh_shortfall_still_preempts_when_the_rule_does_not_apply(vip_kw, lo_hosts, ready):
     p = _scale_out(NOW, vip_kw, lo_hosts, ready)
     assert ("lo", "a") in {(e.model_id, e.host_id) for e in p.evictions}
+
+
+# --- a model's last ready replica stranded on a throttled host ------------------------------
+
+
+def _stranded(image_priority: int) -> Plan:
+    """``video`` (90 s requests) has its only ready replica on ``a``, which is throttled to
+    half speed, so a request there would outlast the protection grace and the plan does not
+    count it; ``image`` asks for a second replica and only ``a`` could hold it."""
+    hosts = [
+        host("a", 16, state="throttled", throttle_fraction=0.5, residencies=(res("video", 6),)),
+        host("b", 8, residencies=(res("image", 6),)),
+    ]
+    profiles = [
+        model("image", 6, priority=image_priority, max_replicas=2),
+        model("video", 6, max_replicas=1, expected_service_time_s=90.0),
+    ]
+    demands = [
+        demand("image", 2, ready_replicas=1, short_since=NOW - SHORTFALL_PERSIST_S),
+        demand("video", 1, direct=False, inferred_rps=0.01),
+    ]
+    return run(profiles, hosts, demands)
+
+
+def test_a_stranded_last_replica_is_not_taken_by_an_equal_priority_scale_out():
+    """The stranded replica keeps serving until its replacement is ready (make-before-break),
+    so it is still its model's service, not obsolete work: an equal-priority scale-out does
+    not drain it (it would take video's only copy, and the host cannot take video back
+    while it is throttled)."""
+    p = _stranded(image_priority=0)
+    assert p.evictions == ()
+    assert set(codes(p)) == {"capacity_shortage"}
+    assert p.hosts_of("image") == ("b",)
+
+
+def test_a_higher_priority_model_may_still_take_a_stranded_replica():
+    p = _stranded(image_priority=3)
+    assert [(e.model_id, e.host_id, e.beneficiary) for e in p.evictions] == [
+        ("video", "a", "image")
+    ]
