@@ -503,9 +503,21 @@ def _pressure_replacement(
         return mapping, demand, None
     kept = {w: m for w, m in mapping.items() if m not in replacing.victims}
     released = release(demand_of(kept), replacing, by_id, inp.hosts)
-    if _keeps_victim(_plan(inp, plan_of, released, leaving(inp.hosts, replacing)), replacing):
-        return mapping, demand, None  # the planner keeps the victim there: no proven path
+    proof = _plan(inp, plan_of, released, leaving(inp.hosts, replacing))
+    if _keeps_victim(proof, replacing) or not _waits(proof, replacing):
+        # The planner keeps the victim there, or nothing of the beneficiary waits for the
+        # freed host: no proven path.
+        return mapping, demand, None
     return kept, released, replacing
+
+
+def _waits(plan: Plan, rep: Replacement) -> bool:
+    """Whether ``plan`` (the victims leaving the path host) still wants a replica of the
+    beneficiary it cannot place yet, or places one on the path host: only then does the
+    freed host serve the beneficiary."""
+    if any(a.model_id == rep.beneficiary and a.host_id == rep.host_id for a in plan.assignments):
+        return True
+    return any(u.model_id == rep.beneficiary and u.missing > 0 for u in plan.unmet)
 
 
 def _victims_idle(inp: TickInputs, rep: Replacement) -> bool:

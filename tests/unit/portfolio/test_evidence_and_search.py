@@ -258,3 +258,18 @@ def test_a_sparse_workload_keeps_its_pressure_between_requests() -> None:
     )
     d = workload_demand("video", Forecast(rate_rps=0.0), 6, (video,), AdmissionThresholds())
     assert abs(d.offered_concurrency - 0.15) < 1e-9 and d.admitted
+
+
+def test_a_carried_replacement_ends_when_its_beneficiary_fits_elsewhere(tmp_path: Path) -> None:
+    """A path only holds while the beneficiary needs that host: once another host has room
+    (here a second host joins empty before the canary's drain began), video goes there and
+    the idle image canary is not drained for nothing."""
+    ctl = _replacement_case(tmp_path, video_jobs=5)
+    assert ctl.last.portfolio is not None and ctl.last.portfolio.replacing is not None
+    spare = msgspec.structs.replace(_resident("image"), host_id="h2", residencies=())
+    ctl.tick(NOW + 360, [_resident("image"), spare])
+    report = ctl.last.portfolio
+    assert report is not None and report.replacing is None
+    assert ctl.last.plan is not None
+    assert ctl.last.plan.hosts_of("image") == ("h1",)
+    assert ctl.last.plan.hosts_of("video") == ("h2",)
