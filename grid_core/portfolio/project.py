@@ -69,11 +69,16 @@ def project(
             want = max(want, 0) + max(0, direct_need)
         desired = min(p.max_replicas, max(d.desired_replicas, want))
         extra = max(0, desired - max(own, p.min_replicas))
+        held = d.held_replicas
+        if not d.direct and d.ready_replicas == 0:
+            # The workload's model serves nowhere: its first replica is placeable, whatever
+            # scale-down hold older named demand left.
+            held = min(held, desired - 1)
         out[m] = msgspec.structs.replace(
             d,
             desired_replicas=desired,
             inferred_rps=d.inferred_rps + rate,
-            held_replicas=extra if d.direct else d.held_replicas,
+            held_replicas=extra if d.direct else held,
             reasons=(*d.reasons, "workload"),
             projected_concurrency=d.projected_concurrency + offered,
         )

@@ -8,10 +8,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from grid_core.controller import Controller
 from grid_core.demand.features import RequestFeatures
+from grid_core.demand.types import ModelDemand
+from grid_core.portfolio.project import project
+from grid_core.portfolio.types import WorkloadDemand
 from grid_core.profile import ModelProfile
 from grid_core.snapshot import HostSnapshot, ResidencySnapshot
 from grid_core.system.state_file import FileStateStore
@@ -191,3 +195,23 @@ def test_allocator_status_renders_the_admission_rows(tmp_path: Path) -> None:
     assert "coding" in text and "planned" in text and "awaiting-plan" in text
     assert "gate: 3 requests or 1.5 units" in text
     assert "standby on idle capacity:" in text
+
+
+def test_a_scale_down_hold_does_not_absorb_the_first_replica_of_a_workloads_model() -> None:
+    """A model that serves nowhere now (its replica was lost or stranded) may still carry the
+    scale-down hold its older traffic left; the workload mapped onto it must still be able to
+    place its first replica, while the rest of the hold stays hysteresis only."""
+    video = ModelProfile(
+        model_id="video", memory_mb=1_000, max_replicas=8, expected_service_time_s=90.0
+    )
+    hold = ModelDemand(model_id="video", desired_replicas=4, held_replicas=4, ready_replicas=0)
+    wl = {"video": WorkloadDemand(workload="video", request_rate_rps=0.002, admitted=True)}
+
+    def placeable(d: ModelDemand) -> int:
+        out = project({"video": d}, wl, {"video": "video"}, {"video": video}, 0.2)["video"]
+        assert out.desired_replicas == 4 and not out.direct
+        return out.desired_replicas - out.held_replicas
+
+    assert placeable(hold) == 1
+    # Served somewhere already: the hold stays whole (it keeps replicas, it asks for none).
+    assert placeable(msgspec.structs.replace(hold, ready_replicas=1)) == 0
