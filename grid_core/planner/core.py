@@ -53,7 +53,7 @@ from grid_core.planner.scoring import (
     split_terms,
 )
 from grid_core.planner.topology import LedgerTables, Statics, Topology
-from grid_core.planner.types import Assignment, Eviction, PlanInputs
+from grid_core.planner.types import Assignment, Eviction, PlanInputs, UnmetResource
 from grid_core.profile import ModelProfile, revision_matches
 from grid_core.snapshot import HostSnapshot, ResidencySnapshot
 
@@ -189,6 +189,8 @@ class PlanState:
         self.evictions: list[Eviction] = []
         self.evicted: set[tuple[str, str]] = set()
         self.staged: dict[int, int] = {}
+        self.staged_binds: dict[int, list[tuple[str, UnmetResource]]] = {}
+        """Per beneficiary, one (host id, resource its victims free) per staged preemption."""
         self.budget_hit: set[int] = set()
         self.settling: dict[int, set[str]] = {}
         """Per beneficiary, models whose last ready replica it may not take yet: only they
@@ -217,6 +219,8 @@ class PlanState:
         (the lower-class-aware candidate, :func:`grid_core.planner._lower_class_candidate`)."""
         self.relocations: dict[int, tuple[str, str, str]] = {}
         """Per blocked model, the staged relocation (incumbent, from host, to host)."""
+        self.relocation_binds: dict[int, UnmetResource] = {}
+        """Per blocked model, what its staged relocation frees on the from host."""
         self.holds: dict[int, set[int]] = {}
         """Per short lower-priority model, the hosts holding a hole for it until its class
         starts (:mod:`grid_core.planner.holds`)."""

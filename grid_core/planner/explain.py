@@ -42,8 +42,8 @@ UNMET_BINDING: dict[str, str] = {
     "eviction_budget": "eviction_budget",
     "shortfall_settling": "memory",
 }
-"""Unmet code → binding resource, for shortfalls the planner names no resource for (staged
-changes and budgets); the planner's own ``Unmet.resource`` wins when it is set."""
+"""Unmet code → binding resource, for a plan whose shortfall names none (plans from versions
+that left staged changes without one); the planner's own ``Unmet.resource`` wins when set."""
 
 
 class HostVerdict(msgspec.Struct, frozen=True, kw_only=True):
@@ -255,7 +255,8 @@ def _binding(unmet: list[Unmet], verdicts: list[HostVerdict]) -> str | None:
         return None
     u = unmet[0]
     if u.resource is None:
-        # Staged changes and budgets name no resource: the hosts' own refusals do.
+        # A plan from a version that named no resource for staged changes: the hosts' own
+        # refusals do.
         refusals = sorted(v.reason for v in verdicts if v.verdict == "rejected")
         if refusals:
             return max(refusals, key=refusals.count)

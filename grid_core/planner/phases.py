@@ -20,7 +20,7 @@ from grid_core.planner.preemption import (
     VictimSelector,
     set_cost,
 )
-from grid_core.planner.types import Eviction
+from grid_core.planner.types import Eviction, UnmetResource
 from grid_core.profile import revision_matches
 from grid_core.snapshot import ResidencySnapshot
 
@@ -403,6 +403,10 @@ def preempt_on(state: PlanState, mi: int, hosts: list[int], authorized: bool = F
         return False
     p = state.profiles[mi]
     book = state.ledger.books[hi]
+    ranked = state.victim_cache[(mi, hi)][1]
+    assert ranked is not None, "a chosen host has a victim pool"
+    freed = _freed_resource(state, hi, ranked[2])
+    state.staged_binds.setdefault(mi, []).append((state.hosts[hi].host_id, freed))
     for v in chosen:
         vmi = state.ledger.index.get(v.model_id)
         if vmi is not None and vmi in book.models:
@@ -428,6 +432,21 @@ def preempt_on(state: PlanState, mi: int, hosts: list[int], authorized: bool = F
     book.version += 1
     state.staged[mi] = state.staged.get(mi, 0) + 1
     return True
+
+
+def _freed_resource(state: PlanState, hi: int, need: VictimNeed) -> UnmetResource:
+    """The resource a staged victim set on ``hi`` frees for its beneficiary, read from the
+    ``need`` it was chosen for (before the victims leave the ledger): ``memory`` when it must
+    release live or desired MB, else ``slots`` when the host's model-slot ceiling is full,
+    else ``colocation`` (the beneficiary's own ceiling or an exclusion). When several bind,
+    the first in that order names it, as :data:`grid_core.planner.report.FIT_ORDER` does.
+    """
+    book = state.ledger.books[hi]
+    if need.memory_mb or need.desired_mb:
+        return "memory"
+    if book.max_models and len(book.present) + 1 > book.max_models:
+        return "slots"
+    return "colocation"
 
 
 def surplus_hold(state: PlanState, vmi: int, hi: int, r: ResidencySnapshot) -> str | None:

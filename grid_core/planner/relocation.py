@@ -13,6 +13,7 @@ import msgspec
 
 from grid_core.planner.core import PlanState
 from grid_core.planner.ledger import Placed
+from grid_core.planner.types import UnmetResource
 
 MAX_RELOCATIONS = 8
 """Relocations staged per plan: enough to unblock a few constrained models per tick without
@@ -55,6 +56,22 @@ def _fits_without(state: PlanState, mi: int, hi: int, x: Placed) -> bool:
     return not (disk and book.disk_free is not None and book.disk_free < disk)
 
 
+def _blocked_by(state: PlanState, mi: int, hi: int) -> UnmetResource:
+    """What keeps one replica of ``mi`` off ``hi`` while its incumbents stay, in the order
+    memory, model slots, colocation: the resource a relocation from ``hi`` frees. Disk is
+    not one (moving an incumbent frees none); ``memory`` when nothing else is lacking."""
+    ledger = state.ledger
+    book = ledger.books[hi]
+    _, mem = ledger.memory(mi, hi)
+    if book.inc_free < ledger.admit_mb(mi, hi) or book.raw_free < mem:
+        return "memory"
+    if book.max_models and len(book.present) + 1 > book.max_models:
+        return "slots"
+    if ledger.colocation_conflict(state.profiles[mi].model_id, book.present):
+        return "colocation"
+    return "memory"
+
+
 def _relocate_one(state: PlanState, mi: int, hi: int) -> bool:
     ledger = state.ledger
     book = ledger.books[hi]
@@ -79,6 +96,7 @@ def _relocate_one(state: PlanState, mi: int, hi: int) -> bool:
             continue  # sticky for its minimum residency unless this host is the only option
         if _fits_without(state, mi, hi, x):
             movable.append(x)
+    binds = _blocked_by(state, mi, hi) if movable else "memory"
     for x in sorted(movable, key=lambda x: (x.memory_mb, x.mi)):
         res = state.res_maps[hi][state.profiles[x.mi].model_id]
         ledger.remove(x.mi, hi)
@@ -96,6 +114,7 @@ def _relocate_one(state: PlanState, mi: int, hi: int) -> bool:
                 state.hosts[hi].host_id,
                 state.hosts[dest].host_id,
             )
+            state.relocation_binds[mi] = binds
             return True
         ledger.keep(x.mi, hi, res, x.reason)
     return False

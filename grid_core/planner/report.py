@@ -83,6 +83,7 @@ def _replica_unmet(state: PlanState, mi: int, missing: int) -> list[Unmet]:
             Unmet(
                 code="preemption_staged",
                 model_id=p.model_id,
+                resource=_commonest([r for _, r in state.staged_binds.get(mi, [])]),
                 missing=staged,
                 message=f"model '{p.model_id}': {staged} replica(s) wait for staged "
                 "evictions to free memory (placed after a later heartbeat "
@@ -96,6 +97,7 @@ def _replica_unmet(state: PlanState, mi: int, missing: int) -> list[Unmet]:
             Unmet(
                 code="relocation_staged",
                 model_id=p.model_id,
+                resource=state.relocation_binds.get(mi, "memory"),
                 host_id=src,
                 missing=1,
                 message=f"model '{p.model_id}': '{moved}' moves from '{src}' to "
@@ -124,6 +126,14 @@ def _replica_unmet(state: PlanState, mi: int, missing: int) -> list[Unmet]:
         )
     )
     return out
+
+
+def _commonest(freed: list[UnmetResource]) -> UnmetResource:
+    """The resource most of a model's staged preemptions free (ties in :data:`FIT_ORDER`);
+    ``memory`` for none, as the staged-change messages say."""
+    if not freed:
+        return "memory"
+    return max(FIT_ORDER, key=lambda r: (freed.count(r), -FIT_ORDER.index(r)))
 
 
 def binding(state: PlanState, mi: int) -> tuple[UnmetCode, UnmetResource, str]:
@@ -276,7 +286,7 @@ def _pin_unmet(state: PlanState, mi: int) -> list[Unmet]:
             continue
         if pin in staged_hosts or pin == reloc_host:
             if not short:  # the shortfall, which names staged changes, is empty
-                out.append(_pin_waits(p.model_id, pin, pin in staged_hosts))
+                out.append(_pin_waits(state, mi, pin, pin in staged_hosts))
             continue  # reported with the replica shortfall (preemption/relocation staged)
         if hi is None:
             why = "the host is not registered"
@@ -306,13 +316,20 @@ def _pin_unmet(state: PlanState, mi: int) -> list[Unmet]:
     return out
 
 
-def _pin_waits(model_id: str, pin: str, evicting: bool) -> Unmet:
+def _pin_waits(state: PlanState, mi: int, pin: str, evicting: bool) -> Unmet:
     """A pin whose host waits for a staged change while the model's demand is already met
-    on other hosts: no replica is missing, but the pin is not yet held (the plan says why)."""
+    on other hosts: no replica is missing, but the pin is not yet held (the plan says why).
+    Its resource is what the change frees on the pin's host."""
+    model_id = state.profiles[mi].model_id
     change = "staged evictions" if evicting else "a staged relocation"
+    if evicting:
+        resource = _commonest([r for h, r in state.staged_binds.get(mi, []) if h == pin])
+    else:
+        resource = state.relocation_binds.get(mi, "memory")
     return Unmet(
         code="preemption_staged" if evicting else "relocation_staged",
         model_id=model_id,
+        resource=resource,
         host_id=pin,
         missing=0,
         message=f"model '{model_id}' is pinned to '{pin}', which waits for {change} to free "

@@ -123,7 +123,9 @@ class Unmet(msgspec.Struct, frozen=True, kw_only=True):
     Attributes:
         code: machine-stable kind of shortfall.
         model_id: the model that is short.
-        resource: the binding resource (``None`` for staged changes and budgets).
+        resource: the binding resource; for a staged preemption or relocation, what it
+            frees on its host (memory, slots, colocation). ``None`` only in plans from
+            versions that named none for staged changes.
         message: one line naming the model, the numbers and the fix.
         host_id: the host concerned (pins, staged relocations).
         missing: replicas (or failure domains) missing.

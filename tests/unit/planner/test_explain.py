@@ -92,7 +92,7 @@ def test_an_unknown_model_is_explained_as_having_no_profile():
 
 def test_a_staged_eviction_is_bound_by_what_the_hosts_lack():
     # Both hosts hold the baseline model in their only slot: the planner stages an
-    # eviction (no resource named); the hosts' refusals say slots.
+    # eviction, which names the model slot it frees; the hosts' refusals say slots too.
     profiles = [model("busy", 1, min_replicas=1), model("cold", 1, min_replicas=1)]
     hosts = [
         host("h1", 16, max_models=1, residencies=(res("busy", 1),)),
