@@ -29,7 +29,9 @@ time limit does not interrupt, ran for a minute against a limit of one second.)
 
 Pins are modelled as Grid honours them: a pinned model's replicas off its pins only make up
 demand beyond the pins that landed (:func:`_pin_rows`), and whenever the first solve leaves
-demand or a pin unplaced, :func:`_lexicographic` re-solves in Grid's order, pins first.
+demand or a pin unplaced, :func:`_lexicographic` re-solves in Grid's order: pins first, then
+per priority class its baselines (``min_replicas``, counted by one bounded continuous
+variable per baseline model) and then the rest of its demand.
 
 A kept incumbent costs nothing incremental and no new slot (it is live already) but its size in
 the desired ledger; a new replica costs its footprint in both and a slot. What the program
@@ -76,8 +78,9 @@ class ExactResult:
 
     Attributes:
         desired: replicas wanted in total (the planner's desired counts, summed).
-        optimum: replicas placed by the best solution that, like Grid, gives every priority
-            class the most replicas it can have before any lower class (lexicographic).
+        optimum: replicas placed by the best solution that, like Grid, reserves pins first
+            and gives every priority class its baselines (``min_replicas``) and then the
+            most replicas it can have before any lower class (lexicographic).
             When ``optimal`` is false this is the best plan found within the time limit
             (the unordered one if the ordered solves found none), not a proven optimum.
         unordered: replicas the best solution places when priority is ignored (the pure
@@ -294,9 +297,13 @@ class _Program:
     pin_binaries: int
     """Pinned models' binaries (:func:`_pin_rows`), numbered after the ``n`` placements."""
     shares: list[list[tuple[int, int]]]
-    """Per headroom variable ``e[h]`` (numbered after the pin binaries, up to ``total``):
+    """Per headroom variable ``e[h]`` (numbered after the pin binaries):
     (column, MB of headroom share beyond the floor) of each new replica on that host that
     has one (:func:`_rows`)."""
+    baselines: list[tuple[int, int]]
+    """Per baseline variable ``b[m]`` (numbered after the headroom variables, up to
+    ``total``): (model index, baseline replicas it may count: the fewer of ``min_replicas``
+    and the model's desired count); see :func:`_baseline_rows`."""
     start: Any = None
     """A known plan as a HiGHS solution (:meth:`use_start`), offered before every solve."""
 
@@ -314,11 +321,13 @@ class _Program:
         pin_rows, pin_binaries = _pin_rows(state, cols)
         rows, shares = _rows(state, cols, n + pin_binaries)
         rows.extend(pin_rows)
+        base_rows, baselines = _baseline_rows(state, cols, n + pin_binaries + len(shares))
+        rows.extend(base_rows)
         h = highspy.Highs()
         h.setOptionValue("output_flag", False)
         h.setOptionValue("mip_rel_gap", RELATIVE_GAP)
         h.setOptionValue("threads", 1)
-        total = n + pin_binaries + len(shares)
+        total = n + pin_binaries + len(shares) + len(baselines)
         prog = cls(
             state,
             cols,
@@ -331,6 +340,7 @@ class _Program:
             pin_rows,
             pin_binaries,
             shares,
+            baselines,
         )
         if n:
             prog._add(highspy, rows)
@@ -361,6 +371,12 @@ class _Program:
         first = self.n + self.pin_binaries
         for g, members in enumerate(self.shares):  # e[h]: the largest share chosen there
             x[first + g] = float(max((mb for j, mb in members if x[j] > 0.5), default=0))
+        first += len(self.shares)
+        placed: dict[int, int] = {}
+        for j, (mi, _hi, _res) in enumerate(self.cols):
+            placed[mi] = placed.get(mi, 0) + (x[j] > 0.5)
+        for g, (mi, cap) in enumerate(self.baselines):  # b[m]: the baseline replicas placed
+            x[first + g] = float(min(cap, placed.get(mi, 0)))
         highspy = _highs()
         start = highspy.HighsSolution()
         start.col_value = x
@@ -400,8 +416,10 @@ class _Program:
 
         h, total = self.h, self.total
         binaries = self.n + self.pin_binaries
-        upper = np.ones(total)  # a headroom variable's upper bound: its largest share
-        upper[binaries:] = [max(mb for _, mb in members) for members in self.shares]
+        upper = np.ones(total)  # headroom variable: its largest share; baseline: its cap
+        heads = binaries + len(self.shares)
+        upper[binaries:heads] = [max(mb for _, mb in members) for members in self.shares]
+        upper[heads:] = [cap for _, cap in self.baselines]
         h.addCols(
             total,
             self.objective(),
@@ -446,8 +464,9 @@ class _Program:
 
 def _lexicographic(prog: _Program, pins: list[int]) -> tuple[bool, list[float] | None, str]:
     """Re-solve in the order Grid must respect: pins first (reserved before anything else,
-    higher priority first), then the most replicas of the highest priority class, each
-    level's optimum then fixed as a floor for the next.
+    higher priority first), then per priority class, highest first, the most baseline
+    replicas (``min_replicas``, :func:`_baseline_rows`) and then the most replicas of the
+    class, each level's optimum then fixed as a floor for the next.
 
     The last level's solution meets every floor, so it is the ordered optimum itself; no
     further solve is needed. A level that ends without any solution (its time limit spent
@@ -462,30 +481,60 @@ def _lexicographic(prog: _Program, pins: list[int]) -> tuple[bool, list[float] |
     import numpy as np
 
     h, total, inf = prog.h, prog.total, prog.inf
-    prios = [prog.state.profiles[mi].priority for mi, _, _ in prog.cols]
+    profiles = prog.state.profiles
+    prios = [profiles[mi].priority for mi, _, _ in prog.cols]
     order = sorted(set(prios), reverse=True)
+    first = total - len(prog.baselines)
     levels = [[j for j in pins if prios[j] == prio] for prio in order]
-    levels = [lv for lv in levels if lv] + [
-        [j for j, q in enumerate(prios) if q == prio] for prio in order
-    ]
+    levels = [lv for lv in levels if lv]
+    for prio in order:
+        base = [
+            first + g for g, (mi, _) in enumerate(prog.baselines) if profiles[mi].priority == prio
+        ]
+        levels += [base] if base else []
+        levels.append([j for j, q in enumerate(prios) if q == prio])
     everything = np.arange(total, dtype=np.int32)
     optimal = True
     solution: list[float] | None = None
     status = "Not Set"
     for members in levels:
         h.changeColsCost(total, everything, prog.objective(members))
-        prog.run()
+        level = _solve_level(prog, members)
         if optimal:  # after the first unproven level its status is the one that matters
-            status = h.modelStatusToString(h.getModelStatus())
+            status = level[0]
             optimal = status == "Optimal"
-        if not h.getInfo().primal_solution_status:
+        if level[1] is None:
             return False, solution, status
-        best = _found(h)
-        solution = _solution(h, total)
+        solution, best = level[1], level[2]
         h.addRow(
             float(best), inf, len(members), np.array(members, dtype=np.int32), np.ones(len(members))
         )
     return optimal, solution, status
+
+
+def _solve_level(prog: _Program, members: list[int]) -> tuple[str, list[float] | None, int]:
+    """Solve one ladder level: (HiGHS status text, the solution or ``None`` when none was
+    found, how many of ``members`` the solution places).
+
+    The count is read from the solution itself, not from HiGHS's objective value: offered a
+    start, HiGHS has answered with the start's own values beside the objective of a better
+    plan (64x32 seed 94 at priority 1: 52 placed, 54 reported), and a floor of 54 then made
+    the next level infeasible. When that happens the level is solved again without the
+    start; if the two still disagree, the status says so and the level is not proven."""
+    h = prog.h
+    for _attempt in range(2):
+        prog.run()
+        status = h.modelStatusToString(h.getModelStatus())
+        if not h.getInfo().primal_solution_status:
+            return status, None, 0
+        solution = _solution(h, prog.total)
+        placed = round(sum(solution[j] for j in members))
+        if placed >= _found(h) or prog.start is None:
+            break
+        prog.start = None  # the start's values came back: solve again without it
+    if placed < _found(h):
+        status = f"{status}, but its solution places {placed} of the {_found(h)} it reports"
+    return status, solution, placed
 
 
 def _objective(h: Any, inf: float, ceiling: int) -> tuple[int, int]:
@@ -587,6 +636,31 @@ def _rows(
         rows.append((coeffs, max(0, ledger.books[hi].disk_free or 0)))
     rows.extend(_colocation_rows(state, cols, on_host))
     return rows, shares
+
+
+def _baseline_rows(
+    state: PlanState, cols: list[Column], first: int
+) -> tuple[list[Row], list[tuple[int, int]]]:
+    """Rows counting each baseline model's baseline replicas, and the variables they bound.
+
+    A model with ``min_replicas`` gets one continuous ``b[m]`` (column ``first`` on) with
+    ``b[m] <= sum_h x[m, h]`` and an upper bound of ``min(min_replicas, desired)``, so it
+    counts the replicas that meet the baseline and no more. :func:`_lexicographic` maximises
+    a class's ``b`` before the class's replicas, as Grid places a class's required
+    baselines before the rest of its demand (specification, "Global placement loop")."""
+    per_model: dict[int, list[int]] = {}
+    for j, (mi, _hi, _res) in enumerate(cols):
+        per_model.setdefault(mi, []).append(j)
+    rows: list[Row] = []
+    baselines: list[tuple[int, int]] = []
+    for mi, js in per_model.items():
+        cap = min(state.profiles[mi].min_replicas, state.desired[mi])
+        if cap <= 0:
+            continue
+        b = first + len(baselines)
+        baselines.append((mi, cap))
+        rows.append(([(b, 1), *((j, -1) for j in js)], 0))
+    return rows, baselines
 
 
 def _pin_rows(state: PlanState, cols: list[Column]) -> tuple[list[Row], int]:

@@ -60,6 +60,45 @@ def test_exact_optimum_respects_priority_before_count():
     assert [a.model_id for a in p.assignments] == ["vip"]
 
 
+def test_exact_optimum_keeps_a_class_baseline_before_counting_replicas():
+    """Grid places a class's required baselines (``min_replicas``) before the rest of its
+    demand, so the ordered optimum does too. Two 56 GB hosts; a 40 GB priority-1 model with a
+    baseline of one fits a host only alone, while its 19 GB priority-1 peer and a 27 GB
+    priority-0 model fit together. Counting replicas alone, class 1 gets two either way and
+    the peer on both hosts lets the low model in twice (4); keeping the baseline, 3."""
+    hosts = [host("h1", 56), host("h2", 56)]
+    profiles = [
+        model("big", 40, min_replicas=1, max_replicas=2, priority=1),
+        model("peer", 19, max_replicas=2, priority=1),
+        model("low", 27, max_replicas=2),
+    ]
+    demands = [demand("big", 2), demand("peer", 2), demand("low", 2)]
+    res = exact_optimum(_inputs(profiles, hosts, demands))
+    assert (res.unordered, res.optimal) == (4, True)
+    assert res.per_model == {"big": 1, "low": 1, "peer": 1}
+    assert res.optimum == 3
+
+
+def test_a_ladder_level_whose_solution_places_less_than_reported_is_not_proven(monkeypatch):
+    """The ladder fixes each level's floor from the count its solution really places. HiGHS
+    has reported an objective above its own solution (with a start offered); the result then
+    keeps the solution's count and says the level is not proven, instead of fixing a floor
+    no plan meets and calling the next level infeasible."""
+    from grid_core.planner import exact
+
+    real, calls = exact._found, []
+
+    def overstated(h):  # the first (unordered) solve reads true; the ladder's overstate
+        calls.append(1)
+        return real(h) + (len(calls) > 1)
+
+    monkeypatch.setattr(exact, "_found", overstated)
+    res = exact_optimum(_priority_ladder())
+    assert res.per_model == {"vip": 1}
+    assert not res.optimal
+    assert "but its solution places 1 of the 2 it reports" in res.status
+
+
 def test_exact_optimum_counts_a_pin_as_grid_honours_it():
     # The pin host is too small: the replica the pin alone asks for is never substituted.
     hosts = [host("tiny", 4), host("big", 64)]
@@ -303,7 +342,9 @@ def test_the_headroom_rule_grows_the_program_linearly_with_the_replicas_per_host
         placed = len(run(inputs.profiles, inputs.hosts, policy=inputs.policy).assignments)
         assert (res.optimum, res.optimal, placed) == (k - 1, True, k - 1)
     assert sizes[40] - sizes[20] == 2 * (sizes[20] - sizes[10])
-    assert sizes[40] <= 5 * 40
+    # a handful of coefficients per replica: memory, headroom share, desired memory, slot,
+    # and its model's baseline count
+    assert sizes[40] <= 7 * 40
 
     # Grid's plan, offered as the start, stays a valid incumbent in the compact form.
     def starved(prog):
