@@ -307,6 +307,16 @@ class _Program:
     start: Any = None
     """A known plan as a HiGHS solution (:meth:`use_start`), offered before every solve."""
 
+    @property
+    def first_share(self) -> int:
+        """Column of the first headroom variable ``e[h]`` (after placements and pin binaries)."""
+        return self.n + self.pin_binaries
+
+    @property
+    def first_baseline(self) -> int:
+        """Column of the first baseline variable ``b[m]`` (after the headroom variables)."""
+        return self.first_share + len(self.shares)
+
     @classmethod
     def build(cls, inputs: PlanInputs, time_limit_s: float) -> _Program:
         if not time_limit_s > 0:
@@ -368,15 +378,13 @@ class _Program:
             rows = self.pin_rows[3 * g : 3 * g + 3]
             if any(sum(a * x[j] for j, a in coeffs) > ub for coeffs, ub in rows):
                 x[b] = 0.0
-        first = self.n + self.pin_binaries
         for g, members in enumerate(self.shares):  # e[h]: the largest share chosen there
-            x[first + g] = float(max((mb for j, mb in members if x[j] > 0.5), default=0))
-        first += len(self.shares)
+            x[self.first_share + g] = float(max((mb for j, mb in members if x[j] > 0.5), default=0))
         placed: dict[int, int] = {}
         for j, (mi, _hi, _res) in enumerate(self.cols):
             placed[mi] = placed.get(mi, 0) + (x[j] > 0.5)
         for g, (mi, cap) in enumerate(self.baselines):  # b[m]: the baseline replicas placed
-            x[first + g] = float(min(cap, placed.get(mi, 0)))
+            x[self.first_baseline + g] = float(min(cap, placed.get(mi, 0)))
         highspy = _highs()
         start = highspy.HighsSolution()
         start.col_value = x
@@ -415,9 +423,8 @@ class _Program:
         import numpy as np
 
         h, total = self.h, self.total
-        binaries = self.n + self.pin_binaries
+        binaries, heads = self.first_share, self.first_baseline
         upper = np.ones(total)  # headroom variable: its largest share; baseline: its cap
-        heads = binaries + len(self.shares)
         upper[binaries:heads] = [max(mb for _, mb in members) for members in self.shares]
         upper[heads:] = [cap for _, cap in self.baselines]
         h.addCols(
@@ -484,7 +491,7 @@ def _lexicographic(prog: _Program, pins: list[int]) -> tuple[bool, list[float] |
     profiles = prog.state.profiles
     prios = [profiles[mi].priority for mi, _, _ in prog.cols]
     order = sorted(set(prios), reverse=True)
-    first = total - len(prog.baselines)
+    first = prog.first_baseline
     levels = [[j for j in pins if prios[j] == prio] for prio in order]
     levels = [lv for lv in levels if lv]
     for prio in order:
@@ -528,12 +535,12 @@ def _solve_level(prog: _Program, members: list[int]) -> tuple[str, list[float] |
         if not h.getInfo().primal_solution_status:
             return status, None, 0
         solution = _solution(h, prog.total)
-        placed = round(sum(solution[j] for j in members))
-        if placed >= _found(h) or prog.start is None:
+        placed, reported = round(sum(solution[j] for j in members)), _found(h)
+        if placed >= reported or prog.start is None:
             break
         prog.start = None  # the start's values came back: solve again without it
-    if placed < _found(h):
-        status = f"{status}, but its solution places {placed} of the {_found(h)} it reports"
+    if placed < reported:
+        status = f"{status}, but its solution places {placed} of the {reported} it reports"
     return status, solution, placed
 
 
