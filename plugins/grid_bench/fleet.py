@@ -251,10 +251,10 @@ def _convert(data: dict, policy: PlannerPolicy) -> PlanInputs:
     return PlanInputs(now=now, profiles=profiles, hosts=hosts, demand=demand, policy=policy)
 
 
-HOLDING_STATES = frozenset({"ready", "loading", "warming", "draining", "failed"})
-"""Residency states that hold host memory and a model slot (every state in the fleet format
-but ``cached``, which is weights on disk only). Spelled here, not imported from the planner,
-so the checker stays independent of the code it checks."""
+HOLDING_STATES = frozenset(RESIDENCY_STATES) - {"cached"}
+"""Residency states that hold host memory and a model slot: every state of the fleet format
+but ``cached``, which is weights on disk only. Read from the format's own list, not from the
+planner's, so the checker stays independent of the code it checks."""
 
 
 def overcommitted_hosts(data: dict, assignments: list[dict]) -> list[str]:
