@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
+import psutil
 import pytest
 from grid_llamacpp.tinymodel import TinyModelSpec, make_model
 from netns import pem_secret_lines, secrets_exposed, secrets_in_texts
@@ -58,6 +59,14 @@ SOLO = "tiny-solo.gguf"
 """One replica, first placed on node-b: it needs a new home on node-a when node-b is cut off."""
 CHAT_EVERY_S = 1.0
 """Pause between the sampler's requests while node-b is cut off."""
+
+
+def _cmdline(pid: int) -> str:
+    """``pid``'s command line, or "" when it has exited since the namespace listed it."""
+    try:
+        return " ".join(psutil.Process(pid).cmdline())
+    except psutil.NoSuchProcess:
+        return ""
 
 
 def grid_cli(host: LabHost, home: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -425,11 +434,7 @@ def test_three_hosts_over_tls_survive_a_cut_link(fleet: Fleet, tmp_path: Path, l
     after = f.children("node-b")
     for model, pid in pids_b.items():
         assert model in after and after[model]["pid"] == pid, (model, after.get(model))
-    llamas_b = [
-        p
-        for p in b.pids()
-        if "llama-server" in Path(f"/proc/{p}/cmdline").read_text(errors="replace")
-    ]
+    llamas_b = [p for p in b.pids() if "llama-server" in _cmdline(p)]
     assert len(llamas_b) == len(after)
     records = [(e["host_id"], tuple(e["models"])) for e in f.engines()]
     assert len(records) == len(set(records))
