@@ -35,6 +35,18 @@ FIT_CODES: dict[str, UnmetCode] = {
 
 FIT_ORDER: tuple[UnmetResource, ...] = ("memory", "slots", "disk", "colocation")
 """Tie-break between dynamic resources that block equally many hosts."""
+STAGED_WORK: dict[UnmetResource, str] = {
+    "memory": "free memory",
+    "slots": "free a model slot",
+    "disk": "free disk space",
+    "colocation": "clear a colocation exclusion",
+}
+"""What a staged change does for the waiting replica, by the ``resource`` of its unmet row
+(the words of its message; any other resource reads as freeing that resource)."""
+
+
+def _staged_work(resource: UnmetResource) -> str:
+    return STAGED_WORK.get(resource, f"free {resource}")
 
 
 def unmet(state: PlanState) -> list[Unmet]:
@@ -79,15 +91,16 @@ def _replica_unmet(state: PlanState, mi: int, missing: int) -> list[Unmet]:
     out: list[Unmet] = []
     staged = min(missing, state.staged.get(mi, 0))
     if staged:
+        freed = _commonest([r for _, r in state.staged_binds.get(mi, [])])
         out.append(
             Unmet(
                 code="preemption_staged",
                 model_id=p.model_id,
-                resource=_commonest([r for _, r in state.staged_binds.get(mi, [])]),
+                resource=freed,
                 missing=staged,
                 message=f"model '{p.model_id}': {staged} replica(s) wait for staged "
-                "evictions to free memory (placed after a later heartbeat "
-                "proves it free)",
+                f"evictions to {_staged_work(freed)} (placed after a later heartbeat "
+                "shows the evicted replicas gone)",
             )
         )
     rest = missing - staged
@@ -332,8 +345,8 @@ def _pin_waits(state: PlanState, mi: int, pin: str, evicting: bool) -> Unmet:
         resource=resource,
         host_id=pin,
         missing=0,
-        message=f"model '{model_id}' is pinned to '{pin}', which waits for {change} to free "
-        "it (its demand is placed on other hosts meanwhile)",
+        message=f"model '{model_id}' is pinned to '{pin}', which waits for {change} to "
+        f"{_staged_work(resource)} there (its demand is placed on other hosts meanwhile)",
     )
 
 

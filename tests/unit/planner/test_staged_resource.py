@@ -21,6 +21,7 @@ def test_a_preemption_staged_for_memory_names_memory():
     p = run(profiles, [host("a", 8, residencies=(res("lo", 8),))])
     [u] = _staged(p, "vip")
     assert (u.code, u.resource) == ("preemption_staged", "memory")
+    assert "to free memory" in u.message
 
 
 def test_a_preemption_staged_for_a_full_model_slot_names_slots():
@@ -30,6 +31,7 @@ def test_a_preemption_staged_for_a_full_model_slot_names_slots():
     assert [(e.model_id, e.beneficiary) for e in p.evictions] == [("lo", "vip")]
     [u] = _staged(p, "vip")
     assert (u.code, u.resource) == ("preemption_staged", "slots")
+    assert "to free a model slot" in u.message and "memory" not in u.message
 
 
 def test_a_preemption_staged_for_an_exclusion_names_colocation():
@@ -42,6 +44,7 @@ def test_a_preemption_staged_for_an_exclusion_names_colocation():
     assert [(e.model_id, e.beneficiary) for e in p.evictions] == [("lo", "vip")]
     [u] = _staged(p, "vip")
     assert (u.code, u.resource) == ("preemption_staged", "colocation")
+    assert "colocation exclusion" in u.message and "memory" not in u.message
 
 
 def test_a_pin_waiting_for_staged_evictions_names_what_they_free():
