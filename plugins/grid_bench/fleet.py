@@ -106,6 +106,13 @@ DEMAND_FIELDS: dict[str, Types] = {
 }
 """The keys this reader needs per entry and their JSON types (the format's other keys are
 optional or ignored)."""
+NON_NEGATIVE: dict[str, tuple[str, ...]] = {
+    "hosts": ("capacity_mb", "reserved_mb", "max_models", "heartbeat_age_s"),
+    "residencies": ("memory_mb", "active_requests"),
+    "demand": ("request_rate_per_s", "service_time_s", "queue_depth", "p95_latency_ms"),
+}
+"""Numbers the format states as counts, sizes, ages or rates: a negative one is refused (a
+negative capacity or slot ceiling would otherwise plan as "no room" or "no ceiling")."""
 HOST_STATES: tuple[str, ...] = get_args(HostState)
 """A host's ``state`` must be one of these (the format's list and Grid's own)."""
 RESIDENCY_STATES: tuple[str, ...] = get_args(ResidencyState)
@@ -136,6 +143,45 @@ def _check(entry: object, fields: dict[str, Types], where: str) -> None:
             raise ValidationError(msg)
 
 
+def _check_ranges(entry: dict, kind: str, where: str) -> None:
+    """Refuse a negative value among :data:`NON_NEGATIVE`, and a host whose ``reserved_mb``
+    exceeds its ``capacity_mb`` (its placeable memory would be negative).
+
+    Raises:
+        ValidationError: names the entry, the key and the value.
+    """
+    for key in NON_NEGATIVE[kind]:
+        value = entry.get(key)
+        if isinstance(value, int | float) and not isinstance(value, bool) and value < 0:
+            msg = f"fleet: {where}.{key} is {value!r}; it must be 0 or more. Regenerate the file"
+            raise ValidationError(msg)
+    if kind == "hosts" and entry["reserved_mb"] > entry["capacity_mb"]:
+        msg = (
+            f"fleet: {where}.reserved_mb ({entry['reserved_mb']!r}) exceeds capacity_mb "
+            f"({entry['capacity_mb']!r}); reserve at most the host's capacity"
+        )
+        raise ValidationError(msg)
+
+
+def _check_unique(entries: list, kind: str, key: str) -> None:
+    """Refuse two entries of one list with the same id: the planner would otherwise see one
+    host (model, demand) twice, or the later entry would replace the earlier silently.
+
+    Raises:
+        ValidationError: names both entries' places and the id.
+    """
+    seen: dict[object, int] = {}
+    for i, entry in enumerate(entries):
+        ident = entry[key]
+        if ident in seen:
+            msg = (
+                f"fleet: {kind}[{seen[ident]}] and {kind}[{i}] share the {key} {ident!r}; "
+                f"give each entry its own {key} (or remove the repeated entry)"
+            )
+            raise ValidationError(msg)
+        seen[ident] = i
+
+
 def _check_state(entry: dict, allowed: tuple[str, ...], where: str) -> None:
     """Refuse a ``state`` outside ``allowed``: the planner would otherwise read a misspelt host
     state as "takes no new work" and a misspelt residency state as "holds nothing".
@@ -161,21 +207,30 @@ def check_entries(data: dict) -> None:
     """Check every entry :func:`fleet_inputs` reads before converting any of them.
 
     Raises:
-        ValidationError: names the entry (list and index, and its id) and the key; a host or
-            residency ``state`` outside the format's states is refused too.
+        ValidationError: names the entry (list and index, and its id) and the key. Also
+            refused: a host or residency ``state`` outside the format's states, a negative
+            count, size, age or rate, reserved memory above capacity, and two hosts, models
+            or demand entries with one id.
     """
     _check(data, TOP_FIELDS, "the file")
     for i, h in enumerate(data["hosts"]):
         where = _where("hosts", i, h, "host_id")
         _check(h, HOST_FIELDS, where)
         _check_state(h, HOST_STATES, where)
+        _check_ranges(h, "hosts", where)
         for j, r in enumerate(h["residencies"]):
             _check(r, RESIDENCY_FIELDS, f"{where}.residencies[{j}]")
             _check_state(r, RESIDENCY_STATES, f"{where}.residencies[{j}]")
+            _check_ranges(r, "residencies", f"{where}.residencies[{j}]")
     for i, m in enumerate(data["models"]):
         _check(m, MODEL_FIELDS, _where("models", i, m, "model_id"))
     for i, d in enumerate(data["demand"]):
-        _check(d, DEMAND_FIELDS, _where("demand", i, d, "model_id"))
+        where = _where("demand", i, d, "model_id")
+        _check(d, DEMAND_FIELDS, where)
+        _check_ranges(d, "demand", where)
+    _check_unique(data["hosts"], "hosts", "host_id")
+    _check_unique(data["models"], "models", "model_id")
+    _check_unique(data["demand"], "demand", "model_id")
 
 
 def fleet_inputs(data: dict, policy: PlannerPolicy | None = None) -> PlanInputs:
@@ -188,16 +243,22 @@ def fleet_inputs(data: dict, policy: PlannerPolicy | None = None) -> PlanInputs:
     check_entries(data)
     try:
         return _convert(data, policy or PlannerPolicy())
+    except ValidationError:
+        raise  # already names the entry
     except (KeyError, TypeError, ValueError) as exc:
         msg = f"fleet: malformed entry ({type(exc).__name__}: {exc}); regenerate the file"
         raise ValidationError(msg) from None
 
 
-def _convert(data: dict, policy: PlannerPolicy) -> PlanInputs:
-    now = float(data["now"])
-    catalog = {m["model_id"] for m in data["models"]}
-    profiles = tuple(
-        validate_profile(
+def _profile(i: int, m: dict) -> ModelProfile:
+    """One catalog entry as a checked :class:`ModelProfile`.
+
+    Raises:
+        ValidationError: Grid's profile rules refuse it (replica bounds, priority, pins, ...);
+            the message names the entry first, then the profile field and its fix.
+    """
+    try:
+        return validate_profile(
             ModelProfile(
                 model_id=m["model_id"],
                 memory_mb=int(m["memory_mb"]),
@@ -211,8 +272,15 @@ def _convert(data: dict, policy: PlannerPolicy) -> PlanInputs:
                 pins=tuple(m.get("pinned_hosts", ())),
             )
         )
-        for m in data["models"]
-    )
+    except ValidationError as exc:
+        msg = f"fleet: {_where('models', i, m, 'model_id')}: {exc}"
+        raise ValidationError(msg) from None
+
+
+def _convert(data: dict, policy: PlannerPolicy) -> PlanInputs:
+    now = float(data["now"])
+    catalog = {m["model_id"] for m in data["models"]}
+    profiles = tuple(_profile(i, m) for i, m in enumerate(data["models"]))
     hosts = tuple(
         HostSnapshot(
             host_id=h["host_id"],

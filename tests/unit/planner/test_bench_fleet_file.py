@@ -118,6 +118,60 @@ def test_a_wrong_value_names_the_entry_and_the_key(path, value, named) -> None:
     assert exc.value.exit_code == 2  # a wrong --fleet file, as the exit-code table says
 
 
+@pytest.mark.parametrize(
+    ("path", "value", "named"),
+    [
+        (("hosts", 0, "capacity_mb"), -24576, "hosts[0] (host-001).capacity_mb is -24576"),
+        # -1 once read as "no ceiling" on model slots
+        (("hosts", 0, "max_models"), -1, "hosts[0] (host-001).max_models is -1"),
+        (("hosts", 0, "heartbeat_age_s"), -5.0, "hosts[0] (host-001).heartbeat_age_s is -5.0"),
+        (
+            ("hosts", 0, "residencies", 0, "memory_mb"),
+            -4096,
+            "hosts[0] (host-001).residencies[0].memory_mb is -4096",
+        ),
+        (("demand", 0, "request_rate_per_s"), -0.5, "demand[0] (model-01).request_rate_per_s"),
+        (("demand", 0, "queue_depth"), -3, "demand[0] (model-01).queue_depth is -3"),
+    ],
+)
+def test_a_negative_count_size_or_rate_is_refused(path, value, named) -> None:
+    data = copy.deepcopy(FLEET)
+    *parents, key = path
+    entry = data
+    for step in parents:
+        entry = entry[step]
+    entry[key] = value
+    with pytest.raises(ValidationError) as exc:
+        fleet_inputs(data)
+    assert named in str(exc.value) and "must be 0 or more" in str(exc.value)
+
+
+def test_reserved_memory_above_capacity_is_refused() -> None:
+    data = copy.deepcopy(FLEET)
+    data["hosts"][0]["reserved_mb"] = 30000
+    with pytest.raises(ValidationError, match=r"hosts\[0\] \(host-001\)\.reserved_mb \(30000\)"):
+        fleet_inputs(data)
+
+
+@pytest.mark.parametrize(("kind", "key"), [("hosts", "host_id"), ("demand", "model_id")])
+def test_a_repeated_id_names_both_entries(kind, key) -> None:
+    data = copy.deepcopy(FLEET)
+    data[kind].append(copy.deepcopy(data[kind][0]))
+    with pytest.raises(ValidationError) as exc:
+        fleet_inputs(data)
+    assert f"{kind}[0] and {kind}[1] share the {key}" in str(exc.value)
+
+
+def test_a_profile_rule_names_the_catalog_entry() -> None:
+    data = copy.deepcopy(FLEET)
+    data["models"][0]["min_replicas"] = 3  # above max_replicas 2
+    with pytest.raises(ValidationError) as exc:
+        fleet_inputs(data)
+    message = str(exc.value)
+    assert message.startswith("fleet: models[0] (model-01): profile field 'min_replicas/max")
+    assert "malformed entry" not in message
+
+
 def test_a_missing_key_names_the_entry() -> None:
     data = copy.deepcopy(FLEET)
     del data["hosts"][0]["max_models"]
