@@ -84,15 +84,18 @@ class ExactResult:
             When ``optimal`` is false this is the best plan found within the time limit
             (the unordered one if the ordered solves found none), not a proven optimum.
         unordered: replicas the best solution places when priority is ignored (the pure
-            packing maximum; equals ``optimum`` whenever everything desired fits). When
-            ``optimal`` is false, the most any plan found places (never below ``optimum``).
-        bound: proven upper bound on any plan's replicas (equals ``unordered`` when
-            optimal; the no-solve ceiling of :meth:`_Program.ceiling` when HiGHS proved
-            no bound of its own); never below ``unordered``.
-        optimal: HiGHS proved optimality within :data:`RELATIVE_GAP` (or the plan found
-            places as many replicas as the ceiling that needs no solve).
-        status: HiGHS model status text: of the first solve not proved optimal, else of
-            the last solve.
+            packing maximum; equals ``optimum`` whenever everything desired fits). It is
+            proven when it equals ``bound``; else it is the most any plan found places
+            (never below ``optimum``).
+        bound: proven upper bound on any plan's replicas (the no-solve ceiling of
+            :meth:`_Program.ceiling` when HiGHS proved no bound of its own); never below
+            ``unordered``.
+        optimal: ``optimum`` is proven: HiGHS proved every solve it rests on optimal within
+            :data:`RELATIVE_GAP` (the first solve when everything fits, else every level of
+            the ordered ladder), or the plan places as many replicas as the ceiling that
+            needs no solve.
+        status: HiGHS model status text of the solves ``optimum`` rests on: of the first
+            one not proved optimal, else of the last one.
         seconds: solver run time as HiGHS accounts it, summed over its solves.
         per_model: model id → replicas in the best solution.
         assignments: (model id, host id) of every replica in the best solution.
@@ -194,10 +197,10 @@ def exact_optimum(
     sol = _solution(h, prog.total)
     pins = [j for j, (mi, hi, _) in enumerate(cols) if hi in state.pin_hosts[mi]]
     if unordered < desired or (pins and sum(sol[j] > 0.5 for j in pins) < len(pins)):
-        ordered_optimal, ordered, ladder_status = _lexicographic(prog, pins)
-        if optimal:  # else the first solve's status says why nothing is proven
-            status = ladder_status
-        optimal = optimal and ordered_optimal
+        # The ladder alone proves the ordered optimum: each level is proven given the floors
+        # above it. The first solve's proof (or not) is the unordered maximum's, which
+        # shows as ``unordered == bound``.
+        optimal, ordered, status = _lexicographic(prog, pins)
         if ordered is not None:  # else keep the first solve's plan: feasible, not ordered
             sol = ordered
             # the ordered plan is a plan too: an unproven first solve may have found fewer
@@ -539,6 +542,7 @@ def _solve_level(prog: _Program, members: list[int]) -> tuple[str, list[float] |
         if placed >= reported or prog.start is None:
             break
         prog.start = None  # the start's values came back: solve again without it
+        h.clearSolver()  # and without the incumbent HiGHS kept from that solve
     if placed < reported:
         status = f"{status}, but its solution places {placed} of the {reported} it reports"
     return status, solution, placed

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from planner_helpers import NOW, PLUGINS, POLICY, cuda_host, demand, host, model, placed, res, run
 
@@ -199,7 +201,8 @@ def test_bench_text_says_when_the_optimum_is_not_proven():
 def test_a_first_solve_that_finds_nothing_claims_no_bound_below_the_plan_it_reports(monkeypatch):
     # The first (unordered) solve can spend its limit before HiGHS has any plan or bound
     # (a large fleet with --exact-time-limit 0.1): the reported ceiling must still hold for
-    # the ordered plan found afterwards, and the status must not read "Optimal".
+    # the ordered plan found afterwards. The ladder proves that ordered plan by itself, so
+    # the optimum is proven; the unordered maximum is not (it stays below the bound).
     from grid_core.planner import exact
 
     real_run = exact._Program.run
@@ -215,10 +218,10 @@ def test_a_first_solve_that_finds_nothing_claims_no_bound_below_the_plan_it_repo
 
     monkeypatch.setattr(exact._Program, "run", starve_first)
     res = exact.exact_optimum(_priority_ladder())
-    assert (res.optimum, res.optimal) == (1, False)
-    assert res.status != "Optimal"
-    # vip, a and b each want one replica on the one host: no plan places more than three
-    assert res.optimum <= res.unordered <= res.bound == 3
+    assert (res.optimum, res.optimal, res.status) == (1, True, "Optimal")
+    # vip, a and b each want one replica on the one host: no plan places more than three,
+    # and the unordered maximum (2) was never found
+    assert res.optimum == res.unordered < res.bound == 3
 
 
 def _grid_and_exact(profiles, hosts, demands=()):
@@ -298,7 +301,8 @@ def test_a_known_plan_is_never_beaten_by_an_unproven_result(monkeypatch):
     inputs = _priority_ladder()
     assert exact.exact_optimum(inputs).optimum == 0
     res = exact.exact_optimum(inputs, start=[("vip", "h")])
-    assert (res.optimum, res.optimal) == (1, False)
+    assert res.optimum == 1
+    assert res.unordered < res.bound  # the unordered solve stopped unproven
     assert res.assignments == (("vip", "h"),) and res.unordered >= 1 and res.bound == 3
 
 
@@ -359,3 +363,20 @@ def test_the_headroom_rule_grows_the_program_linearly_with_the_replicas_per_host
         for a in run(inputs.profiles, inputs.hosts, policy=inputs.policy).assignments
     ]
     assert exact.exact_optimum(inputs, start=grid).optimum == 9
+
+
+def test_a_level_solved_again_without_the_start_is_proven():
+    """64x32 fleet_gen seed 94, occupancy 0 (tests/data/fleets): offered Grid's plan as the
+    start, HiGHS answers the priority-1 level with 54 reported beside a solution placing 52.
+    Solved again without the start, the solver's state is cleared first; before, the second
+    solve kept the first one's incumbent, still disagreed, and the optimum stayed unproven."""
+    from grid_bench.fleet import fleet_inputs, load_fleet
+
+    from grid_core.planner import plan
+
+    inputs = fleet_inputs(load_fleet(Path(__file__).parents[2] / "data/fleets/64x32-s94-o0.json"))
+    grid = plan(inputs, PLUGINS.planner_hooks(), reuse=False)
+    start = [(a.model_id, a.host_id) for a in grid.assignments]
+    res = exact_optimum(inputs, 60.0, start=start)
+    assert (res.optimum, res.optimal, res.status) == (182, True, "Optimal")
+    assert res.optimum >= len(start) == 181
