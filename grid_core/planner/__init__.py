@@ -20,6 +20,7 @@ from grid_core.planner.exchange import exchange_rounds
 from grid_core.planner.holds import lift_holds, reserve_holds, short_models
 from grid_core.planner.hooks import NO_HOOKS, PlannerHooks
 from grid_core.planner.longchains import long_chains
+from grid_core.planner.pairswap import pair_exchange_rounds
 from grid_core.planner.phases import (
     place_class,
     place_pins,
@@ -173,8 +174,9 @@ def _solve_with_replans(
     the start (:mod:`.holds`), kept only when it improves too; then exchange repair on the
     plan kept, one size-priced candidate (:func:`_size_candidate`), the settling repair for
     what is still short (:mod:`.settle`), the lower-class-aware candidate
-    (:func:`_lower_class_candidate`), long ejection chains (:mod:`.longchains`) and, last,
-    on a plan that leaves nothing short, the spare-host moves (:mod:`.spare`)."""
+    (:func:`_lower_class_candidate`), long ejection chains (:mod:`.longchains`), pair
+    exchanges (:mod:`.pairswap`) and, last, on a plan that leaves nothing short, the
+    spare-host moves (:mod:`.spare`)."""
     best = PlanState(canon, terms, selector, topology=topo)
     _solve(best)
     for _ in range(MAX_REPLANS):
@@ -205,6 +207,7 @@ def _solve_with_replans(
         settle(best)
         best = _lower_class_candidate(canon, terms, selector, best)
         long_chains(best)
+        pair_exchange_rounds(best)
         keep_spare(best)
     return _result(best, digest)  # reported once, for the plan kept
 
