@@ -20,7 +20,7 @@ pass makes that trade:
   wider one (its own :data:`PAIR_SWAP_BUDGET`) also takes pairs of any size, and a member
   that cannot join ``a`` lands on its best host where it fits now, or takes the place of a
   new replica ``r`` on a third host ``c`` whose departure makes room for it, ``r`` joining
-  ``a`` instead;
+  ``a`` or ``b`` instead (wherever it fits as the trade leaves them);
 * all moves are applied together and kept only when each fits every hard rule of the ledger
   and no moved model spans fewer failure domains than before (up to what it requires);
   otherwise the ledger is restored exactly.
@@ -51,14 +51,15 @@ PAIR_EXCHANGE_BUDGET = 1_500
 """Steps (a host examined as the large replica's destination, or a pair tried there) the
 plain pair exchanges of one plan may take together. On the 64x32 fleets at occupancy 0
 (seeds 1-200), without the wider search, 1,000 place 3 replicas more than the planner
-without this pass, 1,500 to 6,000 all 5; with the wider search, 1,000 place 7 and 1,500 9.
-A plan where nothing more fits spends it all (about 1 ms of CPU on 64x32 seed 1)."""
+without this pass and 1,500 to 6,000 all 5. A plan where nothing more fits spends it all
+(about 1 ms of CPU on 64x32 seed 1)."""
 
-PAIR_SWAP_BUDGET = 2_000
+PAIR_SWAP_BUDGET = 3_000
 """Steps (as above, plus a third host examined for a member's swap) the wider pair exchanges
 of one plan may take together. With the plain budget above, on the same 200 fleets 1,000
-place 1 replica more than the plain search alone, 1,500 3 and 2,000 4 (seed 162 +2, seeds
-82 and 185 +1); a plan where nothing more fits spends it all (about 2 ms on seed 1)."""
+place 2 replicas more than the plain search alone, 1,500 4, 2,000 7, 3,000 10, 4,000 and
+6,000 12. A plan where nothing more fits spends it all: about 4 ms of CPU on 64x32 seed 1
+at 3,000, 5.5 ms at 4,000."""
 
 PAIR_NEWCOMERS = 3
 """Replicas that arrive on ``a`` once the large one leaves: the short model and the pair."""
@@ -227,8 +228,8 @@ def _land_elsewhere(
 ) -> bool:
     """In a wide search, land the pair member ``m`` that cannot join ``a`` (``hosts`` is
     ``(a, b, xi)``) on its best host where it fits now, else in place of a third host's new
-    replica that moves to ``a`` (:func:`_swap_in`); the moves go to ``done`` (the replica
-    displaced also to ``swapped``). False (nothing moved) when neither works."""
+    replica that moves to ``a`` or ``b`` (:func:`_swap_in`); the moves go to ``done`` (the
+    replica displaced also to ``swapped``). False (nothing moved) when neither works."""
     state = search.state
     found = state.best_host(m)
     if found is not None:
@@ -240,25 +241,32 @@ def _land_elsewhere(
     if got is None:
         return False
     swapped.append(got[0])
-    done += [(got[0].mi, a), (m, got[1])]
+    done += [(got[0].mi, got[2]), (m, got[1])]
     return True
 
 
 def _swap_in(
     search: _Search, m: int, a: int, b: int, xi: int, before: dict[int, int]
-) -> tuple[Placed, int] | None:
-    """A host ``c`` (not ``a`` or ``b``) holding a new replica ``r`` that fits ``a`` now and
-    whose departure lets ``m`` fit ``c``: both moves applied (``r`` to ``a``, ``m`` to ``c``,
-    ``r``'s spread before the move recorded in ``before``), returning ``(r, c)``; ``None``
-    (ledger unchanged) when there is none within the budget."""
+) -> tuple[Placed, int, int] | None:
+    """A host ``c`` (not ``a`` or ``b``) holding a new replica ``r`` whose departure lets
+    ``m`` fit ``c`` and that fits ``a`` or ``b`` (as the trade leaves them) now: both moves
+    applied (``m`` to ``c``, ``r`` to that host ``t``; ``r``'s spread before the move
+    recorded in ``before``), returning ``(r, c, t)``; ``None`` (ledger unchanged) when there
+    is none within the budget."""
     state = search.state
     ledger = state.ledger
     books = ledger.books
-    book_a = books[a]
-    present_a = book_a.present
-    free_a = min(book_a.inc_free, book_a.raw_free)
+    # Where ``r`` could go: a host of the two with a model slot left, and its free memory.
+    targets = [
+        (t, min(books[t].inc_free, books[t].raw_free))
+        for t in (a, b)
+        if not books[t].max_models or len(books[t].present) < books[t].max_models
+    ]
+    if not targets:
+        return None
     mid = state.profiles[m].model_id
     mems = state.mem_rows[m]
+    dest: dict[int, int | None] = {}  # r's model -> its target (a and b do not change here)
     for c in state.cands[m]:
         if search.step():
             return None
@@ -269,25 +277,36 @@ def _swap_in(
         if not leaving or min(book_c.inc_free, book_c.raw_free) + leaving[-1].memory_mb < mems[c]:
             continue  # even the largest replica there could not make room for ``m``
         for r in leaving:
-            if (
-                r.mi in (xi, m)
-                or a not in search.cand_sets[r.mi]
-                or state.mem_rows[r.mi][a] > free_a
-                or min(book_c.inc_free + r.inc_mb, book_c.raw_free + r.raw_mb) < mems[c]
-                or state.profiles[r.mi].model_id in present_a
-                or ledger.fit_after_leaving(m, c, r) is not None
-            ):
+            if r.mi in (xi, m):
+                continue
+            if min(book_c.inc_free + r.inc_mb, book_c.raw_free + r.raw_mb) < mems[c]:
+                continue  # quick: too small to make room for ``m``
+            if r.mi not in dest:
+                dest[r.mi] = _destination(search, r, targets)
+            t = dest[r.mi]
+            if t is None or ledger.fit_after_leaving(m, c, r) is not None:
                 continue
             spread_r = spread(state, r.mi)
             ledger.remove(r.mi, c)
-            if ledger.fit_new(r.mi, a) is None:
-                ledger.place(r.mi, a, "repair", state.score(r.mi, a, _new_domain(state, r.mi, a)))
-                if ledger.fit_new(m, c) is None:
-                    ledger.place(m, c, "repair", state.score(m, c, _new_domain(state, m, c)))
-                    before.setdefault(r.mi, spread_r)
-                    return r, c
-                ledger.remove(r.mi, a)
+            ledger.place(r.mi, t, "repair", state.score(r.mi, t, _new_domain(state, r.mi, t)))
+            if ledger.fit_new(m, c) is None:
+                ledger.place(m, c, "repair", state.score(m, c, _new_domain(state, m, c)))
+                before.setdefault(r.mi, spread_r)
+                return r, c, t
+            ledger.remove(r.mi, t)
             ledger.place(r.mi, c, r.reason, r.score)
+    return None
+
+
+def _destination(search: _Search, r: Placed, targets: list[tuple[int, int]]) -> int | None:
+    """The first of ``targets`` (host, free MB; neither is ``r``'s own host) that is a
+    candidate of ``r`` and where it fits now, or ``None``."""
+    cands = search.cand_sets[r.mi]
+    row = search.state.mem_rows[r.mi]
+    for t, free in targets:
+        # quick: a candidate with room (fit_new's memory test without the headroom) first
+        if t in cands and row[t] <= free and search.state.ledger.fit_new(r.mi, t) is None:
+            return t
     return None
 
 

@@ -42,9 +42,9 @@ fits neither. One replica leaving the large Mac frees at most 22 GB of the 35 "b
 there, so no one-for-one exchange, chain or vacating move places it."""
 
 
-def _state(layout=PAIR_LAYOUT, hosts=PAIR_HOSTS) -> PlanState:
-    wants = {m.model_id: 1 for m in PAIR_MODELS}
-    return layout_state(hosts, PAIR_MODELS, layout, wants, spent=False)
+def _state(layout=PAIR_LAYOUT, hosts=PAIR_HOSTS, models=PAIR_MODELS) -> PlanState:
+    wants = {m.model_id: 1 for m in models}
+    return layout_state(hosts, models, layout, wants, spent=False)
 
 
 def test_a_large_replica_trades_places_with_two_smaller_ones_to_place_a_short_model():
@@ -80,3 +80,52 @@ def test_a_pair_exchange_never_moves_live_work():
     before = state_where(state)
     assert pair_exchange_rounds(state) == 0
     assert state_where(state) == before
+
+
+WIDE_HOSTS = [
+    mac_host("a-mac-3slot", 54, max_models=3, tags=("xa",)),
+    mac_host("b-mac-4slot", 96, max_models=4, tags=("fast",)),
+    mac_host("c-mac-1slot", 20, max_models=1, tags=("fast",)),
+]
+WIDE_MODELS = [
+    model("big", 45, priority=1),
+    model("s13", 13, priority=2),
+    model("t18", 18, priority=2, required_tags=("fast",)),
+    model("t21", 21, priority=2, required_tags=("fast",)),
+    model("s22", 22, priority=2, required_tags=("fast",)),
+    model("r8", 8, priority=2, required_tags=("fast",)),
+    model("x", 10, priority=0, required_tags=("xa",)),
+]
+WIDE_LAYOUT = [
+    ("big", "a-mac-3slot"),
+    ("s13", "b-mac-4slot"),
+    ("t18", "b-mac-4slot"),
+    ("t21", "b-mac-4slot"),
+    ("s22", "b-mac-4slot"),
+    ("r8", "c-mac-1slot"),
+]
+"""As above, but only "s13" of the large Mac's replicas may run on the small one, so no
+pair can join "x" there; "t18" can leave only by taking the single-slot host from "r8"."""
+
+
+def test_a_wide_pair_exchange_lands_a_member_in_place_of_a_replica_that_joins_the_large_one():
+    state = _state(WIDE_LAYOUT, WIDE_HOSTS, WIDE_MODELS)
+    before = state_where(state)
+    repair_class(state, list(range(len(state.profiles))), False)
+    assert exchange_rounds(state) == 0
+    assert settle(state) == 0
+    assert long_chains(state) == 0
+    assert state_where(state) == before
+    # "big" goes to the large Mac once "s13" and "t18" leave it; "s13" joins "x", "t18"
+    # fits nowhere directly and takes the single-slot host, whose "r8" (8 GB) joins "big"
+    # in the large Mac's last slot (96 of 96 GB).
+    assert pair_exchange_rounds(state) == 1
+    assert state_where(state) == {
+        ("x", "a-mac-3slot"),
+        ("s13", "a-mac-3slot"),
+        ("big", "b-mac-4slot"),
+        ("t21", "b-mac-4slot"),
+        ("s22", "b-mac-4slot"),
+        ("r8", "b-mac-4slot"),
+        ("t18", "c-mac-1slot"),
+    }
