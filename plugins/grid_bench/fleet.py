@@ -113,6 +113,22 @@ NON_NEGATIVE: dict[str, tuple[str, ...]] = {
 }
 """Numbers the format states as counts, sizes, ages or rates: a negative one is refused (a
 negative capacity or slot ceiling would otherwise plan as "no room" or "no ceiling")."""
+TEXT_LISTS: dict[str, tuple[str, ...]] = {
+    "hosts": ("runtimes", "backends", "tags"),
+    "models": ("runtimes", "backends", "required_tags", "pinned_hosts"),
+}
+"""Lists of names, checked when present (a model's last three are optional): a string in
+their place would be read letter by letter (``"backends": "cuda"`` as the back-ends c, u, d,
+a, so the model fits no host) and a number inside one stops the plan with a traceback."""
+WHOLE: dict[str, tuple[str, ...]] = {
+    "hosts": ("capacity_mb", "reserved_mb", "max_models"),
+    "residencies": ("memory_mb", "active_requests"),
+    "models": ("memory_mb", "min_replicas", "max_replicas", "priority", "min_failure_domains"),
+    "demand": ("queue_depth",),
+}
+"""Numbers the format states as integers (MB, counts, priorities), checked when present: a
+fraction would be cut off silently (``max_models`` 2.5 planned as 2, ``memory_mb`` 1.9 as
+1 MB). A whole number written as a float (``4096.0``) is accepted."""
 HOST_STATES: tuple[str, ...] = get_args(HostState)
 """A host's ``state`` must be one of these (the format's list and Grid's own)."""
 RESIDENCY_STATES: tuple[str, ...] = get_args(ResidencyState)
@@ -163,6 +179,30 @@ def _check_ranges(entry: dict, kind: str, where: str) -> None:
         raise ValidationError(msg)
 
 
+def _check_kinds(entry: dict, kind: str, where: str) -> None:
+    """Refuse a list of names (:data:`TEXT_LISTS`) that is not a list of strings, a
+    fractional value among :data:`WHOLE`, and a residency ``managed`` that is not true or
+    false (``"no"`` would read as managed).
+
+    Raises:
+        ValidationError: names the entry, the key and the value.
+    """
+    for key in TEXT_LISTS.get(kind, ()):
+        value = entry.get(key, [])
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            msg = f"fleet: {where}.{key} is {value!r}, not a list of names; regenerate the file"
+            raise ValidationError(msg)
+    for key in WHOLE[kind]:
+        value = entry.get(key)
+        if isinstance(value, float) and not value.is_integer():
+            msg = f"fleet: {where}.{key} is {value!r}, not a whole number; regenerate the file"
+            raise ValidationError(msg)
+    if kind == "residencies" and not isinstance(entry.get("managed", True), bool):
+        managed = entry["managed"]
+        msg = f"fleet: {where}.managed is {managed!r}, not true or false; regenerate the file"
+        raise ValidationError(msg)
+
+
 def _check_unique(entries: list, kind: str, key: str) -> None:
     """Refuse two entries of one list with the same id: the planner would otherwise see one
     host (model, demand) twice, or the later entry would replace the earlier silently.
@@ -209,8 +249,10 @@ def check_entries(data: dict) -> None:
     Raises:
         ValidationError: names the entry (list and index, and its id) and the key. Also
             refused: a host or residency ``state`` outside the format's states, a negative
-            count, size, age or rate, reserved memory above capacity, and two hosts, models
-            or demand entries with one id.
+            count, size, age or rate, a fraction where the format has an integer, a list of
+            names holding anything but strings (or a string in its place), a ``managed``
+            that is not a boolean, reserved memory above capacity, and two hosts, models or
+            demand entries with one id.
     """
     _check(data, TOP_FIELDS, "the file")
     for i, h in enumerate(data["hosts"]):
@@ -218,16 +260,21 @@ def check_entries(data: dict) -> None:
         _check(h, HOST_FIELDS, where)
         _check_state(h, HOST_STATES, where)
         _check_ranges(h, "hosts", where)
+        _check_kinds(h, "hosts", where)
         for j, r in enumerate(h["residencies"]):
             _check(r, RESIDENCY_FIELDS, f"{where}.residencies[{j}]")
             _check_state(r, RESIDENCY_STATES, f"{where}.residencies[{j}]")
             _check_ranges(r, "residencies", f"{where}.residencies[{j}]")
+            _check_kinds(r, "residencies", f"{where}.residencies[{j}]")
     for i, m in enumerate(data["models"]):
-        _check(m, MODEL_FIELDS, _where("models", i, m, "model_id"))
+        where = _where("models", i, m, "model_id")
+        _check(m, MODEL_FIELDS, where)
+        _check_kinds(m, "models", where)
     for i, d in enumerate(data["demand"]):
         where = _where("demand", i, d, "model_id")
         _check(d, DEMAND_FIELDS, where)
         _check_ranges(d, "demand", where)
+        _check_kinds(d, "demand", where)
     _check_unique(data["hosts"], "hosts", "host_id")
     _check_unique(data["models"], "models", "model_id")
     _check_unique(data["demand"], "demand", "model_id")

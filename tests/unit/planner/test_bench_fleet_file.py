@@ -146,6 +146,52 @@ def test_a_negative_count_size_or_rate_is_refused(path, value, named) -> None:
     assert named in str(exc.value) and "must be 0 or more" in str(exc.value)
 
 
+@pytest.mark.parametrize(
+    ("path", "value", "named"),
+    [
+        # read letter by letter: the model needed the back-ends c, u, d, a and fit no host
+        (("models", 0, "backends"), "cuda", "models[0] (model-01).backends is 'cuda', not a list"),
+        # once refused as "8 pins exceed max_replicas=2"
+        (
+            ("models", 0, "pinned_hosts"),
+            "host-001",
+            "models[0] (model-01).pinned_hosts is 'host-001', not a list of names",
+        ),
+        # a number inside a list stopped the plan with a traceback (exit 1)
+        (("models", 0, "runtimes"), [1], "models[0] (model-01).runtimes is [1], not a list"),
+        (("hosts", 0, "tags"), ["fast-disk", None], "hosts[0] (host-001).tags is ['fast-disk',"),
+        # fractions were cut off: 2.5 model slots planned as 2
+        (("hosts", 0, "max_models"), 2.5, "hosts[0] (host-001).max_models is 2.5, not a whole"),
+        (("models", 0, "memory_mb"), 1.9, "models[0] (model-01).memory_mb is 1.9, not a whole"),
+        # any non-empty string read as managed
+        (
+            ("hosts", 0, "residencies", 0, "managed"),
+            "no",
+            "hosts[0] (host-001).residencies[0].managed is 'no', not true or false",
+        ),
+    ],
+)
+def test_a_value_of_the_wrong_kind_is_refused(path, value, named) -> None:
+    data = copy.deepcopy(FLEET)
+    *parents, key = path
+    entry = data
+    for step in parents:
+        entry = entry[step]
+    entry[key] = value
+    with pytest.raises(ValidationError) as exc:
+        fleet_inputs(data)
+    assert named in str(exc.value) and "regenerate the file" in str(exc.value)
+
+
+def test_a_whole_number_written_as_a_float_is_read() -> None:
+    data = copy.deepcopy(FLEET)
+    data["hosts"][0]["capacity_mb"] = 24576.0
+    data["models"][0]["memory_mb"] = 4096.0
+    inputs = fleet_inputs(data)
+    assert inputs.hosts[0].capacity_mb == 24576
+    assert inputs.profiles[0].memory_mb == 4096
+
+
 def test_reserved_memory_above_capacity_is_refused() -> None:
     data = copy.deepcopy(FLEET)
     data["hosts"][0]["reserved_mb"] = 30000
