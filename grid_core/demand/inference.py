@@ -252,8 +252,11 @@ def plan_with_predictions(
     planner alone would let a predicted model compete with it for a spare slot. This plans
     without the predictions, then with them, and keeps the second plan only if
 
-    * every (model, host) the first one assigned to a non-predicted model is still there, and
-      every preemption it staged for a non-predicted model too; and
+    * every (model, host) the first one assigned to a model with demand of its own is still
+      there, and every preemption it staged for such a model too. A model that has its own
+      demand (direct, baseline, hold or workload projection) and gets a prediction on top
+      counts as real here: the prediction adds to its demand, it must not cost it the host
+      the first plan gave it (:func:`_guess_only`); and
     * no replica the first plan releases is kept by a prediction alone while real demand waits
       for its room. A release is staged (unload first, place later), so the waiting model is
       not yet assigned in the first plan: a third plan, without predictions and with the kept
@@ -278,7 +281,7 @@ def plan_with_predictions(
         return base, applied
     predicted = {m for m in applied if applied[m] is not demand.get(m)}
     candidate = plan_of(applied, frozenset())
-    if not _keeps_base(base, candidate, predicted):
+    if not _keeps_base(base, candidate, _guess_only(demand, predicted)):
         return base, dict(demand)
     base_pairs = {(a.model_id, a.host_id) for a in base.assignments}
     held = frozenset(
@@ -298,6 +301,17 @@ def plan_with_predictions(
     return candidate, applied
 
 
+def _guess_only(demand: Mapping[str, ModelDemand], predicted: set[str]) -> set[str]:
+    """The models of ``predicted`` that want replicas only because of a prediction: no
+    replica of their own demand (``desired_replicas`` is 0 before the rows are applied).
+
+    :func:`plan_with_predictions` lets only these give up what the plan without predictions
+    gave them. A model whose own demand already asks for a replica keeps that protection when
+    a prediction is folded into it, so another model's prediction cannot take its host.
+    """
+    return {m for m in predicted if not demand[m].desired_replicas}
+
+
 def without_residencies(
     hosts: Sequence[HostSnapshot], released: Released
 ) -> tuple[HostSnapshot, ...]:
@@ -313,7 +327,7 @@ def without_residencies(
 
 def _keeps_base(base: PlanLike, candidate: PlanLike, predicted: set[str]) -> bool:
     """Whether ``candidate`` keeps every assignment and staged preemption ``base`` made for
-    non-predicted models."""
+    models outside ``predicted`` (the models that may give theirs up)."""
     kept = {(a.model_id, a.host_id) for a in candidate.assignments}
     staged = {(e.model_id, e.host_id, e.beneficiary) for e in candidate.evictions}
     return all(

@@ -208,6 +208,38 @@ def test_a_prediction_never_displaces_what_the_plan_would_serve_without_it() -> 
     assert used["guess"].desired_replicas == 0
 
 
+def test_a_prediction_never_takes_the_host_of_a_model_that_also_has_real_demand() -> None:
+    """A model with projected workload demand that also gets a prediction keeps the host the
+    plan without predictions gave it. With both predicted, the planner's size order hands the
+    one-model host to the larger model, whose only demand is a sequence guess; that plan
+    is refused, so the guess gets no slot and the writer keeps its host."""
+    from grid_core.demand.inference import plan_with_predictions
+
+    profiles = (_profile("writer"), _profile("video", memory=3000))
+    free = HostSnapshot(
+        host_id="h1", capacity_mb=4000, heartbeat_age_s=1.0, runtimes=("llama.cpp",), max_models=1
+    )
+    demand = {
+        "writer": ModelDemand(
+            model_id="writer", desired_replicas=1, inferred_rps=0.01, reasons=("workload",)
+        ),
+        "video": ModelDemand(model_id="video"),
+    }
+    rows = [
+        InferredDemand(
+            model_id=m, kind="sequence", edge=f"a→{m}", confidence=1.0, support=9, rate_rps=r
+        )
+        for m, r in (("writer", 0.5), ("video", 9.0))
+    ]
+
+    def plan_of(d: dict[str, ModelDemand], released: frozenset):  # type: ignore[no-untyped-def, type-arg]  # test helper
+        return plan(PlanInputs(now=T0, profiles=profiles, hosts=(free,), demand=d), PlannerHooks())
+
+    chosen, used = plan_with_predictions(plan_of, demand, rows, {p.model_id: p for p in profiles})
+    assert [(a.host_id, a.model_id) for a in chosen.assignments] == [("h1", "writer")]
+    assert used["video"].desired_replicas == 0
+
+
 def test_a_prediction_never_holds_a_released_replica_that_real_demand_is_waiting_for() -> None:
     """The lab's 4-machine seed-144 regression: a replica whose demand ended is released
     before real demand can take its one-model host (unload first, place later), so the
