@@ -170,7 +170,9 @@ def exact_short_text(ex: dict) -> str:
 
     Returns:
         A table ``model | grid | optimum | short`` (replica counts), or one line saying that
-        Grid matches the optimum for every model.
+        Grid matches the optimum for every model; before it, a line when the optimum is not
+        proven (with the bound), or when only the unordered maximum is not (``unordered``
+        below ``bound``: ``loss_by_class`` starts from such a solve).
     """
     short = ex["short_models"]
     lines = []
@@ -181,6 +183,14 @@ def exact_short_text(ex: dict) -> str:
             f"{ex['bound']} replicas, so Grid is at most "
             f"{max(0.0, ex['bound_coverage'] - ex['grid_coverage']):.4f} below any plan. "
             "Raise --exact-time-limit for a proof."
+        )
+    elif ex.get("unordered", ex["bound"]) < ex["bound"]:
+        # the ladder proved the optimum, but the first (unordered) solve stopped at the limit
+        lines.append(
+            f"exact: the optimum is proven; the most replicas ignoring priority is not "
+            f"(HiGHS stopped at --exact-time-limit): the best plan found places "
+            f"{ex['unordered']}, no plan more than {ex['bound']}, and loss_by_class rests on "
+            "such solves too. Raise --exact-time-limit for a proof."
         )
     if not short:
         lines.append("exact: Grid places as many replicas as the optimum for every model")
