@@ -54,6 +54,19 @@ FLEET = {
 }
 
 
+def _refused(path: tuple, value: object) -> pytest.ExceptionInfo[ValidationError]:
+    """Plan a copy of :data:`FLEET` with ``value`` at ``path``; the reader must refuse it."""
+    data = copy.deepcopy(FLEET)
+    *parents, key = path
+    entry = data
+    for step in parents:
+        entry = entry[step]
+    entry[key] = value
+    with pytest.raises(ValidationError) as exc:
+        fleet_inputs(data)
+    return exc
+
+
 def test_a_well_formed_fleet_converts() -> None:
     inputs = fleet_inputs(copy.deepcopy(FLEET))
     assert [h.host_id for h in inputs.hosts] == ["host-001"]
@@ -106,14 +119,7 @@ def test_a_well_formed_fleet_converts() -> None:
     ],
 )
 def test_a_wrong_value_names_the_entry_and_the_key(path, value, named) -> None:
-    data = copy.deepcopy(FLEET)
-    *parents, key = path
-    entry = data
-    for step in parents:
-        entry = entry[step]
-    entry[key] = value
-    with pytest.raises(ValidationError) as exc:
-        fleet_inputs(data)
+    exc = _refused(path, value)
     assert named in str(exc.value) and "regenerate the file" in str(exc.value)
     assert exc.value.exit_code == 2  # a wrong --fleet file, as the exit-code table says
 
@@ -135,14 +141,7 @@ def test_a_wrong_value_names_the_entry_and_the_key(path, value, named) -> None:
     ],
 )
 def test_a_negative_count_size_or_rate_is_refused(path, value, named) -> None:
-    data = copy.deepcopy(FLEET)
-    *parents, key = path
-    entry = data
-    for step in parents:
-        entry = entry[step]
-    entry[key] = value
-    with pytest.raises(ValidationError) as exc:
-        fleet_inputs(data)
+    exc = _refused(path, value)
     assert named in str(exc.value) and "must be 0 or more" in str(exc.value)
 
 
@@ -172,14 +171,7 @@ def test_a_negative_count_size_or_rate_is_refused(path, value, named) -> None:
     ],
 )
 def test_a_value_of_the_wrong_kind_is_refused(path, value, named) -> None:
-    data = copy.deepcopy(FLEET)
-    *parents, key = path
-    entry = data
-    for step in parents:
-        entry = entry[step]
-    entry[key] = value
-    with pytest.raises(ValidationError) as exc:
-        fleet_inputs(data)
+    exc = _refused(path, value)
     assert named in str(exc.value) and "regenerate the file" in str(exc.value)
 
 

@@ -47,14 +47,19 @@ def _state(layout=PAIR_LAYOUT, hosts=PAIR_HOSTS, models=PAIR_MODELS) -> PlanStat
     return layout_state(hosts, models, layout, wants, spent=False)
 
 
-def test_a_large_replica_trades_places_with_two_smaller_ones_to_place_a_short_model():
-    state = _state()
+def _no_other_pass_places(state: PlanState) -> None:
+    """The repair, the exchange, settling and the long chains leave ``state`` as it is."""
     before = state_where(state)
     repair_class(state, list(range(len(state.profiles))), False)
     assert exchange_rounds(state) == 0
     assert settle(state) == 0
     assert long_chains(state) == 0
     assert state_where(state) == before
+
+
+def test_a_large_replica_trades_places_with_two_smaller_ones_to_place_a_short_model():
+    state = _state()
+    _no_other_pass_places(state)
     # "big" goes to the large Mac once "m13" and "m22" (35 GB) leave it; both join "x" on the
     # small Mac (45 of 54 GB, three slots). Every other replica stays; "x" gains one.
     assert pair_exchange_rounds(state) == 1
@@ -110,12 +115,7 @@ pair can join "x" there; "t18" can leave only by taking the single-slot host fro
 
 def test_a_wide_pair_exchange_lands_a_member_in_place_of_a_replica_that_joins_the_large_one():
     state = _state(WIDE_LAYOUT, WIDE_HOSTS, WIDE_MODELS)
-    before = state_where(state)
-    repair_class(state, list(range(len(state.profiles))), False)
-    assert exchange_rounds(state) == 0
-    assert settle(state) == 0
-    assert long_chains(state) == 0
-    assert state_where(state) == before
+    _no_other_pass_places(state)
     # "big" goes to the large Mac once "s13" and "t18" leave it; "s13" joins "x", "t18"
     # fits nowhere directly and takes the single-slot host, whose "r8" (8 GB) joins "big"
     # in the large Mac's last slot (96 of 96 GB).
