@@ -179,10 +179,20 @@ def _check_ranges(entry: dict, kind: str, where: str) -> None:
         raise ValidationError(msg)
 
 
+ID_KEYS: dict[str, str] = {
+    "hosts": "host_id",
+    "models": "model_id",
+    "demand": "model_id",
+    "residencies": "model_id",
+}
+"""Each entry kind's id key: an empty id is refused (other entries refer to it by name)."""
+
+
 def _check_kinds(entry: dict, kind: str, where: str) -> None:
-    """Refuse a list of names (:data:`TEXT_LISTS`) that is not a list of strings, a
-    fractional value among :data:`WHOLE`, and a residency ``managed`` that is not true or
-    false (``"no"`` would read as managed).
+    """Refuse a list of names (:data:`TEXT_LISTS`) that is not a list of strings, an empty
+    id (:data:`ID_KEYS`), a fractional value among :data:`WHOLE`, a host's
+    ``failure_domain`` that is present but not a name, and a residency ``managed`` that is
+    not true or false (``"no"`` would read as managed).
 
     Raises:
         ValidationError: names the entry, the key and the value.
@@ -192,11 +202,22 @@ def _check_kinds(entry: dict, kind: str, where: str) -> None:
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
             msg = f"fleet: {where}.{key} is {value!r}, not a list of names; regenerate the file"
             raise ValidationError(msg)
+    ident = ID_KEYS.get(kind)
+    if ident is not None and not entry[ident]:
+        msg = f"fleet: {where}.{ident} is empty; give the entry an id"
+        raise ValidationError(msg)
     for key in WHOLE[kind]:
         value = entry.get(key)
         if isinstance(value, float) and not value.is_integer():
             msg = f"fleet: {where}.{key} is {value!r}, not a whole number; regenerate the file"
             raise ValidationError(msg)
+    domain = entry.get("failure_domain")
+    if kind == "hosts" and domain is not None and not (isinstance(domain, str) and domain):
+        msg = (
+            f"fleet: {where}.failure_domain is {domain!r}, not a name; name the domain "
+            "(fd-1, ...) or leave the key out"
+        )
+        raise ValidationError(msg)
     if kind == "residencies" and not isinstance(entry.get("managed", True), bool):
         managed = entry["managed"]
         msg = f"fleet: {where}.managed is {managed!r}, not true or false; regenerate the file"
@@ -240,7 +261,7 @@ def _check_state(entry: dict, allowed: tuple[str, ...], where: str) -> None:
 def _where(kind: str, i: int, entry: object, key: str) -> str:
     """``hosts[3] (host-004)``: an entry's place in the file and, when it has one, its id."""
     label = entry.get(key) if isinstance(entry, dict) else None
-    return f"{kind}[{i}]" + (f" ({label})" if isinstance(label, str) else "")
+    return f"{kind}[{i}]" + (f" ({label})" if isinstance(label, str) and label else "")
 
 
 def check_entries(data: dict) -> None:
@@ -251,8 +272,9 @@ def check_entries(data: dict) -> None:
             refused: a host or residency ``state`` outside the format's states, a negative
             count, size, age or rate, a fraction where the format has an integer, a list of
             names holding anything but strings (or a string in its place), a ``managed``
-            that is not a boolean, reserved memory above capacity, and two hosts, models or
-            demand entries with one id.
+            that is not a boolean, an empty id or failure domain, reserved memory above
+            capacity, and two hosts, models or demand entries with one id (or two
+            residencies of one model on one host).
     """
     _check(data, TOP_FIELDS, "the file")
     for i, h in enumerate(data["hosts"]):
@@ -266,6 +288,8 @@ def check_entries(data: dict) -> None:
             _check_state(r, RESIDENCY_STATES, f"{where}.residencies[{j}]")
             _check_ranges(r, "residencies", f"{where}.residencies[{j}]")
             _check_kinds(r, "residencies", f"{where}.residencies[{j}]")
+        # the format allows one replica of a model per host, cached weights included
+        _check_unique(h["residencies"], f"{where}.residencies", "model_id")
     for i, m in enumerate(data["models"]):
         where = _where("models", i, m, "model_id")
         _check(m, MODEL_FIELDS, where)

@@ -200,6 +200,38 @@ def test_a_repeated_id_names_both_entries(kind, key) -> None:
     assert f"{kind}[0] and {kind}[1] share the {key}" in str(exc.value)
 
 
+def test_two_residencies_of_one_model_on_one_host_are_refused() -> None:
+    # the format allows one replica per host; the second entry was planned as a second copy
+    data = copy.deepcopy(FLEET)
+    residencies = data["hosts"][0]["residencies"]
+    residencies.append({**residencies[0], "state": "cached"})
+    with pytest.raises(ValidationError) as exc:
+        fleet_inputs(data)
+    assert (
+        "hosts[0] (host-001).residencies[0] and hosts[0] (host-001).residencies[1] share the "
+        "model_id 'model-01'" in str(exc.value)
+    )
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "named"),
+    [
+        (("hosts", 0, "host_id"), "", "hosts[0].host_id is empty"),
+        (("models", 0, "model_id"), "", "models[0].model_id is empty"),
+        (("hosts", 0, "failure_domain"), 3, "hosts[0] (host-001).failure_domain is 3, not a name"),
+        (("hosts", 0, "failure_domain"), "", "hosts[0] (host-001).failure_domain is '', not a"),
+    ],
+)
+def test_an_empty_id_or_a_domain_that_is_not_a_name_is_refused(path, value, named) -> None:
+    assert named in str(_refused(path, value).value)
+
+
+def test_a_host_without_a_failure_domain_is_read_as_having_none() -> None:
+    data = copy.deepcopy(FLEET)
+    del data["hosts"][0]["failure_domain"]
+    assert fleet_inputs(data).hosts[0].failure_domain is None
+
+
 def test_a_profile_rule_names_the_catalog_entry() -> None:
     data = copy.deepcopy(FLEET)
     data["models"][0]["min_replicas"] = 3  # above max_replicas 2
