@@ -383,9 +383,7 @@ class _Program:
                 x[b] = 0.0
         for g, members in enumerate(self.shares):  # e[h]: the largest share chosen there
             x[self.first_share + g] = float(max((mb for j, mb in members if x[j] > 0.5), default=0))
-        placed: dict[int, int] = {}
-        for j, (mi, _hi, _res) in enumerate(self.cols):
-            placed[mi] = placed.get(mi, 0) + (x[j] > 0.5)
+        placed = {mi: sum(x[j] > 0.5 for j in js) for mi, js in _by_model(self.cols).items()}
         for g, (mi, cap) in enumerate(self.baselines):  # b[m]: the baseline replicas placed
             x[self.first_baseline + g] = float(min(cap, placed.get(mi, 0)))
         highspy = _highs()
@@ -406,10 +404,7 @@ class _Program:
     def ceiling(self) -> int:
         """Replicas no plan can exceed without solving anything: per model, the fewer of
         its desired count and its candidate columns, summed."""
-        per_model: dict[int, int] = {}
-        for mi, _hi, _res in self.cols:
-            per_model[mi] = per_model.get(mi, 0) + 1
-        return sum(min(n, self.state.desired[mi]) for mi, n in per_model.items())
+        return sum(min(len(js), self.state.desired[mi]) for mi, js in _by_model(self.cols).items())
 
     def objective(self, members: list[int] | None = None) -> Any:
         """Cost vector: -1 on ``members`` (every placement column when ``None``)."""
@@ -591,6 +586,14 @@ def _columns(state: PlanState) -> list[Column]:
     return cols
 
 
+def _by_model(cols: list[Column]) -> dict[int, list[int]]:
+    """Model index -> its placement columns, in column order."""
+    out: dict[int, list[int]] = {}
+    for j, (mi, _hi, _res) in enumerate(cols):
+        out.setdefault(mi, []).append(j)
+    return out
+
+
 def _rows(
     state: PlanState, cols: list[Column], first_share: int
 ) -> tuple[list[Row], list[list[tuple[int, int]]]]:
@@ -599,14 +602,12 @@ def _rows(
     replica's share exceeds the floor) its (column, share MB) members."""
     ledger = state.ledger
     rows: list[Row] = []
-    per_model: dict[int, list[int]] = {}
     inc_row: dict[int, list[tuple[int, int]]] = {}
     raw_row: dict[int, list[tuple[int, int]]] = {}
     slot_row: dict[int, list[tuple[int, int]]] = {}
     disk_row: dict[int, list[tuple[int, int]]] = {}
     on_host: dict[int, dict[int, int]] = {}
     for j, (mi, hi, res) in enumerate(cols):
-        per_model.setdefault(mi, []).append(j)
         on_host.setdefault(hi, {})[mi] = j
         book = ledger.books[hi]
         if res is None:
@@ -620,7 +621,7 @@ def _rows(
                 disk_row.setdefault(hi, []).append((j, disk))
         elif res.actuatable:
             raw_row.setdefault(hi, []).append((j, ledger._incumbent_mb(mi, hi, res)))
-    for mi, js in per_model.items():
+    for mi, js in _by_model(cols).items():
         if len(js) > state.desired[mi]:
             rows.append(([(j, 1) for j in js], state.desired[mi]))
     shares: list[list[tuple[int, int]]] = []
@@ -659,12 +660,9 @@ def _baseline_rows(
     counts the replicas that meet the baseline and no more. :func:`_lexicographic` maximises
     a class's ``b`` before the class's replicas, as Grid places a class's required
     baselines before the rest of its demand (specification, "Global placement loop")."""
-    per_model: dict[int, list[int]] = {}
-    for j, (mi, _hi, _res) in enumerate(cols):
-        per_model.setdefault(mi, []).append(j)
     rows: list[Row] = []
     baselines: list[tuple[int, int]] = []
-    for mi, js in per_model.items():
+    for mi, js in _by_model(cols).items():
         cap = min(state.profiles[mi].min_replicas, state.desired[mi])
         if cap <= 0:
             continue
