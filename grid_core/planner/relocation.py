@@ -56,20 +56,21 @@ def _fits_without(state: PlanState, mi: int, hi: int, x: Placed) -> bool:
     return not (disk and book.disk_free is not None and book.disk_free < disk)
 
 
+RELOCATION_FREES: dict[str | None, UnmetResource] = {
+    "memory": "memory",
+    "slots": "slots",
+    "colocation": "colocation",
+}
+"""What a relocation from a host can free for a blocked model, by the ledger's reason it does
+not fit there now; disk is not one (moving an incumbent frees none)."""
+
+
 def _blocked_by(state: PlanState, mi: int, hi: int) -> UnmetResource:
-    """What keeps one replica of ``mi`` off ``hi`` while its incumbents stay, in the order
-    memory, model slots, colocation: the resource a relocation from ``hi`` frees. Disk is
-    not one (moving an incumbent frees none); ``memory`` when nothing else is lacking."""
-    ledger = state.ledger
-    book = ledger.books[hi]
-    _, mem = ledger.memory(mi, hi)
-    if book.inc_free < ledger.admit_mb(mi, hi) or book.raw_free < mem:
-        return "memory"
-    if book.max_models and len(book.present) + 1 > book.max_models:
-        return "slots"
-    if ledger.colocation_conflict(state.profiles[mi].model_id, book.present):
-        return "colocation"
-    return "memory"
+    """The resource a relocation from ``hi`` frees for ``mi``: the ledger's first reason a
+    replica does not fit there while the incumbents stay
+    (:meth:`~grid_core.planner.ledger.Ledger.fit_new`: memory before slots before
+    colocation), ``memory`` when that is none of these."""
+    return RELOCATION_FREES.get(state.ledger.fit_new(mi, hi), "memory")
 
 
 def _relocate_one(state: PlanState, mi: int, hi: int) -> bool:
