@@ -129,6 +129,13 @@ WHOLE: dict[str, tuple[str, ...]] = {
 """Numbers the format states as integers (MB, counts, priorities), checked when present: a
 fraction would be cut off silently (``max_models`` 2.5 planned as 2, ``memory_mb`` 1.9 as
 1 MB). A whole number written as a float (``4096.0``) is accepted."""
+ID_KEYS: dict[str, str] = {
+    "hosts": "host_id",
+    "models": "model_id",
+    "demand": "model_id",
+    "residencies": "model_id",
+}
+"""Each entry kind's id key: an empty id is refused (other entries refer to it by name)."""
 HOST_STATES: tuple[str, ...] = get_args(HostState)
 """A host's ``state`` must be one of these (the format's list and Grid's own)."""
 RESIDENCY_STATES: tuple[str, ...] = get_args(ResidencyState)
@@ -159,68 +166,68 @@ def _check(entry: object, fields: dict[str, Types], where: str) -> None:
             raise ValidationError(msg)
 
 
-def _check_ranges(entry: dict, kind: str, where: str) -> None:
-    """Refuse a negative value among :data:`NON_NEGATIVE`, and a host whose ``reserved_mb``
-    exceeds its ``capacity_mb`` (its placeable memory would be negative).
+def _check_values(entry: dict, kind: str, where: str) -> None:
+    """Refuse, for an entry of ``kind`` (``hosts``, ``residencies``, ``models``, ``demand``),
+    an empty id (:data:`ID_KEYS`), a list of names (:data:`TEXT_LISTS`) that is not a list of
+    strings, a negative value among :data:`NON_NEGATIVE` and a fraction among :data:`WHOLE`.
 
     Raises:
         ValidationError: names the entry, the key and the value.
     """
-    for key in NON_NEGATIVE[kind]:
-        value = entry.get(key)
-        if isinstance(value, int | float) and not isinstance(value, bool) and value < 0:
-            msg = f"fleet: {where}.{key} is {value!r}; it must be 0 or more. Regenerate the file"
-            raise ValidationError(msg)
-    if kind == "hosts" and entry["reserved_mb"] > entry["capacity_mb"]:
-        msg = (
-            f"fleet: {where}.reserved_mb ({entry['reserved_mb']!r}) exceeds capacity_mb "
-            f"({entry['capacity_mb']!r}); reserve at most the host's capacity"
-        )
+    if not entry[ID_KEYS[kind]]:
+        msg = f"fleet: {where}.{ID_KEYS[kind]} is empty; give the entry an id"
         raise ValidationError(msg)
-
-
-ID_KEYS: dict[str, str] = {
-    "hosts": "host_id",
-    "models": "model_id",
-    "demand": "model_id",
-    "residencies": "model_id",
-}
-"""Each entry kind's id key: an empty id is refused (other entries refer to it by name)."""
-
-
-def _check_kinds(entry: dict, kind: str, where: str) -> None:
-    """Refuse a list of names (:data:`TEXT_LISTS`) that is not a list of strings, an empty
-    id (:data:`ID_KEYS`), a fractional value among :data:`WHOLE`, a host's
-    ``failure_domain`` that is present but not a name, and a residency ``managed`` that is
-    not true or false (``"no"`` would read as managed).
-
-    Raises:
-        ValidationError: names the entry, the key and the value.
-    """
     for key in TEXT_LISTS.get(kind, ()):
         value = entry.get(key, [])
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
             msg = f"fleet: {where}.{key} is {value!r}, not a list of names; regenerate the file"
             raise ValidationError(msg)
-    ident = ID_KEYS.get(kind)
-    if ident is not None and not entry[ident]:
-        msg = f"fleet: {where}.{ident} is empty; give the entry an id"
-        raise ValidationError(msg)
+    for key in NON_NEGATIVE.get(kind, ()):
+        value = entry.get(key)
+        if isinstance(value, int | float) and not isinstance(value, bool) and value < 0:
+            msg = f"fleet: {where}.{key} is {value!r}; it must be 0 or more. Regenerate the file"
+            raise ValidationError(msg)
     for key in WHOLE[kind]:
         value = entry.get(key)
         if isinstance(value, float) and not value.is_integer():
             msg = f"fleet: {where}.{key} is {value!r}, not a whole number; regenerate the file"
             raise ValidationError(msg)
-    domain = entry.get("failure_domain")
-    if kind == "hosts" and domain is not None and not (isinstance(domain, str) and domain):
+
+
+def _check_host(h: dict, where: str) -> None:
+    """Refuse a host whose ``state`` is not one of :data:`HOST_STATES`, whose
+    ``reserved_mb`` exceeds its ``capacity_mb`` (its placeable memory would be negative) or
+    whose ``failure_domain`` is present but not a name.
+
+    Raises:
+        ValidationError: names the host, the key and the value.
+    """
+    _check_state(h, HOST_STATES, where)
+    if h["reserved_mb"] > h["capacity_mb"]:
+        msg = (
+            f"fleet: {where}.reserved_mb ({h['reserved_mb']!r}) exceeds capacity_mb "
+            f"({h['capacity_mb']!r}); reserve at most the host's capacity"
+        )
+        raise ValidationError(msg)
+    domain = h.get("failure_domain")
+    if domain is not None and not (isinstance(domain, str) and domain):
         msg = (
             f"fleet: {where}.failure_domain is {domain!r}, not a name; name the domain "
             "(fd-1, ...) or leave the key out"
         )
         raise ValidationError(msg)
-    if kind == "residencies" and not isinstance(entry.get("managed", True), bool):
-        managed = entry["managed"]
-        msg = f"fleet: {where}.managed is {managed!r}, not true or false; regenerate the file"
+
+
+def _check_residency(r: dict, where: str) -> None:
+    """Refuse a residency whose ``state`` is not one of :data:`RESIDENCY_STATES` or whose
+    ``managed`` is not true or false (``"no"`` would read as managed).
+
+    Raises:
+        ValidationError: names the residency, the key and the value.
+    """
+    _check_state(r, RESIDENCY_STATES, where)
+    if not isinstance(r.get("managed", True), bool):
+        msg = f"fleet: {where}.managed is {r['managed']!r}, not true or false; regenerate the file"
         raise ValidationError(msg)
 
 
@@ -280,25 +287,23 @@ def check_entries(data: dict) -> None:
     for i, h in enumerate(data["hosts"]):
         where = _where("hosts", i, h, "host_id")
         _check(h, HOST_FIELDS, where)
-        _check_state(h, HOST_STATES, where)
-        _check_ranges(h, "hosts", where)
-        _check_kinds(h, "hosts", where)
+        _check_values(h, "hosts", where)
+        _check_host(h, where)
         for j, r in enumerate(h["residencies"]):
-            _check(r, RESIDENCY_FIELDS, f"{where}.residencies[{j}]")
-            _check_state(r, RESIDENCY_STATES, f"{where}.residencies[{j}]")
-            _check_ranges(r, "residencies", f"{where}.residencies[{j}]")
-            _check_kinds(r, "residencies", f"{where}.residencies[{j}]")
+            at = f"{where}.residencies[{j}]"
+            _check(r, RESIDENCY_FIELDS, at)
+            _check_values(r, "residencies", at)
+            _check_residency(r, at)
         # the format allows one replica of a model per host, cached weights included
         _check_unique(h["residencies"], f"{where}.residencies", "model_id")
     for i, m in enumerate(data["models"]):
         where = _where("models", i, m, "model_id")
         _check(m, MODEL_FIELDS, where)
-        _check_kinds(m, "models", where)
+        _check_values(m, "models", where)
     for i, d in enumerate(data["demand"]):
         where = _where("demand", i, d, "model_id")
         _check(d, DEMAND_FIELDS, where)
-        _check_ranges(d, "demand", where)
-        _check_kinds(d, "demand", where)
+        _check_values(d, "demand", where)
     _check_unique(data["hosts"], "hosts", "host_id")
     _check_unique(data["models"], "models", "model_id")
     _check_unique(data["demand"], "demand", "model_id")
