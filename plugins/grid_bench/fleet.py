@@ -406,8 +406,9 @@ def overcommitted_hosts(data: dict, assignments: list[dict]) -> list[str]:
 
     Independent of the planner: uses only the file's capacities, the catalog's memory sizes
     and the assignment list. A host is overcommitted when either
-    * the desired footprint (assigned replicas at catalog size, plus unmanaged processes not
-      themselves assigned) exceeds ``capacity_mb - reserved_mb``, or
+    * the desired footprint (new replicas at catalog size, kept live replicas as
+      :func:`_kept_mb` sizes them, plus unmanaged processes not themselves assigned) exceeds
+      ``capacity_mb - reserved_mb``, or
     * the transition (everything live now plus every newly assigned replica) exceeds it.
 
     A host the file already overcommits (reserved or unmanaged memory above its capacity)
@@ -425,7 +426,8 @@ def overcommitted_hosts(data: dict, assignments: list[dict]) -> list[str]:
         assigned = by_host.get(h["host_id"], [])
         live = [r for r in h["residencies"] if r["state"] in HOLDING_STATES]
         live_ids = {r["model_id"] for r in live}
-        desired = sum(size[m] for m in assigned) + sum(
+        kept = {r["model_id"]: _kept_mb(r, size.get(r["model_id"], 0)) for r in live}
+        desired = sum(kept.get(m, size[m]) for m in assigned) + sum(
             int(r["memory_mb"])
             for r in live
             if not r.get("managed", True) and r["model_id"] not in assigned
@@ -439,6 +441,17 @@ def overcommitted_hosts(data: dict, assignments: list[dict]) -> list[str]:
         ):
             bad.append(h["host_id"])
     return bad
+
+
+def _kept_mb(residency: dict, catalog_mb: int) -> int:
+    """Memory (MB) a kept live replica occupies in the desired footprint.
+
+    A process started outside Grid (``managed: false``) cannot be reloaded, so it stays at the
+    size it holds, whatever the catalog says; one Grid manages may be reloaded at catalog size,
+    so the larger of the two is charged.
+    """
+    live_mb = int(residency["memory_mb"])
+    return live_mb if not residency.get("managed", True) else max(live_mb, catalog_mb)
 
 
 LIVE_STATES = ("accepting", "throttled")

@@ -97,6 +97,23 @@ def test_an_overcommit_the_file_brings_is_blamed_on_a_plan_only_when_it_adds_to_
     assert overcommitted_hosts(data, there) == [host["host_id"]]
 
 
+def test_a_kept_manual_replica_is_charged_the_memory_it_holds_not_its_catalog_size():
+    # A process started outside Grid holds 11 GB of a model the catalog sizes at 15 GB. The
+    # planner keeps it at 11 GB (it cannot reload it), so a 20 GB replica beside it fits a
+    # 32 GB host; a managed replica of the same size may be reloaded at 15 GB, so it does not.
+    data = make_fleet(2, 2, 7, 0.0)
+    kept, new = data["models"][0], data["models"][1]
+    kept["memory_mb"], new["memory_mb"] = 15 * 1024, 20 * 1024
+    host = data["hosts"][0]
+    host["capacity_mb"], host["reserved_mb"] = 32 * 1024, 0
+    residency = {"model_id": kept["model_id"], "memory_mb": 11 * 1024, "state": "ready"}
+    host["residencies"] = [{**residency, "managed": False, "active_requests": 0}]
+    plan = [{"model_id": m["model_id"], "host_id": host["host_id"]} for m in (kept, new)]
+    assert overcommitted_hosts(data, plan) == []
+    host["residencies"][0]["managed"] = True
+    assert overcommitted_hosts(data, plan) == [host["host_id"]]
+
+
 def test_cli_json_has_exactly_the_documented_keys(tmp_path):
     p = tmp_path / "fleet.json"
     p.write_text(json.dumps(make_fleet(8, 4, 3, 0.5)))
