@@ -16,6 +16,7 @@ from grid_core.errors import ValidationError
 from grid_core.planner import topology
 from grid_core.planner.chains import CHAIN_PLAN_BUDGET
 from grid_core.planner.core import PlanState, desired_count
+from grid_core.planner.displace import displace_rounds
 from grid_core.planner.exchange import exchange_rounds
 from grid_core.planner.holds import lift_holds, reserve_holds, short_models
 from grid_core.planner.hooks import NO_HOOKS, PlannerHooks
@@ -48,7 +49,9 @@ from grid_core.planner.report import surplus_report, unmet
 from grid_core.planner.scoring import ScoreTerm
 from grid_core.planner.settle import settle
 from grid_core.planner.spare import keep_spare
+from grid_core.planner.split import split_rounds
 from grid_core.planner.topology import Topology, lookup, topology_for
+from grid_core.planner.twin import twin_rounds
 from grid_core.planner.types import (
     Assignment,
     Eviction,
@@ -174,9 +177,10 @@ def _solve_with_replans(
     the start (:mod:`.holds`), kept only when it improves too; then exchange repair on the
     plan kept, one size-priced candidate (:func:`_size_candidate`), the settling repair for
     what is still short (:mod:`.settle`), the lower-class-aware candidate
-    (:func:`_lower_class_candidate`), long ejection chains (:mod:`.longchains`), pair
-    exchanges (:mod:`.pairswap`) and, last, on a plan that leaves nothing short, the
-    spare-host moves (:mod:`.spare`)."""
+    (:func:`_lower_class_candidate`), lower-class displacement (:mod:`.displace`), long
+    ejection chains (:mod:`.longchains`), pair exchanges (:mod:`.pairswap`), split and
+    twin trades (:mod:`.split`, :mod:`.twin`) and, last, on a plan that leaves nothing
+    short, the spare-host moves (:mod:`.spare`)."""
     best = PlanState(canon, terms, selector, topology=topo)
     _solve(best)
     for _ in range(MAX_REPLANS):
@@ -206,8 +210,11 @@ def _solve_with_replans(
         best = _size_candidate(canon, terms, selector, best, before)
         settle(best)
         best = _lower_class_candidate(canon, terms, selector, best)
+        displace_rounds(best)
         long_chains(best)
         pair_exchange_rounds(best)
+        split_rounds(best)
+        twin_rounds(best)
         keep_spare(best)
     return _result(best, digest)  # reported once, for the plan kept
 
