@@ -449,6 +449,12 @@ class PlanState:
         packing prices (unitless; larger is better); see :meth:`scored`."""
         return self.scored(mi, hi, domain_new)[0]
 
+    def score_now(self, mi: int, hi: int) -> float:
+        """:meth:`score` of a new replica of ``mi`` on ``hi`` as the ledger stands now: the
+        replica counts as a new failure domain when the model has none on ``hi``'s domain."""
+        ledger = self.ledger
+        return self.score(mi, hi, ledger.domain_list[hi] not in ledger.domains[mi])
+
     def scored(self, mi: int, hi: int, domain_new: bool) -> tuple[float, Prices]:
         """(score, the packing prices inside it) of a new replica of ``mi`` on ``hi``.
 

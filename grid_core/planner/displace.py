@@ -190,7 +190,7 @@ def _apply(
     moved: list[tuple[int, int]] = []
     gone: list[Placed] = []
     if ledger.fit_new(xi, a) is None:
-        ledger.place(xi, a, "repair", score_here(state, xi, a))
+        ledger.place(xi, a, "repair", state.score_now(xi, a))
         ok = True
         for p in sorted(group, key=lambda p: (-p.memory_mb, p.mi)):
             if p.mi in drop:
@@ -263,11 +263,5 @@ def _land(state: PlanState, m: int, b: int, rs: tuple[Placed, ...]) -> list[Plac
         for r in rs:
             ledger.place(r.mi, b, r.reason, r.score)
         return None
-    ledger.place(m, b, "repair", score_here(state, m, b))
+    ledger.place(m, b, "repair", state.score_now(m, b))
     return list(rs)
-
-
-def score_here(state: PlanState, mi: int, hi: int) -> float:
-    """Score of a new replica of ``mi`` on ``hi`` as the ledger stands."""
-    ledger = state.ledger
-    return state.score(mi, hi, ledger.domain_list[hi] not in ledger.domains[mi])

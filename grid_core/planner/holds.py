@@ -188,7 +188,7 @@ def _score_without(state: PlanState, mi: int, hi: int, xs: list[int]) -> float |
     try:
         if ledger.fit_new(mi, hi) is not None:
             return None
-        return state.score(mi, hi, ledger.domain_list[hi] not in ledger.domains[mi])
+        return state.score_now(mi, hi)
     finally:
         book.present.update(ids)
         book.inc_free, book.raw_free, book.disk_free, book.extra_mb = saved

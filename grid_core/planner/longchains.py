@@ -49,7 +49,7 @@ from grid_core.planner.chains import REPAIRABLE, ChainNode
 from grid_core.planner.core import PlanState
 from grid_core.planner.exchange import movables, open_candidates, spread
 from grid_core.planner.ledger import Placed
-from grid_core.planner.settle import _Chains, _score, fit_hosts
+from grid_core.planner.settle import _Chains, fit_hosts
 
 LONG_CHAIN_MOVES = 5
 """Replicas one long chain may place or move (the short model's replica plus four displaced
@@ -334,14 +334,14 @@ class _LongChains(_Chains):
         landed: list[tuple[int, int]] = []
         ok = ledger.fit_new(mi, hi) is None
         if ok:
-            ledger.place(mi, hi, "repair", _score(state, mi, hi))
+            ledger.place(mi, hi, "repair", state.score_now(mi, hi))
             for pl in picked:
                 dests = [h for h in fit_hosts(state, pl.mi) if h != hi]
                 if not dests:
                     ok = False
                     break
-                dest = max(dests, key=lambda h: (_score(state, pl.mi, h), -h))
-                ledger.place(pl.mi, dest, "repair", _score(state, pl.mi, dest))
+                dest = max(dests, key=lambda h: (state.score_now(pl.mi, h), -h))
+                ledger.place(pl.mi, dest, "repair", state.score_now(pl.mi, dest))
                 landed.append((pl.mi, dest))
             ok = ok and all(spread(state, x) >= n for x, n in before.items())
         if ok:

@@ -195,7 +195,7 @@ def _apply(
     ok = True
     for m, h in ((big.mi, b), (xi, a), (pair[0].mi, a), (pair[1].mi, a)):
         if ledger.fit_new(m, h) is None and (h != a or m == xi or a in search.cand_sets[m]):
-            ledger.place(m, h, "repair", _score_here(state, m, h))
+            ledger.place(m, h, "repair", state.score_now(m, h))
             done.append((m, h))
         elif not (
             search.wide
@@ -287,9 +287,9 @@ def _swap_in(
                 continue
             spread_r = spread(state, r.mi)
             ledger.remove(r.mi, c)
-            ledger.place(r.mi, t, "repair", _score_here(state, r.mi, t))
+            ledger.place(r.mi, t, "repair", state.score_now(r.mi, t))
             if ledger.fit_new(m, c) is None:
-                ledger.place(m, c, "repair", _score_here(state, m, c))
+                ledger.place(m, c, "repair", state.score_now(m, c))
                 before.setdefault(r.mi, spread_r)
                 return r, c, t
             ledger.remove(r.mi, t)
@@ -307,10 +307,3 @@ def _destination(search: _Search, r: Placed, targets: list[tuple[int, int]]) -> 
         if t in cands and row[t] <= free and search.state.ledger.fit_new(r.mi, t) is None:
             return t
     return None
-
-
-def _score_here(state: PlanState, mi: int, hi: int) -> float:
-    """Score of a new replica of ``mi`` on ``hi`` as the ledger stands (its domain novelty
-    read from the model's current domains)."""
-    ledger = state.ledger
-    return state.score(mi, hi, ledger.domain_list[hi] not in ledger.domains[mi])

@@ -108,11 +108,6 @@ def fit_hosts(state: PlanState, mi: int) -> list[int]:
     return out
 
 
-def _score(state: PlanState, mi: int, hi: int) -> float:
-    ledger = state.ledger
-    return state.score(mi, hi, ledger.domain_list[hi] not in ledger.domains[mi])
-
-
 class _Chains:
     """Ejection chains over a map of moves shared by every search while the ledger stands.
 
@@ -270,7 +265,7 @@ class _Chains:
         xi = nodes[k].mi
         path = nodes[k].path
         open_hosts = [hi for hi in self._fits(xi) if hi not in path]
-        open_hosts.sort(key=lambda hi: (-_score(state, xi, hi), hi))
+        open_hosts.sort(key=lambda hi: (-state.score_now(xi, hi), hi))
         for dest in open_hosts:
             if _keeps_spread(state, nodes, k, dest):
                 self._changed()
@@ -330,10 +325,10 @@ def _apply_closing(state: PlanState, nodes: list[ChainNode], last: int, dest: in
     for _, hi, leaving in steps:
         ledger.remove(leaving.mi, hi)
     for xi, hi, _ in steps:
-        ledger.place(xi, hi, "repair", _score(state, xi, hi))
+        ledger.place(xi, hi, "repair", state.score_now(xi, hi))
     xi = nodes[last].mi
     if ledger.fit_new(xi, dest) is None:
-        ledger.place(xi, dest, "repair", _score(state, xi, dest))
+        ledger.place(xi, dest, "repair", state.score_now(xi, dest))
         if all(spread(state, m) >= n for m, n in before.items()):
             return True
         ledger.remove(xi, dest)

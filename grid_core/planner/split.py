@@ -25,7 +25,6 @@ weights). Each trade places one replica more in its class and changes no other c
 from __future__ import annotations
 
 from grid_core.planner.core import PlanState
-from grid_core.planner.displace import score_here
 from grid_core.planner.exchange import movables, place_direct, short_by_round, spread
 from grid_core.planner.ledger import Placed
 
@@ -99,7 +98,7 @@ def _apply(state: PlanState, a: int, z: Placed, x: int, y: int) -> bool:
     for m in (x, y):
         if ledger.fit_new(m, a) is not None:
             break
-        ledger.place(m, a, "repair", score_here(state, m, a))
+        ledger.place(m, a, "repair", state.score_now(m, a))
         placed.append(m)
     if len(placed) == 2 and spread(state, z.mi) >= before:
         place_direct(state, z.mi)

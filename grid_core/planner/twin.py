@@ -31,7 +31,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from grid_core.planner.core import PlanState
-from grid_core.planner.displace import score_here
 from grid_core.planner.exchange import movables, place_direct, short_by_round, spread
 from grid_core.planner.ledger import Placed
 
@@ -223,7 +222,7 @@ def _apply(search: _Search, y: int, a: int, b: int, w: Placed | None, pairs: lis
     if w is None:
         if ledger.fit_new(y, a) is not None:
             return False
-        ledger.place(y, a, "repair", score_here(state, y, a))
+        ledger.place(y, a, "repair", state.score_now(y, a))
         if _second(search, y, a, a, pairs):
             return True
         ledger.remove(y, a)
@@ -234,8 +233,8 @@ def _apply(search: _Search, y: int, a: int, b: int, w: Placed | None, pairs: lis
     w_before = spread(state, w.mi)
     ledger.remove(w.mi, b)
     if ledger.fit_new(w.mi, a) is None and ledger.fit_new(y, b) is None:
-        ledger.place(w.mi, a, "repair", score_here(state, w.mi, a))
-        ledger.place(y, b, "repair", score_here(state, y, b))
+        ledger.place(w.mi, a, "repair", state.score_now(w.mi, a))
+        ledger.place(y, b, "repair", state.score_now(y, b))
         if spread(state, w.mi) >= w_before and _second(search, y, a, b, pairs):
             return True
         ledger.remove(y, b)
@@ -252,7 +251,7 @@ def _second(search: _Search, y: int, a: int, b: int, pairs: list[Pair]) -> bool:
     ledger = state.ledger
     books = ledger.books
     if a in search.cand_sets[y] and ledger.fit_new(y, a) is None:
-        ledger.place(y, a, "repair", score_here(state, y, a))
+        ledger.place(y, a, "repair", state.score_now(y, a))
         return True
     targets = [
         t
@@ -286,9 +285,9 @@ def _move_for(search: _Search, y: int, b2: int, w2: Placed, t: int) -> bool:
     before = spread(state, w2.mi)
     ledger.remove(w2.mi, b2)
     if ledger.fit_new(w2.mi, t) is None:
-        ledger.place(w2.mi, t, "repair", score_here(state, w2.mi, t))
+        ledger.place(w2.mi, t, "repair", state.score_now(w2.mi, t))
         if ledger.fit_new(y, b2) is None and spread(state, w2.mi) >= before:
-            ledger.place(y, b2, "repair", score_here(state, y, b2))
+            ledger.place(y, b2, "repair", state.score_now(y, b2))
             return True
         ledger.remove(w2.mi, t)
     ledger.place(w2.mi, b2, cur.reason, cur.score)
