@@ -125,6 +125,8 @@ def _displace_one(search: _Search, xi: int, dropped: set[int]) -> bool:
             continue
         short_inc = mems[a] + ledger.headroom_extra(xi, a) - book.inc_free
         short_raw = mems[a] - book.raw_free
+        if not _may_free(leaving, short_inc, short_raw):
+            continue  # no set small enough frees the room (listing them would cost C(n, 3))
         slot_full = len(book.present) >= book.max_models
         sets = _minimal_sets(leaving, short_inc, short_raw, slot_full)
         if not sets:
@@ -150,6 +152,18 @@ def _droppable(state: PlanState, p: Placed, prio: int) -> bool:
     """Whether the new replica ``p`` may leave the plan for a model of priority ``prio``:
     its model's class is lower (the order in which the classes place says the same)."""
     return state.profiles[p.mi].priority < prio
+
+
+def _may_free(leaving: Sequence[Placed], short_inc: int, short_raw: int) -> bool:
+    """Whether the :data:`DISPLACE_MAX_LEAVING` replicas of ``leaving`` that free the most
+    could free ``short_inc`` incremental and ``short_raw`` desired-ledger MB (each ledger
+    on its own): a necessary condition for :func:`_minimal_sets` to find any set, in
+    O(n log n) where listing the sets costs O(n^3) and counts no step when none frees
+    enough."""
+    k = DISPLACE_MAX_LEAVING
+    top_inc = sum(sorted((p.inc_mb for p in leaving), reverse=True)[:k])
+    top_raw = sum(sorted((p.raw_mb for p in leaving), reverse=True)[:k])
+    return top_inc >= short_inc and top_raw >= short_raw
 
 
 def _minimal_sets(

@@ -227,6 +227,10 @@ def place_pins(state: PlanState) -> None:
 
 
 # --- 5. fair rounds -----------------------------------------------------------------------
+PLACE_PHASES = ("baseline", "direct", "inferred", "standby")
+"""The phases in which :func:`place_class` places one class, most important first."""
+
+
 def place_class(state: PlanState, models: list[int]) -> None:
     """Baseline rounds, then direct-demand rounds, then inferred-only rounds, then standby
     rounds for one class.
@@ -236,7 +240,7 @@ def place_class(state: PlanState, models: list[int]) -> None:
     standby (a workload's chosen model on idle capacity before any request) comes last.
     """
     stuck = {mi for mi in models if not state.cands[mi]}  # no host could ever take them
-    for phase in ("baseline", "direct", "inferred", "standby"):
+    for phase in PLACE_PHASES:
 
         def target(mi: int, phase: str = phase) -> int:
             if (
@@ -255,6 +259,20 @@ def place_class(state: PlanState, models: list[int]) -> None:
             if not active:
                 break
             _fair_round(state, active, stuck)
+
+
+def replica_phase(state: PlanState, mi: int, k: int) -> int:
+    """Index in :data:`PLACE_PHASES` of the phase that places ``mi``'s ``k``-th replica
+    (1-based): its required baseline up to ``min(min_replicas, desired)``, then the phase
+    its demand belongs to (direct, inferred only, standby only). A trade inside one class
+    that drops a replica of an earlier phase for replicas of later ones only would undo
+    that order (specification, "Global placement loop": baselines first, then direct
+    demand, then inferred prewarms)."""
+    if k <= min(state.profiles[mi].min_replicas, state.desired[mi]):
+        return 0
+    if _standby_only(state, mi):
+        return 3
+    return 2 if _inferred_only(state, mi) else 1
 
 
 def _inferred_only(state: PlanState, mi: int) -> bool:

@@ -16,7 +16,10 @@ staged), for classes with two or more short models, highest class first:
   are not on ``a`` both fit there once it has left; ``z``'s model may then land directly
   elsewhere;
 * the trade is kept only when both fit every hard rule of the ledger and ``z``'s model
-  spans no fewer failure domains than before; otherwise the ledger is restored.
+  spans no fewer failure domains than before; otherwise the ledger is restored;
+* ``z`` never leaves for two replicas that both belong to a later placement phase than its
+  own (:func:`~grid_core.planner.phases.replica_phase`): a model's required baseline
+  replica does not make way for demand, nor a direct-demand one for two prewarms.
 
 Only new replicas leave (nothing live, no pin reservation, hold or replica on its cached
 weights). Each trade places one replica more in its class and changes no other class.
@@ -27,19 +30,26 @@ from __future__ import annotations
 from grid_core.planner.core import PlanState
 from grid_core.planner.exchange import movables, place_direct, short_by_round, spread
 from grid_core.planner.ledger import Placed
+from grid_core.planner.phases import replica_phase
 
 SPLIT_BUDGET = 3_000
 """Pairs of short models the split trades of one plan may try (each one passes a quick
 memory test first). On the 64x32 fleets at occupancy 0 (seeds 1-260) 3,000 and 10,000
 place the same; a plan where nothing more fits spends 0.2-2 ms of CPU here."""
 
+SPLIT_SCAN_BUDGET = 50_000
+"""Quick memory tests (a leaving replica against the two smallest short models, a pair
+against the room it leaves) the split trades of one plan may make together. The 289
+bench fleets make at most a few hundred; a large one-class fleet where almost no pair fits
+(256 hosts of four slots, 64 short models) made 7.3 million (430 ms) before this bound."""
+
 
 def split_rounds(state: PlanState) -> int:
     """Make split trades, one at a time from the highest class with two short models,
-    until none is found or the budget is spent; returns the replicas added."""
+    until none is found or a budget is spent; returns the replicas added."""
     added = 0
-    spent = [0]
-    while spent[0] <= SPLIT_BUDGET:
+    spent = [0, 0]  # pairs tried, quick tests made
+    while spent[0] <= SPLIT_BUDGET and spent[1] <= SPLIT_SCAN_BUDGET:
         short = short_by_round(state)
         classes = sorted({state.profiles[mi].priority for mi in short}, reverse=True)
         for prio in classes:
@@ -54,9 +64,12 @@ def split_rounds(state: PlanState) -> int:
 
 def _split_one(state: PlanState, xs: list[int], prio: int, spent: list[int]) -> bool:
     """One split trade for two of the short models ``xs`` (class ``prio``, round order);
-    True when made (else the ledger is unchanged). ``spent`` counts the pairs tried."""
+    True when made (else the ledger is unchanged). ``spent`` counts the pairs tried and
+    the quick tests made (:data:`SPLIT_BUDGET`, :data:`SPLIT_SCAN_BUDGET`)."""
     books = state.ledger.books
+    count = state.ledger.count
     cand = [set(state.cands[mi]) for mi in xs]
+    gain = {mi: replica_phase(state, mi, count[mi] + 1) for mi in xs}
     for a in sorted(set().union(*cand)):
         book = books[a]
         if book.blocked or not book.eligible:
@@ -68,14 +81,26 @@ def _split_one(state: PlanState, xs: list[int], prio: int, spent: list[int]) -> 
         ]
         if len(here) < 2:
             continue
+        least = sum(sorted(state.mem_rows[mi][a] for mi in here)[:2])
         for z in movables(state, a, largest_first=True):
-            if state.profiles[z.mi].priority != prio or state.ledger.count[z.mi] <= 1:
+            if state.profiles[z.mi].priority != prio or count[z.mi] <= 1:
                 continue  # its class only, and never a model's last replica
+            lose = replica_phase(state, z.mi, count[z.mi])
             room_inc = book.inc_free + z.inc_mb
             room_raw = book.raw_free + z.raw_mb
+            spent[1] += 1
+            if spent[1] > SPLIT_SCAN_BUDGET:
+                return False
+            if least > room_inc or least > room_raw:
+                continue  # quick: not even the two smallest fit where ``z`` was
             for j, x in enumerate(here):  # (``z``'s model is on ``a``, so not among them)
                 mx = state.mem_rows[x][a]
                 for y in here[j + 1 :]:
+                    if gain[x] > lose and gain[y] > lose:
+                        continue  # both of a later phase than ``z``: the class order forbids
+                    spent[1] += 1
+                    if spent[1] > SPLIT_SCAN_BUDGET:
+                        return False
                     both = mx + state.mem_rows[y][a]
                     if both > room_inc or both > room_raw:
                         continue  # quick: the two do not fit where ``z`` was

@@ -18,7 +18,10 @@ short models of the lowest class that still has any:
   ``a`` (``y`` fits ``b`` once ``w`` has left);
 * a second replica of ``y`` then takes ``a``, or a host whose new replica moves to ``a`` or
   ``b`` (the only hosts the first step changed);
-* ``z``'s model may land directly elsewhere afterwards.
+* ``z``'s model may land directly elsewhere afterwards;
+* ``z`` never leaves when ``y``'s next replica belongs to a later placement phase than
+  ``z``'s own (:func:`~grid_core.planner.phases.replica_phase`): a required baseline
+  replica does not make way for demand, nor a direct-demand one for prewarms.
 
 Each move obeys the ledger's hard rules and no moved model spans fewer failure domains; a
 trade is applied whole or not at all. Only new replicas move or leave (nothing live, no pin
@@ -33,6 +36,7 @@ from dataclasses import dataclass
 from grid_core.planner.core import PlanState
 from grid_core.planner.exchange import movables, place_direct, short_by_round, spread
 from grid_core.planner.ledger import Placed
+from grid_core.planner.phases import replica_phase
 
 TWIN_BUDGET = 10_000
 """Steps (a short model's candidate hosts listed, a leaving pair compared with a dropped
@@ -117,12 +121,15 @@ def _twin_one(search: _Search, y: int) -> bool:
     prio = state.profiles[y].priority
     y_cands = search.cand_sets[y]
     y_id = state.profiles[y].model_id
+    gain = replica_phase(state, y, ledger.count[y] + 1)
     for a, book in enumerate(books):
         if book.blocked or not book.eligible:
             continue
         for z in movables(state, a, largest_first=True):
             if state.profiles[z.mi].priority != prio or ledger.count[z.mi] <= 1:
                 continue  # its class only, and never a model's last replica
+            if replica_phase(state, z.mi, ledger.count[z.mi]) < gain:
+                continue  # a replica of an earlier phase than ``y``'s next one stays
             room = min(book.inc_free + z.inc_mb, book.raw_free + z.raw_mb)
             opts: list[tuple[int, Placed | None]] = []
             if a in y_cands and y_id not in book.present and state.mem_rows[y][a] <= room:

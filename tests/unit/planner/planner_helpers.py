@@ -122,17 +122,22 @@ def layout_state(
     *,
     live: tuple[str, str] | None = None,
     spent: bool = True,
+    inferred: tuple[str, ...] = (),
 ) -> PlanState:
     """A plan state (for the repair passes) with ``layout``'s (model, host) new replicas
     placed, ``live`` (model, host) kept as an incumbent, ``wants`` replicas wanted per model
-    and, with ``spent``, the shared repair budgets used up as the classes above leave them on
-    a large fleet."""
+    (direct demand, or demand only inferred for the models in ``inferred``) and, with
+    ``spent``, the shared repair budgets used up as the classes above leave them on a large
+    fleet."""
     inputs = canonical_inputs(
         PlanInputs(
             now=NOW,
             profiles=tuple(models),
             hosts=tuple(hosts),
-            demand={m: demand(m, n) for m, n in wants.items()},
+            demand={
+                m: demand(m, n, direct=False, inferred_rps=1.0) if m in inferred else demand(m, n)
+                for m, n in wants.items()
+            },
             policy=POLICY,
         )
     )

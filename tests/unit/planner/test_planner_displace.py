@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from planner_helpers import layout_state, mac_host, model, res, state_where
 
+from grid_core.planner import split
 from grid_core.planner.core import PlanState
 from grid_core.planner.displace import displace_rounds
 from grid_core.planner.exchange import exchange_rounds
@@ -180,3 +181,47 @@ def test_one_replica_makes_way_for_two_replicas_of_a_short_model():
         ("y20", "c-mac-1slot"),
         ("z4", "e-mac-1slot"),
     }
+
+
+def test_a_required_baseline_replica_never_makes_way_for_demand_of_its_class():
+    # "z16" must keep two replicas (min_replicas 2); "x5" and "y6" only have demand. The
+    # baseline round places before the demand rounds, so the split may not undo it.
+    models = [
+        model("z16", 16, min_replicas=2, max_replicas=4),
+        *(model(m.model_id, m.memory_mb / 1024, max_replicas=4) for m in SPLIT_MODELS[1:]),
+    ]
+    wants = {"z16": 2, "w6": 1, "x5": 1, "y6": 1}
+    state = layout_state(SPLIT_HOSTS, models, SPLIT_LAYOUT, wants, spent=False)
+    before = state_where(state)
+    assert split_rounds(state) == 0
+    assert twin_rounds(state) == 0
+    assert state_where(state) == before
+    # The twin trade: "z4" held at its minimum of two keeps its replica on the server.
+    models = [model("z4", 4, priority=0, required_tags=("t",), min_replicas=2, max_replicas=4)]
+    models += [m for m in TWIN_MODELS if m.model_id != "z4"]
+    wants = {"w45": 1, "f10": 1, "z4": 2, "y20": 2, "v23": 1}
+    state = layout_state(TWIN_HOSTS, models, TWIN_LAYOUT, wants, spent=False)
+    before = state_where(state)
+    assert twin_rounds(state) == 0
+    assert state_where(state) == before
+
+
+def test_a_direct_demand_replica_never_makes_way_for_prewarms_of_its_class():
+    # "y20"'s demand is inferred only: the replica of "z4" that real traffic asked for stays.
+    wants = {"w45": 1, "f10": 1, "z4": 2, "y20": 2, "v23": 1}
+    state = layout_state(
+        TWIN_HOSTS, TWIN_MODELS, TWIN_LAYOUT, wants, spent=False, inferred=("y20",)
+    )
+    before = state_where(state)
+    assert twin_rounds(state) == 0
+    assert state_where(state) == before
+
+
+def test_the_split_search_stops_at_its_quick_test_budget(monkeypatch):
+    # The quick memory tests are counted too: with none allowed the split makes no trade.
+    monkeypatch.setattr(split, "SPLIT_SCAN_BUDGET", 0)
+    wants = {"z16": 2, "w6": 1, "x5": 1, "y6": 1}
+    state = layout_state(SPLIT_HOSTS, SPLIT_MODELS, SPLIT_LAYOUT, wants, spent=False)
+    before = state_where(state)
+    assert split_rounds(state) == 0
+    assert state_where(state) == before
