@@ -177,8 +177,10 @@ def _solve_with_replans(
     the start (:mod:`.holds`), kept only when it improves too; then exchange repair on the
     plan kept, one size-priced candidate (:func:`_size_candidate`), the settling repair for
     what is still short (:mod:`.settle`), the lower-class-aware candidate
-    (:func:`_lower_class_candidate`), lower-class displacement (:mod:`.displace`), long
-    ejection chains (:mod:`.longchains`), pair exchanges (:mod:`.pairswap`), split and
+    (:func:`_lower_class_candidate`), long ejection chains (:mod:`.longchains`), pair
+    exchanges (:mod:`.pairswap`), lower-class displacement (:mod:`.displace`; the chains
+    and pair exchanges run again when it placed anything, so the trades start from the plan
+    the repairs that only add make and never leave it worse in priority order), split and
     twin trades (:mod:`.split`, :mod:`.twin`) and, last, on a plan that leaves nothing
     short, the spare-host moves (:mod:`.spare`)."""
     best = PlanState(canon, terms, selector, topology=topo)
@@ -210,9 +212,11 @@ def _solve_with_replans(
         best = _size_candidate(canon, terms, selector, best, before)
         settle(best)
         best = _lower_class_candidate(canon, terms, selector, best)
-        displace_rounds(best)
         long_chains(best)
         pair_exchange_rounds(best)
+        if displace_rounds(best):
+            long_chains(best)
+            pair_exchange_rounds(best)
         split_rounds(best)
         twin_rounds(best)
         keep_spare(best)

@@ -225,3 +225,31 @@ def test_the_split_search_stops_at_its_quick_test_budget(monkeypatch):
     before = state_where(state)
     assert split_rounds(state) == 0
     assert state_where(state) == before
+
+
+def test_the_trades_never_leave_a_plan_worse_in_priority_order_than_the_repairs_alone(
+    monkeypatch,
+):
+    """A random 19-host fleet (tests/data/fleets): a displacement placed one priority-1
+    replica more, but it took room the long chains and pair exchanges after it would have
+    used for two (priority 1: 37 without the trades, 36 with them). The repairs that only
+    add now run before the first displacement too, so the trades start from their plan."""
+    from pathlib import Path
+
+    from grid_bench.fleet import fleet_inputs, load_fleet
+    from planner_helpers import PLUGINS
+
+    import grid_core.planner as planner
+
+    fleet = Path(__file__).parents[2] / "data/fleets/19x28-displace-first.json"
+    inputs = fleet_inputs(load_fleet(fleet))
+    prio = {p.model_id: p.priority for p in inputs.profiles}
+
+    def by_class() -> list[int]:
+        got = planner.plan(inputs, PLUGINS.planner_hooks(), reuse=False)
+        return [sum(prio[a.model_id] == c for a in got.assignments) for c in (3, 2, 1, 0)]
+
+    with_trades = by_class()
+    for name in ("displace_rounds", "split_rounds", "twin_rounds"):
+        monkeypatch.setattr(planner, name, lambda state: 0)
+    assert with_trades >= by_class() == [19, 10, 37, 3]
