@@ -27,9 +27,10 @@ pass makes that trade:
 
 Only new replicas move (nothing live, no pin reservation or hold, no replica on a host that
 holds its cached weights), so the pass only ever adds a replica of a short model: no class
-places fewer. It runs once, last among the packing passes, on the plan the planner keeps,
-for the models still short (highest priority first, one replica per model per round); a
-plan it does not change is byte-identical.
+places fewer. It runs after the long chains on the plan the planner keeps (and once more
+after a displacement that placed anything, :mod:`.displace`), for the models still short
+(highest priority first, one replica per model per round); a plan it does not change is
+byte-identical.
 """
 
 from __future__ import annotations

@@ -8,8 +8,9 @@ The fair rounds give every model of a class one replica per round, so a large re
 hold a host's memory or its last model slot where two smaller short models of the same class
 would both fit (64x32 seed 162: the exact optimum places fewer of a large priority-0 model
 and more of a small one). Every other repair keeps each placed replica, so none makes that
-trade. This pass runs last among the packing passes, on the plan the planner keeps (nothing
-staged), for classes with two or more short models, highest class first:
+trade. This pass runs after the displacement and before the twin trades, on the plan the
+planner keeps (nothing staged), for classes with two or more short models, highest class
+first:
 
 * a new replica ``z`` of the class on host ``a`` (never its model's last replica; its
   model may be short itself) leaves the plan, and two other short models of the class that
