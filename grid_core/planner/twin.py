@@ -235,17 +235,12 @@ def _apply(search: _Search, y: int, a: int, b: int, w: Placed | None, pairs: lis
         ledger.remove(y, a)
         return False
     cur = ledger.books[b].models.get(w.mi)
-    if cur is None:
+    if cur is None or not _move_for(search, y, b, w, a):
         return False
-    w_before = spread(state, w.mi)
-    ledger.remove(w.mi, b)
-    if ledger.fit_new(w.mi, a) is None and ledger.fit_new(y, b) is None:
-        ledger.place(w.mi, a, "repair", state.score_now(w.mi, a))
-        ledger.place(y, b, "repair", state.score_now(y, b))
-        if spread(state, w.mi) >= w_before and _second(search, y, a, b, pairs):
-            return True
-        ledger.remove(y, b)
-        ledger.remove(w.mi, a)
+    if _second(search, y, a, b, pairs):
+        return True
+    ledger.remove(y, b)
+    ledger.remove(w.mi, a)
     ledger.place(w.mi, b, cur.reason, cur.score)
     return False
 
