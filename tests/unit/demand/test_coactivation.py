@@ -116,6 +116,27 @@ def _profile(mid: str, memory: int = 1000) -> ModelProfile:
     return ModelProfile(model_id=mid, memory_mb=memory, runtimes=("llama.cpp",), min_replicas=0)
 
 
+def _one_slot_host(host_id: str) -> HostSnapshot:
+    """A free 4,000 MB llama.cpp host with one model slot."""
+    return HostSnapshot(
+        host_id=host_id,
+        capacity_mb=4000,
+        heartbeat_age_s=1.0,
+        runtimes=("llama.cpp",),
+        max_models=1,
+    )
+
+
+def _plan_on(profiles: tuple[ModelProfile, ...], hosts: tuple[HostSnapshot, ...]):  # type: ignore[no-untyped-def]  # test helper
+    """``plan_with_predictions``' planning callback over fixed profiles and hosts (nothing
+    held, so the released replicas it names change nothing)."""
+
+    def plan_of(d: dict[str, ModelDemand], released: frozenset):  # type: ignore[no-untyped-def, type-arg]  # test helper
+        return plan(PlanInputs(now=T0, profiles=profiles, hosts=hosts, demand=d), PlannerHooks())
+
+    return plan_of
+
+
 def test_sequence_prediction_becomes_inferred_demand_with_its_edge() -> None:
     seq = SequenceBook()
     t = T0
@@ -167,13 +188,7 @@ def test_inferred_demand_never_preempts_direct_work() -> None:
     assert [(a.host_id, a.model_id) for a in result.assignments] == [("h1", "direct")]
     assert not result.evictions
     # With a free second host the same inference uses the spare capacity.
-    free = HostSnapshot(
-        host_id="h2",
-        capacity_mb=4000,
-        heartbeat_age_s=1.0,
-        runtimes=("llama.cpp",),
-        max_models=1,
-    )
+    free = _one_slot_host("h2")
     result = plan(
         PlanInputs(now=T0, profiles=profiles, hosts=(host, free), demand=inferred),
         PlannerHooks(),
@@ -187,9 +202,6 @@ def test_a_prediction_never_displaces_what_the_plan_would_serve_without_it() -> 
     from grid_core.demand.inference import plan_with_predictions
 
     profiles = (_profile("projected"), _profile("guess"))
-    free = HostSnapshot(
-        host_id="h1", capacity_mb=4000, heartbeat_age_s=1.0, runtimes=("llama.cpp",), max_models=1
-    )
     demand = {
         "projected": ModelDemand(
             model_id="projected", desired_replicas=1, inferred_rps=0.01, reasons=("workload",)
@@ -200,9 +212,7 @@ def test_a_prediction_never_displaces_what_the_plan_would_serve_without_it() -> 
         model_id="guess", kind="sequence", edge="a→guess", confidence=1.0, support=9, rate_rps=9.0
     )
 
-    def plan_of(d: dict[str, ModelDemand], released: frozenset):  # type: ignore[no-untyped-def, type-arg]  # test helper
-        return plan(PlanInputs(now=T0, profiles=profiles, hosts=(free,), demand=d), PlannerHooks())
-
+    plan_of = _plan_on(profiles, (_one_slot_host("h1"),))
     chosen, used = plan_with_predictions(plan_of, demand, [row], {p.model_id: p for p in profiles})
     assert [(a.host_id, a.model_id) for a in chosen.assignments] == [("h1", "projected")]
     assert used["guess"].desired_replicas == 0
@@ -216,9 +226,6 @@ def test_a_prediction_never_takes_the_host_of_a_model_that_also_has_real_demand(
     from grid_core.demand.inference import plan_with_predictions
 
     profiles = (_profile("writer"), _profile("video", memory=3000))
-    free = HostSnapshot(
-        host_id="h1", capacity_mb=4000, heartbeat_age_s=1.0, runtimes=("llama.cpp",), max_models=1
-    )
     demand = {
         "writer": ModelDemand(
             model_id="writer", desired_replicas=1, inferred_rps=0.01, reasons=("workload",)
@@ -232,9 +239,7 @@ def test_a_prediction_never_takes_the_host_of_a_model_that_also_has_real_demand(
         for m, r in (("writer", 0.5), ("video", 9.0))
     ]
 
-    def plan_of(d: dict[str, ModelDemand], released: frozenset):  # type: ignore[no-untyped-def, type-arg]  # test helper
-        return plan(PlanInputs(now=T0, profiles=profiles, hosts=(free,), demand=d), PlannerHooks())
-
+    plan_of = _plan_on(profiles, (_one_slot_host("h1"),))
     chosen, used = plan_with_predictions(plan_of, demand, rows, {p.model_id: p for p in profiles})
     assert [(a.host_id, a.model_id) for a in chosen.assignments] == [("h1", "writer")]
     assert used["video"].desired_replicas == 0

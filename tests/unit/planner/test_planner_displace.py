@@ -96,8 +96,9 @@ def test_a_displacement_never_takes_live_work_and_never_drops_a_higher_class():
     before = state_where(state)
     assert displace_rounds(state) == 0
     assert state_where(state) == before
-    # The same layout with "m5" at priority 0 and "big" at priority 0: no class is lower
-    # than the short model's, so nothing may leave the plan for it.
+    # The same layout with "big" at priority 0, the lowest class: no class is lower than
+    # the short model's, so nothing may leave the plan for it (and "m5", priority 2, is
+    # higher).
     models = [model("big", 45, priority=0), *SEED6_MODELS[1:]]
     wants = {m.model_id: 1 for m in models}
     state = layout_state(SEED6_HOSTS, models, SEED6_LAYOUT, wants, spent=False)
