@@ -20,7 +20,10 @@ planner keeps (nothing staged):
   they fit now, or to a host where one or two new lower-class replicas leave the plan for
   them (:func:`_land_by_drop`);
 * sets that drop the fewest replicas are tried first; a trade is applied whole or not at
-  all, and no moved model spans fewer failure domains than before;
+  all, no moved model spans fewer failure domains than before, and a model that loses
+  replicas spans no fewer than before or than its remaining replicas can (a failure-domain
+  minimum is a hard rule where the replicas can meet it: the trade may cut a model's spread
+  only as far as it cuts its count; :func:`_spread_kept`);
 * the models that lost replicas then land directly where they fit (the passes after this
   one may place them too).
 
@@ -199,6 +202,7 @@ def _apply(
     ledger = state.ledger
     prio = state.profiles[xi].priority
     kept = {p.mi: spread(state, p.mi) for p in group if p.mi not in drop}
+    spans = [spread(state, m) for m in range(len(state.profiles))]
     for p in group:
         ledger.remove(p.mi, a)
     moved: list[tuple[int, int]] = []
@@ -221,8 +225,13 @@ def _apply(
                 break
             moved.append((p.mi, got[0].hi))
             gone += got
-        if ok and all(spread(state, m) >= n for m, n in kept.items()):
-            return [p.mi for p in group if p.mi in drop] + [r.mi for r in gone]
+        lost = [p.mi for p in group if p.mi in drop] + [r.mi for r in gone]
+        if (
+            ok
+            and all(spread(state, m) >= n for m, n in kept.items())
+            and all(_spread_kept(state, m, spans[m]) for m in lost)
+        ):
+            return lost
         for m, h in reversed(moved):
             ledger.remove(m, h)
         for r in gone:
@@ -231,6 +240,15 @@ def _apply(
     for p in group:
         ledger.place(p.mi, a, p.reason, p.score)
     return None
+
+
+def _spread_kept(state: PlanState, m: int, before: int) -> bool:
+    """Whether ``m``, having lost replicas to a trade, still spans as many failure domains as
+    before (counted up to what it requires) or as its remaining replicas can: a model's
+    failure-domain minimum is a hard rule where its replicas can meet it, so a trade may cut
+    its spread only as far as it cuts its count."""
+    left = state.ledger.count[m]
+    return spread(state, m) >= (before if before < left else left)
 
 
 def _land_by_drop(state: PlanState, m: int, a: int, prio: int) -> list[Placed] | None:

@@ -254,3 +254,39 @@ def test_the_trades_never_leave_a_plan_worse_in_priority_order_than_the_repairs_
     for name in ("displace_rounds", "split_rounds", "twin_rounds"):
         monkeypatch.setattr(planner, name, lambda state: 0)
     assert with_trades >= by_class() == [19, 10, 37, 3]
+
+
+SPREAD_HOSTS = [
+    mac_host("a-fd2", 24, max_models=1, failure_domain="fd-2", tags=("tx",)),
+    mac_host("c1-fd1", 24, max_models=1, failure_domain="fd-1"),
+    mac_host("c2-fd1", 24, max_models=1, failure_domain="fd-1"),
+    mac_host("d-fd1", 24, max_models=1, failure_domain="fd-1"),
+]
+"""One single-slot host in fd-2 (the only one "x" may use) and three in fd-1, one empty."""
+SPREAD_MODELS = [
+    model("x", 12, priority=1, required_tags=("tx",)),
+    model("z", 6, priority=0, max_replicas=3, min_failure_domains=2),
+]
+SPREAD_LAYOUT = [("z", "a-fd2"), ("z", "c1-fd1"), ("z", "c2-fd1")]
+""""z" spans both domains with three replicas, its only fd-2 replica on the host "x" needs."""
+
+
+def test_a_displacement_never_leaves_a_lower_class_model_below_the_domains_its_replicas_cover():
+    # Dropping z's fd-2 replica would leave z two replicas, both in fd-1: fewer domains than
+    # it requires although it has the replicas to span them and did. Its failure-domain
+    # minimum is a hard rule where feasible, so the trade is not made and "x" stays short
+    # (before this rule it was made).
+    state = layout_state(SPREAD_HOSTS, SPREAD_MODELS, SPREAD_LAYOUT, {"x": 1, "z": 3}, spent=False)
+    assert displace_rounds(state) == 0
+    assert state_where(state) == set(SPREAD_LAYOUT)
+
+
+def test_a_displacement_may_cut_a_lower_class_spread_only_as_far_as_its_count_falls():
+    # With two replicas wanted, the fd-2 one leaving leaves one replica: one domain is all
+    # one replica can span, so the trade stands (the shape of 64x32 seed 139, where a
+    # priority-1 replica takes the host of a priority-0 model's second replica).
+    layout = [("z", "a-fd2"), ("z", "c1-fd1")]
+    hosts = SPREAD_HOSTS[:2]
+    state = layout_state(hosts, SPREAD_MODELS, layout, {"x": 1, "z": 2}, spent=False)
+    assert displace_rounds(state) == 1
+    assert state_where(state) == {("x", "a-fd2"), ("z", "c1-fd1")}
