@@ -9,8 +9,8 @@ seed 256 the exact program drops a priority-0 replica from a slot-full six-slot 
 45 GB priority-2 replica moves into its place, the short model takes the room it leaves,
 and a second replica of the short model takes a host whose new replica moves to that same
 roomy host. The other repairs keep every placed replica, so none makes that trade. This pass
-does, last among the packing passes, on the plan the planner keeps (nothing staged), for the
-short models of the lowest class that still has any:
+does, after the split trades (only the deep chains follow it), on the plan the planner keeps
+(nothing staged), for the short models of the lowest class that still has any:
 
 * a new replica ``z`` of that class on a host ``a`` (never its model's last replica, and
   its model keeps its failure-domain spread) leaves the plan;
@@ -69,8 +69,51 @@ class _Search:
 
 def twin_rounds(state: PlanState) -> int:
     """Make twin trades for the short models of the lowest class that has any, one at a
-    time in round order, until none is found or the budget is spent; returns the replicas
-    added."""
+    time in round order, until none is found or the budget is spent, then take off every
+    replica beyond what its model needs (:func:`trim_surplus`); returns the replicas added
+    (net of those taken off)."""
+    before = sum(state.ledger.count)
+    _trades(state)
+    trim_surplus(state)
+    return sum(state.ledger.count) - before
+
+
+def trim_surplus(state: PlanState) -> int:
+    """Take off the new replicas a model holds beyond :meth:`PlanState.needed` (a twin
+    trade for a model one replica short places two), lowest placement score first, keeping
+    the model's failure-domain spread; then give the models still short a direct landing
+    each, in round order, while any lands. Returns the replicas taken off. Only new
+    replicas leave (nothing live, no pin reservation, hold or replica on its cached
+    weights)."""
+    ledger = state.ledger
+    taken = 0
+    for mi in range(len(state.profiles)):
+        extra = ledger.count[mi] - state.needed(mi)
+        if extra <= 0:
+            continue
+        mine = [p for hi in state.cands[mi] for p in movables(state, hi, False) if p.mi == mi]
+        mine.sort(key=lambda p: (p.score if p.score is not None else 0.0, -p.hi))
+        for p in mine:
+            if extra <= 0:
+                break
+            spans = spread(state, mi)
+            ledger.remove(mi, p.hi)
+            if spread(state, mi) < spans:
+                ledger.place(mi, p.hi, p.reason, p.score)
+                continue
+            extra -= 1
+            taken += 1
+    if taken:
+        landed = True
+        while landed:
+            landed = False
+            for mi in short_by_round(state):
+                landed = place_direct(state, mi) or landed
+    return taken
+
+
+def _trades(state: PlanState) -> int:
+    """The twin trades of :func:`twin_rounds`; returns how many were made."""
     search = _Search(state, [set(hs) for hs in state.cands])
     added = 0
     while search.spent <= TWIN_BUDGET:
