@@ -20,7 +20,7 @@ from grid_core.planner.displace import displace_rounds
 from grid_core.planner.exchange import exchange_rounds
 from grid_core.planner.holds import lift_holds, reserve_holds, short_models
 from grid_core.planner.hooks import NO_HOOKS, PlannerHooks
-from grid_core.planner.longchains import long_chains
+from grid_core.planner.longchains import deep_chains, long_chains
 from grid_core.planner.pairswap import pair_exchange_rounds
 from grid_core.planner.phases import (
     place_class,
@@ -181,8 +181,9 @@ def _solve_with_replans(
     exchanges (:mod:`.pairswap`), lower-class displacement (:mod:`.displace`; the chains
     and pair exchanges run again when it placed anything, so the trades start from the plan
     the repairs that only add make and never leave it worse in priority order), split and
-    twin trades (:mod:`.split`, :mod:`.twin`) and, last, on a plan that leaves nothing
-    short, the spare-host moves (:mod:`.spare`)."""
+    twin trades (:mod:`.split`, :mod:`.twin`), deeper ejection chains with a budget of their
+    own (:func:`.longchains.deep_chains`) and, last, on a plan that leaves nothing short, the
+    spare-host moves (:mod:`.spare`)."""
     best = PlanState(canon, terms, selector, topology=topo)
     _solve(best)
     for _ in range(MAX_REPLANS):
@@ -219,6 +220,7 @@ def _solve_with_replans(
             pair_exchange_rounds(best)
         split_rounds(best)
         twin_rounds(best)
+        deep_chains(best)
         keep_spare(best)
     return _result(best, digest)  # reported once, for the plan kept
 

@@ -33,6 +33,13 @@ never more than :data:`LONG_CHAIN_STEP_LIMIT` steps in all:
   free model slot and room for one more (a *cycle*: what it displaces may land back there),
   each departing replica a successor once per predecessor model.
 
+:func:`deep_chains` runs the same search once more at the very end of the packing passes,
+after the trades that drop replicas, with chains of up to :data:`DEEP_CHAIN_MOVES` moves and
+a fixed budget of its own (:data:`DEEP_CHAIN_BUDGET`), on fleets small enough for that budget
+to cover several move maps (:data:`DEEP_CHAIN_MAPS`). Run last it only adds replicas, so it
+cannot leave any plan worse in priority order: the same depth in the first pass placed
+more on some fleets but fewer on others, whose later passes then found other room.
+
 As in every repair, only new replicas move (nothing live, no pin reservation or hold, no
 replica on a host holding its cached weights), each move obeys the ledger's hard rules and
 no moved model spans fewer failure domains than before (up to its requirement): the pass only
@@ -95,6 +102,22 @@ the searches and the vacating scan stop at it; the pass then ends, keeping what 
 Twice the cap, so that work begun just below the budget ends as before: the bench fleets spend
 at most 37,498 steps (128x48 seed 402), generated 192x96 and 256x128 fleets 100,328."""
 
+DEEP_CHAIN_MOVES = 8
+"""Replicas one chain of the closing deep pass (:func:`deep_chains`) may place or move: the
+short model's replica plus up to seven displaced ones. See :data:`DEEP_CHAIN_BUDGET`."""
+DEEP_CHAIN_BUDGET = 12_000
+"""Steps (counted as in :func:`long_chains`) the deep pass of one plan may take. On fresh
+64x32 fleets at occupancy 0 (seeds 1-260) the pass adds 6 / 16 / 21 / 24 replicas with 6,000 /
+9,000 / 12,000 / 20,000 steps (8 moves; 6, 7 and 10 moves add 14, 16 and 16 at 9,000), and
+takes 1.1 ms of CPU at the median of those plans, 5.1 ms at the 90th percentile and 7.3 ms at
+most with 12,000 (8.0 and 11.5 ms with 20,000); on 64x32 s2 it places one replica in about
+8,300 steps (4 ms), on s1 it finds no chain end in about 1,300 (0.2 ms)."""
+DEEP_CHAIN_MAPS = 4
+"""Move maps (about one step per candidate (model, host) pair each, built again after every
+chain placed) that :data:`DEEP_CHAIN_BUDGET` must cover for the deep pass to run at all: on
+a fleet with more than a quarter as many candidate pairs as steps the first map would take
+most of the budget and leave nothing for a search (64x32 fleets have 1,196-1,550 pairs)."""
+
 
 def chain_budget(state: PlanState) -> int:
     """Steps one plan's long chains may spend: :data:`LONG_CHAIN_STEPS_PER_PAIR` per
@@ -130,12 +153,29 @@ def long_chains(state: PlanState) -> int:
     return added
 
 
+def deep_chains(state: PlanState) -> int:
+    """The planner's last packing search: long ejection chains of up to
+    :data:`DEEP_CHAIN_MOVES` moves for the models still short, within
+    :data:`DEEP_CHAIN_BUDGET` steps of their own (highest priority first, one replica per
+    model per round). Runs only on a fleet small enough that the budget covers
+    :data:`DEEP_CHAIN_MAPS` move maps. Returns the replicas added; like
+    :func:`long_chains` it only adds, so no class places fewer."""
+    if DEEP_CHAIN_MAPS * sum(len(hosts) for hosts in state.cands) > DEEP_CHAIN_BUDGET:
+        return 0
+    chains = _LongChains(state, DEEP_CHAIN_MOVES)
+    chains.budget = DEEP_CHAIN_BUDGET
+    return chains.rounds(DEEP_CHAIN_BUDGET)
+
+
 class _LongChains(_Chains):
     """The settling repair's shared move map (where models fit, which models fit somewhere),
     with every departing replica that makes room as a successor (:meth:`_leaving`)."""
 
-    def __init__(self, state: PlanState) -> None:
+    def __init__(self, state: PlanState, moves: int = LONG_CHAIN_MOVES) -> None:
         super().__init__(state)
+        self.moves = moves
+        """Most replicas one chain places or moves (:data:`LONG_CHAIN_MOVES`, or
+        :data:`DEEP_CHAIN_MOVES` in :func:`deep_chains`)."""
         self.budget = chain_budget(state)
         self.leaving: dict[int, list[tuple[int, Placed]]] = {}
         self.levels: dict[int, int] | None = None
@@ -150,7 +190,7 @@ class _LongChains(_Chains):
         """Whether ``steps`` more steps (and the few hosts a closing check may examine
         after a step: at most :data:`LONG_CHAIN_MOVES`) stay within
         :data:`LONG_CHAIN_STEP_LIMIT`; when not, the pass stops for good."""
-        if self.spent + steps + LONG_CHAIN_MOVES > LONG_CHAIN_STEP_LIMIT:
+        if self.spent + steps + self.moves > LONG_CHAIN_STEP_LIMIT:
             self.stopped = True
         return not self.stopped
 
@@ -214,7 +254,7 @@ class _LongChains(_Chains):
             level = dict.fromkeys(sorted(self._ends()), 0)
             frontier = list(level)
             depth = 0
-            while frontier and depth < LONG_CHAIN_MOVES:
+            while frontier and depth < self.moves:
                 depth += 1
                 nxt = []
                 for yi in frontier:
@@ -367,7 +407,8 @@ class _LongChains(_Chains):
         nodes: list[ChainNode] = [_Node(mi, None, None, None, 1, frozenset())]
         seen: set[tuple[int, int, int]] = set()
         frontier = [(0, 0)]  # (moves so far + fewest still needed, node index)
-        stop_at = LONG_CHAIN_STEP_LIMIT - LONG_CHAIN_MOVES  # as _afford(1), inline
+        most = self.moves
+        stop_at = LONG_CHAIN_STEP_LIMIT - most  # as _afford(1), inline
         while frontier and self.spent < self.budget:
             if self.stopped or self.spent >= stop_at:
                 self.stopped = True
@@ -384,10 +425,10 @@ class _LongChains(_Chains):
             parent = nodes[node.parent] if node.parent is not None else None
             if isinstance(parent, _Node) and parent.closable and self._close(nodes, k):
                 return True
-            if node.moves >= LONG_CHAIN_MOVES:
+            if node.moves >= most:
                 continue
-            last = node.moves + 1 == LONG_CHAIN_MOVES
-            reach = LONG_CHAIN_MOVES - node.moves - 1  # displacements left after a child
+            last = node.moves + 1 == most
+            reach = most - node.moves - 1  # displacements left after a child
             mems = state.mem_rows[xi]
             for hi, leaving in self._leaving(xi):
                 if self.spent >= stop_at:  # a refused _fits stops the search at the next node
@@ -411,7 +452,7 @@ class _LongChains(_Chains):
                 free_slot = room >= smallest and not (
                     book.max_models and len(book.present) >= book.max_models
                 )
-                cycle = not last and levels.get(yi, LONG_CHAIN_MOVES) > reach
+                cycle = not last and levels.get(yi, most) > reach
                 if cycle and not (
                     (cycles and free_slot and not node.cycle)
                     or (node.closable and self._could_close(nodes, k, yi))

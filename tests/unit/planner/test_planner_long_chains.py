@@ -12,7 +12,7 @@ from planner_helpers import host, layout_state, model, res, state_where
 
 from grid_core.planner.core import PlanState
 from grid_core.planner.exchange import exchange_rounds
-from grid_core.planner.longchains import long_chains
+from grid_core.planner.longchains import deep_chains, long_chains
 from grid_core.planner.repair import repair_class
 from grid_core.planner.settle import settle
 
@@ -70,6 +70,45 @@ def test_a_five_move_chain_places_what_the_settling_repair_cannot():
     state = _state(LADDER_HOSTS, LADDER_LAYOUT)
     _only_long_chains_place(state)
     assert state_where(state) == {("a", "h1"), ("b", "h2"), ("c", "h3"), ("d", "h4"), ("e", "h5")}
+
+
+DEEP_HOSTS = [
+    host("h1", 16, max_models=1, tags=("t1", "tb")),
+    host("h2", 16, max_models=1, tags=("tb", "tc")),
+    host("h3", 16, max_models=1, tags=("tc", "td")),
+    host("h4", 16, max_models=1, tags=("td", "te")),
+    host("h5", 16, max_models=1, tags=("te", "tf")),
+    host("h6", 16, max_models=1, tags=("tf",)),
+]
+"""Six single-slot hosts; each model runs on two neighbours: the ladder one host longer."""
+DEEP_MODELS = [
+    *LADDER_MODELS[:4],
+    model("e", 4, priority=1, max_replicas=1, required_tags=("te",)),
+    model("f", 3, priority=0, max_replicas=1, required_tags=("tf",)),
+]
+DEEP_LAYOUT = [("b", "h1"), ("c", "h2"), ("d", "h3"), ("e", "h4"), ("f", "h5")]
+
+
+def test_a_six_move_chain_is_left_to_the_deep_pass():
+    # As the five-move ladder, one host longer: "a" gets h1 only once five new replicas each
+    # move one host on, "f" to the empty h6. The long chains stop at five moves; the deep
+    # pass at the end of the plan (up to DEEP_CHAIN_MOVES) places it.
+    state = _state(DEEP_HOSTS, DEEP_LAYOUT, models=DEEP_MODELS)
+    before = state_where(state)
+    repair_class(state, list(range(len(state.profiles))), False)
+    assert exchange_rounds(state) == 0
+    assert settle(state) == 0
+    assert long_chains(state) == 0
+    assert state_where(state) == before
+    assert deep_chains(state) == 1
+    assert state_where(state) == {
+        ("a", "h1"),
+        ("b", "h2"),
+        ("c", "h3"),
+        ("d", "h4"),
+        ("e", "h5"),
+        ("f", "h6"),
+    }
 
 
 CLOSING_HOSTS = [

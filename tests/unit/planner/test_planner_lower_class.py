@@ -185,10 +185,11 @@ def test_the_lower_class_candidate_finishes_its_lowest_class(monkeypatch):
         alt.finish_lowest = False
         return real(alt, base, done)
 
-    # The long chains and the pair exchanges that end every plan find the same replica on
-    # this fleet by other routes; left out of both plans so that the rule under test is all
-    # that differs.
+    # The long chains, the pair exchanges and the deep chains that end every plan find the
+    # same replica on this fleet by other routes; left out of both plans so that the rule
+    # under test is all that differs.
     monkeypatch.setattr(planner_pkg, "long_chains", lambda state: 0)
+    monkeypatch.setattr(planner_pkg, "deep_chains", lambda state: 0)
     monkeypatch.setattr(planner_pkg, "pair_exchange_rounds", lambda state: 0)
     monkeypatch.setattr(planner_pkg, "behind", abandon_in_lowest)
     before = plan(fleet_inputs(FINISH_FLEET), hooks, reuse=False)
