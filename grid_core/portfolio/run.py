@@ -587,7 +587,7 @@ def admission_rows(
         elif w not in tick.report.mapping:
             rows.append(_unmapped_row(tick.report, d, tick.candidates.get(w, ())))
         else:
-            rows.append(_mapped_row(tick, d, plan, hosts))
+            rows.append(_mapped_row(tick, d, plan, hosts, fit))
     return rows
 
 
@@ -624,18 +624,30 @@ def _unmapped_row(
 
 
 def _mapped_row(
-    tick: TickPortfolio, d: WorkloadDemand, plan: Plan, hosts: Mapping[str, HostSnapshot]
+    tick: TickPortfolio,
+    d: WorkloadDemand,
+    plan: Plan,
+    hosts: Mapping[str, HostSnapshot],
+    fit: Fit,
 ) -> AdmissionRow:
-    """The row of a workload with a chosen model: how far its replicas are from serving."""
+    """The row of a workload with a chosen model: how far its replicas are from serving.
+
+    A ready replica on a throttled host where one of the model's requests outlasts the
+    protection grace (:meth:`~grid_core.portfolio.feasibility.Fit.degraded`) is not counted
+    as ready: the planner does not count it either, and the row names the host instead."""
     rep = tick.report
     m = rep.mapping[d.workload]
     c = next((c for c in tick.candidates.get(d.workload, ()) if c.model_id == m), None)
     desired = plan.desired.get(m, 0)
     planned = len(plan.hosts_of(m))
+    degraded = fit.degraded_pairs()
     ready = starting = 0
+    stranded: list[str] = []
     for h in hosts.values():
         r = h.residency(m)
-        if r is not None and r.state == "ready":
+        if r is not None and r.state == "ready" and (h.host_id, m) in degraded:
+            stranded.append(h.host_id)
+        elif r is not None and r.state == "ready":
             ready += 1
         elif r is not None and r.state in SERVING:
             starting += 1
@@ -658,6 +670,11 @@ def _mapped_row(
         )
     else:
         state, why = _unplanned_state(m, c, plan)
+    if stranded:
+        why += (
+            f"; not counted as ready: {m} on {', '.join(sorted(stranded))} (throttled; one "
+            "request would outlast the protection grace)"
+        )
     return _row_for(
         d,
         state,

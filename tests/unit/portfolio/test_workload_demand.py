@@ -215,3 +215,24 @@ def test_a_scale_down_hold_does_not_absorb_the_first_replica_of_a_workloads_mode
     assert placeable(hold) == 1
     # Served somewhere already: the hold stays whole (it keeps replicas, it asks for none).
     assert placeable(msgspec.structs.replace(hold, ready_replicas=1)) == 0
+
+
+def test_a_replica_on_a_throttled_host_it_cannot_finish_jobs_on_is_not_ready(
+    tmp_path: Path,
+) -> None:
+    """The coding model's only replica sits on a throttled host where one of its two-minute
+    requests would outlast the protection grace. The planner places a replacement on the
+    free host; the admission row must say so (planned, 0 ready) and name the throttled
+    replica, not report the workload as ready."""
+    coder = msgspec.structs.replace(CODER, expected_service_time_s=120.0)
+    ctl = _controller(tmp_path, coder)
+    hot = msgspec.structs.replace(_host("coder"), state="throttled", throttle_fraction=0.5)
+    free = msgspec.structs.replace(_host(), host_id="h2")
+    for i in range(5):
+        ctl.observe_request(_auto(NOW + i))
+    result = ctl.tick(NOW + 10, [hot, free])
+    assert result.plan.hosts_of("coder") == ("h2",)
+    assert ctl.last.portfolio is not None
+    row = next(r for r in ctl.last.portfolio.admissions if r.workload == "coding")
+    assert (row.state, row.ready, row.planned) == ("planned", 0, 1)
+    assert "not counted as ready: coder on h1 (throttled" in row.reason
