@@ -52,14 +52,22 @@ def _state(
     return layout_state(hosts, models, layout, wants, live=live)
 
 
-def _only_long_chains_place(state: PlanState) -> None:
-    """The earlier passes (repair, exchanges, settling) leave the state as it is; the long
-    chains then place one replica."""
+def _earlier_passes_place_nothing(state: PlanState, *, long: bool = False) -> None:
+    """The earlier passes (repair, exchanges, settling, and with ``long`` the long chains)
+    leave the state as it is."""
     before = state_where(state)
     repair_class(state, list(range(len(state.profiles))), False)
     assert exchange_rounds(state) == 0
     assert settle(state) == 0
+    if long:
+        assert long_chains(state) == 0
     assert state_where(state) == before
+
+
+def _only_long_chains_place(state: PlanState) -> None:
+    """The earlier passes leave the state as it is; the long chains then place one
+    replica."""
+    _earlier_passes_place_nothing(state)
     assert long_chains(state) == 1
 
 
@@ -73,10 +81,7 @@ def test_a_five_move_chain_places_what_the_settling_repair_cannot():
 
 
 DEEP_HOSTS = [
-    host("h1", 16, max_models=1, tags=("t1", "tb")),
-    host("h2", 16, max_models=1, tags=("tb", "tc")),
-    host("h3", 16, max_models=1, tags=("tc", "td")),
-    host("h4", 16, max_models=1, tags=("td", "te")),
+    *LADDER_HOSTS[:4],
     host("h5", 16, max_models=1, tags=("te", "tf")),
     host("h6", 16, max_models=1, tags=("tf",)),
 ]
@@ -94,12 +99,7 @@ def test_a_six_move_chain_is_left_to_the_deep_pass():
     # move one host on, "f" to the empty h6. The long chains stop at five moves; the deep
     # pass at the end of the plan (up to DEEP_CHAIN_MOVES) places it.
     state = _state(DEEP_HOSTS, DEEP_LAYOUT, models=DEEP_MODELS)
-    before = state_where(state)
-    repair_class(state, list(range(len(state.profiles))), False)
-    assert exchange_rounds(state) == 0
-    assert settle(state) == 0
-    assert long_chains(state) == 0
-    assert state_where(state) == before
+    _earlier_passes_place_nothing(state, long=True)
     assert deep_chains(state) == 1
     assert state_where(state) == {
         ("a", "h1"),
