@@ -15,6 +15,7 @@ import msgspec
 from grid_core.errors import ValidationError
 from grid_core.planner import topology
 from grid_core.planner.chains import CHAIN_PLAN_BUDGET
+from grid_core.planner.classtrade import class_trades
 from grid_core.planner.core import PlanState, desired_count
 from grid_core.planner.displace import displace_rounds
 from grid_core.planner.exchange import exchange_rounds
@@ -181,9 +182,9 @@ def _solve_with_replans(
     exchanges (:mod:`.pairswap`), lower-class displacement (:mod:`.displace`; the chains
     and pair exchanges run again when it placed anything, so the trades start from the plan
     the repairs that only add make and never leave it worse in priority order), split and
-    twin trades (:mod:`.split`, :mod:`.twin`), deeper ejection chains with a budget of their
-    own (:func:`.longchains.deep_chains`) and, last, on a plan that leaves nothing short, the
-    spare-host moves (:mod:`.spare`)."""
+    twin trades (:mod:`.split`, :mod:`.twin`), class trades (:mod:`.classtrade`), deeper
+    ejection chains with a budget of their own (:func:`.longchains.deep_chains`) and, last,
+    on a plan that leaves nothing short, the spare-host moves (:mod:`.spare`)."""
     best = PlanState(canon, terms, selector, topology=topo)
     _solve(best)
     for _ in range(MAX_REPLANS):
@@ -220,6 +221,7 @@ def _solve_with_replans(
             pair_exchange_rounds(best)
         split_rounds(best)
         twin_rounds(best)
+        class_trades(best)
         deep_chains(best)
         keep_spare(best)
     return _result(best, digest)  # reported once, for the plan kept

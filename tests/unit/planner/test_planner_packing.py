@@ -125,6 +125,9 @@ def test_a_replan_with_learned_prices_places_more_of_the_lower_class(monkeypatch
     monkeypatch.setattr(planner_pkg, "MAX_REPLANS", 0)
     monkeypatch.setattr(planner_pkg, "short_models", lambda state: [])  # no held-room re-plan
     monkeypatch.setattr(planner_pkg, "_size_candidate", lambda *args: args[3])  # nor size
+    # nor a class trade (a second "m1" in the place of the second "m3" on the roomy GPU host
+    # leaves room for "m2" there too)
+    monkeypatch.setattr(planner_pkg, "class_trades", lambda state: 0)
     once = run(REPLAN_MODELS, REPLAN_HOSTS, REPLAN_DEMAND, HEADROOM)
     monkeypatch.undo()
     best = run(REPLAN_MODELS, REPLAN_HOSTS, REPLAN_DEMAND, HEADROOM)
@@ -200,6 +203,8 @@ def test_a_size_priced_candidate_keeps_the_open_mac_for_small_replicas(monkeypat
     # seven priority-3 replicas and one priority-2 replica more. ("wide", priority 0,
     # fits nowhere in either plan; its shortfall is what the earlier passes price.)
     monkeypatch.setattr(planner_pkg, "_size_candidate", lambda *args: args[3])
+    # (nor a class trade: a fourth "small" in the place of a "big" on the Mac lets "mid" in)
+    monkeypatch.setattr(planner_pkg, "class_trades", lambda state: 0)
     before = run(SIZE_MODELS, SIZE_HOSTS, SIZE_DEMAND)
     monkeypatch.undo()
     after = run(SIZE_MODELS, SIZE_HOSTS, SIZE_DEMAND)
