@@ -44,7 +44,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from grid_core.planner.core import PlanState
-from grid_core.planner.exchange import movables, open_candidates, short_by_round, spread
+from grid_core.planner.exchange import (
+    land_short,
+    movables,
+    open_candidates,
+    short_by_round,
+    spread,
+    spread_kept,
+)
 from grid_core.planner.ledger import Placed
 from grid_core.planner.phases import replica_phase, round_key
 
@@ -153,28 +160,13 @@ def _apply(state: PlanState, a: int, x: int, z: Placed, prio: int) -> bool:
     does not fit, ``z``'s model would lose failure-domain spread its remaining replicas can
     cover, or nothing landed (neither class ``prio`` nor any class below it gained)."""
     ledger = state.ledger
-    profiles = state.profiles
     before = spread(state, z.mi)
     ledger.remove(z.mi, a)
-    left = ledger.count[z.mi]
-    if spread(state, z.mi) < min(before, left) or ledger.fit_new(x, a) is not None:
+    if not spread_kept(state, z.mi, before) or ledger.fit_new(x, a) is not None:
         ledger.place(z.mi, a, z.reason, z.score)
         return False
     ledger.place(x, a, "repair", state.score_now(x, a))
-    landed: list[tuple[int, int]] = []
-    while True:
-        round_landed = False
-        for y in short_by_round(state):
-            if profiles[y].priority > prio:
-                continue
-            found = state.best_host(y)
-            if found is not None:
-                ledger.place(y, found[0], "repair", found[1])
-                landed.append((y, found[0]))
-                round_landed = True
-        if not round_landed:
-            break
-    if landed:
+    if land_short(state, prio):
         return True
     ledger.remove(x, a)
     ledger.place(z.mi, a, z.reason, z.score)

@@ -23,7 +23,7 @@ planner keeps (nothing staged):
   all, no moved model spans fewer failure domains than before, and a model that loses
   replicas spans no fewer than before or than its remaining replicas can (a failure-domain
   minimum is a hard rule where the replicas can meet it: the trade may cut a model's spread
-  only as far as it cuts its count; :func:`_spread_kept`);
+  only as far as it cuts its count; :func:`~grid_core.planner.exchange.spread_kept`);
 * the models that lost replicas then land directly where they fit (the passes after this
   one may place them too).
 
@@ -47,6 +47,7 @@ from grid_core.planner.exchange import (
     repairable_hosts,
     short_by_round,
     spread,
+    spread_kept,
 )
 from grid_core.planner.ledger import Placed
 from grid_core.planner.phases import round_key
@@ -229,7 +230,7 @@ def _apply(
         if (
             ok
             and all(spread(state, m) >= n for m, n in kept.items())
-            and all(_spread_kept(state, m, spans[m]) for m in lost)
+            and all(spread_kept(state, m, spans[m]) for m in lost)
         ):
             return lost
         for m, h in reversed(moved):
@@ -240,15 +241,6 @@ def _apply(
     for p in group:
         ledger.place(p.mi, a, p.reason, p.score)
     return None
-
-
-def _spread_kept(state: PlanState, m: int, before: int) -> bool:
-    """Whether ``m``, having lost replicas to a trade, still spans as many failure domains as
-    before (counted up to what it requires) or as its remaining replicas can: a model's
-    failure-domain minimum is a hard rule where its replicas can meet it, so a trade may cut
-    its spread only as far as it cuts its count."""
-    left = state.ledger.count[m]
-    return spread(state, m) >= (before if before < left else left)
 
 
 def _land_by_drop(state: PlanState, m: int, a: int, prio: int) -> list[Placed] | None:

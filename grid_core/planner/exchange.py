@@ -138,6 +138,20 @@ def place_direct(state: PlanState, xi: int) -> bool:
     return True
 
 
+def land_short(state: PlanState, at_most: int | None = None) -> int:
+    """Let the short models (of priority ``at_most`` and below, or all) land directly where
+    they fit (:func:`place_direct`), in round order, one replica each per round, while any
+    lands; returns the replicas placed. The last step of a trade that freed room."""
+    placed = 0
+    while True:
+        before = placed
+        for mi in short_by_round(state):
+            if at_most is None or state.profiles[mi].priority <= at_most:
+                placed += place_direct(state, mi)
+        if placed == before:
+            return placed
+
+
 def open_candidates(state: PlanState, mi: int) -> Iterator[int]:
     """``mi``'s candidate hosts (host indexes, in candidate order) that a repair may still
     give one more new replica of it: open to repair moves (not blocked), eligible, and not
@@ -305,3 +319,12 @@ def _pinned_spread(state: PlanState, mi: int, hi: int) -> bool:
 def spread(state: PlanState, mi: int) -> int:
     """Failure domains ``mi`` spans, counted up to what it requires."""
     return min(len(state.ledger.domains[mi]), state.required_domains(mi))
+
+
+def spread_kept(state: PlanState, mi: int, before: int) -> bool:
+    """Whether ``mi``, having lost replicas to a trade, still spans the ``before`` failure
+    domains it did (:func:`spread`) or as many as its remaining replicas can: a model's
+    failure-domain minimum is a hard rule where its replicas can meet it, so a trade may cut
+    its spread only as far as it cuts its count."""
+    left = state.ledger.count[mi]
+    return spread(state, mi) >= (before if before < left else left)

@@ -34,7 +34,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from grid_core.planner.core import PlanState
-from grid_core.planner.exchange import movables, place_direct, short_by_round, spread
+from grid_core.planner.exchange import (
+    land_short,
+    movables,
+    place_direct,
+    short_by_round,
+    spread,
+)
 from grid_core.planner.ledger import Placed
 from grid_core.planner.phases import replica_phase
 
@@ -104,11 +110,7 @@ def trim_surplus(state: PlanState) -> int:
             extra -= 1
             taken += 1
     if taken:
-        landed = True
-        while landed:
-            landed = False
-            for mi in short_by_round(state):
-                landed = place_direct(state, mi) or landed
+        land_short(state)
     return taken
 
 
