@@ -63,9 +63,11 @@ def _no_move_only_pass_places(state: PlanState) -> None:
     assert state_where(state) == before
 
 
-def _seed6_state(hosts: list = SEED6_HOSTS, layout: list = SEED6_LAYOUT) -> PlanState:
-    wants = {m.model_id: 1 for m in SEED6_MODELS}
-    return layout_state(hosts, SEED6_MODELS, layout, wants, spent=False)
+def _seed6_state(
+    hosts: list = SEED6_HOSTS, layout: list = SEED6_LAYOUT, models: list = SEED6_MODELS
+) -> PlanState:
+    wants = {m.model_id: 1 for m in models}
+    return layout_state(hosts, models, layout, wants, spent=False)
 
 
 def test_a_short_higher_class_model_displaces_lower_class_replicas_from_a_slot_limited_host():
@@ -99,9 +101,7 @@ def test_a_displacement_never_takes_live_work_and_never_drops_a_higher_class():
     # The same layout with "big" at priority 0, the lowest class: no class is lower than
     # the short model's, so nothing may leave the plan for it (and "m5", priority 2, is
     # higher).
-    models = [model("big", 45, priority=0), *SEED6_MODELS[1:]]
-    wants = {m.model_id: 1 for m in models}
-    state = layout_state(SEED6_HOSTS, models, SEED6_LAYOUT, wants, spent=False)
+    state = _seed6_state(models=[model("big", 45, priority=0), *SEED6_MODELS[1:]])
     before = state_where(state)
     assert displace_rounds(state) == 0
     assert state_where(state) == before
