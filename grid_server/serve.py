@@ -24,6 +24,7 @@ from grid_core.tls import server_context
 from grid_server.home import SERVER_FILE, grid_home
 
 if TYPE_CHECKING:
+    from grid_server.app import GridApp
     from grid_server.context import ServerContext
 
 DEFAULT_HOST = grids.DEFAULT_HOST
@@ -295,6 +296,14 @@ def serve(
             REGISTRATION_GRACE_S if registration_grace_s is None else registration_grace_s
         ),
     )
+    _run_uvicorn(app, sock, tls, announce)
+
+
+def _run_uvicorn(
+    app: GridApp, sock: socket.socket, tls: ServerTls | None, announce: Announcement
+) -> None:
+    """Serve ``app`` on the bound ``sock`` (HTTPS with ``tls``) until SIGINT/SIGTERM, then
+    withdraw the announcement whatever the way out."""
     ssl_files: dict[str, str] = {}
     if tls is not None:
         ssl_files = {"ssl_certfile": str(tls.cert), "ssl_keyfile": str(tls.key)}
