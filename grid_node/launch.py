@@ -147,29 +147,7 @@ def start_node(
             (the message quotes its log and last error).
     """
     sdir = config.state_dir
-    sdir.mkdir(parents=True, exist_ok=True, mode=0o700)
-    rec = agent_record(sdir)
-    proof = rec.proof() if rec else None
-    if rec is not None and proof is not None and proof.status == "proven":
-        msg = f"a node agent (pid {rec.pid}) already runs for {sdir}; stop it first"
-        raise ConflictError(msg)
-    if config.engine_tls_enabled:
-        # Refuse a bad certificate, key or CA here, with one line, not in the daemon's log.
-        from grid_node.engine_tls import load_engine_tls  # brings the HTTP and X.509 stacks
-
-        assert config.advertise_host and config.engine_tls_cert and config.engine_tls_key
-        load_engine_tls(
-            config.advertise_host,
-            config.engine_tls_cert,
-            config.engine_tls_key,
-            config.engine_ca,
-        )
-    if config.runtimes:
-        # A runtime this machine lacks is refused here, in one line, not in the daemon's log.
-        from grid_core.plugins import get_plugins
-        from grid_node.agent import offered_adapters
-
-        offered_adapters(get_plugins().runtime_adapters(), config.runtimes)
+    _check_startable(config)
     path = config.save()
     instance = uuid.uuid4().hex
     argv = [
@@ -186,6 +164,49 @@ def start_node(
     # The daemon inherits the environment on purpose: GRID_ALLOCATOR_NODE_TOKEN may be how its
     # credential arrives (never in argv or in the document).
     pid = spawn_detached(argv, log_path=log, env=dict(os.environ if env is None else env))
+    return _wait_registered(sdir, instance, pid, log, wait_s)
+
+
+def _check_startable(config: NodeConfig) -> None:
+    """Create the state directory and refuse, each in one line rather than in the daemon's
+    log, a start that cannot succeed.
+
+    Raises:
+        ConflictError: a daemon already runs for this state directory.
+        ValidationError: the engine TLS files are unusable, or a configured runtime has no
+            installed plugin.
+    """
+    sdir = config.state_dir
+    sdir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    rec = agent_record(sdir)
+    proof = rec.proof() if rec else None
+    if rec is not None and proof is not None and proof.status == "proven":
+        msg = f"a node agent (pid {rec.pid}) already runs for {sdir}; stop it first"
+        raise ConflictError(msg)
+    if config.engine_tls_enabled:
+        from grid_node.engine_tls import load_engine_tls  # brings the HTTP and X.509 stacks
+
+        assert config.advertise_host and config.engine_tls_cert and config.engine_tls_key
+        load_engine_tls(
+            config.advertise_host,
+            config.engine_tls_cert,
+            config.engine_tls_key,
+            config.engine_ca,
+        )
+    if config.runtimes:
+        from grid_core.plugins import get_plugins
+        from grid_node.agent import offered_adapters
+
+        offered_adapters(get_plugins().runtime_adapters(), config.runtimes)
+
+
+def _wait_registered(sdir: Path, instance: str, pid: int, log: Path, wait_s: float) -> AgentRecord:
+    """The record of daemon ``instance`` (PID ``pid``) once it is registered and ready.
+
+    Raises:
+        UnavailableError: the daemon exited meanwhile, or did not register within ``wait_s``
+            seconds (the message quotes its log, or its last error).
+    """
 
     def registered() -> AgentRecord | None:
         now = agent_record(sdir)
