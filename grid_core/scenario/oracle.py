@@ -195,6 +195,34 @@ def _mutations(prev: Placement, new: Placement) -> int:
     return sum(1 for p, n in zip(prev, new, strict=True) if p != n)
 
 
+def _classified_minutes(
+    arrivals: tuple[tuple[Arrival, ...], ...],
+    texts: Callable[[Arrival], str],
+    classify: Callable[[RequestFeatures, str], str | None],
+    seed: int,
+) -> list[_Minute]:
+    """Each minute's arrivals with their workload (``classify`` over the request's features
+    and text) and their outcome noise, drawn in arrival order from the seed's ``outcomes``
+    stream (factors in ``1 ± JITTER``)."""
+    jitter = stream(seed, "outcomes")
+    minutes = []
+    for batch in arrivals:
+        workloads, noise = [], []
+        for a in batch:
+            noise.append(1.0 + jitter.uniform(-JITTER, JITTER))
+            f = RequestFeatures(
+                at=0.0,
+                endpoint=a.endpoint,
+                requested_model=a.requested_model,
+                modality=a.modality,
+                input_units=a.input_units,
+                output_units=a.output_units,
+            )
+            workloads.append(classify(f, texts(a)))
+        minutes.append(_Minute(batch, workloads, noise))
+    return minutes
+
+
 def run_oracle(
     catalog: tuple[CatalogEntry, ...],
     machines: tuple[Machine, ...],
@@ -213,22 +241,7 @@ def run_oracle(
         and the artifact-disk and startup audits.
     """
     entries = {e.model_id: e for e in catalog}
-    jitter = stream(seed, "outcomes")
-    minutes = []
-    for batch in arrivals:
-        workloads, noise = [], []
-        for a in batch:
-            noise.append(1.0 + jitter.uniform(-JITTER, JITTER))
-            f = RequestFeatures(
-                at=0.0,
-                endpoint=a.endpoint,
-                requested_model=a.requested_model,
-                modality=a.modality,
-                input_units=a.input_units,
-                output_units=a.output_units,
-            )
-            workloads.append(classify(f, texts(a)))
-        minutes.append(_Minute(batch, workloads, noise))
+    minutes = _classified_minutes(arrivals, texts, classify, seed)
     scorer = _Scorer(minutes, machines, entries, events)
     options = _options(machines, catalog)
     everything = list(itertools.product(*options))
