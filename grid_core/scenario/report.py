@@ -224,38 +224,17 @@ class Metrics:
         """The demand, lifecycle, safety and score sections of the report."""
         c = fleet.counters
         t = self.total
-        served = ratio(t.served, t.requests)
-        suit = ratio(t.suitability, t.served, 0.0)
-        alloc = [self.by_workload[w] for w in self.allocatable if w in self.by_workload]
-        alloc_req = sum(x.requests for x in alloc)
-        slo_alloc = ratio(sum(x.slo_met for x in alloc), alloc_req)
         mutations = c.loads + c.unloads
-        lifecycle = 1.0 / (1.0 + CHURN_SCALE * ratio(mutations, len(fleet.nodes) * hours, 0.0))
         violations = sum(c.violations.values())
-        safety = 1.0 / (1.0 + violations)
-        coverage = ratio(
-            sum(
-                math.log1p(COVERAGE_K * ratio(x.served, x.requests)) / math.log1p(COVERAGE_K)
-                for x in alloc
-            ),
-            len(alloc),
-        )
-        parts = {
-            "served": served,
-            "suitability": suit,
-            "slo": slo_alloc,
-            "lifecycle": lifecycle,
-            "safety": safety,
-            "coverage": coverage,
-        }
+        parts = self._score_parts(fleet, hours)
         overall = sum(WEIGHTS[k] * v for k, v in parts.items())
         return {
             "demand": self._demand_section(),
             "slo": {
                 "attainment": r6(ratio(t.slo_met, t.requests)),
-                "attainment_allocatable": r6(slo_alloc),
+                "attainment_allocatable": r6(parts["slo"]),
             },
-            "suitability": r6(suit),
+            "suitability": r6(parts["suitability"]),
             "memory": {
                 "mean_used_fraction": r6(
                     ratio(sum(self.memory_fraction), len(self.memory_fraction), 0.0)
@@ -300,6 +279,32 @@ class Metrics:
                 "weights": WEIGHTS,
             },
             "timeline": self.timeline,
+        }
+
+    def _score_parts(self, fleet: SimFleet, hours: float) -> dict[str, float]:
+        """The score's components, each in [0, 1], keyed as :data:`WEIGHTS`: served share,
+        mean suitability of the served, SLO attainment and log-scaled coverage of the
+        allocatable workloads, churn per node-hour (lifecycle) and violations (safety)."""
+        c = fleet.counters
+        t = self.total
+        alloc = [self.by_workload[w] for w in self.allocatable if w in self.by_workload]
+        alloc_req = sum(x.requests for x in alloc)
+        mutations = c.loads + c.unloads
+        churn = ratio(mutations, len(fleet.nodes) * hours, 0.0)
+        coverage = ratio(
+            sum(
+                math.log1p(COVERAGE_K * ratio(x.served, x.requests)) / math.log1p(COVERAGE_K)
+                for x in alloc
+            ),
+            len(alloc),
+        )
+        return {
+            "served": ratio(t.served, t.requests),
+            "suitability": ratio(t.suitability, t.served, 0.0),
+            "slo": ratio(sum(x.slo_met for x in alloc), alloc_req),
+            "lifecycle": 1.0 / (1.0 + CHURN_SCALE * churn),
+            "safety": 1.0 / (1.0 + sum(c.violations.values())),
+            "coverage": coverage,
         }
 
     def _demand_section(self) -> dict[str, object]:
