@@ -16,6 +16,7 @@ model for the whole demand window).
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 from grid_core.demand.series import Forecast, ForecastPolicy
 from grid_core.demand.types import ModelDemand, Watermark
@@ -258,21 +259,83 @@ def desired_for(
     Returns:
         ``(ModelDemand, watermark)``; watermark ``None`` when nothing needs remembering.
     """
-    mid = profile.model_id
     if eligible is None:
         eligible = eligible_hosts(hosts, planner_policy)
     ready, recent_ready, engine_queue, running = _live_replicas(
         profile, hosts, eligible, now, getattr(planner_policy, "throttled_fraction", 1.0)
     )
-    share = min(1.0, max(0.0, share))
-    in_flight = running * share
+    in_flight = running * min(1.0, max(0.0, share))
+    reasons: list[str] = []
+    load = _load(profile, fc, hosts, eligible, policy, engine_queue, in_flight, live, reasons)
+    want = _wanted(profile, fc, policy, load.projected, load.queue, ready, reasons, failing)
+    asked = max(profile.min_replicas, min(want, profile.max_replicas))
+    if not load.direct and want:
+        # Without live evidence the decaying tail of old traffic (the window's EWMA level and
+        # its window-averaged queue) is not a current need: what it still asks for beyond the
+        # baseline is kept like the scale-down cooldown keeps replicas, as hysteresis.
+        asked = profile.min_replicas
+        reasons.append("not_live")
+    want, new_mark = _cooldown(profile, want, recent_ready, watermark, now, reasons)
+    want = _within_bounds(profile, want, reasons)
+    held = max(0, want - asked)
+    if held:
+        reasons.append("held")
+    demand = ModelDemand(
+        model_id=profile.model_id,
+        desired_replicas=want,
+        offered_concurrency=load.offered,
+        request_rate_rps=fc.rate_rps,
+        queue_depth=load.queue,
+        p95_ms=fc.p95_ms,
+        error_rate=fc.error_rate,
+        trend_rps=fc.trend_rps,
+        direct=load.direct,
+        reasons=tuple(dict.fromkeys(reasons)),
+        ready_replicas=ready,
+        service_time_s=load.service,
+        projected_concurrency=load.projected,
+        projection_horizon_s=load.horizon,
+        confidence=fc.confidence,
+        held_replicas=held,
+    )
+    return demand, new_mark
+
+
+class _Load(NamedTuple):
+    """What one model carries now and across its startup horizon."""
+
+    service: float
+    """Seconds per request (measured, else the profile's prior)."""
+    queue: float
+    """Waiting requests: the engines' queues plus the forecast's measured waiting."""
+    offered: float
+    """Concurrency now: Little's law (or the requests running, if more) plus the queue."""
+    projected: float
+    """The same at the end of the startup horizon, from the projected rate."""
+    horizon: float
+    """Seconds of the fastest eligible load+warm path, capped by the policy."""
+    direct: bool
+    """Whether the demand rests on direct evidence (engine queue, named work, live arrivals)."""
+
+
+def _load(
+    profile: ModelProfile,
+    fc: Forecast,
+    hosts: list[HostSnapshot],
+    eligible: list[bool],
+    policy: ForecastPolicy,
+    engine_queue: float,
+    in_flight: float,
+    live: bool,
+    reasons: list[str],
+) -> _Load:
+    """The model's offered and projected concurrency (requests) and whether its evidence is
+    direct; ``projection`` and ``in_flight`` are noted in ``reasons`` when they decide."""
     service = fc.service_time_s if fc.service_time_s else profile.expected_service_time_s
     queue = engine_queue + fc.queued
     # Requests running now are demand even before any of them completes (long generations
     # finish minutes later; the forecast only learns from finished requests).
     offered = max(fc.rate_rps * service, in_flight) + queue
-    reasons: list[str] = []
-
     horizon = min(startup_horizon_s(profile, hosts, eligible), policy.projection_cap_s)
     projected = max(_projected_rate(fc, horizon, policy) * service, in_flight) + queue
     if projected > offered + EPSILON:
@@ -285,38 +348,7 @@ def desired_for(
     )
     if in_flight >= NAMED_IN_FLIGHT:
         reasons.append("in_flight")
-    want = _wanted(profile, fc, policy, projected, queue, ready, reasons, failing)
-    asked = max(profile.min_replicas, min(want, profile.max_replicas))
-    if not direct and want:
-        # Without live evidence the decaying tail of old traffic (the window's EWMA level and
-        # its window-averaged queue) is not a current need: what it still asks for beyond the
-        # baseline is kept like the scale-down cooldown keeps replicas, as hysteresis.
-        asked = profile.min_replicas
-        reasons.append("not_live")
-    want, new_mark = _cooldown(profile, want, recent_ready, watermark, now, reasons)
-    want = _within_bounds(profile, want, reasons)
-    held = max(0, want - asked)
-    if held:
-        reasons.append("held")
-    demand = ModelDemand(
-        model_id=mid,
-        desired_replicas=want,
-        offered_concurrency=offered,
-        request_rate_rps=fc.rate_rps,
-        queue_depth=queue,
-        p95_ms=fc.p95_ms,
-        error_rate=fc.error_rate,
-        trend_rps=fc.trend_rps,
-        direct=direct,
-        reasons=tuple(dict.fromkeys(reasons)),
-        ready_replicas=ready,
-        service_time_s=service,
-        projected_concurrency=projected,
-        projection_horizon_s=horizon,
-        confidence=fc.confidence,
-        held_replicas=held,
-    )
-    return demand, new_mark
+    return _Load(service, queue, offered, projected, horizon, direct)
 
 
 def _within_bounds(profile: ModelProfile, want: int, reasons: list[str]) -> int:
