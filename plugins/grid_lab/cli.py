@@ -7,6 +7,7 @@ import sys
 import time
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import typer
 
@@ -267,58 +268,64 @@ def graduate_cmd(
     if as_json:
         typer.echo(json.dumps(result, sort_keys=True, indent=2))
     else:
-        rows = [
-            [
-                r["machines"],
-                r["seed"],
-                r["strategy"],
-                r["score"],
-                r["served"],
-                r["violations"],
-                r["mutations"],
-                f"{r['least_workload']}={r['least_served']}",
-                r["wait_minutes"],
-                r["digest"][:12],
-            ]
-            for r in result["runs"]
-        ]
-        typer.echo(
-            render_table(
-                [
-                    "machines",
-                    "seed",
-                    "strategy",
-                    "score",
-                    "served",
-                    "violations",
-                    "mutations",
-                    "least workload",
-                    "wait min",
-                    "digest",
-                ],
-                rows,
-            )
-        )
-        typer.echo("")
-        typer.echo(render_oracle(result["oracle"]))
-        typer.echo("")
-        typer.echo(
-            render_table(
-                ["gate", "result", "measured", "failing"],
-                [
-                    [
-                        g["gate"],
-                        "PASS" if g["pass"] else "FAIL",
-                        measured_text(g["measured"]),
-                        "; ".join(g["failing"]) or "-",
-                    ]
-                    for g in result["gates"]
-                ],
-            )
-        )
+        _print_graduation(result)
     typer.echo(f"grid: graduate finished in {time.perf_counter() - started:.1f} s", err=True)
     if not result["passed"]:
         sys.exit(1)
+
+
+def _print_graduation(result: Mapping[str, Any]) -> None:
+    """``grid test graduate``'s text output: one row per run, the oracle's table, then one
+    row per gate (PASS or FAIL, its evidence and what fails it)."""
+    rows = [
+        [
+            r["machines"],
+            r["seed"],
+            r["strategy"],
+            r["score"],
+            r["served"],
+            r["violations"],
+            r["mutations"],
+            f"{r['least_workload']}={r['least_served']}",
+            r["wait_minutes"],
+            r["digest"][:12],
+        ]
+        for r in result["runs"]
+    ]
+    typer.echo(
+        render_table(
+            [
+                "machines",
+                "seed",
+                "strategy",
+                "score",
+                "served",
+                "violations",
+                "mutations",
+                "least workload",
+                "wait min",
+                "digest",
+            ],
+            rows,
+        )
+    )
+    typer.echo("")
+    typer.echo(render_oracle(result["oracle"]))
+    typer.echo("")
+    typer.echo(
+        render_table(
+            ["gate", "result", "measured", "failing"],
+            [
+                [
+                    g["gate"],
+                    "PASS" if g["pass"] else "FAIL",
+                    measured_text(g["measured"]),
+                    "; ".join(g["failing"]) or "-",
+                ]
+                for g in result["gates"]
+            ],
+        )
+    )
 
 
 def measured_text(measured: Mapping[str, object]) -> str:
