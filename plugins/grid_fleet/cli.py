@@ -127,8 +127,14 @@ def start(
         comfyui=launcher,
     )
     rec = lifecycle.start(settings, typer.echo, root)
+    typer.echo(_started_text(rec, root))
+
+
+def _started_text(rec: layout.FleetRecord, root: Path) -> str:
+    """What ``grid test start`` prints once the fleet runs: its API, token file and models,
+    then the commands to try next."""
     names = ", ".join(m.model_id for m in (*rec.models, *rec.media))
-    typer.echo(f"""
+    return f"""
 grid: the fleet API is {rec.url}
 grid: operator token (owner-only): {daemons.token_path(root)}
 grid: models: {names}
@@ -140,7 +146,7 @@ next:
   grid test replay --trace T.csv   # replay a real request trace (Azure LLM CSV) and report
   grid test compete                # measure coding candidates (set up: docs/quickstart.md §7)
   grid test restart                # bring back a killed server or host agent, as configured
-  grid test stop                   # drain and stop everything the fleet started""")
+  grid test stop                   # drain and stop everything the fleet started"""
 
 
 def _media_hint(rec: layout.FleetRecord) -> str:
