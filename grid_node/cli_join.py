@@ -9,8 +9,9 @@ from typing import Annotated
 import msgspec
 import typer
 
+from grid_core.clioptions import GridOption
 from grid_core.errors import ValidationError
-from grid_core.grids import GRID_OPTION_HELP, resolve_target
+from grid_core.grids import resolve_target
 from grid_node.external import KINDS, ExternalEngine, check, external_dir, join, remove
 
 
@@ -26,7 +27,7 @@ def join_command(
     api_key_file: Annotated[
         Path | None, typer.Option("--api-key-file", help="File with the engine's own API key.")
     ] = None,
-    grid: Annotated[str | None, typer.Option("--grid", help=GRID_OPTION_HELP)] = None,
+    grid: GridOption = None,
     remove_name: Annotated[
         str | None, typer.Option("--remove", help="Remove the joined engine NAME.")
     ] = None,

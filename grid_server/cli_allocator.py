@@ -12,16 +12,22 @@ import typer
 
 from grid_core.bodies import JoinFile
 from grid_core.client import Calls, RequestRefused, check_credential_transport
+from grid_core.clioptions import (
+    EtcdCaOption,
+    EtcdCertOption,
+    EtcdPasswordFileOption,
+    EtcdUserOption,
+    GridOption,
+    OperatorTokenOption,
+)
 from grid_core.errors import EXIT_USAGE, GridError, ValidationError
-from grid_core.grids import GRID_OPTION_HELP, check_url
+from grid_core.grids import check_url
 from grid_core.profile import BUILTIN_RUNTIMES, ModelProfile, validate_declared_profile
 from grid_core.table import render_table
 from grid_server.cli_render import console, explain_view, status_view
 from grid_server.client import CliError, resolve_target, send
 from grid_server.home import write_secret_file
 
-GridOpt = typer.Option(None, "--grid", help=GRID_OPTION_HELP)
-TokenOpt = typer.Option(None, "--token-file", help="File holding the operator capability.")
 RUNTIME_HELP = (
     f"Repeatable; built in: {', '.join(BUILTIN_RUNTIMES)}, or a runtime plugin's name "
     "(default llama.cpp)."
@@ -175,8 +181,8 @@ def model_set(
     clear_runtimes: bool = typer.Option(
         False, "--clear-runtimes", help="Back to the default runtime (llama.cpp)."
     ),
-    grid: str | None = GridOpt,
-    token_file: Path | None = TokenOpt,
+    grid: GridOption = None,
+    token_file: OperatorTokenOption = None,
 ) -> None:
     """Create a model's placement profile, or change only the given fields of an existing one.
 
@@ -382,7 +388,7 @@ def profile_changes(old: ModelProfile | None, new: ModelProfile) -> list[str]:
 
 def model_show(
     model_id: str = typer.Argument(..., help="Model id."),
-    grid: str | None = GridOpt,
+    grid: GridOption = None,
     as_json: bool = typer.Option(
         False, "--json", help="The server's document as JSON, default values filled in."
     ),
@@ -423,8 +429,8 @@ def model_show(
 
 def model_remove(
     model_id: str = typer.Argument(..., help="Model id."),
-    grid: str | None = GridOpt,
-    token_file: Path | None = TokenOpt,
+    grid: GridOption = None,
+    token_file: OperatorTokenOption = None,
 ) -> None:
     """Retire a model's profile (converges to zero replicas safely)."""
     send(grid, Calls.delete_model(model_id), token_file=token_file)
@@ -433,8 +439,8 @@ def model_remove(
 
 def mode(
     value: str = typer.Argument(..., metavar="observe|recommend|automatic"),
-    grid: str | None = GridOpt,
-    token_file: Path | None = TokenOpt,
+    grid: GridOption = None,
+    token_file: OperatorTokenOption = None,
 ) -> None:
     """Select the allocator mode (recommend is the default; automatic acts)."""
     if value not in ("observe", "recommend", "automatic"):
@@ -446,8 +452,8 @@ def mode(
 
 
 def tick(
-    grid: str | None = GridOpt,
-    token_file: Path | None = TokenOpt,
+    grid: GridOption = None,
+    token_file: OperatorTokenOption = None,
     as_json: bool = typer.Option(False, "--json", help="The pass's result as JSON."),
 ) -> None:
     """Run one reconciliation pass now."""
@@ -459,7 +465,7 @@ def tick(
 
 
 def status(
-    grid: str | None = GridOpt,
+    grid: GridOption = None,
     as_json: bool = typer.Option(False, "--json", help="Full detail as JSON."),
 ) -> None:
     """Show the allocator's state: mode, hosts, models, actions, unmet constraints, warnings."""
@@ -480,7 +486,7 @@ def render_status(data: dict[str, Any]) -> str:
 
 def explain(
     model_id: str = typer.Argument(..., help="The model to explain."),
-    grid: str | None = GridOpt,
+    grid: GridOption = None,
     as_json: bool = typer.Option(False, "--json", help="The explanation as JSON."),
 ) -> None:
     """Why MODEL is where it is (or is not): demand, desired count, a verdict per host and
@@ -503,8 +509,8 @@ def token_write(
     host_id: str | None = typer.Option(None, "--host-id", help="Stable host id to authorize."),
     ttl_days: float = typer.Option(30.0, "--ttl-days", help="Lifetime in days."),
     force: bool = typer.Option(False, "--force", help="Overwrite an existing FILE."),
-    grid: str | None = GridOpt,
-    token_file: Path | None = TokenOpt,
+    grid: GridOption = None,
+    token_file: OperatorTokenOption = None,
 ) -> None:
     """Write an expiring node credential for one host id to FILE (owner-only)."""
     if ttl_days <= 0:
@@ -529,8 +535,8 @@ def join_write(
         None, "--url", help="The server URL as the new machine reaches it (default: --grid's)."
     ),
     force: bool = typer.Option(False, "--force", help="Overwrite an existing FILE."),
-    grid: str | None = GridOpt,
-    token_file: Path | None = TokenOpt,
+    grid: GridOption = None,
+    token_file: OperatorTokenOption = None,
 ) -> None:
     """Write a one-time join token to FILE (owner-only): the server URL, the CA fingerprint
     and a secret that a new machine spends once with 'grid allocator node start --join FILE'.
@@ -568,8 +574,8 @@ def join_write(
 
 def node_revoke(
     host_id: str = typer.Argument(..., help="The host id to revoke (see 'grid allocator status')."),
-    grid: str | None = GridOpt,
-    token_file: Path | None = TokenOpt,
+    grid: GridOption = None,
+    token_file: OperatorTokenOption = None,
 ) -> None:
     """Revoke a host: its credential is refused from its next heartbeat; no other host changes.
 
@@ -587,13 +593,11 @@ def state_copy(
         None, "--state-dir", help="The file store's directory (default $GRID_HOME/state)."
     ),
     force: bool = typer.Option(False, "--force", help="Replace state the target already has."),
-    etcd_ca: Path | None = typer.Option(None, "--etcd-ca", help="CA of etcd's certificate."),  # noqa: B008
-    etcd_cert: Path | None = typer.Option(None, "--etcd-cert", help="Client certificate."),  # noqa: B008
+    etcd_ca: EtcdCaOption = None,
+    etcd_cert: EtcdCertOption = None,
     etcd_key: Path | None = typer.Option(None, "--etcd-key", help="Its private key."),  # noqa: B008
-    etcd_user: str | None = typer.Option(None, "--etcd-user", help="etcd user (RBAC)."),
-    etcd_password_file: Path | None = typer.Option(  # noqa: B008
-        None, "--etcd-password-file", help="File holding that user's password."
-    ),
+    etcd_user: EtcdUserOption = None,
+    etcd_password_file: EtcdPasswordFileOption = None,
 ) -> None:
     """Move controller state between the file store and etcd (stop every server first).
 

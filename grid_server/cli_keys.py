@@ -10,14 +10,12 @@ import msgspec
 import typer
 
 from grid_core.client import Calls
+from grid_core.clioptions import GridOption, OperatorTokenOption
 from grid_core.errors import EXIT_USAGE
-from grid_core.grids import GRID_OPTION_HELP
 from grid_core.table import render_table
 from grid_server.client import CliError, send
 from grid_server.home import write_secret_file
 
-GridOpt = typer.Option(None, "--grid", help=GRID_OPTION_HELP)
-TokenOpt = typer.Option(None, "--token-file", help="File holding the operator capability.")
 FileOpt = typer.Option(
     None, "--file", help="Write the key to this file (0600) instead of printing it."
 )
@@ -27,8 +25,8 @@ def create(
     name: str = typer.Argument(..., help="Who or what uses the key (an app, a team)."),
     file: Path | None = FileOpt,
     as_json: bool = typer.Option(False, "--json", help="The answer (with the key) as JSON."),
-    grid: str | None = GridOpt,
-    token_file: Path | None = TokenOpt,
+    grid: GridOption = None,
+    token_file: OperatorTokenOption = None,
 ) -> None:
     """Create a client API key. It is shown once (or written to --file): keep it."""
     if file is not None and file.exists():
@@ -51,8 +49,8 @@ def create(
 
 def list_keys(
     as_json: bool = typer.Option(False, "--json", help="As JSON."),
-    grid: str | None = GridOpt,
-    token_file: Path | None = TokenOpt,
+    grid: GridOption = None,
+    token_file: OperatorTokenOption = None,
 ) -> None:
     """List client keys by name and id (never the keys) and whether /v1 requires one."""
     data: dict[str, Any] = send(grid, Calls.client_keys(), token_file=token_file)
@@ -66,8 +64,8 @@ def list_keys(
 
 def revoke(
     name: str = typer.Argument(..., help="The key's name (see 'grid keys list')."),
-    grid: str | None = GridOpt,
-    token_file: Path | None = TokenOpt,
+    grid: GridOption = None,
+    token_file: OperatorTokenOption = None,
 ) -> None:
     """Revoke a client key: requests carrying it are refused from now on."""
     send(grid, Calls.revoke_client_key(name), token_file=token_file)
