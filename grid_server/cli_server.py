@@ -16,8 +16,14 @@ import psutil
 import typer
 
 from grid_core.client import Calls, check_credential_transport, tls_verify
+from grid_core.clioptions import (
+    EtcdCaOption,
+    EtcdCertOption,
+    EtcdPasswordFileOption,
+    EtcdUserOption,
+    GridOption,
+)
 from grid_core.errors import GridError, ValidationError
-from grid_core.grids import GRID_OPTION_HELP
 from grid_core.system import (
     SAFE_PATH_FLAG,
     ProcessIdentity,
@@ -82,8 +88,6 @@ GIVE_UP_CODES = frozenset({"model_unplaceable"})
 """503 error codes that waiting cannot cure (no host can run the model until an operator
 changes its profile or the fleet): ``grid chat`` reports them at once instead of retrying."""
 
-GridOpt = typer.Option(None, "--grid", help=GRID_OPTION_HELP)
-
 
 def _proven(rec: Mapping[str, Any]) -> ProcessIdentity | None:
     """The server process named by ``server.json`` (raw JSON) if proven, else None.
@@ -143,24 +147,14 @@ def up(
         help="etcd://host:port[,host:port…][/prefix] (etcds:// for TLS): controller state and "
         "leader election in etcd, for two or three servers; default: the file store.",
     ),
-    etcd_ca: Path | None = typer.Option(None, "--etcd-ca", help="CA of etcd's certificate."),  # noqa: B008
-    etcd_cert: Path | None = typer.Option(None, "--etcd-cert", help="Client certificate."),  # noqa: B008
+    etcd_ca: EtcdCaOption = None,
+    etcd_cert: EtcdCertOption = None,
     etcd_key: Path | None = typer.Option(None, "--etcd-key", help="Its private key (0600)."),  # noqa: B008
-    etcd_user: str | None = typer.Option(None, "--etcd-user", help="etcd user (RBAC)."),
-    etcd_password_file: Path | None = typer.Option(  # noqa: B008
-        None, "--etcd-password-file", help="File holding that user's password."
-    ),
+    etcd_user: EtcdUserOption = None,
+    etcd_password_file: EtcdPasswordFileOption = None,
 ) -> None:
     """Start the Grid server (foreground unless --detach); HTTPS with --tls-cert/--tls-key."""
-    etcd_files = {
-        "etcd-ca": etcd_ca,
-        "etcd-cert": etcd_cert,
-        "etcd-key": etcd_key,
-        "etcd-password-file": etcd_password_file,
-    }
-    etcd_args = {k: str(v.expanduser().resolve()) for k, v in etcd_files.items() if v}
-    if etcd_user is not None:
-        etcd_args["etcd-user"] = etcd_user
+    etcd_args = _etcd_args(etcd_ca, etcd_cert, etcd_key, etcd_user, etcd_password_file)
     try:
         check_port(port)
         tls = tls_from_flags(tls_cert, tls_key, tls_ca)
@@ -186,14 +180,35 @@ def up(
     warning = exposure_warning(host, tls is not None)
     if warning:
         typer.echo(warning, err=True)
-    rec = local_server()
-    if rec and _proven(rec):
-        msg = f"a Grid server is already running at {rec.get('url')} (pid {rec.get('pid')})"
-        raise CliError(msg)
+    _refuse_second_server()
     if detach:
         _start_detached(launch.argv(), grid_home())
     else:
         launch.serve_here()
+
+
+def _etcd_args(
+    ca: Path | None, cert: Path | None, key: Path | None, user: str | None, password: Path | None
+) -> dict[str, str]:
+    """The ``--etcd-*`` flags given, by flag name (without ``--``): files as absolute paths,
+    the user as given; never a secret itself."""
+    files = {"etcd-ca": ca, "etcd-cert": cert, "etcd-key": key, "etcd-password-file": password}
+    args = {k: str(v.expanduser().resolve()) for k, v in files.items() if v}
+    if user is not None:
+        args["etcd-user"] = user
+    return args
+
+
+def _refuse_second_server() -> None:
+    """Refuse to start while this Grid home's recorded server is proven to run.
+
+    Raises:
+        CliError: a proven server runs (its URL and PID are named).
+    """
+    rec = local_server()
+    if rec and _proven(rec):
+        msg = f"a Grid server is already running at {rec.get('url')} (pid {rec.get('pid')})"
+        raise CliError(msg)
 
 
 def _check_state_store(state_store: str | None, etcd_args: Mapping[str, str]) -> None:
@@ -374,7 +389,7 @@ def down(before: Sequence[Callable[[str], list[str]]] = ()) -> None:
 
 
 def models(
-    grid: str | None = GridOpt, as_json: bool = typer.Option(False, "--json", help="Raw JSON.")
+    grid: GridOption = None, as_json: bool = typer.Option(False, "--json", help="Raw JSON.")
 ) -> None:
     """List models with a ready route."""
     data = send(grid, Calls.models())
@@ -388,7 +403,7 @@ def models(
 def chat(
     text: str = typer.Argument(..., help="The user message."),
     model: str = typer.Option(..., "-m", "--model", help="Model id, or 'auto'."),
-    grid: str | None = GridOpt,
+    grid: GridOption = None,
     max_tokens: int | None = typer.Option(
         None, "--max-tokens", min=1, help="Longest reply, in tokens (default: the engine's)."
     ),
