@@ -16,9 +16,10 @@ import msgspec
 import typer
 
 from grid_core.client import Calls, GridClient, ServerUnreachable
+from grid_core.clioptions import GridOption
 from grid_core.cliregistry import CliRegistry
 from grid_core.errors import NotFoundError, ValidationError
-from grid_core.grids import GRID_OPTION_HELP, GridTarget, resolve_target
+from grid_core.grids import GridTarget, resolve_target
 from grid_core.nodeconfig import NodeConfig, load_config, parse_port_range
 from grid_core.protection import Override, OverrideKind
 from grid_core.system import grid_home
@@ -63,119 +64,141 @@ def preflight(node: NodeConfig) -> None:
         client.send(Calls.healthz())
 
 
+# The flags of `grid allocator node start`; most set one field of the node configuration.
+GridCaOption = Annotated[
+    Path | None,
+    typer.Option("--grid-ca", help="CA certificate the https:// Grid is verified with."),
+]
+GridPeerOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--grid-peer",
+        help="Another server of the same grid (servers on one etcd; repeatable): the "
+        "agent registers with each and takes commands from the leader.",
+    ),
+]
+JoinFileOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--join",
+        help="Join file from 'grid allocator join write': URL, CA pin and a one-time token.",
+    ),
+]
+NodeTokenFileOption = Annotated[
+    Path | None,
+    typer.Option("--token-file", help="Node credential file from 'grid allocator token write'."),
+]
+DedicatedOption = Annotated[
+    bool,
+    typer.Option("--dedicated", help="Always-on server: ignore battery and user activity."),
+]
+ConfigOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--config",
+        help="Start from this node configuration document (flags given here override it).",
+    ),
+]
+HostIdOption = Annotated[
+    str | None,
+    typer.Option("--host-id", envvar="GRID_NODE_HOST_ID", help="Stable host id override."),
+]
+PortRangeOption = Annotated[
+    str | None,
+    typer.Option(
+        "--port-range",
+        envvar="GRID_NODE_PORT_RANGE",
+        help="Managed engine ports LOW-HIGH (default 22200-22299).",
+    ),
+]
+CapacityShareOption = Annotated[
+    float | None,
+    typer.Option(
+        "--capacity-share",
+        envvar="GRID_NODE_CAPACITY_SHARE",
+        help="Fraction of this machine's memory and disk this agent offers (default 1).",
+    ),
+]
+ModelsDirOption = Annotated[
+    list[Path] | None,
+    typer.Option("--models-dir", help="Directory of local GGUFs (repeatable)."),
+]
+LlamaServerOption = Annotated[
+    str | None, typer.Option("--llama-server", help="Explicit llama-server path.")
+]
+FailureDomainOption = Annotated[str | None, typer.Option("--failure-domain")]
+TagOption = Annotated[list[str] | None, typer.Option("--tag", help="Placement tag.")]
+RuntimeOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--runtime",
+        help="Offer only this runtime (repeatable, e.g. comfyui for a media node; "
+        "default: every installed runtime plugin).",
+    ),
+]
+HeartbeatIntervalOption = Annotated[
+    float | None,
+    typer.Option("--heartbeat-interval", help="Seconds between heartbeats (default 5)."),
+]
+ThrottleFractionOption = Annotated[
+    float | None,
+    typer.Option(
+        "--throttle-fraction",
+        help="Share of capacity offered while CPU-throttled (default 0.5).",
+    ),
+]
+UnknownSensorsOption = Annotated[
+    str | None,
+    typer.Option(
+        "--unknown-sensors",
+        help="Missing sensors: ignore (default), or throttle conservatively.",
+    ),
+]
+AdvertiseHostOption = Annotated[
+    str | None,
+    typer.Option(
+        "--advertise-host",
+        help="Name or IP the server reaches this machine's engines at (off loopback: TLS).",
+    ),
+]
+EngineTlsCertOption = Annotated[
+    Path | None,
+    typer.Option("--engine-tls-cert", help="PEM chain whose SAN covers --advertise-host."),
+]
+EngineTlsKeyOption = Annotated[
+    Path | None,
+    typer.Option("--engine-tls-key", help="Its private key (owner-only, mode 0600)."),
+]
+EngineTlsCaOption = Annotated[
+    Path | None,
+    typer.Option("--engine-tls-ca", help="CA the server verifies the engines with."),
+]
+
+
 def start(
-    grid: Annotated[str | None, typer.Option("--grid", help=GRID_OPTION_HELP)] = None,
-    grid_ca: Annotated[
-        Path | None,
-        typer.Option("--grid-ca", help="CA certificate the https:// Grid is verified with."),
-    ] = None,
-    grid_peer: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--grid-peer",
-            help="Another server of the same grid (servers on one etcd; repeatable): the "
-            "agent registers with each and takes commands from the leader.",
-        ),
-    ] = None,
-    join_file: Annotated[
-        Path | None,
-        typer.Option(
-            "--join",
-            help="Join file from 'grid allocator join write': URL, CA pin and a one-time token.",
-        ),
-    ] = None,
-    token_file: Annotated[
-        Path | None,
-        typer.Option(
-            "--token-file", help="Node credential file from 'grid allocator token write'."
-        ),
-    ] = None,
-    dedicated: Annotated[
-        bool,
-        typer.Option("--dedicated", help="Always-on server: ignore battery and user activity."),
-    ] = False,
+    grid: GridOption = None,
+    grid_ca: GridCaOption = None,
+    grid_peer: GridPeerOption = None,
+    join_file: JoinFileOption = None,
+    token_file: NodeTokenFileOption = None,
+    dedicated: DedicatedOption = False,
     state_dir: StateDir = None,
-    config: Annotated[
-        Path | None,
-        typer.Option(
-            "--config",
-            help="Start from this node configuration document (flags given here override it).",
-        ),
-    ] = None,
-    host_id: Annotated[
-        str | None,
-        typer.Option("--host-id", envvar="GRID_NODE_HOST_ID", help="Stable host id override."),
-    ] = None,
-    port_range: Annotated[
-        str | None,
-        typer.Option(
-            "--port-range",
-            envvar="GRID_NODE_PORT_RANGE",
-            help="Managed engine ports LOW-HIGH (default 22200-22299).",
-        ),
-    ] = None,
-    capacity_share: Annotated[
-        float | None,
-        typer.Option(
-            "--capacity-share",
-            envvar="GRID_NODE_CAPACITY_SHARE",
-            help="Fraction of this machine's memory and disk this agent offers (default 1).",
-        ),
-    ] = None,
-    models_dir: Annotated[
-        list[Path] | None,
-        typer.Option("--models-dir", help="Directory of local GGUFs (repeatable)."),
-    ] = None,
-    llama_server: Annotated[
-        str | None, typer.Option("--llama-server", help="Explicit llama-server path.")
-    ] = None,
-    failure_domain: Annotated[str | None, typer.Option("--failure-domain")] = None,
-    tag: Annotated[list[str] | None, typer.Option("--tag", help="Placement tag.")] = None,
-    runtime: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--runtime",
-            help="Offer only this runtime (repeatable, e.g. comfyui for a media node; "
-            "default: every installed runtime plugin).",
-        ),
-    ] = None,
-    heartbeat_interval: Annotated[
-        float | None,
-        typer.Option("--heartbeat-interval", help="Seconds between heartbeats (default 5)."),
-    ] = None,
-    throttle_fraction: Annotated[
-        float | None,
-        typer.Option(
-            "--throttle-fraction",
-            help="Share of capacity offered while CPU-throttled (default 0.5).",
-        ),
-    ] = None,
-    unknown_sensors: Annotated[
-        str | None,
-        typer.Option(
-            "--unknown-sensors",
-            help="Missing sensors: ignore (default), or throttle conservatively.",
-        ),
-    ] = None,
-    advertise_host: Annotated[
-        str | None,
-        typer.Option(
-            "--advertise-host",
-            help="Name or IP the server reaches this machine's engines at (off loopback: TLS).",
-        ),
-    ] = None,
-    engine_tls_cert: Annotated[
-        Path | None,
-        typer.Option("--engine-tls-cert", help="PEM chain whose SAN covers --advertise-host."),
-    ] = None,
-    engine_tls_key: Annotated[
-        Path | None,
-        typer.Option("--engine-tls-key", help="Its private key (owner-only, mode 0600)."),
-    ] = None,
-    engine_tls_ca: Annotated[
-        Path | None,
-        typer.Option("--engine-tls-ca", help="CA the server verifies the engines with."),
-    ] = None,
+    config: ConfigOption = None,
+    host_id: HostIdOption = None,
+    port_range: PortRangeOption = None,
+    capacity_share: CapacityShareOption = None,
+    models_dir: ModelsDirOption = None,
+    llama_server: LlamaServerOption = None,
+    failure_domain: FailureDomainOption = None,
+    tag: TagOption = None,
+    runtime: RuntimeOption = None,
+    heartbeat_interval: HeartbeatIntervalOption = None,
+    throttle_fraction: ThrottleFractionOption = None,
+    unknown_sensors: UnknownSensorsOption = None,
+    advertise_host: AdvertiseHostOption = None,
+    engine_tls_cert: EngineTlsCertOption = None,
+    engine_tls_key: EngineTlsKeyOption = None,
+    engine_tls_ca: EngineTlsCaOption = None,
 ) -> None:
     """Start this machine's node agent in the background and wait until it has registered.
 
