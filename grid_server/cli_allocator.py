@@ -22,165 +22,54 @@ from grid_core.clioptions import (
 )
 from grid_core.errors import EXIT_USAGE, GridError, ValidationError
 from grid_core.grids import check_url
-from grid_core.profile import BUILTIN_RUNTIMES, ModelProfile, validate_declared_profile
+from grid_core.profile import ModelProfile, validate_declared_profile
 from grid_core.table import render_table
+from grid_server import profile_flags
 from grid_server.cli_render import console, explain_view, status_view
 from grid_server.client import CliError, resolve_target, send
 from grid_server.home import write_secret_file
 
-RUNTIME_HELP = (
-    f"Repeatable; built in: {', '.join(BUILTIN_RUNTIMES)}, or a runtime plugin's name "
-    "(default llama.cpp)."
-)
-
-
-def _pairs(values: list[str], flag: str, cast: type) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for v in values:
-        key, sep, raw = v.partition("=")
-        try:
-            if not sep or not key:
-                raise ValueError
-            out[key] = cast(raw)
-        except ValueError:
-            raise CliError(f"{flag} {v!r}: use NAME=VALUE", EXIT_USAGE) from None
-    return out
-
 
 def model_set(
     model_id: str = typer.Argument(..., help="Model id (e.g. the GGUF file name)."),
-    memory_mb: int | None = typer.Option(
-        None, "--memory-mb", help="Resident MB of one replica (required for a new profile)."
-    ),
-    runtime_memory_mb: list[str] = typer.Option(  # noqa: B008
-        [],
-        "--runtime-memory-mb",
-        help="RUNTIME=MB, repeatable.",
-    ),
-    artifact_sha256: str | None = typer.Option(
-        None,
-        "--artifact-sha256",
-        help="SHA-256 of the weights file; a host loads only these exact bytes.",
-    ),
-    artifact_source: str | None = typer.Option(
-        None,
-        "--artifact-source",
-        help="Where a host may download the weights: hf://owner/repo/path/file.gguf (llama.cpp), "
-        "hf://owner/repo@<40-hex commit> (vllm) or ollama://<model id> (ollama).",
-    ),
-    artifact_size_mb: int | None = typer.Option(
-        None, "--artifact-size-mb", help="Size of the weights file (MB), for disk admission."
-    ),
-    runtime: list[str] = typer.Option([], "--runtime", help=RUNTIME_HELP),  # noqa: B008
-    backend: list[str] = typer.Option(  # noqa: B008
-        [], "--backend", help="Repeatable; the host must offer one (cuda, metal, …). Default: any."
-    ),
-    min_replicas: int | None = typer.Option(None, "--min-replicas", help="Default 0."),
-    max_replicas: int | None = typer.Option(None, "--max-replicas", help="Default 1."),
-    priority: int | None = typer.Option(None, "--priority", help="Default 0."),
-    data_tier: str | None = typer.Option(
-        None, "--data-tier", help="The host must list this data tier."
-    ),
-    required_tag: list[str] = typer.Option(  # noqa: B008
-        [], "--required-tag", help="Repeatable; the host must carry every one."
-    ),
-    forbidden_tag: list[str] = typer.Option(  # noqa: B008
-        [], "--forbidden-tag", help="Repeatable; the host must carry none."
-    ),
-    min_failure_domains: int | None = typer.Option(
-        None,
-        "--min-failure-domains",
-        help="Spread replicas over at least this many domains. Default 1.",
-    ),
-    max_colocated_models: int | None = typer.Option(
-        None,
-        "--max-colocated-models",
-        help="Models per host including this one; 0 unlimited (default), 1 exclusive.",
-    ),
-    colocation_exclude: list[str] = typer.Option(  # noqa: B008
-        [], "--colocation-exclude", help="Repeatable; a model never placed on the same host."
-    ),
-    pin: list[str] = typer.Option(  # noqa: B008
-        [], "--pin", help="Repeatable; a host that must hold a replica (a floor, not a ceiling)."
-    ),
-    min_gpu_count: int | None = typer.Option(
-        None, "--min-gpu-count", help="GPUs the host must have. Default 0."
-    ),
-    min_gpu_memory_mb: int | None = typer.Option(
-        None, "--min-gpu-memory-mb", help="GPU memory the host must have per GPU (MB). Default 0."
-    ),
-    replica_concurrency: int | None = typer.Option(
-        None, "--replica-concurrency", help="Requests one replica serves at once. Default 1."
-    ),
-    target_utilization: float | None = typer.Option(
-        None,
-        "--target-utilization",
-        help="Share of a replica's concurrency to plan for, 0-1. Default 0.7.",
-    ),
-    expected_service_time_s: float | None = typer.Option(
-        None,
-        "--expected-service-time-s",
-        help="Seconds per request before any is measured. Default 2.",
-    ),
-    latency_slo_ms: float | None = typer.Option(
-        None, "--latency-slo-ms", help="p95 latency objective (ms); misses add demand."
-    ),
-    load_estimate_s: float | None = typer.Option(
-        None,
-        "--load-estimate-s",
-        help="Seconds to fetch and verify the weights, before measured. Default 30.",
-    ),
-    warm_estimate_s: float | None = typer.Option(
-        None,
-        "--warm-estimate-s",
-        help="Seconds to start the engine until ready, before measured. Default 10.",
-    ),
-    admission_headroom_mb: int | None = typer.Option(
-        None,
-        "--admission-headroom-mb",
-        help="Free MB a new replica must leave on its host (default: a tenth of its memory, "
-        "at least 512).",
-    ),
-    min_residency_s: float | None = typer.Option(
-        None,
-        "--min-residency-s",
-        help="Seconds a new replica stays before it may be removed. Default 300.",
-    ),
-    scale_down_cooldown_s: float | None = typer.Option(
-        None,
-        "--scale-down-cooldown-s",
-        help="Seconds without demand before scaling down. Default 600.",
-    ),
-    workload_score: list[str] = typer.Option(  # noqa: B008
-        [],
-        "--workload-score",
-        help="WORKLOAD=SCORE in (0, 1], repeatable.",
-    ),
-    replace: bool = typer.Option(
-        False,
-        "--replace",
-        help="Replace the whole profile: fields not given return to their defaults.",
-    ),
-    clear_pins: bool = typer.Option(False, "--clear-pins", help="Remove every pin."),
-    clear_required_tags: bool = typer.Option(
-        False, "--clear-required-tags", help="Remove every required tag."
-    ),
-    clear_forbidden_tags: bool = typer.Option(
-        False, "--clear-forbidden-tags", help="Remove every forbidden tag."
-    ),
-    clear_backends: bool = typer.Option(False, "--clear-backends", help="Any backend again."),
-    clear_colocation_excludes: bool = typer.Option(
-        False, "--clear-colocation-excludes", help="Remove every colocation exclude."
-    ),
-    clear_runtime_memory_mb: bool = typer.Option(
-        False, "--clear-runtime-memory-mb", help="Use --memory-mb on every runtime."
-    ),
-    clear_workload_scores: bool = typer.Option(
-        False, "--clear-workload-scores", help="Remove every workload score (no auto traffic)."
-    ),
-    clear_runtimes: bool = typer.Option(
-        False, "--clear-runtimes", help="Back to the default runtime (llama.cpp)."
-    ),
+    memory_mb: profile_flags.MemoryMbOption = None,
+    runtime_memory_mb: profile_flags.RuntimeMemoryMbOption = None,
+    artifact_sha256: profile_flags.ArtifactSha256Option = None,
+    artifact_source: profile_flags.ArtifactSourceOption = None,
+    artifact_size_mb: profile_flags.ArtifactSizeMbOption = None,
+    runtime: profile_flags.RuntimeOption = None,
+    backend: profile_flags.BackendOption = None,
+    min_replicas: profile_flags.MinReplicasOption = None,
+    max_replicas: profile_flags.MaxReplicasOption = None,
+    priority: profile_flags.PriorityOption = None,
+    data_tier: profile_flags.DataTierOption = None,
+    required_tag: profile_flags.RequiredTagOption = None,
+    forbidden_tag: profile_flags.ForbiddenTagOption = None,
+    min_failure_domains: profile_flags.MinFailureDomainsOption = None,
+    max_colocated_models: profile_flags.MaxColocatedModelsOption = None,
+    colocation_exclude: profile_flags.ColocationExcludeOption = None,
+    pin: profile_flags.PinOption = None,
+    min_gpu_count: profile_flags.MinGpuCountOption = None,
+    min_gpu_memory_mb: profile_flags.MinGpuMemoryMbOption = None,
+    replica_concurrency: profile_flags.ReplicaConcurrencyOption = None,
+    target_utilization: profile_flags.TargetUtilizationOption = None,
+    expected_service_time_s: profile_flags.ExpectedServiceTimeSOption = None,
+    latency_slo_ms: profile_flags.LatencySloMsOption = None,
+    load_estimate_s: profile_flags.LoadEstimateSOption = None,
+    warm_estimate_s: profile_flags.WarmEstimateSOption = None,
+    admission_headroom_mb: profile_flags.AdmissionHeadroomMbOption = None,
+    min_residency_s: profile_flags.MinResidencySOption = None,
+    scale_down_cooldown_s: profile_flags.ScaleDownCooldownSOption = None,
+    workload_score: profile_flags.WorkloadScoreOption = None,
+    replace: profile_flags.ReplaceOption = False,
+    clear_pins: profile_flags.ClearPinsOption = False,
+    clear_required_tags: profile_flags.ClearRequiredTagsOption = False,
+    clear_forbidden_tags: profile_flags.ClearForbiddenTagsOption = False,
+    clear_backends: profile_flags.ClearBackendsOption = False,
+    clear_colocation_excludes: profile_flags.ClearColocationExcludesOption = False,
+    clear_runtime_memory_mb: profile_flags.ClearRuntimeMemoryMbOption = False,
+    clear_workload_scores: profile_flags.ClearWorkloadScoresOption = False,
+    clear_runtimes: profile_flags.ClearRuntimesOption = False,
     grid: GridOption = None,
     token_file: OperatorTokenOption = None,
 ) -> None:
@@ -192,50 +81,8 @@ def model_set(
     server refuses with 409 and this command prints both versions (re-run it to merge). The
     changed fields are printed as old → new.
     """
-    given: dict[str, Any] = {
-        "memory_mb": memory_mb,
-        "artifact_sha256": artifact_sha256,
-        "artifact_source": artifact_source,
-        "artifact_size_mb": artifact_size_mb,
-        "min_replicas": min_replicas,
-        "max_replicas": max_replicas,
-        "priority": priority,
-        "data_tier": data_tier,
-        "min_failure_domains": min_failure_domains,
-        "max_colocated_models": max_colocated_models,
-        "min_gpu_count": min_gpu_count,
-        "min_gpu_memory_mb": min_gpu_memory_mb,
-        "replica_concurrency": replica_concurrency,
-        "target_utilization": target_utilization,
-        "expected_service_time_s": expected_service_time_s,
-        "latency_slo_ms": latency_slo_ms,
-        "load_estimate_s": load_estimate_s,
-        "warm_estimate_s": warm_estimate_s,
-        "admission_headroom_mb": admission_headroom_mb,
-        "min_residency_s": min_residency_s,
-        "scale_down_cooldown_s": scale_down_cooldown_s,
-        "runtimes": tuple(runtime),
-        "backends": tuple(backend),
-        "required_tags": tuple(required_tag),
-        "forbidden_tags": tuple(forbidden_tag),
-        "colocation_excludes": tuple(colocation_exclude),
-        "pins": tuple(pin),
-        "runtime_memory_mb": _pairs(runtime_memory_mb, "--runtime-memory-mb", int),
-        "workload_scores": _pairs(workload_score, "--workload-score", float),
-    }
-    # A scalar flag not given is None, a repeatable one is empty: neither changes the field.
-    given = {k: v for k, v in given.items() if v is not None and v != () and v != {}}
-    clears = {
-        "pins": clear_pins,
-        "required_tags": clear_required_tags,
-        "forbidden_tags": clear_forbidden_tags,
-        "backends": clear_backends,
-        "colocation_excludes": clear_colocation_excludes,
-        "runtime_memory_mb": clear_runtime_memory_mb,
-        "workload_scores": clear_workload_scores,
-        "runtimes": clear_runtimes,
-    }
-    given.update(_cleared(clears, given))
+    # Every parameter by name, before any other local exists: the flags, as given.
+    given = profile_flags.profile_edit(locals())
     _write_profile(grid, token_file, model_id, given, replace=replace)
 
 
@@ -275,29 +122,6 @@ def _write_profile(
     for warning in answer.get("warnings") or ():
         # Accepted (hosts may join later), but it cannot be placed in full today.
         typer.echo(f"grid: warning: {warning}", err=True)
-
-
-def _cleared(clears: dict[str, bool], given: dict[str, Any]) -> dict[str, Any]:
-    """The empty values of the ``--clear-<field>`` flags that were given.
-
-    Raises:
-        CliError: a field is both cleared and given (exit 2).
-    """
-    empty = {
-        f.name: f.default if f.default is not msgspec.NODEFAULT else f.default_factory()
-        for f in msgspec.structs.fields(ModelProfile)
-        if f.name in clears
-    }
-    out: dict[str, Any] = {}
-    for name, on in clears.items():
-        if not on:
-            continue
-        if name in given:
-            flag = name.replace("_", "-")
-            msg = f"--clear-{flag} and a value for {name} were both given; use one of them"
-            raise CliError(msg, EXIT_USAGE)
-        out[name] = empty[name]
-    return out
 
 
 def _conflict_text(model_id: str, exc: RequestRefused, proposed: ModelProfile) -> str:

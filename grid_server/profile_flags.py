@@ -1,0 +1,303 @@
+"""The flags of ``grid allocator model set`` and the profile edit they make.
+
+Every profile flag is declared here as an ``Annotated`` option named after its flag; the
+command's parameter carries the flag's name in snake case. :func:`profile_edit` turns the
+values of those parameters into the fields to write: a scalar flag names its profile field,
+a repeatable flag fills a list field, ``NAME=VALUE`` flags fill a mapping field and
+``--clear-<field>`` empties one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Annotated, Any
+
+import msgspec
+import typer
+
+from grid_core.errors import EXIT_USAGE
+from grid_core.profile import BUILTIN_RUNTIMES, ModelProfile
+from grid_server.client import CliError
+
+RUNTIME_HELP = (
+    f"Repeatable; built in: {', '.join(BUILTIN_RUNTIMES)}, or a runtime plugin's name "
+    "(default llama.cpp)."
+)
+
+MemoryMbOption = Annotated[
+    int | None,
+    typer.Option("--memory-mb", help="Resident MB of one replica (required for a new profile)."),
+]
+RuntimeMemoryMbOption = Annotated[
+    list[str] | None, typer.Option("--runtime-memory-mb", help="RUNTIME=MB, repeatable.")
+]
+ArtifactSha256Option = Annotated[
+    str | None,
+    typer.Option(
+        "--artifact-sha256",
+        help="SHA-256 of the weights file; a host loads only these exact bytes.",
+    ),
+]
+ArtifactSourceOption = Annotated[
+    str | None,
+    typer.Option(
+        "--artifact-source",
+        help="Where a host may download the weights: hf://owner/repo/path/file.gguf (llama.cpp), "
+        "hf://owner/repo@<40-hex commit> (vllm) or ollama://<model id> (ollama).",
+    ),
+]
+ArtifactSizeMbOption = Annotated[
+    int | None,
+    typer.Option("--artifact-size-mb", help="Size of the weights file (MB), for disk admission."),
+]
+RuntimeOption = Annotated[list[str] | None, typer.Option("--runtime", help=RUNTIME_HELP)]
+BackendOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--backend", help="Repeatable; the host must offer one (cuda, metal, …). Default: any."
+    ),
+]
+MinReplicasOption = Annotated[int | None, typer.Option("--min-replicas", help="Default 0.")]
+MaxReplicasOption = Annotated[int | None, typer.Option("--max-replicas", help="Default 1.")]
+PriorityOption = Annotated[int | None, typer.Option("--priority", help="Default 0.")]
+DataTierOption = Annotated[
+    str | None, typer.Option("--data-tier", help="The host must list this data tier.")
+]
+RequiredTagOption = Annotated[
+    list[str] | None,
+    typer.Option("--required-tag", help="Repeatable; the host must carry every one."),
+]
+ForbiddenTagOption = Annotated[
+    list[str] | None, typer.Option("--forbidden-tag", help="Repeatable; the host must carry none.")
+]
+MinFailureDomainsOption = Annotated[
+    int | None,
+    typer.Option(
+        "--min-failure-domains", help="Spread replicas over at least this many domains. Default 1."
+    ),
+]
+MaxColocatedModelsOption = Annotated[
+    int | None,
+    typer.Option(
+        "--max-colocated-models",
+        help="Models per host including this one; 0 unlimited (default), 1 exclusive.",
+    ),
+]
+ColocationExcludeOption = Annotated[
+    list[str] | None,
+    typer.Option("--colocation-exclude", help="Repeatable; a model never placed on the same host."),
+]
+PinOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--pin", help="Repeatable; a host that must hold a replica (a floor, not a ceiling)."
+    ),
+]
+MinGpuCountOption = Annotated[
+    int | None, typer.Option("--min-gpu-count", help="GPUs the host must have. Default 0.")
+]
+MinGpuMemoryMbOption = Annotated[
+    int | None,
+    typer.Option(
+        "--min-gpu-memory-mb", help="GPU memory the host must have per GPU (MB). Default 0."
+    ),
+]
+ReplicaConcurrencyOption = Annotated[
+    int | None,
+    typer.Option("--replica-concurrency", help="Requests one replica serves at once. Default 1."),
+]
+TargetUtilizationOption = Annotated[
+    float | None,
+    typer.Option(
+        "--target-utilization",
+        help="Share of a replica's concurrency to plan for, 0-1. Default 0.7.",
+    ),
+]
+ExpectedServiceTimeSOption = Annotated[
+    float | None,
+    typer.Option(
+        "--expected-service-time-s", help="Seconds per request before any is measured. Default 2."
+    ),
+]
+LatencySloMsOption = Annotated[
+    float | None,
+    typer.Option("--latency-slo-ms", help="p95 latency objective (ms); misses add demand."),
+]
+LoadEstimateSOption = Annotated[
+    float | None,
+    typer.Option(
+        "--load-estimate-s",
+        help="Seconds to fetch and verify the weights, before measured. Default 30.",
+    ),
+]
+WarmEstimateSOption = Annotated[
+    float | None,
+    typer.Option(
+        "--warm-estimate-s",
+        help="Seconds to start the engine until ready, before measured. Default 10.",
+    ),
+]
+AdmissionHeadroomMbOption = Annotated[
+    int | None,
+    typer.Option(
+        "--admission-headroom-mb",
+        help="Free MB a new replica must leave on its host (default: a tenth of its memory, "
+        "at least 512).",
+    ),
+]
+MinResidencySOption = Annotated[
+    float | None,
+    typer.Option(
+        "--min-residency-s",
+        help="Seconds a new replica stays before it may be removed. Default 300.",
+    ),
+]
+ScaleDownCooldownSOption = Annotated[
+    float | None,
+    typer.Option(
+        "--scale-down-cooldown-s", help="Seconds without demand before scaling down. Default 600."
+    ),
+]
+WorkloadScoreOption = Annotated[
+    list[str] | None, typer.Option("--workload-score", help="WORKLOAD=SCORE in (0, 1], repeatable.")
+]
+ReplaceOption = Annotated[
+    bool,
+    typer.Option(
+        "--replace", help="Replace the whole profile: fields not given return to their defaults."
+    ),
+]
+ClearPinsOption = Annotated[bool, typer.Option("--clear-pins", help="Remove every pin.")]
+ClearRequiredTagsOption = Annotated[
+    bool, typer.Option("--clear-required-tags", help="Remove every required tag.")
+]
+ClearForbiddenTagsOption = Annotated[
+    bool, typer.Option("--clear-forbidden-tags", help="Remove every forbidden tag.")
+]
+ClearBackendsOption = Annotated[bool, typer.Option("--clear-backends", help="Any backend again.")]
+ClearColocationExcludesOption = Annotated[
+    bool, typer.Option("--clear-colocation-excludes", help="Remove every colocation exclude.")
+]
+ClearRuntimeMemoryMbOption = Annotated[
+    bool, typer.Option("--clear-runtime-memory-mb", help="Use --memory-mb on every runtime.")
+]
+ClearWorkloadScoresOption = Annotated[
+    bool,
+    typer.Option("--clear-workload-scores", help="Remove every workload score (no auto traffic)."),
+]
+ClearRuntimesOption = Annotated[
+    bool, typer.Option("--clear-runtimes", help="Back to the default runtime (llama.cpp).")
+]
+
+SCALAR_FIELDS = (
+    "memory_mb",
+    "artifact_sha256",
+    "artifact_source",
+    "artifact_size_mb",
+    "min_replicas",
+    "max_replicas",
+    "priority",
+    "data_tier",
+    "min_failure_domains",
+    "max_colocated_models",
+    "min_gpu_count",
+    "min_gpu_memory_mb",
+    "replica_concurrency",
+    "target_utilization",
+    "expected_service_time_s",
+    "latency_slo_ms",
+    "load_estimate_s",
+    "warm_estimate_s",
+    "admission_headroom_mb",
+    "min_residency_s",
+    "scale_down_cooldown_s",
+)
+"""Profile fields set by a flag of the same name (``--memory-mb`` sets ``memory_mb``)."""
+LIST_FIELDS = {
+    "runtime": "runtimes",
+    "backend": "backends",
+    "required_tag": "required_tags",
+    "forbidden_tag": "forbidden_tags",
+    "colocation_exclude": "colocation_excludes",
+    "pin": "pins",
+}
+"""Repeatable flag's parameter → the list field its values make up (``--pin`` → ``pins``)."""
+PAIR_FIELDS: dict[str, tuple[str, str, type]] = {
+    "runtime_memory_mb": ("runtime_memory_mb", "--runtime-memory-mb", int),
+    "workload_score": ("workload_scores", "--workload-score", float),
+}
+"""``NAME=VALUE`` flag's parameter → (mapping field, flag, type of VALUE)."""
+CLEARABLE_FIELDS = (
+    "pins",
+    "required_tags",
+    "forbidden_tags",
+    "backends",
+    "colocation_excludes",
+    "runtime_memory_mb",
+    "workload_scores",
+    "runtimes",
+)
+"""Fields ``--clear-<field>`` (parameter ``clear_<field>``) empties, in the order checked."""
+
+
+def profile_edit(flags: Mapping[str, Any]) -> dict[str, Any]:
+    """The profile fields ``model set``'s flags change: field name → new value.
+
+    Args:
+        flags: the command's parameters by name (a flag not given is ``None``, ``False`` or
+            an empty list; names beyond the profile flags are ignored).
+
+    Returns:
+        Only the fields given: scalars as given, lists as tuples, ``NAME=VALUE`` flags as
+        mappings, and each cleared field at its default (empty) value.
+
+    Raises:
+        CliError: a ``NAME=VALUE`` flag without ``=`` or with a VALUE of the wrong type, or a
+            field both cleared and given (exit 2).
+    """
+    given: dict[str, Any] = {name: flags.get(name) for name in SCALAR_FIELDS}
+    for param, field in LIST_FIELDS.items():
+        given[field] = tuple(flags.get(param) or ())
+    for param, (field, flag, cast) in PAIR_FIELDS.items():
+        given[field] = _pairs(flags.get(param) or [], flag, cast)
+    # A scalar flag not given is None, a repeatable one is empty: neither changes the field.
+    given = {k: v for k, v in given.items() if v is not None and v != () and v != {}}
+    clears = {name: bool(flags.get(f"clear_{name}")) for name in CLEARABLE_FIELDS}
+    given.update(_cleared(clears, given))
+    return given
+
+
+def _pairs(values: list[str], flag: str, cast: type) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for v in values:
+        key, sep, raw = v.partition("=")
+        try:
+            if not sep or not key:
+                raise ValueError
+            out[key] = cast(raw)
+        except ValueError:
+            raise CliError(f"{flag} {v!r}: use NAME=VALUE", EXIT_USAGE) from None
+    return out
+
+
+def _cleared(clears: dict[str, bool], given: dict[str, Any]) -> dict[str, Any]:
+    """The empty values of the ``--clear-<field>`` flags that were given.
+
+    Raises:
+        CliError: a field is both cleared and given (exit 2).
+    """
+    empty = {
+        f.name: f.default if f.default is not msgspec.NODEFAULT else f.default_factory()
+        for f in msgspec.structs.fields(ModelProfile)
+        if f.name in clears
+    }
+    out: dict[str, Any] = {}
+    for name, on in clears.items():
+        if not on:
+            continue
+        if name in given:
+            flag = name.replace("_", "-")
+            msg = f"--clear-{flag} and a value for {name} were both given; use one of them"
+            raise CliError(msg, EXIT_USAGE)
+        out[name] = empty[name]
+    return out
