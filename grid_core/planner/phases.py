@@ -9,6 +9,7 @@ from grid_core.planner.core import PlanState, RankedPool, RoundKey, Unasked, ser
 from grid_core.planner.eligibility import MEMORY_STATES
 from grid_core.planner.holds import release_hold, take_hold
 from grid_core.planner.lastready import kept_ready, last_ready, settling_scale_out
+from grid_core.planner.pinsets import reserve_best_pin_sets
 from grid_core.planner.preemption import (
     MAX_PREEMPTION_HOSTS,
     MAX_VICTIM_CANDIDATES,
@@ -201,12 +202,15 @@ def place_pins(state: PlanState) -> None:
     rounds on any compatible host. A pin whose host cannot take the replica (offline,
     incompatible, or full of work that may not be preempted) is never substituted: the
     model is then planned towards what its demand alone asks for and the pin is reported.
+    Where a host's pins do not all fit, the set that honours the most pins (class by class,
+    high to low) is reserved first (:func:`grid_core.planner.pinsets.reserve_best_pin_sets`).
     """
     from grid_core.planner.core import demand_count
 
     ledger = state.ledger
-    pinned = [mi for mi, p in enumerate(state.profiles) if p.pins]
-    for mi in class_order(state, pinned):
+    pinned = class_order(state, [mi for mi, p in enumerate(state.profiles) if p.pins])
+    reserve_best_pin_sets(state, pinned)  # a host whose pins do not all fit: the best set
+    for mi in pinned:
         cands = set(state.cands[mi])
         ok = 0
         for hi in sorted(state.pin_hosts[mi]):
