@@ -506,7 +506,11 @@ def _beneficiary_start_s(state: PlanState, mi: int, hi: int) -> float:
 
 
 def _cached_pool(state: PlanState, mi: int, hi: int) -> RankedPool | None:
-    """(rank, candidates, need) for beneficiary ``mi`` on ``hi``, memoised per host version."""
+    """(rank, candidates, need) for beneficiary ``mi`` on ``hi``, memoised per host version;
+    ``None`` at once for a host without residencies (victims are residencies: most hosts of
+    a fresh fleet)."""
+    if not state.hosts[hi].residencies:
+        return None
     version = state.ledger.books[hi].version
     got = state.victim_cache.get((mi, hi))
     if got is not None and got[0] == version:
