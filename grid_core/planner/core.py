@@ -99,6 +99,9 @@ FitMemo = tuple[int, str | None, bool, float, Prices]
 """What :meth:`PlanState.best_host` remembers of one model on one host: (host book version,
 fit failure or ``None``, domain novelty the score was computed for, score, the packing
 prices inside that score; 0.0 and :data:`NO_PRICES` when it does not fit)."""
+UNSEEN: FitMemo = (-1, "unseen", False, 0.0, NO_PRICES)
+"""A fit memo entry not computed yet: its version (-1) matches no host book (versions start
+at 0), so the hottest loop needs no separate test for a missing entry."""
 Scarce = tuple[tuple[int, ...], list[float], dict[int, float]]
 """One host's scarcity entry: sizes (MB, ascending) of the still-short models that fit it,
 prefix sums of their needs (0..1 each) and need by model index."""
@@ -313,9 +316,9 @@ class PlanState:
         """(every host's book version, model → hosts where one more new replica fits, models
         that fit somewhere), as the settling repair last saw the ledger
         (:mod:`grid_core.planner.settle`); the long chains reuse it while no host changed."""
-        self._fit: list[list[FitMemo | None] | None] = [None] * len(self.profiles)
+        self._fit: list[list[FitMemo] | None] = [None] * len(self.profiles)
         """Per model, a row indexed by host (``None`` until the model is first scanned):
-        (host book version, fit failure, domain novelty, score, prices), or ``None``."""
+        (host book version, fit failure, domain novelty, score, prices), or :data:`UNSEEN`."""
         self.unheld_fit: dict[tuple[int, int], tuple[int, bool, float | None]] = {}
         """(model, host) → (host version, domain novelty, score of a new replica there once
         the holds it may release are given back, or ``None``: it does not fit even then)
@@ -477,7 +480,9 @@ class PlanState:
             base = self._term_score(mi, hi, domain_new, free)
         elif self.dynamic_terms:
             dyn = self._dynamic.get((mi, cls, free, domain_new))
-            base = self._term_score(mi, hi, domain_new, free) if dyn is None else base + dyn
+            if dyn is None:
+                dyn = self._dynamic_score(mi, hi, cls, free, domain_new, None)
+            base += dyn
         mem = self.mem_rows[mi][hi]
         learn = fit = size = scarce = 0.0
         learned = self.learned
@@ -520,7 +525,9 @@ class PlanState:
             return self._term_score(mi, hi, domain_new, free)
         if self.dynamic_terms:
             dyn = self._dynamic.get((mi, cls, free, domain_new))
-            return self._term_score(mi, hi, domain_new, free) if dyn is None else base + dyn
+            if dyn is None:
+                dyn = self._dynamic_score(mi, hi, cls, free, domain_new, None)
+            return base + dyn
         return base
 
     def _term_score(self, mi: int, hi: int, domain_new: bool, free: int) -> float:
@@ -542,16 +549,24 @@ class PlanState:
             self._static[key] = static
         if not self.dynamic_terms:
             return static
-        dkey = (mi, cls, free, domain_new)
-        dyn = self._dynamic.get(dkey)
+        dyn = self._dynamic.get((mi, cls, free, domain_new))
         if dyn is None:
-            if ctx is None or ctx.domain_new != domain_new:
-                ctx = self._context(mi, hi, domain_new)
-            dyn = _sum_terms(
-                self.dynamic_terms, self.profiles[mi], self.hosts[self.class_rep[cls]], ctx
-            )
-            self._dynamic[dkey] = dyn
+            dyn = self._dynamic_score(mi, hi, cls, free, domain_new, ctx)
         return static + dyn
+
+    def _dynamic_score(
+        self, mi: int, hi: int, cls: int, free: int, domain_new: bool, ctx: ScoreContext | None
+    ) -> float:
+        """Sum of the dynamic terms for ``mi`` on host ``hi`` (of class ``cls``, ``free`` MB
+        free now), computed and remembered in :attr:`_dynamic`; ``ctx`` is a context already
+        built for this state, if any."""
+        if ctx is None or ctx.domain_new != domain_new:
+            ctx = self._context(mi, hi, domain_new)
+        dyn = _sum_terms(
+            self.dynamic_terms, self.profiles[mi], self.hosts[self.class_rep[cls]], ctx
+        )
+        self._dynamic[(mi, cls, free, domain_new)] = dyn
+        return dyn
 
     def needed(self, mi: int) -> int:
         """Replicas of ``mi`` that current demand needs: the desired count without the replicas
@@ -590,7 +605,7 @@ class PlanState:
         for hi in self.cands[mi]:
             book = books[hi]
             got = cache[hi]
-            if got is not None and got[0] == book.version:
+            if got[0] == book.version:
                 if got[1] is not None:
                     continue  # still does not fit
                 domain_new = domain_list[hi] not in domains
@@ -622,11 +637,11 @@ class PlanState:
             return new_hi, new_s
         return None if any_hi < 0 else (any_hi, any_s)
 
-    def _fit_row(self, mi: int) -> list[FitMemo | None]:
+    def _fit_row(self, mi: int) -> list[FitMemo]:
         """``mi``'s row of the fit memo (made on first use after the prices change)."""
         row = self._fit[mi]
         if row is None:
-            row = self._fit[mi] = [None] * len(self.hosts)
+            row = self._fit[mi] = [UNSEEN] * len(self.hosts)
         return row
 
     def fit_reason(self, mi: int, hi: int) -> str | None:
@@ -637,7 +652,7 @@ class PlanState:
         book = self.ledger.books[hi]
         row = self._fit_row(mi)
         got = row[hi]
-        if got is not None and got[0] == book.version:
+        if got[0] == book.version:
             why = got[1]
             if why == "memory" and self.profiles[mi].model_id not in book.present:
                 return why  # the quick check's "memory" is fit_new's unless it is present
