@@ -31,8 +31,6 @@ order of decisions (see docs/planner.md):
 from __future__ import annotations
 
 import enum
-from bisect import bisect_right
-from itertools import accumulate
 
 import msgspec
 
@@ -44,8 +42,9 @@ from grid_core.planner.eligibility import (
     incompatibility,
     outlasts_protection,
 )
-from grid_core.planner.ledger import HostBook, Ledger, Placed
+from grid_core.planner.ledger import Ledger, Placed
 from grid_core.planner.preemption import VictimCandidate, VictimNeed, VictimSelector
+from grid_core.planner.scarcity import Scarce, lost_placements, scarcity_table
 from grid_core.planner.scoring import (
     ScoreContext,
     ScoreTerm,
@@ -66,15 +65,6 @@ LEARNED_PRICE_CAP = 3.0
 (:mod:`grid_core.planner.replan`): 3 x 80 = 240 stays below the cached-weights bonus (300)
 and a ready residency (1000), so learned prices steer cold placements and never undo
 locality (on the bench fleets it places as many replicas as no cap at all)."""
-MIN_SCARCE_NEED = 0.1
-"""A model that needs fewer than one in ten of the hosts where it fits is not squeezed out
-anywhere: it is left out of the prices (on the bench fleets this placed as much or more and
-cut pricing work on roomy fleets by a third)."""
-SLOT_WASTE_WEIGHT = 0.5
-"""Share of a contended slot's price that depends on fit: a slot stands for its host's free
-memory divided by its free slots, and a replica much smaller than that share wastes what
-only a larger model could use. Half the price is for taking the slot at all, half for
-wasting it (measured on the bench fleets: a full weight over-corrects, none ignores it)."""
 SLOT_FIT_WEIGHT = 30.0
 """Score cost of a new replica whose size is far from its host's memory per free model slot
 (free memory / free slots, on hosts with a slot ceiling): ``weight x |share - size| / share``,
@@ -102,9 +92,6 @@ prices inside that score; 0.0 and :data:`NO_PRICES` when it does not fit)."""
 UNSEEN: FitMemo = (-1, "unseen", False, 0.0, NO_PRICES)
 """A fit memo entry not computed yet: its version (-1) matches no host book (versions start
 at 0), so the hottest loop needs no separate test for a missing entry."""
-Scarce = tuple[tuple[int, ...], list[float], dict[int, float]]
-"""One host's scarcity entry: sizes (MB, ascending) of the still-short models that fit it,
-prefix sums of their needs (0..1 each) and need by model index."""
 RankedPool = tuple[tuple[int, int], list[VictimCandidate], VictimNeed]
 """A host's victim pool for one beneficiary: ((lowest candidate priority, total disruption),
 candidates, what they must release)."""
@@ -180,8 +167,6 @@ class PlanState:
         self.held = [d.held_replicas if d is not None else 0 for d in self.demand]
         """Per model, replicas of the desired count kept only for hysteresis (see
         :attr:`~grid_core.demand.types.ModelDemand.held_replicas`): kept, never placed."""
-        self.reclaimed: list[tuple[int, int, str]] = []
-        """Surplus replicas staged for reclaim: (model index, host index, beneficiary id)."""
         by_id = {h.host_id: hi for hi, h in enumerate(self.hosts)}
         self.pin_hosts = [{by_id[h] for h in p.pins if h in by_id} for p in self.profiles]
         """Per model, the host indexes of its pins (registered hosts only)."""
@@ -189,6 +174,16 @@ class PlanState:
         self.scarce: dict[int, Scarce] = {}
         """Per host with needy models, their sizes, prefix sums of need and needs by model
         (:meth:`prepare_scarcity`)."""
+        self._init_actions()
+        self._init_candidate()
+        self._init_search_memos()
+        self.alloc = [h.allocatable_mb for h in self.hosts]
+
+    def _init_actions(self) -> None:
+        """What the plan stages besides its placements (preemptions, reclaims, relocations,
+        held-back incumbents), all empty until the phases stage them."""
+        self.reclaimed: list[tuple[int, int, str]] = []
+        """Surplus replicas staged for reclaim: (model index, host index, beneficiary id)."""
         self.evictions: list[Eviction] = []
         self.evicted: set[tuple[str, str]] = set()
         self.staged: dict[int, int] = {}
@@ -199,7 +194,20 @@ class PlanState:
         """Per beneficiary, models whose last ready replica it may not take yet: only they
         would have completed a victim set, and its scale-out shortfall has not persisted
         (:mod:`grid_core.planner.lastready`; the unmet code ``shortfall_settling``)."""
-        self.repair_steps = 0
+        self.relocations: dict[int, tuple[str, str, str]] = {}
+        """Per blocked model, the staged relocation (incumbent, from host, to host)."""
+        self.relocation_binds: dict[int, UnmetResource] = {}
+        """Per blocked model, what its staged relocation frees on the from host."""
+        self.deferred: dict[int, list[tuple[int, ResidencySnapshot]]] = {}
+        """Per model, incumbents held back so a missing failure domain can be filled."""
+        self.off_pin: set[tuple[int, int]] = set()
+        """(model, host) of deferred incumbents held back only because the model's pins
+        take its room first: wanted work while the model is short, priced at its priority as
+        a victim (:func:`grid_core.planner.phases.place_pins`)."""
+
+    def _init_candidate(self) -> None:
+        """The settings that make a re-plan or candidate plan differ from the first plan
+        (prices, holds, its rival), each neutral until :mod:`grid_core.planner` sets it."""
         self.learned: list[tuple[float, float]] | None = None
         """Per host, (price of one model slot, price per MB) in expected lost placements,
         learned from an earlier pass of the same plan (:mod:`grid_core.planner.replan`)."""
@@ -220,10 +228,6 @@ class PlanState:
         """Whether such a candidate always finishes its lowest class (never abandoned there):
         its exchanges and settling run only after the solve and may still lift that class
         (the lower-class-aware candidate, :func:`grid_core.planner._lower_class_candidate`)."""
-        self.relocations: dict[int, tuple[str, str, str]] = {}
-        """Per blocked model, the staged relocation (incumbent, from host, to host)."""
-        self.relocation_binds: dict[int, UnmetResource] = {}
-        """Per blocked model, what its staged relocation frees on the from host."""
         self.holds: dict[int, set[int]] = {}
         """Per short lower-priority model, the hosts holding a hole for it until its class
         starts (:mod:`grid_core.planner.holds`)."""
@@ -232,14 +236,6 @@ class PlanState:
         self.rival: PlanState | None = None
         """The best plan so far, for a re-plan: the re-plan is abandoned as soon as it is
         behind it (:func:`grid_core.planner.replan.behind`)."""
-        self.deferred: dict[int, list[tuple[int, ResidencySnapshot]]] = {}
-        """Per model, incumbents held back so a missing failure domain can be filled."""
-        self.off_pin: set[tuple[int, int]] = set()
-        """(model, host) of deferred incumbents held back only because the model's pins
-        take its room first: wanted work while the model is short, priced at its priority as
-        a victim (:func:`grid_core.planner.phases.place_pins`)."""
-        self._init_search_memos()
-        self.alloc = [h.allocatable_mb for h in self.hosts]
 
     def _init_statics(self, shared: PlanState | None, topology: Topology | None) -> None:
         """Static indexes and term memo tables: the re-plan's ``shared`` state's, else the
@@ -290,6 +286,9 @@ class PlanState:
     def _init_search_memos(self) -> None:
         """Per-plan search budgets spent and the memo tables the searches keep (each keyed by
         host version, so an entry is reused only while its host is unchanged)."""
+        self.repair_steps = 0
+        """Trial moves spent by repair (:mod:`grid_core.planner.repair`; at most the policy's
+        ``repair_budget``; a candidate plan may start it nearly spent)."""
         self.chain_steps = 0
         """Host checks spent by ejection-chain searches (:mod:`grid_core.planner.chains`)."""
         self.exchange_steps = 0
@@ -396,56 +395,14 @@ class PlanState:
         )
 
     def prepare_scarcity(self, priority: int | None = None) -> None:
-        """Price every host by how much still-unplaced demand needs it (the specification's
-        future-compatible host set, extended from the most constrained models to all).
-
-        For each model of priority ``<= priority`` (all models when ``None``) that still
-        misses replicas, ``need = missing / hosts where it fits now`` (at most 1) is the
-        chance it needs any one of those hosts; needs below :data:`MIN_SCARCE_NEED` are
-        left out. Each host keeps its needy models sorted by
-        footprint with prefix sums, so :meth:`scarcity` prices one placement in O(log n).
-        Recomputed when a priority class starts: placements of higher classes are final.
-        """
-        ledger = self.ledger
-        books = ledger.books
-        free = [
-            min(b.inc_free, b.raw_free)
-            if b.eligible
-            and not b.blocked
-            and not (b.max_models and len(b.present) >= b.max_models)
-            else -1
-            for b in books
-        ]
-        presents = [b.present for b in books]
-        rows: list[list[tuple[int, float, int]]] = [[] for _ in books]
-        count = ledger.count
-        for mi, hs in enumerate(self.cands):
-            p = self.profiles[mi]
-            if priority is not None and p.priority > priority:
-                continue
-            missing = self.desired[mi] - count[mi]
-            if missing <= 0 or not hs:
-                continue
-            mid = p.model_id
-            mems = self.mem_rows[mi]
-            fits = [hi for hi in hs if free[hi] >= mems[hi] and mid not in presents[hi]]
-            if not fits:
-                continue
-            need = missing / len(fits)
-            need = need if need < 1.0 else 1.0  # at most 1
-            if need < MIN_SCARCE_NEED:
-                continue
-            for hi in fits:
-                rows[hi].append((mems[hi], need, mi))
-        self.scarce = {}
+        """Price every host by how much the still-unplaced demand of the models of priority
+        ``<= priority`` (all models when ``None``) needs it (:func:`.scarcity.scarcity_table`).
+        Recomputed when a priority class starts: placements of higher classes are final."""
+        self.scarce = scarcity_table(
+            self.ledger, self.profiles, self.cands, self.mem_rows, self.desired, priority
+        )
         self._fit = [None] * len(self.profiles)  # cached scores carry the old prices
         self.unheld_fit = {}
-        for hi, row in enumerate(rows):
-            if not row:
-                continue
-            row.sort()
-            sizes, needs, mis = zip(*row, strict=True)
-            self.scarce[hi] = (sizes, [0.0, *accumulate(needs)], dict(zip(mis, needs, strict=True)))
 
     def score(self, mi: int, hi: int, domain_new: bool) -> float:
         """Summed term score of a new replica of ``mi`` on ``hi`` minus the planner's own
@@ -466,10 +423,11 @@ class PlanState:
         not apply): the learned re-plan price (:attr:`learned`, or :attr:`class_prices` by
         the model's class), the slot-fit cost (:attr:`slot_fit_weight`), the size price
         (:attr:`size_price`) and the scarcity price, :data:`SCARCITY_PENALTY` per expected
-        lost placement of other short models (:func:`_scarcity`). The prices do not depend
-        on failure domains, so :meth:`best_host` keeps them when only the model's domains
-        change (:meth:`_terms_now`). Reads the host's book as it is now (a trial may lend
-        it memory without a new version, see :func:`grid_core.planner.holds._score_without`).
+        lost placement of other short models (:func:`.scarcity.lost_placements`). The prices
+        do not depend on failure domains, so :meth:`best_host` keeps them when only the
+        model's domains change (:meth:`_terms_now`). Reads the host's book as it is now (a
+        trial may lend it memory without a new version, see
+        :func:`grid_core.planner.holds._score_without`).
         """
         book = self.ledger.books[hi]
         inc, raw = book.inc_free, book.raw_free
@@ -507,7 +465,7 @@ class PlanState:
                 size = SCARCITY_PENALTY * (lost if lost < LEARNED_PRICE_CAP else LEARNED_PRICE_CAP)
         got = self.scarce.get(hi)
         if got is not None:
-            scarce = SCARCITY_PENALTY * _scarcity(got, mi, mem, free, max_models, book)
+            scarce = SCARCITY_PENALTY * lost_placements(got, mi, mem, free, max_models, book)
         return base - learn - fit - size - scarce, (learn, fit, size, scarce)
 
     def _terms_now(self, mi: int, hi: int, domain_new: bool) -> float:
@@ -687,45 +645,6 @@ class PlanState:
             reason=pl.reason,
             score=pl.score,
         )
-
-
-def _scarcity(
-    got: Scarce,
-    mi: int,
-    mem: int,
-    free: int,
-    max_models: int,
-    book: HostBook,
-) -> float:
-    """Expected placements of other still-short models lost if ``mi`` (``mem`` MB) takes a
-    host now (0..1); ``got`` is the host's entry of :attr:`PlanState.scarce`, ``free`` its
-    free MB, ``max_models`` its model-slot ceiling (0: none), ``book`` its ledger book.
-
-    Two scarce dimensions, whichever binds harder: the model slot (the others that fit
-    here compete for the slots left after this one; a replica that uses little of the
-    memory its slot stands for pays more, see :data:`SLOT_WASTE_WEIGHT`) and memory
-    (others that fit now but would not fit in what this replica leaves). Disk,
-    colocation and failure domains are hard fit rules or have their own terms.
-    """
-    sizes, prefix, own = got
-    fit_now = bisect_right(sizes, free)
-    self_need = own.get(mi, 0.0) if mem <= free else 0.0
-    harm = 0.0
-    if max_models:
-        slots_free = max_models - len(book.present)
-        harm = prefix[fit_now] - self_need - (slots_free - 1)
-        harm = harm if harm < 1.0 else 1.0  # clamped to 0..1 as max(0, min(1, harm))
-        harm = harm if harm > 0.0 else 0.0
-        if harm and free > 0:
-            share = free / slots_free  # memory one of the free slots stands for
-            left = share - mem
-            waste = (left if left > 0.0 else 0.0) / share
-            harm *= 1.0 - SLOT_WASTE_WEIGHT + SLOT_WASTE_WEIGHT * waste
-    lost = prefix[fit_now] - prefix[bisect_right(sizes, free - mem)]
-    if self_need and free - mem < mem:
-        lost -= self_need  # its own entry: one replica per host, it never needed more
-    lost = lost if lost < 1.0 else 1.0
-    return lost if lost > harm else harm
 
 
 def _sum_terms(
