@@ -267,7 +267,8 @@ class PlanState:
             self.round_keys: dict[int, RoundKey] = {}
             """Memoised fair-round order key per model (fixed within one plan)."""
             self._static: dict[tuple[int, int], float] = {}
-            self._dynamic: dict[tuple[int, int, int, bool], float] = {}
+            self._sums: dict[tuple[int, int, int, bool], float] = {}
+            """Summed term score per model, host class, free MB and domain novelty."""
             self._contexts: dict[tuple[int, int], ScoreContext] = {}
             """Score context per model and host class (free memory and domain replaced)."""
             self.host_class, self.class_rep = statics.host_class, statics.class_rep
@@ -278,7 +279,7 @@ class PlanState:
             self.mem_rows = shared.mem_rows
             self.round_keys = shared.round_keys
             self._static = shared._static
-            self._dynamic = shared._dynamic
+            self._sums = shared._sums
             self._contexts = shared._contexts
             self.host_class, self.class_rep = shared.host_class, shared.class_rep
             self.res_maps = shared.res_maps
@@ -432,15 +433,10 @@ class PlanState:
         book = self.ledger.books[hi]
         inc, raw = book.inc_free, book.raw_free
         free = raw if raw < inc else inc  # min(inc, raw), without the builtin's call
-        cls = self.host_class[hi]
-        base = self._static.get((mi, cls))
+        key = (mi, self.host_class[hi], free, domain_new)
+        base = self._sums.get(key)
         if base is None:
-            base = self._term_score(mi, hi, domain_new, free)
-        elif self.dynamic_terms:
-            dyn = self._dynamic.get((mi, cls, free, domain_new))
-            if dyn is None:
-                dyn = self._dynamic_score(mi, hi, cls, free, domain_new, None)
-            base += dyn
+            base = self._sums[key] = self._term_score(mi, hi, domain_new, free)
         mem = self.mem_rows[mi][hi]
         learn = fit = size = scarce = 0.0
         learned = self.learned
@@ -469,7 +465,7 @@ class PlanState:
         return base - learn - fit - size - scarce, (learn, fit, size, scarce)
 
     def _terms_now(self, mi: int, hi: int, domain_new: bool) -> float:
-        """The term part of :meth:`scored` alone (same memo tables, same value).
+        """The term part of :meth:`scored` alone (same memo table, same value).
 
         It repeats :meth:`scored`'s first block on purpose: the two are the planner's
         hottest calls (thousands per plan), and a helper shared by both cost each call about
@@ -477,15 +473,10 @@ class PlanState:
         book = self.ledger.books[hi]
         inc, raw = book.inc_free, book.raw_free
         free = raw if raw < inc else inc
-        cls = self.host_class[hi]
-        base = self._static.get((mi, cls))
+        key = (mi, self.host_class[hi], free, domain_new)
+        base = self._sums.get(key)
         if base is None:
-            return self._term_score(mi, hi, domain_new, free)
-        if self.dynamic_terms:
-            dyn = self._dynamic.get((mi, cls, free, domain_new))
-            if dyn is None:
-                dyn = self._dynamic_score(mi, hi, cls, free, domain_new, None)
-            return base + dyn
+            base = self._sums[key] = self._term_score(mi, hi, domain_new, free)
         return base
 
     def _term_score(self, mi: int, hi: int, domain_new: bool, free: int) -> float:
@@ -493,8 +484,9 @@ class PlanState:
 
         Hosts identical apart from id, heartbeat age and failure domain form one class and
         share every evaluation (the domain reaches terms only as ``ctx.domain_new``). Static
-        terms run once per model/class; dynamic terms once per model/class/free-memory/
-        domain-novelty state."""
+        terms run once per model/class (:attr:`_static`); the callers remember the whole
+        sum per model/class/free-memory/domain-novelty state (:attr:`_sums`), so dynamic
+        terms run once per such state."""
         cls = self.host_class[hi]
         key = (mi, cls)
         static = self._static.get(key)
@@ -507,24 +499,12 @@ class PlanState:
             self._static[key] = static
         if not self.dynamic_terms:
             return static
-        dyn = self._dynamic.get((mi, cls, free, domain_new))
-        if dyn is None:
-            dyn = self._dynamic_score(mi, hi, cls, free, domain_new, ctx)
-        return static + dyn
-
-    def _dynamic_score(
-        self, mi: int, hi: int, cls: int, free: int, domain_new: bool, ctx: ScoreContext | None
-    ) -> float:
-        """Sum of the dynamic terms for ``mi`` on host ``hi`` (of class ``cls``, ``free`` MB
-        free now), computed and remembered in :attr:`_dynamic`; ``ctx`` is a context already
-        built for this state, if any."""
         if ctx is None or ctx.domain_new != domain_new:
             ctx = self._context(mi, hi, domain_new)
         dyn = _sum_terms(
             self.dynamic_terms, self.profiles[mi], self.hosts[self.class_rep[cls]], ctx
         )
-        self._dynamic[(mi, cls, free, domain_new)] = dyn
-        return dyn
+        return static + dyn
 
     def needed(self, mi: int) -> int:
         """Replicas of ``mi`` that current demand needs: the desired count without the replicas
