@@ -27,7 +27,7 @@ from grid_core.planner.eligibility import (
     placement_incompatibility,
     runtime_for,
 )
-from grid_core.planner.topology import LedgerTables
+from grid_core.planner.topology import LedgerTables, Opening
 from grid_core.planner.types import PlannerPolicy
 from grid_core.profile import ModelProfile, revision_matches
 from grid_core.snapshot import HostSnapshot, ResidencySnapshot
@@ -127,12 +127,28 @@ class Ledger:
         self._shares: dict[int, tuple[int, int, int, int]] = {}
         """Host → (book version, largest headroom share of its new replicas, how many hold
         it, the next largest) (:meth:`_share_without`)."""
-        for host in hosts:
-            self._add_host(host)
+        if tables.opening is None:  # the first ledger of this snapshot works them out
+            tables.opening = [self._opening(host) for host in hosts]
+        for reason, inc_free, raw_free, live, desired in tables.opening:
+            host = hosts[len(self.books)]
+            self.books.append(
+                HostBook(
+                    inc_free=inc_free,
+                    raw_free=raw_free,
+                    disk_free=host.artifact_disk_free_mb,
+                    max_models=host.max_models,
+                    live=live,
+                    desired=set(desired),
+                    present=set(live) | desired,
+                    eligible=reason is None,
+                )
+            )
+            self.ineligible.append(reason)
         self.domain_list = [h.failure_domain or f"host:{h.host_id}" for h in hosts]
         """Failure domain per host index; a host without one is its own domain."""
 
-    def _add_host(self, host: HostSnapshot) -> None:
+    def _opening(self, host: HostSnapshot) -> Opening:
+        """``host``'s opening book values, before the plan keeps or places anything."""
         reason = host_ineligible_reason(host, self.policy)
         alloc = host.allocatable_mb
         frac = max(0.0, min(1.0, host.throttle_fraction))
@@ -151,19 +167,7 @@ class Ledger:
                 unmanaged += r.memory_mb
                 desired.add(r.model_id)
         inc_cap = int(alloc * frac) - self.policy.admission_headroom_mb
-        self.books.append(
-            HostBook(
-                inc_free=inc_cap - live_used,
-                raw_free=alloc - unmanaged,
-                disk_free=host.artifact_disk_free_mb,
-                max_models=host.max_models,
-                live=frozenset(live),
-                desired=desired,
-                present=live | desired,
-                eligible=reason is None,
-            )
-        )
-        self.ineligible.append(reason)
+        return (reason, inc_cap - live_used, alloc - unmanaged, frozenset(live), frozenset(desired))
 
     # --- static facts (memoised per plan) ------------------------------------------------
     def compat(self, mi: int, hi: int) -> str | None:

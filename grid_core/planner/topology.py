@@ -38,6 +38,12 @@ MAX_CONTEXTS = 2
 alternate within a tick; a third would only ever hold a previous tick's stale snapshot."""
 
 
+Opening = tuple[str | None, int, int, frozenset[str], frozenset[str]]
+"""One host's book before a plan keeps or places anything: (why it is ineligible or
+``None``, free MB in the incremental ledger, free MB in the desired ledger, live model ids,
+model ids desired because they are unmanaged) (:class:`~grid_core.planner.ledger.Ledger`)."""
+
+
 @dataclass
 class LedgerTables:
     """Memo tables of :class:`~grid_core.planner.ledger.Ledger` that depend only on the
@@ -48,6 +54,8 @@ class LedgerTables:
     compat: dict[tuple[int, int], str | None] = field(default_factory=dict)
     extra: list[dict[int, int]] = field(default_factory=list)
     """Per model index, host index → admission headroom beyond the policy floor (MB)."""
+    opening: list[Opening] | None = None
+    """Per host index, its opening book values (filled by the first ledger)."""
 
 
 @dataclass(frozen=True)
