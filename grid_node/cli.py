@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import time
 from pathlib import Path
 from typing import Annotated, Any
@@ -391,8 +392,14 @@ def _set_override(
 ) -> None:
     if not reason.strip():
         raise ValidationError("--reason must say why (it is shown in status)")
-    if for_seconds is not None and for_seconds <= 0:
-        raise ValidationError("--for-seconds must be positive")
+    # NaN compares false with everything and both NaN and inf are written as null, an
+    # override that never lapses: only a finite positive duration is one.
+    if for_seconds is not None and not (math.isfinite(for_seconds) and for_seconds > 0):
+        msg = (
+            f"--for-seconds must be a finite positive number of seconds (got {for_seconds}); "
+            "omit it for an override that lasts until 'grid allocator node resume'"
+        )
+        raise ValidationError(msg)
     now = time.time()
     sdir = _state_dir(state_dir)
     override = Override(

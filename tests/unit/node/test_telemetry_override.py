@@ -10,7 +10,7 @@ import psutil
 import pytest
 from typer.testing import CliRunner
 
-from grid_core.cli import build_app
+from grid_core.cli import build_app, main
 from grid_core.protection import ProtectionPolicy, ProtectionState, step
 from grid_core.testing import plugins_with
 from grid_node import telemetry
@@ -124,4 +124,15 @@ def test_override_needs_a_reason(runner_app):
     runner, app, sdir = runner_app
     r = runner.invoke(app, ["allocator", "node", "drain", "--reason", "  "])
     assert r.exit_code != 0
+    assert read_override(sdir) is None
+
+
+@pytest.mark.parametrize("seconds", ["nan", "inf", "-inf", "0", "-5"])
+def test_override_duration_must_be_a_finite_positive_number(runner_app, capsys, seconds):
+    """``--for-seconds nan`` once set an override that never lapsed while saying "for nan s"."""
+    _, _, sdir = runner_app
+    with pytest.raises(SystemExit) as exc:
+        main(["allocator", "node", "drain", "--reason", "maint", "--for-seconds", seconds])
+    assert exc.value.code == 2
+    assert capsys.readouterr().err.startswith("grid: error: --for-seconds")
     assert read_override(sdir) is None
