@@ -10,7 +10,7 @@ a repeatable flag fills a list field, ``NAME=VALUE`` flags fill a mapping field 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Annotated, Any
+from typing import Annotated, Any, NamedTuple
 
 import msgspec
 import typer
@@ -222,11 +222,28 @@ LIST_FIELDS = {
     "pin": "pins",
 }
 """Repeatable flag's parameter → the list field its values make up (``--pin`` → ``pins``)."""
-PAIR_FIELDS: dict[str, tuple[str, str, type]] = {
-    "runtime_memory_mb": ("runtime_memory_mb", "--runtime-memory-mb", int),
-    "workload_score": ("workload_scores", "--workload-score", float),
+
+
+class PairFlag(NamedTuple):
+    """A repeatable ``NAME=VALUE`` flag and the mapping field its values make up."""
+
+    field: str
+    """The profile field (``workload_scores``)."""
+    flag: str
+    """The flag as typed (``--workload-score``)."""
+    cast: type
+    """The type of VALUE: ``int`` (a whole number) or ``float``."""
+    name: str
+    """What NAME stands for in messages (``WORKLOAD``)."""
+    value: str
+    """What VALUE stands for in messages (``SCORE``)."""
+
+
+PAIR_FIELDS: dict[str, PairFlag] = {
+    "runtime_memory_mb": PairFlag("runtime_memory_mb", "--runtime-memory-mb", int, "RUNTIME", "MB"),
+    "workload_score": PairFlag("workload_scores", "--workload-score", float, "WORKLOAD", "SCORE"),
 }
-"""``NAME=VALUE`` flag's parameter → (mapping field, flag, type of VALUE)."""
+"""``NAME=VALUE`` flag's parameter → the flag and the mapping field it fills."""
 CLEARABLE_FIELDS = (
     "pins",
     "required_tags",
@@ -252,14 +269,14 @@ def profile_edit(flags: Mapping[str, Any]) -> dict[str, Any]:
         mappings, and each cleared field at its default (empty) value.
 
     Raises:
-        CliError: a ``NAME=VALUE`` flag without ``=`` or with a VALUE of the wrong type, or a
-            field both cleared and given (exit 2).
+        CliError: a ``NAME=VALUE`` flag without ``=``, with a VALUE of the wrong type or
+            naming one NAME twice, or a field both cleared and given (exit 2).
     """
     given: dict[str, Any] = {name: flags.get(name) for name in SCALAR_FIELDS}
     for param, field in LIST_FIELDS.items():
         given[field] = tuple(flags.get(param) or ())
-    for param, (field, flag, cast) in PAIR_FIELDS.items():
-        given[field] = _pairs(flags.get(param) or [], flag, cast)
+    for param, pair in PAIR_FIELDS.items():
+        given[pair.field] = _pairs(flags.get(param) or [], pair)
     # A scalar flag not given is None, a repeatable one is empty: neither changes the field.
     given = {k: v for k, v in given.items() if v is not None and v != () and v != {}}
     clears = {name: bool(flags.get(f"clear_{name}")) for name in CLEARABLE_FIELDS}
@@ -267,16 +284,29 @@ def profile_edit(flags: Mapping[str, Any]) -> dict[str, Any]:
     return given
 
 
-def _pairs(values: list[str], flag: str, cast: type) -> dict[str, Any]:
+def _pairs(values: list[str], pair: PairFlag) -> dict[str, Any]:
+    """``NAME=VALUE`` strings as a mapping of NAME to VALUE cast to ``pair.cast``.
+
+    Raises:
+        CliError: a value without ``=`` or NAME, a VALUE that is not a number of that type,
+            or a NAME given twice (exit 2; the message names the flag and its form).
+    """
+    form = f"{pair.name}={pair.value}"
     out: dict[str, Any] = {}
     for v in values:
         key, sep, raw = v.partition("=")
+        if not sep or not key:
+            raise CliError(f"{pair.flag} {v!r}: use {form}", EXIT_USAGE)
         try:
-            if not sep or not key:
-                raise ValueError
-            out[key] = cast(raw)
+            value = pair.cast(raw)
         except ValueError:
-            raise CliError(f"{flag} {v!r}: use NAME=VALUE", EXIT_USAGE) from None
+            kind = "whole number" if pair.cast is int else "number"
+            msg = f"{pair.flag} {v!r}: {pair.value} {raw!r} is not a {kind}; use {form}"
+            raise CliError(msg, EXIT_USAGE) from None
+        if key in out:
+            msg = f"{pair.flag} names {key!r} twice; give each {pair.name} once"
+            raise CliError(msg, EXIT_USAGE)
+        out[key] = value
     return out
 
 
@@ -296,8 +326,16 @@ def _cleared(clears: dict[str, bool], given: dict[str, Any]) -> dict[str, Any]:
         if not on:
             continue
         if name in given:
-            flag = name.replace("_", "-")
-            msg = f"--clear-{flag} and a value for {name} were both given; use one of them"
+            clear = f"--clear-{name.replace('_', '-')}"
+            msg = f"{clear} and {_flag_of(name)} were both given; use one of them"
             raise CliError(msg, EXIT_USAGE)
         out[name] = empty[name]
     return out
+
+
+def _flag_of(field: str) -> str:
+    """The flag that gives a list or mapping field its values (``pins`` → ``--pin``)."""
+    for param, listed in LIST_FIELDS.items():
+        if listed == field:
+            return "--" + param.replace("_", "-")
+    return next(pair.flag for pair in PAIR_FIELDS.values() if pair.field == field)

@@ -33,7 +33,7 @@ def test_every_model_set_flag_maps_to_a_profile_field() -> None:
     fields = set(ModelProfile.__struct_fields__)
     assert set(profile_flags.SCALAR_FIELDS) <= fields
     assert set(profile_flags.LIST_FIELDS.values()) <= fields
-    assert {field for field, _, _ in profile_flags.PAIR_FIELDS.values()} <= fields
+    assert {pair.field for pair in profile_flags.PAIR_FIELDS.values()} <= fields
     assert set(profile_flags.CLEARABLE_FIELDS) <= fields
 
 
@@ -61,8 +61,55 @@ def test_each_kind_of_flag_becomes_its_field() -> None:
 
 def test_a_bad_pair_is_refused_before_a_conflicting_clear() -> None:
     flags = _not_given() | {"runtime_memory_mb": ["vllm"], "pin": ["h"], "clear_pins": True}
-    with pytest.raises(CliError, match="--runtime-memory-mb 'vllm': use NAME=VALUE"):
+    with pytest.raises(CliError, match="--runtime-memory-mb 'vllm': use RUNTIME=MB"):
         profile_flags.profile_edit(flags)
     flags["runtime_memory_mb"] = ["vllm=100"]
-    with pytest.raises(CliError, match="--clear-pins and a value for pins"):
+    with pytest.raises(CliError, match="--clear-pins and --pin were both given"):
         profile_flags.profile_edit(flags)
+
+
+@pytest.mark.parametrize(
+    ("flag", "values", "message"),
+    [
+        (
+            "workload_score",
+            ["coding=abc"],
+            "--workload-score 'coding=abc': SCORE 'abc' is not a number",
+        ),
+        ("workload_score", ["coding"], "--workload-score 'coding': use WORKLOAD=SCORE"),
+        ("workload_score", ["=0.5"], "--workload-score '=0.5': use WORKLOAD=SCORE"),
+        (
+            "runtime_memory_mb",
+            ["vllm=1.5"],
+            "--runtime-memory-mb 'vllm=1.5': MB '1.5' is not a whole number",
+        ),
+        (
+            "workload_score",
+            ["coding=0.3", "coding=0.9"],
+            "--workload-score names 'coding' twice; give each WORKLOAD once",
+        ),
+    ],
+)
+def test_a_bad_name_value_flag_names_the_flag_and_what_is_wrong(flag, values, message) -> None:
+    """A well-formed pair with a bad VALUE is not told to "use NAME=VALUE", and a name given
+    twice is refused instead of the last value silently winning."""
+    with pytest.raises(CliError, match=message) as exc:
+        profile_flags.profile_edit(_not_given() | {flag: values})
+    assert exc.value.exit_code == 2
+
+
+@pytest.mark.parametrize(
+    ("given", "clear", "message"),
+    [
+        ({"pin": ["h"]}, "clear_pins", "--clear-pins and --pin were both given"),
+        ({"runtime": ["vllm"]}, "clear_runtimes", "--clear-runtimes and --runtime were both given"),
+        (
+            {"workload_score": ["coding=1"]},
+            "clear_workload_scores",
+            "--clear-workload-scores and --workload-score were both given",
+        ),
+    ],
+)
+def test_a_clear_and_a_value_together_name_both_flags(given, clear, message) -> None:
+    with pytest.raises(CliError, match=message):
+        profile_flags.profile_edit(_not_given() | given | {clear: True})
