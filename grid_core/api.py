@@ -153,7 +153,12 @@ if TYPE_CHECKING:
         RuntimeAdapter,
         RuntimeHost,
     )
-    from grid_core.scenario.config import ScenarioConfig, parse_duration, parse_strategy
+    from grid_core.scenario.config import (
+        ScenarioConfig,
+        check_seed,
+        parse_duration,
+        parse_strategy,
+    )
     from grid_core.scenario.exact_check import exact_check
     from grid_core.scenario.graduate import graduate
     from grid_core.scenario.run import LabEnv, run_scenario
@@ -292,6 +297,7 @@ _SOURCES: dict[str, tuple[str, str]] = {
     "RuntimeAdapter": ("grid_core.runtime", "RuntimeAdapter"),
     "RuntimeHost": ("grid_core.runtime", "RuntimeHost"),
     "ScenarioConfig": ("grid_core.scenario.config", "ScenarioConfig"),
+    "check_seed": ("grid_core.scenario.config", "check_seed"),
     "parse_duration": ("grid_core.scenario.config", "parse_duration"),
     "parse_strategy": ("grid_core.scenario.config", "parse_strategy"),
     "exact_check": ("grid_core.scenario.exact_check", "exact_check"),
@@ -476,6 +482,7 @@ __all__ = [
     "VictimSelector",
     "WorkloadDemand",
     "birth_of",
+    "check_seed",
     "desired_for",
     "disabled_names",
     "established",

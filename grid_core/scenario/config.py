@@ -40,6 +40,9 @@ MIN_USERS, MAX_USERS = 1, 10_000
 """10,000 users keeps a 24-hour run's arrival list within a few million requests."""
 MIN_DURATION_S, MAX_DURATION_S = 6 * 60, 24 * 3600
 """Six minutes covers every workday phase at least once; 24 hours is one whole day."""
+SEED_LIMIT = 2**63
+"""One past the largest seed: a seed is a non-negative signed 64-bit integer, so it is kept
+exactly in the JSON report and in every random stream derived from it."""
 TICK_S = 60.0
 """One planning tick per simulated minute (the controller's default cadence)."""
 ORACLE_MAX_MACHINES = 4
@@ -118,9 +121,7 @@ class ScenarioConfig:
             "--duration", self.duration_s / 60, MIN_DURATION_S / 60, MAX_DURATION_S / 60, " min"
         )
         parse_strategy(self.strategy)
-        if not 0 <= self.seed < 2**63:
-            msg = f"--seed: {self.seed} is out of range; use 0 to 2^63-1"
-            raise ValidationError(msg)
+        check_seed("--seed", self.seed)
         if len(self.traces) > MAX_TRACES:
             msg = f"--workload-trace: {len(self.traces)} traces; give at most {MAX_TRACES}"
             raise ValidationError(msg)
@@ -150,4 +151,19 @@ def _check_oracle(cfg: ScenarioConfig) -> None:
             f"--duration: {cfg.duration_s / 60:g} min is too long for --oracle; use at most "
             f"{ORACLE_MAX_DURATION_S // 60} min"
         )
+        raise ValidationError(msg)
+
+
+def check_seed(flag: str, seed: int) -> None:
+    """Refuse a seed outside ``[0, SEED_LIMIT)``.
+
+    Args:
+        flag: the flag that gave it (``--seed``, or ``--seeds`` for graduate and exact).
+        seed: the seed.
+
+    Raises:
+        ValidationError: naming ``flag``, the seed and the accepted range.
+    """
+    if not 0 <= seed < SEED_LIMIT:
+        msg = f"{flag}: {seed} is out of range; use 0 to 2^63-1"
         raise ValidationError(msg)

@@ -16,6 +16,7 @@ from grid_core.api import (
     WORKLOADS,
     ScenarioConfig,
     ValidationError,
+    check_seed,
     parse_duration,
     parse_strategy,
     parse_trace,
@@ -252,7 +253,7 @@ def graduate_cmd(
     from grid_lab.env import lab_env
 
     sizes = _ints("--machines", machines)
-    seed_list = _ints("--seeds", seeds)
+    seed_list = _seeds(seeds)
     base = ScenarioConfig(models=models, users=users, duration_s=parse_duration(duration))
     for size in sizes:
         ScenarioConfig(**{**base.__dict__, "machines": size}).validate()
@@ -376,6 +377,18 @@ def render_oracle(rows: list[dict]) -> str:
     )
 
 
+def _seeds(text: str) -> list[int]:
+    """``--seeds`` as integers, each checked before any run starts.
+
+    Raises:
+        ValidationError: not a comma-separated list of integers, or a seed out of range.
+    """
+    seeds = _ints("--seeds", text)
+    for seed in seeds:
+        check_seed("--seeds", seed)
+    return seeds
+
+
 def _ints(flag: str, text: str) -> list[int]:
     try:
         values = [int(x) for x in text.split(",") if x.strip()]
@@ -399,7 +412,7 @@ def exact_cmd(
     from grid_lab.env import lab_env
 
     sizes = _ints("--machines", machines)
-    seed_list = _ints("--seeds", seeds)
+    seed_list = _seeds(seeds)
     rows = []
     try:
         prime_quietly()

@@ -113,6 +113,14 @@ def test_bad_flags_exit_2_naming_the_flag(capsys, args, flag) -> None:
     assert err.count("\n") == 1  # one line, no traceback
 
 
+@pytest.mark.parametrize("command", ["graduate", "exact"])
+def test_a_bad_seed_in_seeds_names_seeds(capsys, command) -> None:
+    """graduate and exact take --seeds; the error once named --seed, a flag they lack."""
+    code, err = _main_exit(capsys, command, "--machines", "2", "--seeds", "1,-1")
+    assert code == 2
+    assert err.startswith("grid: error: --seeds: -1 is out of range")
+
+
 def test_a_generated_trace_replaces_a_workload_curve(app, tmp_path: Path) -> None:
     trace = tmp_path / "image.csv"
     trace.write_text("".join(f"{i * 60},{(i % 5) * 0.2}\n" for i in range(30)))
