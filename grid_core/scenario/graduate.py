@@ -297,7 +297,7 @@ def _churn_gate(smart: Cells, greedy: Cells, keys: list[tuple[int, int]]) -> Gat
         ok,
         f"median smart mutations <= {CHURN_RATIO} x median greedy mutations",
         {"smart_median": sm, "greedy_median": gm},
-        [] if ok else [f"smart {sm} vs greedy {gm}"],
+        [] if ok else [f"smart {sm} > {CHURN_RATIO} x greedy {gm} = {CHURN_RATIO * gm}"],
     )
 
 
@@ -344,5 +344,5 @@ def _prediction_gate(smart: Cells, reactive: Cells, keys: list[tuple[int, int]])
                 f"machines={k[0]} seed={k[1]}": smart[k].get("prefetch", {}) for k in keys
             },
         },
-        ([] if sw < rw else [f"smart {sw} vs reactive {rw}"]) + same,
+        ([] if sw < rw else [f"smart {sw} is not below reactive {rw}"]) + same,
     )

@@ -103,3 +103,17 @@ def test_predictive_savings_fail_when_a_cell_shows_no_effect_of_prediction() -> 
     gate = _gates(rows + other)["predictive_startup_savings"]
     assert not gate["pass"]
     assert gate["failing"] == ["machines=4 seed=2: smart and reactive identical"]
+
+
+def test_a_failing_churn_or_prediction_gate_says_which_bound_it_missed() -> None:
+    """'smart 2 vs greedy 3' read as a pass; the failure must name the bound it missed."""
+    from grid_core.scenario.graduate import CHURN_RATIO, _churn_gate, _prediction_gate
+
+    key = (2, 1)
+    churn = _churn_gate({key: {"mutations": 2}}, {key: {"mutations": 3}}, [key])
+    assert not churn["pass"]
+    assert churn["failing"] == [f"smart 2 > {CHURN_RATIO} x greedy 3 = {CHURN_RATIO * 3}"]
+    smart = {key: {"wait_minutes": 4, "score": 1.0, "served": 1.0, "mutations": 2}}
+    reactive = {key: {"wait_minutes": 4, "score": 0.5, "served": 1.0, "mutations": 2}}
+    prediction = _prediction_gate(smart, reactive, [key])
+    assert prediction["failing"][0] == "smart 4 is not below reactive 4"
