@@ -429,25 +429,47 @@ def state_copy(
     """
     import time
 
+    from grid_server.cli_server import running_server
     from grid_server.home import grid_home
     from grid_server.store import copy_state, file_store, open_state_store
 
-    def opened(spec: str) -> Any:
+    def opened(flag: str, spec: str) -> Any:
         if spec == "file":
             return file_store(grid_home(), state_dir)
-        return open_state_store(
-            spec,
-            ca_file=str(etcd_ca) if etcd_ca else None,
-            cert_file=str(etcd_cert) if etcd_cert else None,
-            key_file=str(etcd_key) if etcd_key else None,
-            username=etcd_user,
-            password_file=str(etcd_password_file) if etcd_password_file else None,
-        )
+        if not spec.startswith(("etcd://", "etcds://")):
+            msg = (
+                f"{flag} {spec!r}: expected 'file' or etcd://host:port[,…][/prefix] "
+                "(etcds:// for TLS)"
+            )
+            raise CliError(msg, EXIT_USAGE)
+        try:
+            return open_state_store(
+                spec,
+                ca_file=str(etcd_ca) if etcd_ca else None,
+                cert_file=str(etcd_cert) if etcd_cert else None,
+                key_file=str(etcd_key) if etcd_key else None,
+                username=etcd_user,
+                password_file=str(etcd_password_file) if etcd_password_file else None,
+            )
+        except ValidationError as exc:
+            # The URL parser speaks of grid up's --state-store; here the URL came from flag.
+            raise CliError(str(exc).replace("--state-store", flag, 1), EXIT_USAGE) from None
 
     if source == target:
         raise CliError("--from and --to name the same store", EXIT_USAGE)
+    server = running_server()
+    if server is not None:
+        # A server in observe or recommend mode holds no lease the copy would notice.
+        msg = (
+            f"a Grid server is running at {server.get('url')} (pid {server.get('pid')}) on "
+            "this Grid home; stop it with 'grid down' (and every other server on the store) "
+            "before copying its state"
+        )
+        raise CliError(msg, EXIT_USAGE)
     try:
-        size, term = copy_state(opened(source), opened(target), now=time.time(), force=force)
+        size, term = copy_state(
+            opened("--from", source), opened("--to", target), now=time.time(), force=force
+        )
     except GridError as exc:
         raise CliError(str(exc), exc.exit_code) from None
     typer.echo(

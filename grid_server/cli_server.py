@@ -199,14 +199,20 @@ def _etcd_args(
     return args
 
 
+def running_server() -> dict[str, Any] | None:
+    """This Grid home's server record (``server.json``) when its process is proven to run."""
+    rec = local_server()
+    return rec if rec and _proven(rec) else None
+
+
 def _refuse_second_server() -> None:
     """Refuse to start while this Grid home's recorded server is proven to run.
 
     Raises:
         CliError: a proven server runs (its URL and PID are named).
     """
-    rec = local_server()
-    if rec and _proven(rec):
+    rec = running_server()
+    if rec:
         msg = f"a Grid server is already running at {rec.get('url')} (pid {rec.get('pid')})"
         raise CliError(msg)
 

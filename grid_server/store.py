@@ -75,7 +75,9 @@ def copy_state(source: Any, target: Any, *, now: float, force: bool = False) -> 
     """Copy the controller document from one store to another, keeping terms monotonic.
 
     Every server on both stores must be stopped: the copy takes each store's lease (so a
-    running controller makes it fail instead of racing it) and releases it afterwards. The
+    controller in automatic mode, which holds it, makes it fail instead of racing it; one in
+    observe or recommend mode holds none, which is why ``grid allocator state copy`` also
+    refuses while this Grid home's server runs) and releases it afterwards. The
     target's term counter is raised to the source's, so the next leader's term is above every
     term a node has seen.
 
