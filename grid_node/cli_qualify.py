@@ -30,7 +30,7 @@ def qualify(
     artifact_source: Annotated[
         str | None,
         typer.Option(
-            "--artifact-source", help="Exact source: hf://owner/repo@<commit>, ollama://<tag>."
+            "--artifact-source", help="Exact source: hf://owner/repo@COMMIT or ollama://TAG."
         ),
     ] = None,
     artifact_size_mb: Annotated[

@@ -43,7 +43,7 @@ ArtifactSourceOption = Annotated[
     typer.Option(
         "--artifact-source",
         help="Where a host may download the weights: hf://owner/repo/path/file.gguf (llama.cpp), "
-        "hf://owner/repo@<40-hex commit> (vllm) or ollama://<model id> (ollama).",
+        "hf://owner/repo@COMMIT (vllm; the 40-hex commit) or ollama://MODEL (ollama; its id).",
     ),
 ]
 ArtifactSizeMbOption = Annotated[

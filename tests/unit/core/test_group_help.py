@@ -68,3 +68,21 @@ def test_every_grid_option_says_it_takes_a_grid_name_and_the_chosen_default() ->
         if "grid name" not in (text or "") or "'grid grids use'" not in (text or "")
     }
     assert wrong == {}
+
+
+def test_no_command_help_holds_a_placeholder_markdown_drops() -> None:
+    # Help is rendered as Markdown, where '<model id>' or '<commit>' reads as an HTML tag and
+    # vanishes: 'ollama://<model id>' reached the operator as 'ollama://' (a code span keeps
+    # it, as in ``--clear-<field>``).
+    import typer
+
+    from grid_core.cli import build_app
+
+    root = typer.main.get_command(build_app())
+    dropped = [
+        (path, match.group())
+        for path, cmd in _commands(root)
+        for text in (cmd.help or "", *(getattr(p, "help", None) or "" for p in cmd.params))
+        for match in re.finditer(r"<[A-Za-z/!][^>]*>", re.sub(r"`+[^`]*`+", "", text))
+    ]
+    assert dropped == []
