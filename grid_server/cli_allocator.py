@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from http import HTTPStatus
 from pathlib import Path
 from typing import Any
@@ -10,7 +11,7 @@ from typing import Any
 import msgspec
 import typer
 
-from grid_core.bodies import JoinFile
+from grid_core.bodies import MAX_JOIN_TOKEN_TTL_S, MAX_NODE_CREDENTIAL_TTL_S, JoinFile
 from grid_core.client import Calls, RequestRefused, check_credential_transport
 from grid_core.clioptions import (
     EtcdCaOption,
@@ -328,6 +329,21 @@ def explain(
         raise CliError(str(data.get("summary") or f"model '{model_id}' has no profile"), EXIT_USAGE)
 
 
+def _check_ttl(flag: str, value: float, most: float) -> None:
+    """Refuse a lifetime the server would refuse, in the flag's own unit.
+
+    Args:
+        flag: ``--ttl-days`` or ``--ttl-minutes``.
+        value: the lifetime as given, in that flag's unit.
+        most: the server's bound (``grid_core.bodies``) in the same unit.
+
+    Raises:
+        CliError: NaN, an infinity, zero or less, or above ``most`` (exit 2).
+    """
+    if not (math.isfinite(value) and 0 < value <= most):
+        raise CliError(f"{flag} must be a number in (0, {most:g}]; got {value:g}", EXIT_USAGE)
+
+
 def token_write(
     file: Path = typer.Argument(..., help="Where to write the credential (mode 0600)."),  # noqa: B008
     host_id: str | None = typer.Option(None, "--host-id", help="Stable host id to authorize."),
@@ -337,8 +353,7 @@ def token_write(
     token_file: OperatorTokenOption = None,
 ) -> None:
     """Write an expiring node credential for one host id to FILE (owner-only)."""
-    if ttl_days <= 0:
-        raise CliError("--ttl-days must be positive", EXIT_USAGE)
+    _check_ttl("--ttl-days", ttl_days, MAX_NODE_CREDENTIAL_TTL_S / 86400.0)
     if file.exists() and not force:
         # The file may be the only copy of a host's working credential.
         msg = f"{file} already exists; pass --force to replace it, or choose another path"
@@ -365,8 +380,7 @@ def join_write(
     """Write a one-time join token to FILE (owner-only): the server URL, the CA fingerprint
     and a secret that a new machine spends once with 'grid allocator node start --join FILE'.
     """
-    if ttl_minutes <= 0:
-        raise CliError("--ttl-minutes must be positive", EXIT_USAGE)
+    _check_ttl("--ttl-minutes", ttl_minutes, MAX_JOIN_TOKEN_TTL_S / 60.0)
     if file.exists() and not force:
         msg = f"{file} already exists; pass --force to replace it, or choose another path"
         raise CliError(msg, EXIT_USAGE)
