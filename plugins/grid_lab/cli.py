@@ -398,6 +398,11 @@ def _ints(flag: str, text: str) -> list[int]:
     if not values:
         msg = f"{flag}: give at least one value"
         raise ValidationError(msg)
+    repeated = sorted({v for v in values if values.count(v) > 1})
+    if repeated:
+        # Each (size, seed) cell is one result: a repeat would only run it again.
+        msg = f"{flag}: {', '.join(map(str, repeated))} given twice; give each value once"
+        raise ValidationError(msg)
     return values
 
 

@@ -121,6 +121,14 @@ def test_a_bad_seed_in_seeds_names_seeds(capsys, command) -> None:
     assert err.startswith("grid: error: --seeds: -1 is out of range")
 
 
+@pytest.mark.parametrize(("flag", "value"), [("--machines", "2,2"), ("--seeds", "7,8,7")])
+def test_graduate_refuses_a_value_given_twice(capsys, flag, value) -> None:
+    """A repeated size or seed ran its whole cell again only to overwrite the first result."""
+    code, err = _main_exit(capsys, "graduate", "--machines", "2", "--seeds", "1", flag, value)
+    assert code == 2
+    assert err.startswith(f"grid: error: {flag}: ") and "twice" in err
+
+
 def test_a_generated_trace_replaces_a_workload_curve(app, tmp_path: Path) -> None:
     trace = tmp_path / "image.csv"
     trace.write_text("".join(f"{i * 60},{(i % 5) * 0.2}\n" for i in range(30)))
