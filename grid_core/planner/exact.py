@@ -67,6 +67,21 @@ CEILING_STATUS = "Optimal (the plan reaches the no-solve ceiling)"
 """Status text of a result HiGHS stopped at its time limit whose plan already places as many
 replicas as :meth:`_Program.ceiling` allows: proven by counting, not by the solver, so the
 text must not read "Time limit reached" beside ``optimal`` true."""
+RETRY_PRESOLVE = "off"
+"""HiGHS ``presolve`` setting of the one retry a solve gets when HiGHS ends it with status
+"Solve error" (its own final feasibility check rejected the point it produced).
+
+Source: seed 4 of the random-fleet property (the fleet it shrinks to is
+tests/data/fleets/4x6-presolve-solve-error.json). On the ladder's last level HiGHS 1.16's MIP
+presolve reduces the 50-row program to nothing and postsolves a point that breaks a memory row
+by 2,356 MB, so the solve ends without a plan. Rows in GB, integer headroom variables and a
+tighter feasibility tolerance leave it failing (as on the unshrunk fleet; scaling every row to
+a largest coefficient of 1 rescues the shrunk fleet only); the same program without presolve
+is proven optimal (4 priority-0 replicas) in milliseconds. Presolve stays on (HiGHS's
+default) for every first attempt: the failure is rare (one program in the ~2,100 fleets seed 4
+draws)."""
+DEFAULT_PRESOLVE = "choose"
+"""HiGHS's own default ``presolve`` value, restored after a :data:`RETRY_PRESOLVE` retry."""
 RELATIVE_GAP = 1e-6
 """Stop only when the solution is proven within one part in a million of the bound (the
 objective is an integer count, so this is exact for every fleet below a million replicas)."""
@@ -395,7 +410,24 @@ class _Program:
     def run(self) -> None:
         """Solve once within :attr:`time_limit_s` of its own: HiGHS checks its time limit
         against the instance's cumulative run time, so each solve's deadline is moved past
-        the time the earlier solves already used."""
+        the time the earlier solves already used.
+
+        A solve HiGHS ends with "Solve error" is run once more, from a cleared solver state
+        and without presolve (:data:`RETRY_PRESOLVE`), with a time limit of its own; the
+        model status then read is the retry's. If the retry errs too, the status stays
+        "Solve error" and callers report the solve as not proven."""
+        self._run_once()
+        h = self.h
+        if h.getModelStatus() != _highs().HighsModelStatus.kSolveError:
+            return
+        h.clearSolver()
+        h.setOptionValue("presolve", RETRY_PRESOLVE)
+        try:
+            self._run_once()
+        finally:
+            h.setOptionValue("presolve", DEFAULT_PRESOLVE)
+
+    def _run_once(self) -> None:
         if self.start is not None:
             self.h.setSolution(self.start)
         self.h.setOptionValue("time_limit", self.h.getRunTime() + float(self.time_limit_s))

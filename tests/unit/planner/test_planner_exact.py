@@ -401,3 +401,42 @@ def test_a_level_solved_again_without_the_start_is_proven():
     res = exact_optimum(inputs, 60.0, start=start)
     assert (res.optimum, res.optimal, res.status) == (182, True, "Optimal")
     assert res.optimum >= len(start) == 181
+
+
+def test_a_solve_error_from_presolve_is_solved_again_without_it(monkeypatch):
+    """Seed 4 of the random-fleet property, shrunk (tests/data/fleets): on the priority-0
+    level HiGHS 1.16's presolve hands back a point breaking a memory row by 2,356 MB and the
+    solve ends with "Solve error" and no plan, so the optimum was 4 and unproven. Solved again
+    without presolve, the level is proven (5 placed: the unordered maximum), and presolve is
+    back on for later solves."""
+    from grid_bench.fleet import fleet_inputs, load_fleet
+
+    from grid_core.planner import exact
+
+    built = []
+    build = exact._Program.build
+
+    def keep(inputs, time_limit_s):
+        built.append(build(inputs, time_limit_s))
+        return built[-1]
+
+    monkeypatch.setattr(exact._Program, "build", keep)
+    fleet = Path(__file__).parents[2] / "data/fleets/4x6-presolve-solve-error.json"
+    res = exact.exact_optimum(fleet_inputs(load_fleet(fleet)), 30.0)
+    assert (res.optimum, res.unordered, res.bound, res.optimal) == (5, 5, 5, True)
+    assert res.status == "Optimal"
+    assert res.per_model == {f"model-0{i}": 1 for i in (1, 2, 3, 5, 6)}
+    assert built[0].h.getOptionValue("presolve")[1] == exact.DEFAULT_PRESOLVE
+
+
+def test_a_solve_error_that_persists_is_reported_not_raised(monkeypatch):
+    # With the retry made to presolve too, the shrunk seed-4 fleet's level errs twice: the
+    # result is the last proven level's plan, marked unproven with HiGHS's status; no raise.
+    from grid_bench.fleet import fleet_inputs, load_fleet
+
+    from grid_core.planner import exact
+
+    monkeypatch.setattr(exact, "RETRY_PRESOLVE", "on")
+    fleet = Path(__file__).parents[2] / "data/fleets/4x6-presolve-solve-error.json"
+    res = exact.exact_optimum(fleet_inputs(load_fleet(fleet)), 30.0)
+    assert (res.optimum, res.bound, res.optimal, res.status) == (4, 5, False, "Solve error")
