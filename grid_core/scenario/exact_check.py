@@ -29,7 +29,7 @@ oversubscribes most small fleets, so the order of placement matters."""
 
 def exact_check(
     machines: int, models: int, seed: int, plugins: Plugins
-) -> dict[str, int | float | bool]:
+) -> dict[str, int | float | bool | str]:
     """Plan one small lab fleet and compare its coverage with the exact optimum.
 
     Args:
@@ -40,7 +40,9 @@ def exact_check(
 
     Returns:
         ``{machines, models, seed, desired, placed, coverage, optimum, exact_coverage, gap,
-        optimal}``; ``gap`` is the optimum's coverage minus the planner's.
+        optimal, status}``; ``gap`` is the optimum's coverage minus the planner's; when
+        ``optimal`` is false the optimum is only the best plan HiGHS found and ``status``
+        (HiGHS's model status text, as in :class:`~grid_core.planner.exact.ExactResult`) says why.
 
     Raises:
         ValueError: ``machines`` or ``models`` is out of range.
@@ -78,4 +80,5 @@ def exact_check(
         "exact_coverage": round(exact.coverage, 4),
         "gap": round(exact.coverage - coverage, 4),
         "optimal": exact.optimal,
+        "status": exact.status,
     }

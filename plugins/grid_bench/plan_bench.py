@@ -171,18 +171,25 @@ def exact_short_text(ex: dict) -> str:
     Returns:
         A table ``model | grid | optimum | short`` (replica counts), or one line saying that
         Grid matches the optimum for every model; before it, a line when the optimum is not
-        proven (with the bound), or when only the unordered maximum is not (``unordered``
+        proven (HiGHS's status and the bound; the advice to raise the time limit only when
+        the time limit stopped it), or when only the unordered maximum is not (``unordered``
         below ``bound``: ``loss_by_class`` starts from such a solve).
     """
     short = ex["short_models"]
     lines = []
     if not ex["optimal"]:
+        timed_out = ex["status"].startswith("Time limit")
         lines.append(
-            f"exact: not proven optimal within --exact-time-limit (HiGHS: {ex['status']}); "
-            f"the optimum above is the best plan found. No plan places more than "
+            (
+                f"exact: not proven optimal within --exact-time-limit (HiGHS: {ex['status']}); "
+                if timed_out
+                else f"exact: not proven optimal: HiGHS ended a solve with status "
+                f"{ex['status']!r} (a solve error is retried once without presolve); "
+            )
+            + f"the optimum above is the best plan found. No plan places more than "
             f"{ex['bound']} replicas, so Grid is at most "
-            f"{max(0.0, ex['bound_coverage'] - ex['grid_coverage']):.4f} below any plan. "
-            "Raise --exact-time-limit for a proof."
+            f"{max(0.0, ex['bound_coverage'] - ex['grid_coverage']):.4f} below any plan."
+            + (" Raise --exact-time-limit for a proof." if timed_out else "")
         )
     elif ex.get("unordered", ex["bound"]) < ex["bound"]:
         # the ladder proved the optimum, but the first (unordered) solve stopped at the limit

@@ -433,5 +433,12 @@ def exact_cmd(
         return
     cols = ["machines", "seed", "desired", "placed", "coverage", "optimum", "exact_coverage", "gap"]
     typer.echo(render_table(cols, [[r[c] for c in cols] for r in rows]))
+    for r in rows:
+        if not r["optimal"]:
+            typer.echo(
+                f"grid: machines {r['machines']} seed {r['seed']}: the optimum is not proven "
+                f"(HiGHS: {r['status']}); its row shows the best plan found",
+                err=True,
+            )
     worst = max((float(r["gap"]) for r in rows), default=0.0)
     typer.echo(f"grid: worst gap to the optimum {worst:.4f} over {len(rows)} fleet(s)", err=True)

@@ -135,7 +135,7 @@ def test_lab_exact_check_on_a_small_lab_fleet():
     row = exact_check(4, 9, 42, PLUGINS)
     assert row["placed"] <= row["optimum"] <= row["desired"]
     assert row["gap"] == pytest.approx(row["exact_coverage"] - row["coverage"], abs=1e-3)
-    assert row["optimal"] is True
+    assert (row["optimal"], row["status"]) == (True, "Optimal")
     with pytest.raises(ValueError, match="--machines"):
         exact_check(64, 9, 42, PLUGINS)
 
@@ -196,6 +196,24 @@ def test_bench_text_says_when_the_optimum_is_not_proven():
     assert "--exact-time-limit" in text
     ex["optimal"] = True
     assert "not proven" not in exact_short_text(ex)
+
+
+def test_bench_text_names_a_solve_error_without_time_limit_advice():
+    # A solve HiGHS ends with "Solve error" (even after the retry without presolve) is no
+    # time-limit matter: raising the limit would not help, so the text must not say it would.
+    from grid_bench.plan_bench import exact_short_text
+
+    ex = {
+        "optimal": False,
+        "status": "Solve error",
+        "bound": 5,
+        "bound_coverage": 0.8333,
+        "grid_coverage": 0.8333,
+        "short_models": {},
+    }
+    text = exact_short_text(ex)
+    assert "not proven optimal" in text and "'Solve error'" in text and "5 replicas" in text
+    assert "--exact-time-limit" not in text
 
 
 def test_bench_text_says_when_only_the_unordered_maximum_is_not_proven():
@@ -440,3 +458,33 @@ def test_a_solve_error_that_persists_is_reported_not_raised(monkeypatch):
     fleet = Path(__file__).parents[2] / "data/fleets/4x6-presolve-solve-error.json"
     res = exact.exact_optimum(fleet_inputs(load_fleet(fleet)), 30.0)
     assert (res.optimum, res.bound, res.optimal, res.status) == (4, 5, False, "Solve error")
+
+
+def test_the_lab_exact_check_names_an_unproven_optimum(monkeypatch):
+    # The lab's table shows optimum and gap only; a row whose optimum HiGHS did not prove
+    # (a solve error, say) must not pass for a proven one.
+    from typer.testing import CliRunner
+
+    from grid_core.cli import build_app
+    from grid_core.testing import plugins_with
+
+    def unproven(machines, models, seed, plugins):
+        return {
+            "machines": machines,
+            "models": models,
+            "seed": seed,
+            "desired": 6,
+            "placed": 5,
+            "coverage": 0.8333,
+            "optimum": 4,
+            "exact_coverage": 0.6667,
+            "gap": -0.1667,
+            "optimal": False,
+            "status": "Solve error",
+        }
+
+    monkeypatch.setattr("grid_core.api.exact_check", unproven, raising=False)
+    app = build_app(plugins_with(builtins=("grid_lab", "grid_scoring", "grid_victims")))
+    out = CliRunner().invoke(app, ["test", "exact", "--machines", "4", "--seeds", "7"])
+    assert out.exit_code == 0, out.output
+    assert "machines 4 seed 7: the optimum is not proven (HiGHS: Solve error)" in out.output
