@@ -89,6 +89,10 @@ FitMemo = tuple[int, str | None, bool, float, Prices]
 """What :meth:`PlanState.best_host` remembers of one model on one host: (host book version,
 fit failure or ``None``, domain novelty the score was computed for, score, the packing
 prices inside that score; 0.0 and :data:`NO_PRICES` when it does not fit)."""
+OpeningKey = tuple[int, int, bool, tuple[float, float] | None]
+"""(model, host class, domain novelty, the host's learned price pair or ``None``): everything
+a new replica's fit and score on an untouched candidate host depend on (see
+:meth:`PlanState._opening_entry`)."""
 UNSEEN: FitMemo = (-1, "unseen", False, 0.0, NO_PRICES)
 """A fit memo entry not computed yet: its version (-1) matches no host book (versions start
 at 0), so the hottest loop needs no separate test for a missing entry."""
@@ -323,6 +327,10 @@ class PlanState:
         """(model, host) → (host version, domain novelty, score of a new replica there once
         the holds it may release are given back, or ``None``: it does not fit even then)
         (:func:`grid_core.planner.holds.release_hold`); cleared with the prices."""
+        self.opening_fit: dict[OpeningKey, FitMemo] = {}
+        """What :meth:`best_host` found for a model on a candidate host whose book is still
+        the opening one (version 0), shared by every such host of the same class, domain
+        novelty and learned price (:meth:`_opening_entry`); cleared with the prices."""
 
     # --- static indexes -------------------------------------------------------------------
     def _candidates(self) -> list[list[int]]:
@@ -404,6 +412,7 @@ class PlanState:
         )
         self._fit = [None] * len(self.profiles)  # cached scores carry the old prices
         self.unheld_fit = {}
+        self.opening_fit = {}
 
     def score(self, mi: int, hi: int, domain_new: bool) -> float:
         """Summed term score of a new replica of ``mi`` on ``hi`` minus the planner's own
@@ -540,6 +549,11 @@ class PlanState:
         new_s = any_s = 0.0
         mems = self.mem_rows[mi]
         cache = self._fit_row(mi)
+        lrow = self.learned  # the learned prices this model pays, per host
+        if self.class_prices is not None:
+            lrow = self.class_prices[self.profiles[mi].priority]
+        opening = self.opening_fit
+        host_class = self.host_class
         for hi in self.cands[mi]:
             book = books[hi]
             got = cache[hi]
@@ -559,14 +573,23 @@ class PlanState:
                     why: str | None = "blocked" if book.blocked else "memory"
                 elif book.max_models and len(book.present) >= book.max_models:
                     why = "slots"  # as fit_new would say (or an earlier reason of its)
+                elif not book.version:  # untouched: its class's entry serves (_opening_entry)
+                    domain_new = domain_list[hi] not in domains
+                    key = (mi, host_class[hi], domain_new, None if lrow is None else lrow[hi])
+                    entry = opening.get(key)
+                    if entry is None:
+                        entry = opening[key] = self._opening_entry(mi, hi, domain_new)
+                    cache[hi] = entry
+                    why, s = entry[1], entry[3]
                 else:
                     why = ledger.fit_new(mi, hi)
+                    if why is None:
+                        domain_new = domain_list[hi] not in domains
+                        s, prices = self.scored(mi, hi, domain_new)
+                        cache[hi] = (book.version, None, domain_new, s, prices)
                 if why is not None:
                     cache[hi] = (book.version, why, False, 0.0, NO_PRICES)
                     continue
-                domain_new = domain_list[hi] not in domains
-                s, prices = self.scored(mi, hi, domain_new)
-                cache[hi] = (book.version, None, domain_new, s, prices)
             if domain_new and (new_hi < 0 or s > new_s):
                 new_s, new_hi = s, hi
             if any_hi < 0 or s > any_s:
@@ -574,6 +597,23 @@ class PlanState:
         if need_new and new_hi >= 0:
             return new_hi, new_s
         return None if any_hi < 0 else (any_hi, any_s)
+
+    def _opening_entry(self, mi: int, hi: int, domain_new: bool) -> FitMemo:
+        """The fit memo entry of ``mi`` on candidate host ``hi`` whose book is still the
+        opening one (version 0), for :meth:`best_host` to share under its
+        :data:`OpeningKey`.
+
+        Hosts of one class differ only in id, heartbeat age and failure domain, and a
+        candidate host is eligible, so untouched ones open with the same book; the scarcity
+        table is built from books and footprints, never host ids, so it gives them the same
+        entry, and the size price and slot fit read only the book and the footprint. What
+        remains per host is the failure domain (its novelty is in the key) and the learned
+        price (its pair is in the key), so the entry is the same for every host sharing it."""
+        why = self.ledger.fit_new(mi, hi)
+        if why is not None:
+            return (0, why, False, 0.0, NO_PRICES)
+        s, prices = self.scored(mi, hi, domain_new)
+        return (0, None, domain_new, s, prices)
 
     def _fit_row(self, mi: int) -> list[FitMemo]:
         """``mi``'s row of the fit memo (made on first use after the prices change)."""

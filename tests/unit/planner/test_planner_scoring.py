@@ -5,9 +5,10 @@ Source: specification, "Global placement loop" and "Safety invariants" 10.
 
 from __future__ import annotations
 
-from planner_helpers import NOW, POLICY, demand, host, model, placed, res, run
+from planner_helpers import NOW, PLUGINS, POLICY, demand, host, model, placed, res, run
 
-from grid_core.planner import PlanInputs
+from grid_core.planner import PlanInputs, canonical_inputs
+from grid_core.planner.core import PlanState
 from grid_core.testing import plugins_with
 
 
@@ -188,3 +189,37 @@ def test_a_loading_copy_beside_a_draining_one_is_the_incumbent():
     h = host("a", 16, residencies=(res("m", 4, state="draining"), res("m", 4, state="loading")))
     p = run([model("m", 4, min_replicas=1)], [h])
     assert placed(p) == {("m", "a")} and p.assignments[0].incumbent
+
+
+def test_untouched_hosts_of_one_class_share_fit_and_score_but_not_domain_or_learned_price():
+    # Five identical hosts (one class) and a larger one: untouched books of one class share
+    # the best-host memo entry only where the domain novelty and the learned price agree too.
+    hosts = [
+        host("h1", 16, failure_domain="fd-1"),
+        host("h2", 16, failure_domain="fd-1"),
+        host("h3", 16, failure_domain="fd-2"),
+        host("h4", 16, failure_domain="fd-3"),
+        host("h5", 32, failure_domain="fd-3"),
+        host("h6", 16, failure_domain="fd-3"),
+    ]
+    profiles = (model("m", 4, min_replicas=3, max_replicas=3), model("n", 8))
+    inputs = canonical_inputs(
+        PlanInputs(now=NOW, profiles=profiles, hosts=tuple(hosts), policy=POLICY)
+    )
+    state = PlanState(inputs, list(PLUGINS.planner_hooks().score_terms), None)
+    state.learned = [(0.0, 0.0), (0.0, 0.0), (1.0, 0.0), (0.0, 0.0), (0.0, 0.0), (0.0, 0.0)]
+    state.prepare_scarcity()
+    state.ledger.place(0, 3, "score")  # m on h4: fd-3 is no longer new for m
+    found = state.best_host(0)
+    assert found is not None
+    row = state._fit[0]
+    assert row is not None
+    for hi in (0, 1, 2, 4, 5):  # h4 holds m now
+        domain_new = state.ledger.domain_list[hi] not in state.ledger.domains[0]
+        version, why, novelty, score, prices = row[hi]
+        assert (version, why, novelty) == (state.ledger.books[hi].version, None, domain_new)
+        assert (score, prices) == state.scored(0, hi, domain_new)
+    # h1 and h2 share one entry; h3 (learned price), h5 (another class) and h6 (its domain
+    # is not new) have their own
+    assert len(state.opening_fit) == 4
+    assert row[0] is row[1]
