@@ -376,9 +376,11 @@ class Calls:
         return Call("POST", path, HeartbeatResponse, _json(doc), "node")
 
     @staticmethod
-    def remove(record_id: str) -> Call[dict[str, Any]]:
-        """``DELETE /nodes/{id}``: withdraw a record this host owns (node credential)."""
-        return Call("DELETE", f"/nodes/{_seg(record_id)}", dict, None, "node")
+    def remove(record_id: str, instance_id: str | None = None) -> Call[dict[str, Any]]:
+        """``DELETE /nodes/{id}``: withdraw a record this host owns (node credential);
+        ``instance_id`` names the sending agent run (refused with 409 once superseded)."""
+        query = f"?instance={_seg(instance_id)}" if instance_id else ""
+        return Call("DELETE", f"/nodes/{_seg(record_id)}{query}", dict, None, "node")
 
     @staticmethod
     def nodes() -> Call[dict[str, Any]]:

@@ -26,6 +26,71 @@ LEASE_TTL_S = 60.0
 
 Role = Literal["allocator", "engine"]
 
+INSTANCE_LAPSE_S = LEASE_TTL_S
+"""Seconds after the last accepted report of a host's agent instance during which another
+instance under the same host id is refused. Equal to the record lease: while the first
+agent's control record is live it is still the host the controller plans for, and the
+slowest allowed heartbeat (30 s, ``grid_core.nodeconfig``) keeps a running agent well inside
+it. A crashed agent's replacement waits at most this long."""
+
+InstanceVerdict = Literal["accept", "take_over", "held", "superseded"]
+
+
+class InstanceClaim(msgspec.Struct, frozen=True, kw_only=True):
+    """Which node-agent run speaks for a host id on this server.
+
+    Attributes:
+        instance_id: the random per-run id the agent sends (``instance_id`` on the wire).
+        last_seen: server wall-clock seconds of its last accepted registration or heartbeat.
+    """
+
+    instance_id: str
+    last_seen: float
+
+
+def instance_verdict(
+    current: InstanceClaim | None,
+    incoming: str | None,
+    now: float,
+    *,
+    registration: bool,
+    replaces: str | None = None,
+) -> InstanceVerdict:
+    """Decide whether a report from agent run ``incoming`` is accepted for its host id.
+
+    Args:
+        current: the run that holds the host id, or ``None`` when none does.
+        incoming: the sender's instance id; ``None`` for an agent that sends none (older
+            agents keep working unchecked, the wire contract being additive).
+        now: server wall-clock seconds.
+        registration: a registration (which may take an idle host id over) rather than a
+            heartbeat or removal (which never do).
+        replaces: a registration's predecessor on the same state directory (whose lock
+            proves that run has ended); naming the holder takes the host id over at once.
+
+    Returns:
+        ``accept`` (the holder itself, or an unchecked sender), ``take_over`` (no run
+        holds the id, a registration that replaces the holder, or one after the holder
+        stayed silent for :data:`INSTANCE_LAPSE_S`), ``held`` (a registration from another
+        run while the holder still reports) or ``superseded`` (a heartbeat or removal from a
+        run that no longer holds the id).
+
+    Source: one node agent per host id (docs/node.md, "Start, inspect, stop"): memory, owner
+    protection and last-replica accounting are per host, so two runs under one id would each
+    act on facts the controller believes are one machine's.
+    """
+    if incoming is None:
+        return "accept"
+    if current is None:
+        return "take_over"
+    if current.instance_id == incoming:
+        return "accept"
+    if not registration:
+        return "superseded"
+    if replaces == current.instance_id or now - current.last_seen >= INSTANCE_LAPSE_S:
+        return "take_over"
+    return "held"
+
 
 class RegistryRecord(msgspec.Struct, frozen=True, kw_only=True):
     """One registry record as the server stores it (no secrets: keys live elsewhere).

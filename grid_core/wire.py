@@ -273,6 +273,13 @@ class NodeRegistration(Struct, frozen=True, kw_only=True):
     """Control records only: the host name or IP the server reaches this node's engines at
     (``--advertise-host``). ``None``: the node's engines are on the server's loopback. Every
     engine record of the host must use exactly this address."""
+    instance_id: Id | None = None
+    """The sending node agent's per-run id (random, made when the agent starts). The server
+    lets one run speak for a host id at a time; ``None`` (an older agent) is not checked."""
+    replaces_instance_id: Id | None = None
+    """The per-run id of the previous agent run on the same state directory. That
+    directory's lock proves the previous run has ended (crashed or killed), so the server
+    lets this run take the host id over at once instead of after the heartbeat lapse."""
 
 
 class Acknowledgement(Struct, frozen=True, kw_only=True):
@@ -304,6 +311,9 @@ class Heartbeat(Struct, frozen=True, kw_only=True):
     allocator: AllocatorEnvelope | None = None
     request_commands: bool = True
     acknowledgements: Annotated[list[Acknowledgement], msgspec.Meta(max_length=MAX_LIST)] = []
+    instance_id: Id | None = None
+    """The sending node agent's per-run id (random, made when the agent starts). The server
+    lets one run speak for a host id at a time; ``None`` (an older agent) is not checked."""
 
 
 class Command(Struct, frozen=True, kw_only=True):

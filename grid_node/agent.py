@@ -16,15 +16,17 @@ import asyncio
 import contextlib
 import json
 import os
+import re
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Protocol, TypeVar, runtime_checkable
 
 import httpx
 import msgspec
 
 from grid_core.client import AsyncGridClient, Call, Calls, RequestRefused
-from grid_core.errors import AuthError, GridError, StateError, ValidationError
+from grid_core.errors import AuthError, ConflictError, GridError, StateError, ValidationError
 from grid_core.nodeconfig import NodeConfig
 from grid_core.plugins import Plugins
 from grid_core.protection import (
@@ -36,6 +38,7 @@ from grid_core.protection import (
 from grid_core.runtime import ChildRecord
 from grid_core.system import birth_of, grid_home, write_atomic
 from grid_core.wire import (
+    IDENT_PATTERN,
     MAX_LIST,
     AllocatorEnvelope,
     Capability,
@@ -95,6 +98,22 @@ def load_credential(config: NodeConfig) -> Credential | None:
             msg = f"--token-file {config.token_file}: not a node credential ({exc})"
             raise AuthError(msg) from None
     return Credential(token=raw)
+
+
+def previous_instance(state_dir: Path, instance: str) -> str | None:
+    """The instance id the agent file of ``state_dir`` names, when it is another run's.
+
+    Read while holding the state directory's lock, so that run has ended. ``None`` when
+    there is no readable file or it names no other run.
+    """
+    try:
+        doc = json.loads((state_dir / AGENT_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    prev = doc.get("instance") if isinstance(doc, dict) else None
+    if not isinstance(prev, str) or prev == instance or not re.fullmatch(IDENT_PATTERN, prev):
+        return None  # none, this run's own, or not an id the wire accepts
+    return prev
 
 
 def offered_adapters(installed: dict[str, A], wanted: tuple[str, ...]) -> dict[str, A]:
@@ -178,6 +197,16 @@ class NodeAgent:
         self._queued: set[str] = set()
         self._cpu = telemetry.CpuMeter()
         self.fronts: EngineFronts | None = None
+        self.refused = ""
+        """Why a server refused this run for its host id (another agent holds it, or a newer
+        one superseded this one); non-empty stops the agent (see :meth:`run`)."""
+        self.predecessor: str | None = None
+        """The previous run on this state directory (from its agent file, read under the
+        lock, which proves that run has ended); sent with control registrations so the
+        server hands the host id over at once after a crash."""
+        self.ever_registered = False
+        """Whether any server ever accepted this run's registration (a run refused at its
+        start leaves children adopted from its state directory untouched)."""
 
     # --- lifecycle ------------------------------------------------------------------------
     @property
@@ -188,6 +217,7 @@ class NodeAgent:
     async def open(self) -> None:
         """Lock the state directory, load state, adopt or fence surviving children."""
         self.store.lock()
+        self.predecessor = previous_instance(self.config.state_dir, self.instance)
         self.credential = load_credential(self.config)
         host_id = self.config.host_id or (self.credential.host_id if self.credential else None)
         state = self.store.load_or_create(host_id)
@@ -250,6 +280,9 @@ class NodeAgent:
         try:
             while not stop.is_set():
                 await self.beat()
+                if self.refused:
+                    self._write_agent_file(ready=False)
+                    return
                 self._write_agent_file(ready=True)
                 self._wake.clear()
                 waiters = [asyncio.create_task(self._wake.wait()), asyncio.create_task(stop.wait())]
@@ -279,7 +312,7 @@ class NodeAgent:
             with contextlib.suppress(GridError):
                 await self._sync_routes(session)
                 if session.registered and self.credential is not None:
-                    await self._call(session, Calls.remove(self.node_id))
+                    await self._call(session, Calls.remove(self.node_id, self._instance_id))
         return lines
 
     @property
@@ -303,6 +336,11 @@ class NodeAgent:
     @property
     def node_id(self) -> str:
         return control_record_id(self.state.host_id)
+
+    @property
+    def _instance_id(self) -> str | None:
+        """This run's id as sent to servers (``None`` for an agent built without one)."""
+        return self.instance or None
 
     # --- one heartbeat ---------------------------------------------------------------------
     def protect(self) -> ProtectionDecision:
@@ -350,6 +388,12 @@ class NodeAgent:
                 errors.append(session.last_error)
                 if isinstance(exc, RequestRefused) and exc.status == 404:
                     session.registered = False
+                if isinstance(exc, ConflictError):
+                    # Another run speaks for this host id: acting on would run engines the
+                    # controller counts as the other run's host. Stop (see run()).
+                    self.refused = str(exc)
+                    self.last_error = self.refused[:500]
+                    return
         if len(errors) < len(self.sessions):
             self.last_ok_at = time.time()
         # One server answering is enough: the others' failures stay visible per session.
@@ -416,6 +460,9 @@ class NodeAgent:
             if exc.status in (401, 403):
                 msg = f"{call.method} {call.path}: the server refused the node credential "
                 raise AuthError(msg + f"({exc.message[:200]})") from None
+            if exc.status == 409:
+                msg = f"{session.url} refused this node agent: {exc.message[:600]}"
+                raise ConflictError(msg) from None
             raise
 
     def _envelope(self) -> AllocatorEnvelope:
@@ -452,10 +499,13 @@ class NodeAgent:
             resources=self._resources(),
             allocator=self._envelope(),
             advertise_host=self.config.advertise_host,
+            instance_id=self._instance_id,
+            replaces_instance_id=self.predecessor if self._instance_id else None,
         )
         async with self._send:
             await self._call(session, Calls.register(self.node_id, reg))
         session.registered = True
+        self.ever_registered = True
 
     async def _heartbeat(self, session: ServerSession, *, request_commands: bool) -> None:
         pending = [r for r in self.state.receipts if not r.delivered]
@@ -469,6 +519,7 @@ class NodeAgent:
             allocator=self._envelope(),
             request_commands=request_commands,
             acknowledgements=[r.ack for r in pending[:MAX_LIST]],
+            instance_id=self._instance_id,
         )
         async with self._send:
             sent = time.monotonic()
@@ -508,7 +559,7 @@ class NodeAgent:
                 rid = session.routes[model_id]
                 async with self._send:
                     with contextlib.suppress(RequestRefused):  # already gone: fine
-                        await self._call(session, Calls.remove(rid))
+                        await self._call(session, Calls.remove(rid, self._instance_id))
                 # Forgotten only after the server answered; a transport error retries next beat.
                 session.routes.pop(model_id, None)
         for model_id, child in ready.items():
@@ -517,7 +568,12 @@ class NodeAgent:
                 continue  # advertise only children passing the health check
             rid = engine_record_id(self.state.host_id, model_id)
             if model_id in session.routes:
-                hb = Heartbeat(node_id=rid, host_id=self.state.host_id, request_commands=False)
+                hb = Heartbeat(
+                    node_id=rid,
+                    host_id=self.state.host_id,
+                    request_commands=False,
+                    instance_id=self._instance_id,
+                )
                 try:
                     async with self._send:
                         await self._call(session, Calls.heartbeat(rid, hb))
@@ -535,6 +591,7 @@ class NodeAgent:
                 url=url,
                 engine_api_key=self.state.engine_api_key,
                 engine_ca_pem=ca_pem,
+                instance_id=self._instance_id,
             )
             async with self._send:
                 await self._call(session, Calls.register(rid, reg))

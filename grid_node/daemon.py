@@ -5,7 +5,8 @@ fleet). Every option comes from the configuration document ``FILE``
 (:class:`~grid_core.nodeconfig.NodeConfig`); ``--instance`` only names this process for identity
 proofs. SIGTERM (sent by ``node stop`` after proving this process's identity) triggers the
 graceful stop: fence routes, wait for running requests, stop identity-proven children,
-deregister.
+deregister. A server that refuses this run for its host id (another agent holds it, or a
+newer run superseded this one) stops it the same way and it exits non-zero with the reason.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import signal
 import sys
 from pathlib import Path
 
-from grid_core.errors import GridError
+from grid_core.errors import ConflictError, GridError
 from grid_core.nodeconfig import NodeConfig, load_config
 from grid_core.plugins import load_plugins
 from grid_core.system.logs import configure_daemon_logging
@@ -42,11 +43,17 @@ async def serve(config: NodeConfig, instance: str) -> None:
         loop.add_signal_handler(sig, stop.set)
     try:
         await agent.run(stop)
-        for line in await agent.shutdown():
-            print(f"grid-node: {line}", flush=True)
+        if not agent.refused or agent.ever_registered:
+            # A run refused at its first registration leaves the children it adopted from
+            # its state directory alone: the controller knows them as the host's, and the
+            # agent that owns that host id is another run.
+            for line in await agent.shutdown():
+                print(f"grid-node: {line}", flush=True)
         agent.mark_stopped()
     finally:
         await agent.close()
+    if agent.refused:
+        raise ConflictError(agent.refused)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -351,6 +351,7 @@ async def status_document(ctx: ServerContext, detail: bool) -> dict[str, Any]:
             "dropped_features": runner.dropped_features,
             "warnings": list(ctx.warnings),
             "nodes": ctx.registry.public(now),
+            "instance_refusals": list(ctx.registry.instance_refusals),
             "open_breakers": ctx.router.public_breakers(time.monotonic()),
             "inflight_requests": sum(ctx.router.inflight.values()),
             "profiles": sorted(runner.profile_ids),

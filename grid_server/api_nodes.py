@@ -11,7 +11,7 @@ from typing import TypeVar
 
 from litestar import Request, Response, delete, get, post, put
 from litestar.handlers import HTTPRouteHandler
-from litestar.params import FromPath
+from litestar.params import FromPath, FromQuery
 
 from grid_core.hosts import LEASE_TTL_S
 from grid_core.wire import (
@@ -91,11 +91,14 @@ def node_routes(ctx: ServerContext) -> list[HTTPRouteHandler]:
         return Response(content=encode(body), media_type="application/json")
 
     @delete("/nodes/{node_id:str}", status_code=200, guards=node, request_max_body_size=limit)
-    async def remove(request: Request, node_id: FromPath[str]) -> Response:
-        """Remove a record the authenticated host owns."""
+    async def remove(
+        request: Request, node_id: FromPath[str], instance: FromQuery[str | None] = None
+    ) -> Response:
+        """Remove a record the authenticated host owns (``?instance=`` names the sending
+        agent run; a run that no longer holds the host id is refused with 409)."""
         claims = node_claims(request)
-        ctx.registry.remove(claims.host_id, node_id)
         now = time.time()
+        ctx.registry.remove(claims.host_id, node_id, instance, now)
         ctx.runner.input_changed(now, safety_changed=True)  # membership changed
         return json_response({"removed": node_id})
 

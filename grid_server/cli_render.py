@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import shutil
 import sys
+import time
 from typing import Any
 
 from rich import box
@@ -89,6 +90,13 @@ def status_view(data: dict[str, Any]) -> RenderableType:
     parts.extend(_portfolio(ctl))
     parts.extend(_predictions(ctl))
     parts.append(_nodes(server))
+    refusals = server.get("instance_refusals", [])
+    if refusals:
+        t = _table("Refused node agents", ["host", "instance", "holder", "verdict", "at"])
+        for r in refusals:
+            at = time.strftime("%H:%M:%S", time.localtime(float(r["at"])))
+            t.add_row(r["host_id"], r["instance"], r["holder"], r["verdict"], at)
+        parts.append(t)
     breakers = server.get("open_breakers", [])
     if breakers:
         t = _table("Open breakers", ["engine", "model", "streak", "open for s"])

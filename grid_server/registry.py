@@ -15,8 +15,14 @@ from urllib.parse import urlsplit
 import msgspec
 
 from grid_core.client import is_loopback_host
-from grid_core.errors import ForbiddenError, NotFoundError, ValidationError
-from grid_core.hosts import LEASE_TTL_S, RegistryRecord
+from grid_core.errors import ConflictError, ForbiddenError, NotFoundError, ValidationError
+from grid_core.hosts import (
+    INSTANCE_LAPSE_S,
+    LEASE_TTL_S,
+    InstanceClaim,
+    RegistryRecord,
+    instance_verdict,
+)
 from grid_core.wire import Decoded, Heartbeat, NodeRegistration, control_record_id, engine_record_id
 
 MAX_ENGINE_CA_CONTEXTS = 64
@@ -24,6 +30,12 @@ MAX_ENGINE_CA_CONTEXTS = 64
 so a fleet re-registering every minute never re-parses its CA."""
 MAX_RECORDS = 4096
 """Registry ceiling: 64 hosts × 64 engines; refuses unbounded growth from a buggy node."""
+MAX_INSTANCE_REFUSALS = 32
+"""Most recent refusals of a node agent run under a held host id kept for status: one
+screen of them; each agent also keeps its own refusal as its last error."""
+INSTANCE_SHOWN_CHARS = 12
+"""Leading characters of an agent instance id shown in messages and discovery: enough to
+tell runs apart, and the full id (part of the agent's identity proof) is never published."""
 
 
 def check_engine_url(url: str | None) -> str:
@@ -210,6 +222,11 @@ class Registry:
         self.dropped_routes = 0
         """Engine records withdrawn because their host's advertised address disowned them
         (a safety-relevant membership change; the API compares it across a registration)."""
+        self.instances: dict[str, InstanceClaim] = {}
+        """Host id → the node-agent run that speaks for it (see ``instance_verdict``)."""
+        self.instance_refusals: list[dict[str, object]] = []
+        """The latest refusals of another run under a held host id (newest last, at most
+        :data:`MAX_INSTANCE_REFUSALS`), as plain data for status."""
 
     # --- writes --------------------------------------------------------------------------
     def register(
@@ -247,6 +264,9 @@ class Registry:
         if node_id not in self.records and len(self.records) >= MAX_RECORDS:
             msg = f"registry is full ({MAX_RECORDS} records); remove stale nodes"
             raise ValidationError(msg)
+        self.claim(
+            host_id, reg.instance_id, now, registration=True, replaces=reg.replaces_instance_id
+        )
         rec = RegistryRecord(
             record_id=node_id,
             role=reg.role,
@@ -326,6 +346,7 @@ class Registry:
             msg = f"heartbeat host_id '{hb.host_id}' does not match the credential's '{host_id}'"
             raise ForbiddenError(msg)
         rec = self._owned(host_id, node_id)
+        self.claim(host_id, hb.instance_id, now, registration=False)
         changes: dict[str, object] = {"received_at": now, "lease_expires_at": now + LEASE_TTL_S}
         if hb.load is not None:
             changes["load"] = hb.load
@@ -354,17 +375,70 @@ class Registry:
         self.revision += 1
         return True
 
-    def remove(self, host_id: str, node_id: str) -> None:
-        """Delete a record the host owns.
+    def remove(self, host_id: str, node_id: str, instance_id: str | None, now: float) -> None:
+        """Delete a record the host owns; removing the control record releases the host id
+        at once, so a cleanly stopped agent's replacement registers without waiting.
 
         Raises:
             ForbiddenError / NotFoundError: as for :meth:`heartbeat`.
+            ConflictError: ``instance_id`` names a run that no longer holds the host id.
         """
-        self._owned(host_id, node_id)
+        rec = self._owned(host_id, node_id)
+        self.claim(host_id, instance_id, now, registration=False)
         self._remove_record(node_id)
+        if rec.role == "allocator":
+            self.instances.pop(host_id, None)
+
+    def claim(
+        self,
+        host_id: str,
+        instance_id: str | None,
+        now: float,
+        *,
+        registration: bool,
+        replaces: str | None = None,
+    ) -> None:
+        """Apply the one-run-per-host-id rule to a report from ``instance_id`` (``replaces``:
+        a registration's predecessor on the same state directory).
+
+        Accepted reports refresh the holder's ``last_seen``; a take-over makes the sender the
+        holder. Source: :func:`grid_core.hosts.instance_verdict`.
+
+        Raises:
+            ConflictError: another run holds the host id and still reports (a registration),
+                or the sender was superseded by a newer run (a heartbeat or removal). The
+                message names the host id and what the operator can do.
+        """
+        current = self.instances.get(host_id)
+        verdict = instance_verdict(
+            current, instance_id, now, registration=registration, replaces=replaces
+        )
+        if verdict == "accept" and instance_id is not None:
+            self.instances[host_id] = InstanceClaim(instance_id=instance_id, last_seen=now)
+        elif verdict == "take_over":
+            assert instance_id is not None
+            self.instances[host_id] = InstanceClaim(instance_id=instance_id, last_seen=now)
+        elif verdict in ("held", "superseded"):
+            assert current is not None and instance_id is not None
+            msg = instance_refusal(host_id, current, instance_id, now, verdict)
+            self.instance_refusals.append(
+                {
+                    "host_id": host_id,
+                    "instance": instance_id[:INSTANCE_SHOWN_CHARS],
+                    "holder": current.instance_id[:INSTANCE_SHOWN_CHARS],
+                    "verdict": verdict,
+                    "at": now,
+                    "message": msg,
+                }
+            )
+            del self.instance_refusals[:-MAX_INSTANCE_REFUSALS]
+            raise ConflictError(msg)
 
     def expire(self, now: float) -> int:
         """Drop records whose lease has run out; returns how many were dropped."""
+        for host_id, held in list(self.instances.items()):
+            if now - held.last_seen >= INSTANCE_LAPSE_S:
+                del self.instances[host_id]  # lapsed: the next registration would take over
         dead = [rid for rid, r in self.records.items() if not r.live(now)]
         for rid in dead:
             del self.records[rid]
@@ -427,6 +501,34 @@ class Registry:
                     "live": r.live(now),
                     "engine_key_registered": self.engine_key_known(r.record_id),
                     "rejected_rows": len(r.rejected_rows),
+                    "instance": self._shown_instance(r),
                 }
             )
         return out
+
+    def _shown_instance(self, rec: RegistryRecord) -> str | None:
+        """The leading characters of the run holding a control record's host id."""
+        held = self.instances.get(rec.host_id) if rec.role == "allocator" else None
+        return held.instance_id[:INSTANCE_SHOWN_CHARS] if held is not None else None
+
+
+def instance_refusal(
+    host_id: str, holder: InstanceClaim, sender: str, now: float, verdict: str
+) -> str:
+    """The operator-facing reason a report from run ``sender`` was refused (see
+    :meth:`Registry.claim`)."""
+    mine, theirs = sender[:INSTANCE_SHOWN_CHARS], holder.instance_id[:INSTANCE_SHOWN_CHARS]
+    if verdict == "superseded":
+        return (
+            f"host id '{host_id}': this node agent (instance {mine}) was superseded by another "
+            f"agent (instance {theirs}) that registered after this one was silent for "
+            f"{INSTANCE_LAPSE_S:.0f} s; this agent must stop"
+        )
+    age = max(0.0, now - holder.last_seen)
+    wait = max(0.0, INSTANCE_LAPSE_S - age)
+    return (
+        f"host id '{host_id}' is in use by another node agent (instance {theirs}) that is "
+        f"still heartbeating (last heard {age:.0f} s ago); stop that agent (grid allocator "
+        f"node stop), or wait {wait:.0f} s for its heartbeat to lapse; to run a second agent "
+        "on this machine give it its own credential (--host-id) and --state-dir"
+    )
