@@ -118,3 +118,20 @@ def test_a_restart_on_the_same_state_directory_takes_over_at_once() -> None:
     doc = NodeRegistration(host_id=HOST, instance_id=B, replaces_instance_id=A)
     reg.register(HOST, CTL, Decoded(doc), 1001.0)
     assert reg.instances[HOST].instance_id == B
+
+
+def test_status_shows_the_refused_agents() -> None:
+    from rich.console import Console
+
+    from grid_server.cli_render import status_view
+
+    reg = Registry()
+    register(reg, A, 1000.0)
+    with pytest.raises(ConflictError):
+        register(reg, B, 1001.0)
+    doc = {"mode": "automatic", "server": {"instance_refusals": reg.instance_refusals}}
+    console = Console(width=200, record=True)
+    console.print(status_view(doc))
+    text = console.export_text()
+    assert "Refused node agents" in text
+    assert HOST in text and B[:12] in text and A[:12] in text and "held" in text
