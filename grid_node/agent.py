@@ -299,7 +299,11 @@ class NodeAgent:
                 await worker
 
     async def shutdown(self, idle_wait_s: float = UNLOAD_IDLE_WAIT_S) -> list[str]:
-        """Graceful stop: fence every route, wait for requests, stop proven children, deregister."""
+        """Graceful stop: fence every route, wait for requests, stop proven children, deregister.
+
+        A run the servers refused (:attr:`refused`) only stops its children: every further
+        report of it would be refused again, and its records are no longer its own to withdraw.
+        """
         assert self.actuator is not None
         for child in self.state.children.values():
             if child.state == "ready":
@@ -308,7 +312,7 @@ class NodeAgent:
         with contextlib.suppress(GridError):
             await self.fence()
         lines = await self.actuator.stop_all(idle_wait_s)
-        for session in self.sessions:
+        for session in self.sessions if not self.refused else ():
             with contextlib.suppress(GridError):
                 await self._sync_routes(session)
                 if session.registered and self.credential is not None:
@@ -411,8 +415,9 @@ class NodeAgent:
         await self._heartbeat(session, request_commands=True)
 
     async def fence(self) -> None:
-        """Withdraw routes of children no longer ready and tell the server now (no commands)."""
-        for session in self.sessions:
+        """Withdraw routes of children no longer ready and tell the server now (no commands);
+        nothing is sent once the servers refused this run (see :meth:`shutdown`)."""
+        for session in self.sessions if not self.refused else ():
             if not session.registered:
                 continue
             try:

@@ -95,3 +95,35 @@ async def test_an_agent_refused_at_its_first_registration_never_counts_as_regist
     assert REFUSAL in agent.refused
     assert not agent.ever_registered and not agent.registered
     assert [(m, p) for m, p, _b in server.sent] == [("PUT", f"/nodes/ctl.{HOST}")]
+
+
+async def test_a_superseded_agent_sends_nothing_more_while_it_stops(tmp_path: Path) -> None:
+    # Every further report of a superseded run is refused too; sending them only fills the
+    # server's refusal list with duplicates of one event.
+    server = StandIn(refuse_after=2)
+    config = NodeConfig(
+        state_dir=tmp_path / "node",
+        grid_url="http://127.0.0.1:9",
+        host_id=HOST,
+        heartbeat_interval_s=0.1,
+        dedicated=True,
+        model_dirs=(tmp_path / "models",),
+    )
+    agent = NodeAgent(config, plugins_with(), instance="a" * 32)
+    await agent.open()
+    agent.credential = Credential(token="stand-in", host_id=HOST)
+    session = agent.sessions[0]
+    await session.client.aclose()
+    session.client = AsyncGridClient(
+        config.grid_url,
+        node_token="stand-in",
+        http=httpx.AsyncClient(transport=httpx.MockTransport(server)),
+    )
+    try:
+        await asyncio.wait_for(agent.run(asyncio.Event()), timeout=WAIT_S)
+        refused_at = len(server.sent)
+        await agent.shutdown(idle_wait_s=0.0)
+    finally:
+        await agent.close()
+    assert agent.refused
+    assert server.sent[refused_at:] == []
