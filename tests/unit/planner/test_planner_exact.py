@@ -318,9 +318,9 @@ def test_a_pin_too_large_for_its_host_gets_no_stand_in():
 def test_a_constraint_highs_refuses_is_an_error_not_a_program_without_constraints(monkeypatch):
     # HiGHS refuses a whole batch of rows when one repeats a column; solving on without them
     # once reported 10 of 5 desired replicas as the optimum.
-    from grid_core.planner import exact
+    from grid_core.planner import exact, exactrows
 
-    monkeypatch.setattr(exact, "_pin_rows", lambda state, cols: ([([(0, 1), (0, 1)], 1)], 0))
+    monkeypatch.setattr(exactrows, "pin_rows", lambda state, cols: ([([(0, 1), (0, 1)], 1)], 0))
     with pytest.raises(RuntimeError, match="refused"):
         exact.exact_optimum(_priority_ladder())
 
