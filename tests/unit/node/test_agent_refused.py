@@ -4,7 +4,9 @@ on as if it were the host's agent. The server is an in-memory HTTP stand-in."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import httpx
@@ -48,7 +50,9 @@ class StandIn:
         return httpx.Response(200, json={"ttl_seconds": 60.0})
 
 
-async def run_until_refused(tmp_path: Path, server: StandIn) -> NodeAgent:
+@contextlib.asynccontextmanager
+async def refused_agent(tmp_path: Path, server: StandIn) -> AsyncIterator[NodeAgent]:
+    """An agent run against ``server`` until its loop ends by itself; closed on exit."""
     config = NodeConfig(
         state_dir=tmp_path / "node",
         grid_url="http://127.0.0.1:9",
@@ -69,9 +73,14 @@ async def run_until_refused(tmp_path: Path, server: StandIn) -> NodeAgent:
     )
     try:
         await asyncio.wait_for(agent.run(asyncio.Event()), timeout=WAIT_S)
+        yield agent
     finally:
         await agent.close()
-    return agent
+
+
+async def run_until_refused(tmp_path: Path, server: StandIn) -> NodeAgent:
+    async with refused_agent(tmp_path, server) as agent:
+        return agent
 
 
 async def test_a_superseded_agent_stops_its_loop_with_the_servers_reason(
@@ -101,29 +110,8 @@ async def test_a_superseded_agent_sends_nothing_more_while_it_stops(tmp_path: Pa
     # Every further report of a superseded run is refused too; sending them only fills the
     # server's refusal list with duplicates of one event.
     server = StandIn(refuse_after=2)
-    config = NodeConfig(
-        state_dir=tmp_path / "node",
-        grid_url="http://127.0.0.1:9",
-        host_id=HOST,
-        heartbeat_interval_s=0.1,
-        dedicated=True,
-        model_dirs=(tmp_path / "models",),
-    )
-    agent = NodeAgent(config, plugins_with(), instance="a" * 32)
-    await agent.open()
-    agent.credential = Credential(token="stand-in", host_id=HOST)
-    session = agent.sessions[0]
-    await session.client.aclose()
-    session.client = AsyncGridClient(
-        config.grid_url,
-        node_token="stand-in",
-        http=httpx.AsyncClient(transport=httpx.MockTransport(server)),
-    )
-    try:
-        await asyncio.wait_for(agent.run(asyncio.Event()), timeout=WAIT_S)
+    async with refused_agent(tmp_path, server) as agent:
         refused_at = len(server.sent)
         await agent.shutdown(idle_wait_s=0.0)
-    finally:
-        await agent.close()
     assert agent.refused
     assert server.sent[refused_at:] == []
