@@ -104,6 +104,7 @@ if TYPE_CHECKING:
     from grid_core.grids import unregister as unregister_grid
     from grid_core.nodeconfig import NodeConfig
     from grid_core.nodelaunch import NodeLauncher, NodeProcesses
+    from grid_core.planner import NATIVE as PLANNER_BUILD
     from grid_core.planner import Plan, PlanInputs, PlannerPolicy, plan
     from grid_core.planner.exact import DEFAULT_TIME_LIMIT_S, exact_optimum, prime_quietly
     from grid_core.planner.exact import loss_by_class as exact_loss_by_class
@@ -251,6 +252,7 @@ _SOURCES: dict[str, tuple[str, str]] = {
     "PlanInputs": ("grid_core.planner", "PlanInputs"),
     "PlannerPolicy": ("grid_core.planner", "PlannerPolicy"),
     "plan": ("grid_core.planner", "plan"),
+    "PLANNER_BUILD": ("grid_core.planner", "NATIVE"),
     "DEFAULT_TIME_LIMIT_S": ("grid_core.planner.exact", "DEFAULT_TIME_LIMIT_S"),
     "exact_optimum": ("grid_core.planner.exact", "exact_optimum"),
     "prime_quietly": ("grid_core.planner.exact", "prime_quietly"),
@@ -390,6 +392,7 @@ __all__ = [
     "MAX_VICTIM_CANDIDATES",
     "NO_HOOKS",
     "OWNER_ONLY",
+    "PLANNER_BUILD",
     "PREDICTIVE_PLUGINS",
     "SAFE_PATH_FLAG",
     "WORKLOADS",

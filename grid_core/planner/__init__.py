@@ -4,6 +4,8 @@ Source: specification, "Global placement loop" and "Safety invariants" 1, 2, 5, 
 phases live in :mod:`grid_core.planner.phases`; docs/planner.md walks through them.
 """
 
+# ruff: noqa: E402 -- the planner modules are imported after NATIVE has chosen their build
+
 from __future__ import annotations
 
 import hashlib
@@ -13,6 +15,12 @@ from collections import OrderedDict
 import msgspec
 
 from grid_core.errors import ValidationError
+from grid_core.planner import native
+
+NATIVE = native.activate(__path__)
+"""Which planner build runs in this process (:mod:`.native`): set before any other planner
+module is imported, since the package path it may extend decides where they come from."""
+
 from grid_core.planner import topology
 from grid_core.planner.chains import CHAIN_PLAN_BUDGET
 from grid_core.planner.classtrade import class_trades

@@ -671,7 +671,7 @@ def _sum_terms(
     terms: list[ScoreTerm], profile: ModelProfile, host: HostSnapshot, ctx: ScoreContext
 ) -> float:
     """Sum of ``terms``' scores in their order (a plain loop: as ``sum`` adds, but cheaper)."""
-    acc: float = 0
+    acc: float = 0.0
     for t in terms:
         acc += t.score(profile, host, ctx)
     return float(acc)

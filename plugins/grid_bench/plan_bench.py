@@ -17,7 +17,7 @@ from typing import Annotated
 import typer
 
 from grid_bench.fleet import fleet_inputs, load_fleet, violations
-from grid_core.api import DEFAULT_TIME_LIMIT_S, plan, render_table
+from grid_core.api import DEFAULT_TIME_LIMIT_S, PLANNER_BUILD, plan, render_table
 
 JSON_KEYS = (
     "p50_ms",
@@ -32,6 +32,8 @@ JSON_KEYS = (
     "evictions",
     "unmet",
     "assignments",
+    "planner_build",
+    "planner_build_reason",
 )
 """The keys ``--json`` always prints (``exact`` is added with ``--exact``)."""
 DEFAULT_RUNS = 15
@@ -50,7 +52,9 @@ def run_plan_bench(path: Path, runs: int = DEFAULT_RUNS) -> dict:
         of :func:`grid_bench.fleet.violations` (``violation_kinds`` has the breakdown), unmet
         one row per shortfall (model, code, binding resource, missing); plus ``evictions``,
         ``cpu_p50_ms`` (process CPU time: the wall-clock figures include whatever else the
-        machine is doing), ``unmet_codes`` and the plan ``inputs`` (for ``--exact``).
+        machine is doing), ``unmet_codes``, the plan ``inputs`` (for ``--exact``),
+        ``planner_build`` (``native`` or ``interpreted``: which build of the planner was
+        timed, see :mod:`grid_core.planner.native`) and ``planner_build_reason``.
     """
     from grid_core.api import get_plugins
 
@@ -100,6 +104,8 @@ def run_plan_bench(path: Path, runs: int = DEFAULT_RUNS) -> dict:
         "cpu_p50_ms": round(statistics.median(cpu), 3),
         "unmet_codes": codes,
         "inputs": inputs,
+        "planner_build": "native" if PLANNER_BUILD.active else "interpreted",
+        "planner_build_reason": PLANNER_BUILD.reason,
     }
 
 
@@ -263,6 +269,7 @@ def bench_plan(
         ["violations", out["violations"]],
         ["evictions", out["evictions"]],
     ]
+    rows += [["planner_build", out["planner_build_reason"]]]
     rows += [[f"violations:{k}", v] for k, v in out["violation_kinds"].items() if v]
     rows += [[f"unmet:{k}", v] for k, v in sorted(out["unmet_codes"].items())]
     if ex is not None:
