@@ -3,8 +3,9 @@
 Run as ``python -m grid_core.system.native_build`` (``make native`` does, and ``make venv``
 and ``make test`` through it). Nothing happens when a build of the current sources exists.
 Otherwise the compiled modules are built in a temporary directory beside the final one and
-moved into place only when complete (its manifest is written last), then builds of older
-sources are removed. Needs mypy (the ``dev`` or ``native`` extra) and a C compiler.
+moved into place only when complete (its manifest is written last); only the newest few
+builds are kept (:data:`BUILDS_KEPT`). Needs mypy (the ``dev`` or ``native`` extra) and a
+C compiler.
 
 Exit codes: 0 built or already current; 1 the build failed (mypyc's and the compiler's
 output is shown); 2 mypy or setuptools is not installed.
@@ -28,6 +29,9 @@ from grid_core.planner import native
 BUILD_TIMEOUT_S = 1800.0
 """Seconds the mypyc build may take: about 70 s on a 2-core machine; a generous bound so a
 loaded machine still finishes, while a stuck compiler does not hang ``make`` for ever."""
+BUILDS_KEPT = 4
+"""Native builds kept per interpreter (about 4 MB each): the current one and the newest
+others, so switching between a few branches or checkouts does not rebuild every time."""
 OPT_LEVEL = "3"
 """The C compiler's optimisation level for the compiled modules (mypyc's default)."""
 
@@ -121,11 +125,22 @@ def _run(argv: list[str], cwd: Path) -> None:
 
 
 def _remove_older(root: Path, keep: Path) -> None:
-    """Remove this interpreter's builds of other sources (and leftovers of stopped builds)."""
+    """Keep ``keep`` and this interpreter's :data:`BUILDS_KEPT` - 1 newest other builds
+    (another branch or checkout sharing the environment reuses its own); remove older ones
+    and the leftovers of builds stopped more than :data:`BUILD_TIMEOUT_S` ago."""
     tag = f"{sys.implementation.cache_tag}-"
-    for entry in root.iterdir():
-        if entry != keep and entry.is_dir() and entry.name.startswith((tag, ".building-")):
-            shutil.rmtree(entry, ignore_errors=True)
+    others = [e for e in root.iterdir() if e != keep and e.is_dir() and e.name.startswith(tag)]
+    others.sort(key=lambda e: e.stat().st_mtime, reverse=True)
+    stale = others[BUILDS_KEPT - 1 :]
+    # a stopped build's leftovers; a younger one may be another build still running
+    cutoff = time.time() - BUILD_TIMEOUT_S
+    stale += [
+        e
+        for e in root.iterdir()
+        if e.name.startswith(".building-") and e.is_dir() and e.stat().st_mtime < cutoff
+    ]
+    for entry in stale:
+        shutil.rmtree(entry, ignore_errors=True)
 
 
 def is_current() -> bool:
