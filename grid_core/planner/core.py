@@ -31,6 +31,7 @@ order of decisions (see docs/planner.md):
 from __future__ import annotations
 
 import enum
+from typing import final
 
 import msgspec
 
@@ -85,15 +86,42 @@ Prices = tuple[float, float, float, float]
 order: (learned, slot fit, size, scarcity); see :meth:`PlanState.scored`."""
 NO_PRICES: Prices = (0.0, 0.0, 0.0, 0.0)
 """The prices remembered for a host where the model does not fit (never read)."""
-FitMemo = tuple[int, str | None, bool, float, Prices]
-"""What :meth:`PlanState.best_host` remembers of one model on one host: (host book version,
-fit failure or ``None``, domain novelty the score was computed for, score, the packing
-prices inside that score; 0.0 and :data:`NO_PRICES` when it does not fit)."""
+
+
+@final
+class FitMemo:
+    """What :meth:`PlanState.best_host` remembers of one model on one host. Never changed
+    once made (untouched hosts of one class share an entry).
+
+    A class, not a tuple: the native build (:mod:`.native`) copies a typed tuple's fields
+    out each time one is read from a list or dict and into a new tuple each time it is
+    stored, where an instance is shared by reference.
+
+    Attributes:
+        version: the host book's version the entry was made at (-1: never made).
+        why: the fit failure, or ``None`` when the replica fits.
+        domain_new: the domain novelty the score was computed for.
+        score: the replica's score on the host (0.0 when it does not fit).
+        prices: the packing prices inside that score (:data:`NO_PRICES` when it does not fit).
+    """
+
+    __slots__ = ("domain_new", "prices", "score", "version", "why")
+
+    def __init__(
+        self, version: int, why: str | None, domain_new: bool, score: float, prices: Prices
+    ) -> None:
+        self.version = version
+        self.why = why
+        self.domain_new = domain_new
+        self.score = score
+        self.prices = prices
+
+
 OpeningKey = tuple[int, int, bool, tuple[float, float] | None]
 """(model, host class, domain novelty, the host's learned price pair or ``None``): everything
 a new replica's fit and score on an untouched candidate host depend on (see
 :meth:`PlanState._opening_entry`)."""
-UNSEEN: FitMemo = (-1, "unseen", False, 0.0, NO_PRICES)
+UNSEEN = FitMemo(-1, "unseen", False, 0.0, NO_PRICES)
 """A fit memo entry not computed yet: its version (-1) matches no host book (versions start
 at 0), so the hottest loop needs no separate test for a missing entry."""
 RankedPool = tuple[tuple[int, int], list[VictimCandidate], VictimNeed]
@@ -557,16 +585,16 @@ class PlanState:
         for hi in self.cands[mi]:
             book = books[hi]
             got = cache[hi]
-            if got[0] == book.version:
-                if got[1] is not None:
+            if got.version == book.version:
+                if got.why is not None:
                     continue  # still does not fit
                 domain_new = domain_list[hi] not in domains
-                if got[2] == domain_new:
-                    s = got[3]
+                if got.domain_new == domain_new:
+                    s = got.score
                 else:  # only the domain changed: the prices stand
-                    learned, fit, size, scarce = prices = got[4]
+                    learned, fit, size, scarce = prices = got.prices
                     s = self._terms_now(mi, hi, domain_new) - learned - fit - size - scarce
-                    cache[hi] = (book.version, None, domain_new, s, prices)
+                    cache[hi] = FitMemo(book.version, None, domain_new, s, prices)
             else:
                 mem = mems[hi]
                 if book.inc_free < mem or book.raw_free < mem:  # cheap, most rejects
@@ -580,15 +608,15 @@ class PlanState:
                     if entry is None:
                         entry = opening[key] = self._opening_entry(mi, hi, domain_new)
                     cache[hi] = entry
-                    why, s = entry[1], entry[3]
+                    why, s = entry.why, entry.score
                 else:
                     why = ledger.fit_new(mi, hi)
                     if why is None:
                         domain_new = domain_list[hi] not in domains
                         s, prices = self.scored(mi, hi, domain_new)
-                        cache[hi] = (book.version, None, domain_new, s, prices)
+                        cache[hi] = FitMemo(book.version, None, domain_new, s, prices)
                 if why is not None:
-                    cache[hi] = (book.version, why, False, 0.0, NO_PRICES)
+                    cache[hi] = FitMemo(book.version, why, False, 0.0, NO_PRICES)
                     continue
             if domain_new and (new_hi < 0 or s > new_s):
                 new_s, new_hi = s, hi
@@ -611,9 +639,9 @@ class PlanState:
         price (its pair is in the key), so the entry is the same for every host sharing it."""
         why = self.ledger.fit_new(mi, hi)
         if why is not None:
-            return (0, why, False, 0.0, NO_PRICES)
+            return FitMemo(0, why, False, 0.0, NO_PRICES)
         s, prices = self.scored(mi, hi, domain_new)
-        return (0, None, domain_new, s, prices)
+        return FitMemo(0, None, domain_new, s, prices)
 
     def _fit_row(self, mi: int) -> list[FitMemo]:
         """``mi``'s row of the fit memo (made on first use after the prices change)."""
@@ -630,15 +658,15 @@ class PlanState:
         book = self.ledger.books[hi]
         row = self._fit_row(mi)
         got = row[hi]
-        if got[0] == book.version:
-            why = got[1]
+        if got.version == book.version:
+            why = got.why
             if why == "memory" and self.profiles[mi].model_id not in book.present:
                 return why  # the quick check's "memory" is fit_new's unless it is present
             if why is None:
                 return None
         why = self.ledger.fit_new(mi, hi)
         if why is not None:
-            row[hi] = (book.version, why, False, 0.0, NO_PRICES)
+            row[hi] = FitMemo(book.version, why, False, 0.0, NO_PRICES)
         return why
 
     # --- helpers used by the phases -------------------------------------------------------

@@ -216,11 +216,14 @@ def test_untouched_hosts_of_one_class_share_fit_and_score_but_not_domain_or_lear
     assert row is not None
     for hi in (0, 1, 2, 4, 5):  # h4 holds m now
         domain_new = state.ledger.domain_list[hi] not in state.ledger.domains[0]
-        version, why, novelty, score, prices = row[hi]
-        assert (version, why, novelty) == (state.ledger.books[hi].version, None, domain_new)
-        assert (score, prices) == state.scored(0, hi, domain_new)
+        got = row[hi]
+        assert (got.version, got.why, got.domain_new) == (
+            state.ledger.books[hi].version,
+            None,
+            domain_new,
+        )
+        assert (got.score, got.prices) == state.scored(0, hi, domain_new)
     # h1 and h2 share one entry; h3 (learned price), h5 (another class) and h6 (its domain
     # is not new) have their own
-    # (equal, not identical: the native build copies tuples as it reads them)
     assert len(state.opening_fit) == 4
-    assert row[0] == row[1]
+    assert row[0] is row[1]
