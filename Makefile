@@ -18,13 +18,13 @@ venv: $(STAMP)
 
 # The planner compiled to C extensions by mypyc (about a minute; a no-op when a build of the
 # current grid_core sources exists in .venv/grid-native). Plans are identical either way; the
-# native build is about 1.5x faster. Without it (or after an edit) the planner runs
+# native build is 1.6-2.2x faster. Without it (or after an edit) the planner runs
 # interpreted, as `grid bench plan` reports. It needs a C compiler and Python's headers; when
 # the build fails its error is shown and Grid still runs (interpreted), but `make test` fails
 # its native-build test. See docs/planner.md, "Native build".
 native: venv
 	@$(BIN)/python -m grid_core.system.native_build || \
-	  echo "grid: the planner will run interpreted (plans are the same, about 1.5x slower)"
+	  echo "grid: the planner will run interpreted (plans are the same, about half as fast)"
 
 # Build llama-server once (cached in the user cache, keyed by version); later runs reuse it.
 engine: venv

@@ -4,7 +4,7 @@ a build made from exactly these sources exists, the interpreted modules otherwis
 mypyc (part of mypy) compiles type-annotated Python to C. It changes no decision: the same
 source runs, with its annotations checked at run time, so plans are byte-identical
 (``tests/unit/planner/test_planner_native.py`` compares both builds on the named fleets).
-It makes a plan about 1.5x faster (``docs/planner.md``, "Native build").
+It makes a plan 1.6-2.2x faster (``docs/planner.md``, "Native build").
 
 A build lives in ``<sys.prefix>/grid-native/<interpreter tag>-<source digest>/`` (in the
 virtual environment ``make`` creates: ``.venv/grid-native/``). The digest covers every
