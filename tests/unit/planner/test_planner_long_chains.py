@@ -8,7 +8,8 @@ chains then do.
 
 from __future__ import annotations
 
-from planner_helpers import host, layout_state, model, res, state_where
+import pytest
+from planner_helpers import PLUGINS, host, layout_state, model, res, state_where
 
 from grid_core.planner.core import PlanState
 from grid_core.planner.exchange import exchange_rounds
@@ -293,3 +294,34 @@ def test_the_long_chains_never_begin_work_that_could_cross_their_step_limit(monk
     state = _state(WIDE_HOSTS, WIDE_LAYOUT, models=WIDE_MODELS)
     assert long_chains(state) == 1
     assert 10_000 < state.long_chain_steps <= longchains.LONG_CHAIN_STEP_LIMIT
+
+
+@pytest.mark.parametrize(
+    ("fleet", "gain"),
+    [("64x32-s85-o0.json", 2), ("64x32-s191-o0.json", 1)],
+)
+def test_the_chain_budgets_of_a_small_fleet_buy_more_priority_0_replicas(monkeypatch, fleet, gain):
+    # Two fresh 64x32 fleets at occupancy 0: with 48,000 steps the long chains (seed 85) and
+    # the deep pass (seed 191) each find chains that 12,000 steps, the budgets before the
+    # native build halved a plan's CPU, did not; no higher class places fewer.
+    from pathlib import Path
+
+    from grid_bench.fleet import fleet_inputs, load_fleet
+
+    import grid_core.planner as planner
+    from grid_core.planner import longchains
+
+    inputs = fleet_inputs(load_fleet(Path(__file__).parents[2] / "data/fleets" / fleet))
+    prio = {p.model_id: p.priority for p in inputs.profiles}
+    hooks = PLUGINS.planner_hooks()
+
+    def by_class() -> list[int]:
+        got = planner.plan(inputs, hooks, reuse=False)
+        return [sum(prio[a.model_id] == c for a in got.assignments) for c in (3, 2, 1, 0)]
+
+    raised = by_class()
+    monkeypatch.setattr(longchains, "LONG_CHAIN_BUDGET", 12_000)
+    monkeypatch.setattr(longchains, "DEEP_CHAIN_BUDGET", 12_000)
+    before = by_class()
+    assert raised[:3] == before[:3]
+    assert raised[3] == before[3] + gain
