@@ -21,18 +21,32 @@ OperatorTokenOption = Annotated[
 ]
 """``--token-file``: the operator capability an operator-only request carries."""
 
-EtcdCaOption = Annotated[Path | None, typer.Option("--etcd-ca", help="CA of etcd's certificate.")]
+ETCD_HELP = {
+    "etcd-ca": "CA certificate that signed etcd's server certificate (etcds:// stores).",
+    "etcd-cert": "Client certificate presented to etcd (with --etcd-key).",
+    "etcd-key": "Private key of --etcd-cert (give both or neither).",
+    "etcd-user": "etcd user, when etcd's role-based access control is on "
+    "(with --etcd-password-file).",
+    "etcd-password-file": "File holding --etcd-user's password (never the password itself).",
+}
+"""Help text of each ``--etcd-*`` option by flag name (without ``--``): the one text every
+command that takes the option shows (``grid up``, ``grid allocator state copy``)."""
+
+EtcdCaOption = Annotated[Path | None, typer.Option("--etcd-ca", help=ETCD_HELP["etcd-ca"])]
 """``--etcd-ca``: the CA etcd's server certificate is verified with."""
 
-EtcdCertOption = Annotated[Path | None, typer.Option("--etcd-cert", help="Client certificate.")]
+EtcdCertOption = Annotated[Path | None, typer.Option("--etcd-cert", help=ETCD_HELP["etcd-cert"])]
 """``--etcd-cert``: the client certificate presented to etcd (with ``--etcd-key``)."""
 
-EtcdUserOption = Annotated[str | None, typer.Option("--etcd-user", help="etcd user (RBAC).")]
+EtcdKeyOption = Annotated[Path | None, typer.Option("--etcd-key", help=ETCD_HELP["etcd-key"])]
+"""``--etcd-key``: the private key of ``--etcd-cert`` (the two go together)."""
+
+EtcdUserOption = Annotated[str | None, typer.Option("--etcd-user", help=ETCD_HELP["etcd-user"])]
 """``--etcd-user``: the etcd user (with ``--etcd-password-file``)."""
 
 EtcdPasswordFileOption = Annotated[
     Path | None,
-    typer.Option("--etcd-password-file", help="File holding that user's password."),
+    typer.Option("--etcd-password-file", help=ETCD_HELP["etcd-password-file"]),
 ]
 """``--etcd-password-file``: the file holding ``--etcd-user``'s password (never the password
 itself on the command line)."""

@@ -16,6 +16,7 @@ from grid_core.client import Calls, RequestRefused, check_credential_transport
 from grid_core.clioptions import (
     EtcdCaOption,
     EtcdCertOption,
+    EtcdKeyOption,
     EtcdPasswordFileOption,
     EtcdUserOption,
     GridOption,
@@ -433,7 +434,7 @@ def state_copy(
     force: bool = typer.Option(False, "--force", help="Replace state the target already has."),
     etcd_ca: EtcdCaOption = None,
     etcd_cert: EtcdCertOption = None,
-    etcd_key: Path | None = typer.Option(None, "--etcd-key", help="Its private key."),  # noqa: B008
+    etcd_key: EtcdKeyOption = None,
     etcd_user: EtcdUserOption = None,
     etcd_password_file: EtcdPasswordFileOption = None,
 ) -> None:

@@ -19,6 +19,7 @@ from grid_core.client import Calls, check_credential_transport, tls_verify
 from grid_core.clioptions import (
     EtcdCaOption,
     EtcdCertOption,
+    EtcdKeyOption,
     EtcdPasswordFileOption,
     EtcdUserOption,
     GridOption,
@@ -149,7 +150,7 @@ def up(
     ),
     etcd_ca: EtcdCaOption = None,
     etcd_cert: EtcdCertOption = None,
-    etcd_key: Path | None = typer.Option(None, "--etcd-key", help="Its private key (0600)."),  # noqa: B008
+    etcd_key: EtcdKeyOption = None,
     etcd_user: EtcdUserOption = None,
     etcd_password_file: EtcdPasswordFileOption = None,
 ) -> None:

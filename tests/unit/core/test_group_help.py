@@ -86,3 +86,34 @@ def test_no_command_help_holds_a_placeholder_markdown_drops() -> None:
         for match in re.finditer(r"<[A-Za-z/!][^>]*>", re.sub(r"`+[^`]*`+", "", text))
     ]
     assert dropped == []
+
+
+def test_every_etcd_option_has_one_help_text_on_every_command() -> None:
+    # `grid up` and `grid allocator state copy` both take the --etcd-* options; --etcd-key
+    # once read "Its private key (0600)." on one and "Its private key." on the other, so an
+    # operator could not tell whether the mode mattered. One option, one help text.
+    import typer
+
+    from grid_core.cli import build_app
+
+    root = typer.main.get_command(build_app())
+    helps: dict[str, dict[str, str]] = {}
+    for path, cmd in _commands(root):
+        for p in cmd.params:
+            for opt in getattr(p, "opts", ()):
+                if opt.startswith("--etcd-"):
+                    helps.setdefault(opt, {})[path] = p.help or ""
+    assert {"--etcd-ca", "--etcd-cert", "--etcd-key", "--etcd-user", "--etcd-password-file"} <= set(
+        helps
+    )
+    assert {"grid up", "grid allocator state copy"} <= set(helps["--etcd-key"])
+    differing = {opt: by_cmd for opt, by_cmd in helps.items() if len(set(by_cmd.values())) != 1}
+    assert differing == {}
+    # Each help stands on its own: no "Its ..." that only reads right after another option.
+    vague = {
+        opt: text
+        for opt, by_cmd in helps.items()
+        for text in by_cmd.values()
+        if text.startswith("Its ")
+    }
+    assert vague == {}
