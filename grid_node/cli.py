@@ -21,12 +21,12 @@ from grid_core.clioptions import GridOption
 from grid_core.cliregistry import CliRegistry
 from grid_core.errors import NotFoundError, ValidationError
 from grid_core.grids import GridTarget, resolve_target
-from grid_core.nodeconfig import NodeConfig, load_config, parse_port_range
+from grid_core.nodeconfig import CONFIG_FILE, NodeConfig, load_config, parse_port_range
 from grid_core.protection import Override, OverrideKind
 from grid_core.system import grid_home
 from grid_node.join import join, read_join_file
-from grid_node.launch import agent_record, start_node, stop_node
-from grid_node.override import read_override, write_override
+from grid_node.launch import AGENT_FILE, STATE_FILE, agent_record, start_node, stop_node
+from grid_node.override import OVERRIDE_FILE, read_override, write_override
 
 PREFLIGHT_TIMEOUT_S = 10.0
 """One health check before the daemon starts; a slow server is the daemon's to retry."""
@@ -43,6 +43,37 @@ StateDir = Annotated[
 
 def _state_dir(value: Path | None) -> Path:
     return (value or grid_home() / "node").expanduser().resolve()
+
+
+NODE_STATE_FILES = (AGENT_FILE, STATE_FILE, CONFIG_FILE)
+"""Files ``grid allocator node start`` writes into its state dir (the agent's record, the
+node's state, its configuration): a directory holding none of them has never had a node, so
+an override set there would never be read (see :func:`_node_state_dir`)."""
+
+
+def _node_state_dir(value: Path | None, *, override_counts: bool = False) -> Path:
+    """The state dir of an existing node, for the commands that change its local override.
+
+    Args:
+        value: ``--state-dir`` as given (``None``: ``$GRID_NODE_STATE_DIR`` or
+            ``$GRID_HOME/node``, resolved by the option and :func:`_state_dir`).
+        override_counts: an override file alone is enough (``node resume`` may clear one
+            left in a directory whose node state is gone).
+
+    Raises:
+        NotFoundError: the directory holds none of :data:`NODE_STATE_FILES` (a mistyped
+            path, or a node never started there); nothing is created or written.
+    """
+    sdir = _state_dir(value)
+    names = (*NODE_STATE_FILES, OVERRIDE_FILE) if override_counts else NODE_STATE_FILES
+    if not any((sdir / name).exists() for name in names):
+        msg = (
+            f"no node agent in --state-dir {sdir} (none of {', '.join(NODE_STATE_FILES)}); "
+            "give the state dir the node was started with (--state-dir or "
+            "$GRID_NODE_STATE_DIR), or start one there with 'grid allocator node start'"
+        )
+        raise NotFoundError(msg)
+    return sdir
 
 
 def _grid_target(grid: str | None) -> GridTarget:
@@ -400,8 +431,8 @@ def _set_override(
             "omit it for an override that lasts until 'grid allocator node resume'"
         )
         raise ValidationError(msg)
+    sdir = _node_state_dir(state_dir)
     now = time.time()
-    sdir = _state_dir(state_dir)
     override = Override(
         kind=kind,
         reason=reason.strip()[:500],
@@ -436,7 +467,7 @@ def quarantine(reason: Reason, for_seconds: ForSeconds = None, state_dir: StateD
 
 def resume(state_dir: StateDir = None) -> None:
     """Clear the local override (sensors may still keep the host throttled or paused)."""
-    sdir = _state_dir(state_dir)
+    sdir = _node_state_dir(state_dir, override_counts=True)
     previous = read_override(sdir)
     write_override(sdir, None)
     typer.echo("local override cleared" if previous else "no local override was set")

@@ -15,6 +15,7 @@ from grid_core.protection import ProtectionPolicy, ProtectionState, step
 from grid_core.testing import plugins_with
 from grid_node import telemetry
 from grid_node.override import read_override
+from grid_node.state import StateFile
 
 
 def test_missing_sensors_are_unknown_not_zero(monkeypatch):
@@ -83,6 +84,7 @@ def runner_app(tmp_path, monkeypatch):
     monkeypatch.setenv("GRID_HOME", str(tmp_path / "home"))
     monkeypatch.setenv("GRID_NODE_STATE_DIR", str(tmp_path / "node"))
     app = build_app(plugins_with(builtins=("grid_node",)))
+    StateFile(tmp_path / "node").load_or_create("host-override")  # a node was started here
     return CliRunner(), app, tmp_path / "node"
 
 
@@ -135,4 +137,34 @@ def test_override_duration_must_be_a_finite_positive_number(runner_app, capsys, 
         main(["allocator", "node", "drain", "--reason", "maint", "--for-seconds", seconds])
     assert exc.value.code == 2
     assert capsys.readouterr().err.startswith("grid: error: --for-seconds")
+    assert read_override(sdir) is None
+
+
+@pytest.mark.parametrize("kind", ["drain", "pause", "quarantine", "resume"])
+def test_override_commands_refuse_a_state_dir_without_a_node(tmp_path, monkeypatch, capsys, kind):
+    """A mistyped --state-dir was told 'local drain set' and got a fresh override.json that
+    no node agent would ever read; now the command names the path and writes nothing."""
+    monkeypatch.setenv("GRID_HOME", str(tmp_path / "home"))
+    typo = tmp_path / "nodee"
+    args = [] if kind == "resume" else ["--reason", "maint"]
+    with pytest.raises(SystemExit) as exc:
+        main(["allocator", "node", kind, *args, "--state-dir", str(typo)])
+    assert exc.value.code == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"grid: error: no node agent in --state-dir {typo}")
+    assert "grid allocator node start" in err
+    assert not typo.exists()
+    # An existing directory that holds no node state is refused the same way.
+    typo.mkdir()
+    with pytest.raises(SystemExit):
+        main(["allocator", "node", kind, *args, "--state-dir", str(typo)])
+    assert list(typo.iterdir()) == []
+
+
+def test_resume_clears_an_override_left_without_node_state(runner_app):
+    runner, app, sdir = runner_app
+    assert runner.invoke(app, ["allocator", "node", "drain", "--reason", "maint"]).exit_code == 0
+    (sdir / "node.json").unlink()  # the node's state is gone; its override is not
+    r = runner.invoke(app, ["allocator", "node", "resume"])
+    assert r.exit_code == 0, r.output
     assert read_override(sdir) is None
