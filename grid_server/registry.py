@@ -9,6 +9,7 @@ upstream hop.
 from __future__ import annotations
 
 import functools
+import math
 import ssl
 from urllib.parse import urlsplit
 
@@ -23,6 +24,7 @@ from grid_core.hosts import (
     RegistryRecord,
     instance_verdict,
 )
+from grid_core.nodeconfig import MAX_HEARTBEAT_INTERVAL_S
 from grid_core.wire import Decoded, Heartbeat, NodeRegistration, control_record_id, engine_record_id
 
 MAX_ENGINE_CA_CONTEXTS = 64
@@ -524,11 +526,20 @@ def instance_refusal(
             f"agent (instance {theirs}) that registered after this one was silent for "
             f"{INSTANCE_LAPSE_S:.0f} s; this agent must stop"
         )
+    # The server sees reports, not processes: it can say when the holder was last heard and
+    # when the hold lapses, never that the holder is still alive.
     age = max(0.0, now - holder.last_seen)
-    wait = max(0.0, INSTANCE_LAPSE_S - age)
+    wait = math.ceil(max(0.0, INSTANCE_LAPSE_S - age))
+    silence = (
+        f", longer than the slowest heartbeat interval ({MAX_HEARTBEAT_INTERVAL_S:.0f} s), so "
+        "it has probably stopped"
+        if age > MAX_HEARTBEAT_INTERVAL_S
+        else ""
+    )
     return (
-        f"host id '{host_id}' is in use by another node agent (instance {theirs}) that is "
-        f"still heartbeating (last heard {age:.0f} s ago); stop that agent (grid allocator "
-        f"node stop), or wait {wait:.0f} s for its heartbeat to lapse; to run a second agent "
-        "on this machine give it its own credential (--host-id) and --state-dir"
+        f"host id '{host_id}' is in use by another node agent (instance {theirs}), last heard "
+        f"{age:.0f} s ago{silence}; the host id frees up in {wait} s unless it reports again "
+        f"({INSTANCE_LAPSE_S:.0f} s after its last report). If that agent still runs, stop it "
+        f"(grid allocator node stop); otherwise wait {wait} s and start this one again. To run "
+        "a second agent on this machine give it its own credential (--host-id) and --state-dir"
     )

@@ -6,6 +6,7 @@ import pytest
 
 from grid_core.errors import ConflictError
 from grid_core.hosts import INSTANCE_LAPSE_S, InstanceClaim, instance_verdict
+from grid_core.nodeconfig import MAX_HEARTBEAT_INTERVAL_S
 from grid_core.wire import Decoded, Heartbeat, NodeRegistration, control_record_id
 from grid_server.registry import MAX_INSTANCE_REFUSALS, Registry
 
@@ -53,13 +54,43 @@ def test_a_second_agent_is_refused_with_the_host_id_and_what_to_do() -> None:
         register(reg, B, 1020.0)
     msg = str(err.value)
     assert f"host id '{HOST}'" in msg
-    assert "still heartbeating" in msg
+    assert "last heard 10 s ago" in msg
     assert "grid allocator node stop" in msg
     assert f"wait {INSTANCE_LAPSE_S - 10:.0f} s" in msg
     assert reg.instances[HOST].instance_id == A
     assert reg.instance_refusals[-1]["verdict"] == "held"
     assert reg.public(1020.0)[0]["instance"] == A[:12]
     heartbeat(reg, A, 1021.0)  # the first keeps serving
+
+
+def test_a_refusal_never_calls_a_silent_holder_alive() -> None:
+    """The holder last reported 40 s ago: past the slowest heartbeat interval an agent may
+    use, inside the 60 s lapse. The refusal said it was "still heartbeating"; it now says when
+    it was last heard and when the host id frees up."""
+    reg = Registry()
+    register(reg, A, 1000.0)
+    silent = MAX_HEARTBEAT_INTERVAL_S + 10
+    with pytest.raises(ConflictError) as err:
+        register(reg, B, 1000.0 + silent)
+    msg = str(err.value)
+    assert "still heartbeating" not in msg
+    assert f"(instance {A[:12]})" in msg
+    assert f"last heard {silent:.0f} s ago" in msg
+    assert "probably stopped" in msg
+    assert f"frees up in {INSTANCE_LAPSE_S - silent:.0f} s" in msg
+    assert f"wait {INSTANCE_LAPSE_S - silent:.0f} s" in msg
+    assert "grid allocator node stop" in msg
+
+
+def test_a_refusal_for_a_recent_holder_does_not_guess_it_stopped() -> None:
+    reg = Registry()
+    register(reg, A, 1000.0)
+    with pytest.raises(ConflictError) as err:
+        register(reg, B, 1002.0)
+    msg = str(err.value)
+    assert "last heard 2 s ago" in msg and "probably stopped" not in msg
+    assert "still heartbeating" not in msg  # not known from one report either
+    assert f"frees up in {INSTANCE_LAPSE_S - 2:.0f} s" in msg
 
 
 def test_after_the_lapse_the_new_run_takes_over_and_the_old_one_is_refused() -> None:
