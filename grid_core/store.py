@@ -10,7 +10,7 @@ Specification: "Local wire contract" (a single writer) and "HTTP control surface
 from __future__ import annotations
 
 import hashlib
-from typing import Protocol
+from typing import Literal, Protocol
 
 import msgspec
 
@@ -161,3 +161,43 @@ class MemoryStore:
             self._holder = controller_id
         self._expires = now + ttl_s
         return self._term, self._expires
+
+
+class StoreIdentity(msgspec.Struct, frozen=True, kw_only=True):
+    """Which durable store holds a controller's state: what a running server records in
+    ``server.json`` and ``grid allocator state copy`` compares its two stores with.
+
+    Attributes:
+        kind: ``file`` (the file store) or ``etcd``.
+        path: file store: the state file's absolute path, symlinks resolved.
+        endpoints: etcd: the client URLs the store was given (``http(s)://host:port``).
+        prefix: etcd: the key prefix (starts and ends with ``/``).
+    """
+
+    kind: Literal["file", "etcd"]
+    path: str = ""
+    endpoints: tuple[str, ...] = ()
+    prefix: str = ""
+
+    def describe(self) -> str:
+        """The store as an operator reads it (no secrets)."""
+        if self.kind == "file":
+            return f"the file store {self.path}"
+        return f"etcd {','.join(self.endpoints)} prefix {self.prefix}"
+
+
+def may_share_state(a: StoreIdentity, b: StoreIdentity) -> bool:
+    """Whether two stores may hold the same controller state (so a server using one is
+    disturbed by a copy to or from the other).
+
+    Two file stores are the same when their state files are the same path. Two etcd stores are
+    taken to be the same whenever their key prefixes are equal, whatever their endpoints: one
+    cluster answers under several names and addresses, so different endpoints do not prove
+    different clusters, while different prefixes never share a key. A file store and an etcd
+    store never share state.
+    """
+    if a.kind != b.kind:
+        return False
+    if a.kind == "file":
+        return a.path == b.path
+    return a.prefix == b.prefix

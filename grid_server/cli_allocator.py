@@ -25,6 +25,7 @@ from grid_core.clioptions import (
 from grid_core.errors import EXIT_USAGE, GridError, ValidationError
 from grid_core.grids import check_url
 from grid_core.profile import ModelProfile, validate_declared_profile
+from grid_core.store import StoreIdentity, may_share_state
 from grid_core.table import render_table
 from grid_server import profile_flags
 from grid_server.cli_render import console, explain_view, status_view
@@ -438,7 +439,7 @@ def state_copy(
     etcd_user: EtcdUserOption = None,
     etcd_password_file: EtcdPasswordFileOption = None,
 ) -> None:
-    """Move controller state between the file store and etcd (stop every server first).
+    """Move controller state between the file store and etcd (stop every server on them first).
 
     The term continues above the source's, so nodes accept the next leader's commands.
     """
@@ -472,24 +473,58 @@ def state_copy(
 
     if source == target:
         raise CliError("--from and --to name the same store", EXIT_USAGE)
+    src, dst = opened("--from", source), opened("--to", target)
     server = running_server()
     if server is not None:
         # A server in observe or recommend mode holds no lease the copy would notice.
-        msg = (
-            f"a Grid server is running at {server.get('url')} (pid {server.get('pid')}) on "
-            "this Grid home; stop it with 'grid down' (and every other server on the store) "
-            "before copying its state"
-        )
-        raise CliError(msg, EXIT_USAGE)
+        _refuse_a_store_in_use(server, {"--from": src, "--to": dst})
     try:
-        size, term = copy_state(
-            opened("--from", source), opened("--to", target), now=time.time(), force=force
-        )
+        size, term = copy_state(src, dst, now=time.time(), force=force)
     except GridError as exc:
         raise CliError(str(exc), exc.exit_code) from None
     typer.echo(
         f"grid: copied {size} bytes of controller state to {target}; terms continue above {term}"
     )
+
+
+def _refuse_a_store_in_use(server: dict[str, Any], stores: dict[str, Any]) -> None:
+    """Refuse ``state copy`` when this Grid home's running server uses either store.
+
+    Args:
+        server: the running server's record (``server.json``); its ``state_store`` names the
+            store it uses (absent from a record written by an earlier Grid).
+        stores: the opened stores by flag (``--from``, ``--to``).
+
+    Raises:
+        CliError: the server uses one of the stores, or its record does not say which store
+            it uses (exit 2; the message names the server, the flag and the store).
+    """
+    from grid_server.store import store_identity
+
+    running = (
+        f"a Grid server is running at {server.get('url')} (pid {server.get('pid')}) on this "
+        "Grid home"
+    )
+    fix = "stop it with 'grid down' (and every other server on that store) before copying"
+    try:
+        used = msgspec.convert(server.get("state_store"), StoreIdentity | None)
+    except msgspec.ValidationError:
+        used = None
+    if used is None:
+        msg = f"{running} and its record does not say which state store it uses; {fix}"
+        raise CliError(msg, EXIT_USAGE)
+    for flag, store in stores.items():
+        mine = store_identity(store)
+        if may_share_state(used, mine):
+            if mine == used:
+                msg = f"{running} and uses the {flag} store, {mine.describe()}; {fix}"
+            else:  # the same etcd prefix under other endpoints: maybe the same cluster
+                msg = (
+                    f"{running} and may use the {flag} store: {mine.describe()} has the key "
+                    f"prefix of the server's store, {used.describe()}, and other endpoints can "
+                    f"reach the same etcd cluster; {fix}, or copy under another prefix"
+                )
+            raise CliError(msg, EXIT_USAGE)
 
 
 def register(cli: Any) -> None:

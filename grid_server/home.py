@@ -5,7 +5,8 @@ Layout::
     $GRID_HOME/operator-token        operator capability (0600)
     $GRID_HOME/signing-key           key that signs node credentials (0600)
     $GRID_HOME/state/controller.json controller state (written by the file state store)
-    $GRID_HOME/server.json           url, pid and process birth time of the running server
+    $GRID_HOME/server.json           url, pid, process birth time and state store of the
+                                     running server
 """
 
 from __future__ import annotations

@@ -16,8 +16,11 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
+import msgspec
+
 from grid_core import grids
 from grid_core.errors import EXIT_USAGE, GridError
+from grid_core.store import StoreIdentity
 from grid_core.system import ProcessIdentity, write_atomic
 from grid_core.system.logs import configure_daemon_logging
 from grid_core.tls import server_context
@@ -181,10 +184,15 @@ def url_of(sock: socket.socket, tls: bool = False) -> str:
 
 
 def server_record(
-    url: str, home: Path, ca_file: Path | None = None, bind_host: str | None = None
+    url: str,
+    home: Path,
+    ca_file: Path | None = None,
+    bind_host: str | None = None,
+    state_store: StoreIdentity | None = None,
 ) -> dict[str, object]:
-    """What ``server.json`` holds: enough to find and identity-check this process, and the CA
-    file local clients verify it with (a public certificate, no secret)."""
+    """What ``server.json`` holds: enough to find and identity-check this process, the CA
+    file local clients verify it with (a public certificate, no secret) and the state store
+    it uses (``grid allocator state copy`` refuses to copy to or from that one)."""
     me = ProcessIdentity.of_current()
     return {
         "url": url,
@@ -195,6 +203,7 @@ def server_record(
         "cmdline": list(me.cmdline or ()),
         "ca_file": str(ca_file) if ca_file is not None else None,
         "bind_host": bind_host,
+        "state_store": msgspec.to_builtins(state_store) if state_store is not None else None,
     }
 
 
@@ -208,18 +217,27 @@ class Announcement:
         bind_host: the address the listener is bound to.
         ca_file: the CA certificate clients verify a TLS server with (``None``: plain HTTP).
         url_file: a second copy of the record (``None``: none).
+        state_store: the store this server keeps its controller state in.
     """
 
     def __init__(
-        self, url: str, home: Path, bind_host: str, ca_file: Path | None, url_file: Path | None
+        self,
+        url: str,
+        home: Path,
+        bind_host: str,
+        ca_file: Path | None,
+        url_file: Path | None,
+        state_store: StoreIdentity | None = None,
     ) -> None:
         self.url, self.home, self.bind_host, self.ca_file = url, home, bind_host, ca_file
+        self.state_store = state_store
         self.paths = [p for p in (home / SERVER_FILE, url_file) if p is not None]
 
     def ready(self, ctx: ServerContext) -> None:
         """Write the record (atomically, owner-readable) once the socket listens, and say so."""
         ctx.url = self.url
-        data = json.dumps(server_record(self.url, self.home, self.ca_file, self.bind_host))
+        record = server_record(self.url, self.home, self.ca_file, self.bind_host, self.state_store)
+        data = json.dumps(record)
         for path in self.paths:
             write_atomic(path, data, mode=ANNOUNCE_MODE)
         print(f"grid: serving on {self.url}", flush=True)
@@ -275,12 +293,13 @@ def serve(
         tls.check()
     sock = bind(host, port)
     url = url_of(sock, tls is not None)
+    from grid_server.store import file_store, open_state_store, store_identity
+
     store = None
     if state_store is not None:
-        from grid_server.store import open_state_store
-
         store = open_state_store(state_store, advertise_url=url, **(etcd_options or {}))
-    announce = Announcement(url, home, host, tls.ca if tls else None, url_file)
+    used = store_identity(store if store is not None else file_store(home, state_dir))
+    announce = Announcement(url, home, host, tls.ca if tls else None, url_file, used)
     app = build_app(
         home,
         get_plugins(),

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from grid_core.store import state_digest
+from grid_core.store import StoreIdentity, state_digest
 from grid_core.system.state_etcd import EtcdStateStore, settings_from_options
 from grid_core.system.state_file import LOCK_TIMEOUT_S, FileStateStore, LeaseRecord
 
@@ -21,6 +21,7 @@ __all__ = [
     "copy_state",
     "file_store",
     "open_state_store",
+    "store_identity",
 ]
 
 
@@ -71,13 +72,23 @@ def file_store(home: Path, state_dir: Path | None = None) -> FileStateStore:
     return FileStateStore((state_dir or home / STATE_DIR) / STATE_FILE)
 
 
+def store_identity(store: FileStateStore | EtcdStateStore) -> StoreIdentity:
+    """The identity of ``store`` (the file store: its state file resolved to an absolute path;
+    etcd: its endpoints and key prefix), as ``server.json`` records it."""
+    if isinstance(store, FileStateStore):
+        return StoreIdentity(kind="file", path=str(store.path.expanduser().resolve()))
+    return StoreIdentity(
+        kind="etcd", endpoints=tuple(store.settings.endpoints), prefix=store.settings.prefix
+    )
+
+
 def copy_state(source: Any, target: Any, *, now: float, force: bool = False) -> tuple[int, int]:
     """Copy the controller document from one store to another, keeping terms monotonic.
 
     Every server on both stores must be stopped: the copy takes each store's lease (so a
     controller in automatic mode, which holds it, makes it fail instead of racing it; one in
     observe or recommend mode holds none, which is why ``grid allocator state copy`` also
-    refuses while this Grid home's server runs) and releases it afterwards. The
+    refuses while this Grid home's server runs on either store) and releases it afterwards. The
     target's term counter is raised to the source's, so the next leader's term is above every
     term a node has seen.
 

@@ -392,6 +392,15 @@ def test_up_detach_and_down_stop_only_that_server(tmp_path: Path) -> None:
         assert grid_cli("allocator", "status", home=home).returncode == 0
         again = grid_cli("up", "--detach", "--port", "0", home=home)
         assert again.returncode == 1 and "already running" in again.stderr
+        # The record names the server's store: a copy from it is refused, one from another
+        # directory's file store gets past that check (and fails on the unreachable etcd).
+        assert rec["state_store"]["kind"] == "file"
+        assert rec["state_store"]["path"] == str((home / "state" / "controller.json").resolve())
+        to_etcd = ("allocator", "state", "copy", "--to", "etcd://127.0.0.1:9/x", "--from", "file")
+        refused = grid_cli(*to_etcd, home=home)
+        assert refused.returncode == 2 and "uses the --from store" in refused.stderr
+        elsewhere = grid_cli(*to_etcd, "--state-dir", str(tmp_path / "other"), home=home)
+        assert "a Grid server is running" not in elsewhere.stderr, elsewhere.stderr
         r = grid_cli("down", home=home)
         assert r.returncode == 0, r.stderr
         assert not proc.is_running() or proc.status() == psutil.STATUS_ZOMBIE
