@@ -36,6 +36,8 @@ KEYS = {
     "violations",
     "unmet",
     "assignments",
+    "planner_build",
+    "planner_build_reason",
 }
 
 
