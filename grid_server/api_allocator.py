@@ -28,6 +28,7 @@ from grid_core.bodies import (
     TokenBody,
 )
 from grid_core.errors import NotFoundError, ValidationError
+from grid_core.planner import NATIVE as PLANNER_BUILD
 from grid_core.profile import profile_from_json, profile_version
 from grid_core.profile_fit import fit_warnings, known_runtimes, runtime_warnings
 from grid_core.tls import ca_fingerprint
@@ -368,5 +369,9 @@ async def status_document(ctx: ServerContext, detail: bool) -> dict[str, Any]:
                 if ctx.leadership is None
                 else {"kind": "etcd", **ctx.leadership.status()}
             ),
+            "planner_build": {
+                "native": PLANNER_BUILD.active,
+                "reason": PLANNER_BUILD.reason,
+            },
         },
     }

@@ -20,6 +20,7 @@ import msgspec
 
 from grid_core import grids
 from grid_core.errors import EXIT_USAGE, GridError
+from grid_core.planner import NATIVE as PLANNER_BUILD
 from grid_core.store import StoreIdentity
 from grid_core.system import ProcessIdentity, write_atomic
 from grid_core.system.logs import configure_daemon_logging
@@ -241,6 +242,7 @@ class Announcement:
         for path in self.paths:
             write_atomic(path, data, mode=ANNOUNCE_MODE)
         print(f"grid: serving on {self.url}", flush=True)
+        print(f"grid: planner build: {PLANNER_BUILD.reason}", flush=True)
 
     def withdraw(self) -> None:
         """Remove the records this process wrote (never another server's); idempotent."""

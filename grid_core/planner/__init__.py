@@ -14,12 +14,13 @@ from collections import OrderedDict
 
 import msgspec
 
+from grid_core import native
 from grid_core.errors import ValidationError
-from grid_core.planner import native
 
 NATIVE = native.activate(__path__)
-"""Which planner build runs in this process (:mod:`.native`): set before any other planner
-module is imported, since the package path it may extend decides where they come from."""
+"""Which planner build runs in this process (:mod:`grid_core.native`): decided before any
+other planner module is imported, since the package path it may extend decides where they
+come from."""
 
 from grid_core.planner import topology
 from grid_core.planner.chains import CHAIN_PLAN_BUDGET

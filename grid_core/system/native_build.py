@@ -1,11 +1,14 @@
-"""Build the planner's native modules with mypyc (:mod:`grid_core.planner.native`).
+"""Build the planner's native modules with mypyc (:mod:`grid_core.native`).
 
-Run as ``python -m grid_core.system.native_build`` (``make native`` does, and ``make venv``
-and ``make test`` through it). Nothing happens when a build of the current sources exists.
-Otherwise the compiled modules are built in a temporary directory beside the final one and
-moved into place only when complete (its manifest is written last); only the newest few
-builds are kept (:data:`BUILDS_KEPT`). Needs mypy (the ``dev`` or ``native`` extra) and a
-C compiler.
+Run as ``python -m grid_core.system.native_build`` (``make native`` does, and ``make demo``,
+``make test``, ``make check`` and ``make bench`` through it). Nothing is built when a
+complete build of the current sources exists. Otherwise the ``grid_core`` sources are copied
+to a temporary directory beside the final one and compiled there (the same way from a git
+checkout and from an installed package), and the result is moved into place only when
+complete (its manifest, with every file's size, is written last). One build runs at a time
+per environment (a file lock); a build that finds a complete one made meanwhile keeps it.
+Only the most recently used builds are kept (:data:`BUILDS_KEPT`). Needs mypy (the ``dev``
+or ``native`` extra), setuptools, a C compiler and Python's headers.
 
 Exit codes: 0 built or already current; 1 the build failed (mypyc's and the compiler's
 output is shown); 2 mypy or setuptools is not installed.
@@ -15,6 +18,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -23,17 +27,29 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from filelock import FileLock, Timeout
 
-from grid_core.planner import native
+from grid_core import native
 
 BUILD_TIMEOUT_S = 1800.0
-"""Seconds the mypyc build may take: about 70 s on a 2-core machine; a generous bound so a
-loaded machine still finishes, while a stuck compiler does not hang ``make`` for ever."""
+"""Seconds the mypyc build may take: about 55 s on a quiet 2-core machine and 100-200 s on a
+busy one; a generous bound so a loaded machine still finishes, while a stuck compiler does
+not hang ``make`` for ever."""
+LOCK_WAIT_S = BUILD_TIMEOUT_S
+"""Seconds a build waits for another one in the same environment to finish."""
 BUILDS_KEPT = 4
-"""Native builds kept per interpreter (about 4 MB each): the current one and the newest
-others, so switching between a few branches or checkouts does not rebuild every time."""
+"""Native builds kept per interpreter (about 4 MB each): the current one and the most
+recently used others, so switching between a few branches or checkouts that share one
+environment does not rebuild every time."""
 OPT_LEVEL = "3"
 """The C compiler's optimisation level for the compiled modules (mypyc's default)."""
+MYPY_CONFIG = "[mypy]\nignore_missing_imports = True\n"
+"""mypy's configuration for the compile: types are checked by ``make lint``; here only
+modules without type information must not stop the build."""
+COMPILER_HINT = "it needs a C compiler (gcc or clang) and Python's headers (python3-dev)"
+"""Said after a failed compile: the two things a machine most often lacks."""
+TERMINATED_EXIT = 143
+"""Exit status after SIGTERM (128 + 15), once the compile is stopped and cleaned up."""
 
 _SETUP = """
 import sys
@@ -60,19 +76,25 @@ class MissingToolError(NativeBuildError):
     exit_code = 2
 
 
+def is_current() -> bool:
+    """Whether a complete native build of the current sources exists."""
+    return native.check_build(native.build_dir(native.source_digest())) is None
+
+
 def build(*, force: bool = False) -> tuple[Path, bool]:
-    """Build the native planner for the current sources unless a build exists.
+    """Build the native planner for the current sources unless a complete build exists.
 
     Args:
-        force: rebuild even when a build of these sources exists.
+        force: rebuild even when a complete build of these sources exists.
 
     Returns:
         ``(build directory, built)``: ``built`` is False when an existing build was kept.
 
     Raises:
         MissingToolError: mypy or setuptools is missing.
-        NativeBuildError: the compile failed or took more than :data:`BUILD_TIMEOUT_S` (the
-            message carries the compiler's output tail).
+        NativeBuildError: the compile failed or took more than :data:`BUILD_TIMEOUT_S`, or
+            another build held the lock for more than :data:`LOCK_WAIT_S` (the message
+            carries the compiler's output tail).
     """
     for needed in ("mypyc.build", "setuptools"):
         try:
@@ -82,31 +104,53 @@ def build(*, force: bool = False) -> tuple[Path, bool]:
             raise MissingToolError(msg) from exc
     digest = native.source_digest()
     final = native.build_dir(digest)
-    if (final / native.MANIFEST_NAME).is_file() and not force:
-        return final, False
     root = native.native_root()
     root.mkdir(parents=True, exist_ok=True)
-    src_root = Path(native.__file__).resolve().parents[2]
-    modules = native.compiled_modules()
-    with tempfile.TemporaryDirectory(prefix=".building-", dir=root) as tmp:
-        staging = Path(tmp) / "lib"
-        paths = ",".join(f"grid_core/planner/{m}" for m in modules)
-        dirs = [f"{tmp}/c", str(staging), f"{tmp}/t"]
-        argv = [sys.executable, "-c", _SETUP, paths, *dirs, OPT_LEVEL]
-        _run(argv, src_root)
-        (staging / native.MANIFEST_NAME).write_text("\n".join(modules) + "\n")
-        if native.source_digest() != digest:
-            msg = "grid_core's sources changed during the build; run it again"
-            raise NativeBuildError(msg)
-        shutil.rmtree(final, ignore_errors=True)
-        staging.rename(final)
-    _remove_older(root, keep=final)
+    try:
+        with FileLock(root / ".build.lock", timeout=LOCK_WAIT_S):
+            if native.check_build(final) is None and not force:
+                native.touch(final)
+                return final, False
+            _compile(final, digest)
+            _remove_older(root, keep=final)
+    except Timeout as exc:
+        msg = f"another native build held {root / '.build.lock'} for {LOCK_WAIT_S:.0f} s"
+        raise NativeBuildError(msg) from exc
     return final, True
 
 
+def _compile(final: Path, digest: str) -> None:
+    """Compile a copy of the ``grid_core`` sources and move the build to ``final``.
+
+    Raises:
+        NativeBuildError: the compile failed, or the sources changed meanwhile.
+    """
+    modules = native.compiled_modules()
+    core = Path(native.__file__).resolve().parent
+    with tempfile.TemporaryDirectory(prefix=".building-", dir=final.parent) as tmp:
+        src = Path(tmp) / "src"
+        shutil.copytree(core, src / "grid_core", ignore=_not_source)
+        (src / "mypy.ini").write_text(MYPY_CONFIG)
+        if native.source_digest(src / "grid_core") != digest:
+            msg = "grid_core's sources changed during the build; run it again"
+            raise NativeBuildError(msg)
+        staging = Path(tmp) / "lib"
+        paths = ",".join(f"grid_core/planner/{m}" for m in modules)
+        dirs = [f"{tmp}/c", str(staging), f"{tmp}/t"]
+        _run([sys.executable, "-c", _SETUP, paths, *dirs, OPT_LEVEL], src)
+        native.write_manifest(staging, modules)
+        shutil.rmtree(final, ignore_errors=True)
+        staging.rename(final)
+
+
+def _not_source(folder: str, names: list[str]) -> set[str]:
+    """``copytree`` filter: only Python sources and the folders that hold them."""
+    return {n for n in names if n == "__pycache__" or ("." in n and not n.endswith(".py"))}
+
+
 def _run(argv: list[str], cwd: Path) -> None:
-    """Run the mypyc build in ``cwd`` (the directory holding ``grid_core``, so module names
-    match paths and mypy reads the project's configuration).
+    """Run the mypyc build in ``cwd`` (the directory holding the copy of ``grid_core``, so
+    module names match paths).
 
     Raises:
         NativeBuildError: non-zero exit or timeout, with the output's last lines.
@@ -120,14 +164,14 @@ def _run(argv: list[str], cwd: Path) -> None:
         raise NativeBuildError(msg) from exc
     if done.returncode != 0:
         tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-30:])
-        msg = f"the mypyc build failed (exit {done.returncode}):\n{tail}"
+        msg = f"the mypyc build failed (exit {done.returncode}; {COMPILER_HINT}):\n{tail}"
         raise NativeBuildError(msg)
 
 
 def _remove_older(root: Path, keep: Path) -> None:
-    """Keep ``keep`` and this interpreter's :data:`BUILDS_KEPT` - 1 newest other builds
-    (another branch or checkout sharing the environment reuses its own); remove older ones
-    and the leftovers of builds stopped more than :data:`BUILD_TIMEOUT_S` ago."""
+    """Keep ``keep`` and this interpreter's :data:`BUILDS_KEPT` - 1 most recently used other
+    builds (another branch or checkout sharing the environment reuses its own); remove the
+    rest, and the leftovers of builds stopped more than :data:`BUILD_TIMEOUT_S` ago."""
     tag = f"{sys.implementation.cache_tag}-"
     others = [e for e in root.iterdir() if e != keep and e.is_dir() and e.name.startswith(tag)]
     others.sort(key=lambda e: e.stat().st_mtime, reverse=True)
@@ -143,26 +187,37 @@ def _remove_older(root: Path, keep: Path) -> None:
         shutil.rmtree(entry, ignore_errors=True)
 
 
-def is_current() -> bool:
-    """Whether a complete native build of the current sources exists."""
-    return (native.build_dir(native.source_digest()) / native.MANIFEST_NAME).is_file()
+def _terminate(signum: int, frame: object) -> None:
+    """SIGTERM: leave through ``SystemExit`` so the compile child is stopped, the temporary
+    directory removed and the lock released on the way out."""
+    raise SystemExit(TERMINATED_EXIT)
 
 
 def main(
     force: Annotated[bool, typer.Option("--force", help="Rebuild even when current.")] = False,
-    as_json: Annotated[bool, typer.Option("--json", help="One JSON object on stdout.")] = False,
+    as_json: Annotated[
+        bool,
+        typer.Option(
+            "--json",
+            help="One JSON object on stdout: path, built and seconds; error (and no path) "
+            "when the build failed.",
+        ),
+    ] = False,
 ) -> None:
     """Build the planner's native (mypyc) modules for the current sources; a no-op when a
-    build of them exists. Prints one line, or one JSON object with ``--json``: ``path``,
-    ``built`` (false when kept) and ``seconds``."""
+    complete build of them exists."""
+    signal.signal(signal.SIGTERM, _terminate)
     if not as_json and (force or not is_current()):
-        typer.echo("grid: building the native planner with mypyc (about a minute) ...")
+        typer.echo("grid: building the native planner with mypyc (a minute or two) ...")
     started = time.monotonic()
     try:
         where, built = build(force=force)
-    except NativeBuildError as exc:
+    except (NativeBuildError, OSError) as exc:
+        code = exc.exit_code if isinstance(exc, NativeBuildError) else 1
+        if as_json:
+            typer.echo(json.dumps({"error": str(exc), "built": False}))
         typer.echo(f"grid: error: {exc}", err=True)
-        raise typer.Exit(exc.exit_code) from exc
+        raise typer.Exit(code) from exc
     took = round(time.monotonic() - started, 1)
     if as_json:
         typer.echo(json.dumps({"path": str(where), "built": built, "seconds": took}))

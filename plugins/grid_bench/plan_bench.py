@@ -54,7 +54,7 @@ def run_plan_bench(path: Path, runs: int = DEFAULT_RUNS) -> dict:
         ``cpu_p50_ms`` (process CPU time: the wall-clock figures include whatever else the
         machine is doing), ``unmet_codes``, the plan ``inputs`` (for ``--exact``),
         ``planner_build`` (``native`` or ``interpreted``: which build of the planner was
-        timed, see :mod:`grid_core.planner.native`) and ``planner_build_reason``.
+        timed, see :mod:`grid_core.native`) and ``planner_build_reason``.
     """
     from grid_core.api import get_plugins
 

@@ -389,7 +389,11 @@ def test_up_detach_and_down_stop_only_that_server(tmp_path: Path) -> None:
     rec = json.loads((home / "server.json").read_text())
     proc = psutil.Process(rec["pid"])
     try:
-        assert grid_cli("allocator", "status", home=home).returncode == 0
+        shown = grid_cli("allocator", "status", "--json", home=home)
+        assert shown.returncode == 0
+        # the server plans with the native build `make test` made (docs/planner.md)
+        build = json.loads(shown.stdout)["server"]["planner_build"]
+        assert build["native"] is True, build["reason"]
         again = grid_cli("up", "--detach", "--port", "0", home=home)
         assert again.returncode == 1 and "already running" in again.stderr
         # The record names the server's store: a copy from it is refused, one from another

@@ -13,9 +13,10 @@ import sys
 from pathlib import Path
 
 import msgspec
+import pytest
 
 import grid_core.planner as planner_pkg
-from grid_core.planner import native
+from grid_core import native
 
 FLEET_DIR = Path(__file__).resolve().parents[2] / "data" / "fleets"
 GENERATED = [(64, 32, seed, occ) for seed in (3, 4, 5) for occ in (0.0, 0.5)] + [
@@ -69,7 +70,7 @@ def test_the_planner_runs_its_native_build_when_one_matches_the_sources():
         assert module.__file__ is not None
         assert module.__file__.endswith(suffixes), module.__file__
         assert Path(module.__file__).is_relative_to(status.path)
-    for stem in ("native", "types", "hooks", "exact"):
+    for stem in ("types", "hooks", "exact"):
         module = importlib.import_module(f"grid_core.planner.{stem}")
         assert module.__file__ is not None and module.__file__.endswith(".py")
 
@@ -107,18 +108,93 @@ def test_without_a_build_for_these_sources_the_planner_runs_interpreted(monkeypa
     assert path == []
 
 
-def test_an_incomplete_build_is_not_loaded(monkeypatch, tmp_path):
+def _fake_build(tmp_path: Path, monkeypatch) -> Path:
+    """A build directory for the current sources under a fake ``sys.prefix``, with one
+    compiled module file and one runtime library, listed in a manifest."""
     monkeypatch.delenv(native.NATIVE_ENV, raising=False)
     monkeypatch.setattr(sys, "prefix", str(tmp_path))
     where = native.build_dir(native.source_digest())
     (where / "grid_core" / "planner").mkdir(parents=True)
-    (where / native.MANIFEST_NAME).write_text("core.py\nledger.py\n")
+    (where / "grid_core" / "planner" / "core.so").write_bytes(b"x" * 64)
+    (where / "abc__mypyc.so").write_bytes(b"y" * 128)
+    native.write_manifest(where, ["core.py"])
+    return where
+
+
+def test_an_incomplete_build_is_not_loaded(monkeypatch, tmp_path):
+    where = _fake_build(tmp_path, monkeypatch)
+    doc = json.loads((where / native.MANIFEST_NAME).read_text())
+    doc["modules"] = ["core.py", "ledger.py"]
+    (where / native.MANIFEST_NAME).write_text(json.dumps(doc))
     path: list[str] = []
     status = native.activate(path)
     assert not status.active
-    assert "compiled modules missing" in status.reason
-    assert "core, ledger" in status.reason
+    assert "compiled modules missing from the native build: ledger" in status.reason
+    assert "python -m grid_core.system.native_build" in status.reason
     assert path == []
+
+
+@pytest.mark.parametrize("damage", ["truncate", "remove"])
+def test_a_damaged_build_is_never_mapped(monkeypatch, tmp_path, damage):
+    # A truncated shared library kills the process that maps it (SIGBUS): the sizes the
+    # manifest records are checked before anything of the build is loaded.
+    where = _fake_build(tmp_path, monkeypatch)
+    runtime = where / "abc__mypyc.so"
+    if damage == "truncate":
+        runtime.write_bytes(b"y" * 100)
+    else:
+        runtime.unlink()
+    path: list[str] = []
+    status = native.activate(path)
+    assert not status.active
+    expected = "is 100 bytes, not 128 (damaged)" if damage == "truncate" else "lacks abc__mypyc"
+    assert expected in status.reason
+    assert path == []
+    assert "abc__mypyc" not in sys.modules
+
+
+def test_a_module_that_fails_to_load_leaves_the_source_modules_in_use(tmp_path, monkeypatch):
+    # A stand-in package with a source module, and a "build" of it whose second module
+    # fails on import: the build's first module is forgotten again and the source one loads.
+    src = tmp_path / "src" / "nativeprobe"
+    src.mkdir(parents=True)
+    (src / "__init__.py").write_text("")
+    (src / "good.py").write_text("BUILD = 'source'\n")
+    built = tmp_path / "build" / "nativeprobe"
+    built.mkdir(parents=True)
+    (built / "good.py").write_text("BUILD = 'native'\n")
+    (built / "bad.py").write_text("raise ImportError('cannot load bad')\n")
+    monkeypatch.syspath_prepend(str(tmp_path / "src"))
+    package = importlib.import_module("nativeprobe")
+    try:
+        with pytest.raises(ImportError, match="cannot load bad"):
+            native._import_compiled("nativeprobe", package.__path__, built, ["good", "bad"])
+        assert str(built) not in package.__path__
+        assert "nativeprobe.good" not in sys.modules
+        assert importlib.import_module("nativeprobe.good").BUILD == "source"
+    finally:
+        for name in [n for n in sys.modules if n.split(".")[0] == "nativeprobe"]:
+            del sys.modules[name]
+
+
+@pytest.mark.parametrize(
+    ("value", "active_possible", "said"),
+    [
+        ("off", False, "turned off by GRID_PLANNER_NATIVE=off"),
+        ("FALSE", False, "turned off by GRID_PLANNER_NATIVE=false"),
+        ("No", False, "turned off by GRID_PLANNER_NATIVE=no"),
+        ("maybe", True, "GRID_PLANNER_NATIVE='maybe' not understood"),
+    ],
+)
+def test_the_switch_takes_the_usual_words_and_names_one_it_does_not_know(
+    monkeypatch, tmp_path, value, active_possible, said
+):
+    monkeypatch.setattr(sys, "prefix", str(tmp_path))  # no build here
+    monkeypatch.setenv(native.NATIVE_ENV, value)
+    status = native.activate([])
+    assert not status.active
+    assert said in status.reason
+    assert ("no native build for these sources" in status.reason) is active_possible
 
 
 def test_any_edit_to_grid_core_changes_the_source_digest(tmp_path):
