@@ -11,18 +11,22 @@ Only the most recently used builds are kept (:data:`BUILDS_KEPT`). Needs mypy (t
 or ``native`` extra), setuptools, a C compiler and Python's headers.
 
 Exit codes: 0 built or already current; 1 the build failed (mypyc's and the compiler's
-output is shown); 2 mypy or setuptools is not installed.
+output is shown); 2 mypy or setuptools is not installed; 143 stopped by SIGTERM (the compile
+with it).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import shutil
 import signal
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated
 
@@ -37,6 +41,10 @@ busy one; a generous bound so a loaded machine still finishes, while a stuck com
 not hang ``make`` for ever."""
 LOCK_WAIT_S = BUILD_TIMEOUT_S
 """Seconds a build waits for another one in the same environment to finish."""
+LOCK_NAME = ".build.lock"
+"""The lock file under the native root that lets one build run at a time."""
+STOP_GRACE_S = 5.0
+"""Seconds the compile has to exit after SIGTERM before what is left of it is killed."""
 BUILDS_KEPT = 4
 """Native builds kept per interpreter (about 4 MB each): the current one and the most
 recently used others, so switching between a few branches or checkouts that share one
@@ -81,11 +89,15 @@ def is_current() -> bool:
     return native.check_build(native.build_dir(native.source_digest())) is None
 
 
-def build(*, force: bool = False) -> tuple[Path, bool]:
+def build(
+    *, force: bool = False, on_wait: Callable[[Path], None] | None = None
+) -> tuple[Path, bool]:
     """Build the native planner for the current sources unless a complete build exists.
 
     Args:
         force: rebuild even when a complete build of these sources exists.
+        on_wait: called with the lock file's path when another build holds it, before
+            waiting for it (at most :data:`LOCK_WAIT_S`).
 
     Returns:
         ``(build directory, built)``: ``built`` is False when an existing build was kept.
@@ -104,18 +116,31 @@ def build(*, force: bool = False) -> tuple[Path, bool]:
             raise MissingToolError(msg) from exc
     digest = native.source_digest()
     final = native.build_dir(digest)
+    if native.check_build(final) is None and not force:
+        native.touch(final)  # needs no lock, so a read-only environment is "current" too
+        return final, False
     root = native.native_root()
     root.mkdir(parents=True, exist_ok=True)
+    lock = FileLock(root / LOCK_NAME)
     try:
-        with FileLock(root / ".build.lock", timeout=LOCK_WAIT_S):
-            if native.check_build(final) is None and not force:
-                native.touch(final)
-                return final, False
-            _compile(final, digest)
-            _remove_older(root, keep=final)
+        try:
+            lock.acquire(timeout=0)
+        except Timeout:
+            if on_wait is not None:
+                on_wait(root / LOCK_NAME)
+            lock.acquire(timeout=LOCK_WAIT_S)
     except Timeout as exc:
-        msg = f"another native build held {root / '.build.lock'} for {LOCK_WAIT_S:.0f} s"
+        msg = f"another native build held {root / LOCK_NAME} for {LOCK_WAIT_S:.0f} s"
         raise NativeBuildError(msg) from exc
+    try:
+        if native.check_build(final) is None and not force:
+            native.touch(final)  # built by the build this one waited for
+            return final, False
+        _remove_older(root, keep=final)  # first: leftovers of stopped builds go too
+        _compile(final, digest)
+        _remove_older(root, keep=final)
+    finally:
+        lock.release()
     return final, True
 
 
@@ -150,39 +175,59 @@ def _not_source(folder: str, names: list[str]) -> set[str]:
 
 def _run(argv: list[str], cwd: Path) -> None:
     """Run the mypyc build in ``cwd`` (the directory holding the copy of ``grid_core``, so
-    module names match paths).
+    module names match paths), in a session of its own: when this stops early (timeout,
+    SIGTERM, Ctrl-C), nothing of the compile (setuptools, the C compiler) is left running
+    (:func:`_stop_session`).
 
     Raises:
         NativeBuildError: non-zero exit or timeout, with the output's last lines.
     """
-    try:
-        done = subprocess.run(
-            argv, cwd=cwd, capture_output=True, text=True, timeout=BUILD_TIMEOUT_S, check=False
-        )
-    except subprocess.TimeoutExpired as exc:
-        msg = f"the mypyc build took more than {BUILD_TIMEOUT_S:.0f} s and was stopped"
-        raise NativeBuildError(msg) from exc
-    if done.returncode != 0:
-        tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-30:])
-        msg = f"the mypyc build failed (exit {done.returncode}; {COMPILER_HINT}):\n{tail}"
+    with subprocess.Popen(
+        argv,
+        cwd=cwd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    ) as child:
+        try:
+            out, _ = child.communicate(timeout=BUILD_TIMEOUT_S)
+        except subprocess.TimeoutExpired as exc:
+            _stop_session(child)
+            msg = f"the mypyc build took more than {BUILD_TIMEOUT_S:.0f} s and was stopped"
+            raise NativeBuildError(msg) from exc
+        except BaseException:
+            _stop_session(child)
+            raise
+    if child.returncode != 0:
+        tail = "\n".join(out.strip().splitlines()[-30:])
+        msg = f"the mypyc build failed (exit {child.returncode}; {COMPILER_HINT}):\n{tail}"
         raise NativeBuildError(msg)
+
+
+def _stop_session(child: subprocess.Popen[str]) -> None:
+    """Stop every process of the session ``child`` leads (the compile started it with
+    ``start_new_session``, so that session holds only the compile's processes): SIGTERM,
+    :data:`STOP_GRACE_S` for ``child`` to exit, then SIGKILL for whatever is left."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(child.pid, signal.SIGTERM)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        child.wait(timeout=STOP_GRACE_S)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(child.pid, signal.SIGKILL)
+    child.wait()
 
 
 def _remove_older(root: Path, keep: Path) -> None:
     """Keep ``keep`` and this interpreter's :data:`BUILDS_KEPT` - 1 most recently used other
     builds (another branch or checkout sharing the environment reuses its own); remove the
-    rest, and the leftovers of builds stopped more than :data:`BUILD_TIMEOUT_S` ago."""
+    rest and every temporary build directory (called with the build lock held, so none of
+    those belongs to a running build)."""
     tag = f"{sys.implementation.cache_tag}-"
     others = [e for e in root.iterdir() if e != keep and e.is_dir() and e.name.startswith(tag)]
     others.sort(key=lambda e: e.stat().st_mtime, reverse=True)
     stale = others[BUILDS_KEPT - 1 :]
-    # a stopped build's leftovers; a younger one may be another build still running
-    cutoff = time.time() - BUILD_TIMEOUT_S
-    stale += [
-        e
-        for e in root.iterdir()
-        if e.name.startswith(".building-") and e.is_dir() and e.stat().st_mtime < cutoff
-    ]
+    stale += [e for e in root.iterdir() if e.name.startswith(".building-") and e.is_dir()]
     for entry in stale:
         shutil.rmtree(entry, ignore_errors=True)
 
@@ -210,8 +255,12 @@ def main(
     if not as_json and (force or not is_current()):
         typer.echo("grid: building the native planner with mypyc (a minute or two) ...")
     started = time.monotonic()
+
+    def waiting(lock: Path) -> None:
+        typer.echo(f"grid: waiting for another native build to finish ({lock})", err=True)
+
     try:
-        where, built = build(force=force)
+        where, built = build(force=force, on_wait=waiting)
     except (NativeBuildError, OSError) as exc:
         code = exc.exit_code if isinstance(exc, NativeBuildError) else 1
         if as_json:

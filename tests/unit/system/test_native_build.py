@@ -9,7 +9,10 @@ import sys
 import time
 from pathlib import Path
 
+import psutil
+import pytest
 import typer
+from filelock import FileLock
 from typer.testing import CliRunner
 
 from grid_core import native
@@ -62,23 +65,19 @@ def test_the_most_recently_used_builds_are_kept(tmp_path):
         dirs.append(d)
     other_python = tmp_path / "cpython-399-00000000000000000000"
     other_python.mkdir()
-    running = tmp_path / ".building-fresh"  # another build still compiling
-    running.mkdir()
-    stopped = tmp_path / ".building-stale"
+    stopped = tmp_path / ".building-stopped"  # a build killed midway (the lock is held now)
     stopped.mkdir()
-    gone = now - native_build.BUILD_TIMEOUT_S - 60
-    os.utime(stopped, (gone, gone))
     keep = dirs[4]  # the one just built or used
     native_build._remove_older(tmp_path, keep=keep)
     left = {p.name for p in tmp_path.iterdir()}
     newest_others = {d.name for d in dirs[: native_build.BUILDS_KEPT - 1]}
-    assert left == newest_others | {keep.name, other_python.name, running.name}
+    assert left == newest_others | {keep.name, other_python.name}
 
 
 def test_a_failed_build_says_so_in_one_line_or_one_json_object(tmp_path, monkeypatch):
     monkeypatch.setattr(sys, "prefix", str(tmp_path))
 
-    def fails(*, force: bool = False) -> tuple[Path, bool]:
+    def fails(*, force: bool = False, on_wait: object = None) -> tuple[Path, bool]:
         msg = "the mypyc build failed (exit 1; it needs a C compiler ...):\nerror: no gcc"
         raise native_build.NativeBuildError(msg)
 
@@ -94,3 +93,35 @@ def test_a_failed_build_says_so_in_one_line_or_one_json_object(tmp_path, monkeyp
     assert plain.exit_code == 1
     assert "Traceback" not in plain.output
     assert "grid: error: the mypyc build failed" in plain.output
+
+
+def test_a_stopped_compile_leaves_no_process_of_its_own_behind(tmp_path, monkeypatch):
+    # The compile's own children (setuptools starts the C compiler) are stopped with it:
+    # here a shell stands in for setuptools and a sleep for the compiler.
+    monkeypatch.setattr(native_build, "BUILD_TIMEOUT_S", 1.0)
+    pid_file = tmp_path / "grandchild.pid"
+    argv = ["/bin/sh", "-c", f"sleep 300 & echo $! > {pid_file}; wait"]
+    with pytest.raises(native_build.NativeBuildError, match="took more than 1 s"):
+        native_build._run(argv, tmp_path)
+    grandchild = int(pid_file.read_text())
+    try:
+        proc = psutil.Process(grandchild)
+        assert proc.status() == psutil.STATUS_ZOMBIE or not proc.is_running()
+    except psutil.NoSuchProcess:
+        pass
+
+
+def test_a_build_waiting_for_another_says_so_and_gives_up_at_its_bound(tmp_path, monkeypatch):
+    monkeypatch.setattr(sys, "prefix", str(tmp_path))
+    monkeypatch.setattr(native_build, "LOCK_WAIT_S", 0.2)
+    root = native.native_root()
+    root.mkdir(parents=True)
+    held = FileLock(root / native_build.LOCK_NAME)
+    held.acquire()
+    waited: list[Path] = []
+    try:
+        with pytest.raises(native_build.NativeBuildError, match="another native build held"):
+            native_build.build(on_wait=waited.append)
+    finally:
+        held.release()
+    assert waited == [root / native_build.LOCK_NAME]
