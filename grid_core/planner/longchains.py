@@ -65,15 +65,16 @@ VACATE_MOVES = 4
 """New replicas that may leave one host together so that a short model fits there (seed 80's
 next replica needs four to leave a 192 GB Mac; on seeds 1-110 this finds that one replica
 and nothing else, for about 0.1 ms on 64x32 s2 where it fails)."""
-LONG_CHAIN_BUDGET = 48_000
+LONG_CHAIN_BUDGET = 24_000
 """Steps (a candidate host examined while building the move map, a node or a successor
 examined in a search) one plan's long chains may spend together on a small fleet (the
 floor of :func:`chain_budget`). On the 64x32 bench fleets at occupancy 0, seeds 1-110:
 6,000 place 9 more replicas, 12,000 11, 20,000 13 (seeds 56 and 100). Raised from 12,000
 once the planner's native build halved a plan's CPU (2026-12-06): on fresh 64x32 fleets at
-occupancy 0 (seeds 1-260) 48,000 here places 9 more replicas than 12,000, and 13 together
-with :data:`DEEP_CHAIN_BUDGET` at 48,000 (all priority 0; no fleet places fewer in any
-class), for 3.8 % more CPU over the 260 plans."""
+occupancy 0 (seeds 1-260), with :data:`DEEP_CHAIN_BUDGET` raised alike, 24,000 places 9 more
+replicas than 12,000 and 48,000 13 (all priority 0; no fleet fewer in any class). 48,000
+put 5 of those fleets above the 50 ms CPU p50 target (worst 52.4 ms, native); 24,000 none
+(worst 47.1 ms, against 47.0 ms with 12,000)."""
 LONG_CHAIN_STEPS_PER_PAIR = 8
 """Steps per candidate (model, host) pair of the fleet (:func:`chain_budget`). The move map
 of one ledger state costs about 0.87 steps per pair (1,250 on 64x32 seed 2 with 1,510 pairs,
@@ -107,22 +108,22 @@ at most 37,498 steps (128x48 seed 402), generated 192x96 and 256x128 fleets 100,
 DEEP_CHAIN_MOVES = 8
 """Replicas one chain of the closing deep pass (:func:`deep_chains`) may place or move: the
 short model's replica plus up to seven displaced ones. See :data:`DEEP_CHAIN_BUDGET`."""
-DEEP_CHAIN_BUDGET = 48_000
+DEEP_CHAIN_BUDGET = 24_000
 """Steps (counted as in :func:`long_chains`) the deep pass of one plan may take. On fresh
 64x32 fleets at occupancy 0 (seeds 1-260) the pass adds 6 / 16 / 21 / 24 replicas with 6,000 /
 9,000 / 12,000 / 20,000 steps (8 moves; 6, 7 and 10 moves add 14, 16 and 16 at 9,000), and
 took 1.1 ms of CPU at the median of those plans, 5.1 ms at the 90th percentile and 7.3 ms at
-most with 12,000 (8.0 and 11.5 ms with 20,000), interpreted. Raised from 12,000 to 48,000
-with :data:`LONG_CHAIN_BUDGET` (2026-12-06, see there): alone it adds 4 replicas on those
-fleets. It also lets the pass run on fleets of up to 12,000 candidate pairs
-(:data:`DEEP_CHAIN_MAPS`): on 26 other fleets (128x48, 96x40 and 192x96 at occupancy 0,
-64x32 at 0.3) both raised place 3 more replicas for 6 % more CPU."""
+most with 12,000 (8.0 and 11.5 ms with 20,000), interpreted. Raised from 12,000 to 24,000
+with :data:`LONG_CHAIN_BUDGET` (2026-12-06, see there). It also lets the pass run on fleets
+of up to 6,000 candidate pairs (:data:`DEEP_CHAIN_MAPS`, 128x48 included): on 26 other
+fleets (128x48, 96x40 and 192x96 at occupancy 0, 64x32 at 0.3) both raised place 1 more
+replica."""
 DEEP_CHAIN_MAPS = 4
 """Move maps (about one step per candidate (model, host) pair each, built again after every
 chain placed) that :data:`DEEP_CHAIN_BUDGET` must cover for the deep pass to run at all: on
 a fleet with more than a quarter as many candidate pairs as steps the first map would take
 most of the budget and leave nothing for a search (64x32 fleets have 1,196-1,550 pairs,
-128x48 about 4,000, 256x64 about 11,000)."""
+128x48 about 4,000)."""
 
 
 def chain_budget(state: PlanState) -> int:
