@@ -116,6 +116,10 @@ def _summary(data: dict[str, Any], server: dict[str, Any], ctl: dict[str, Any]) 
     out.append(f"\npasses: {server.get('ticks')}  last error: {_cell(server.get('last_error'))}")
     if ctl.get("last_tick_duration_ms") is not None:
         out.append(f"  last pass: {ctl['last_tick_duration_ms']:.1f} ms")
+    build = server.get("planner_build")
+    if isinstance(build, dict):  # a server older than the native build reports none
+        shown = "native" if build.get("native") else str(build.get("reason", "interpreted"))
+        out.append(f"\nplanner: {shown}", style="" if build.get("native") else "yellow")
     out.append(f"\nprofiles: {_cell(server.get('profiles'))}")
     if ctl.get("automatic_refusal"):
         out.append(f"\nautomatic refused: {ctl['automatic_refusal']}", style="red")
