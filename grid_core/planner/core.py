@@ -93,7 +93,7 @@ class FitMemo:
     """What :meth:`PlanState.best_host` remembers of one model on one host. Never changed
     once made (untouched hosts of one class share an entry).
 
-    A class, not a tuple: the native build (:mod:`.native`) copies a typed tuple's fields
+    A class, not a tuple: the native build (:mod:`grid_core.native`) copies a typed tuple's fields
     out each time one is read from a list or dict and into a new tuple each time it is
     stored, where an instance is shared by reference.
 
