@@ -338,6 +338,8 @@ def _start_detached(args: list[str], home: Path) -> None:
     rec = wait_until_sync(announced, timeout_s=START_TIMEOUT_S, interval_s=START_POLL_S)
     if rec is not None:
         typer.echo(f"grid: serving on {rec['url']} (pid {pid}); stop with 'grid down'")
+        if rec.get("planner_build"):
+            typer.echo(f"grid: planner build: {rec['planner_build']}")
         return
     stop_process_sync(SpawnedChild(pid), grace_s=STOP_TIMEOUT_S)
     raise CliError(f"the server did not start within {START_TIMEOUT_S:.0f} s; see server.log")

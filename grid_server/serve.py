@@ -192,8 +192,9 @@ def server_record(
     state_store: StoreIdentity | None = None,
 ) -> dict[str, object]:
     """What ``server.json`` holds: enough to find and identity-check this process, the CA
-    file local clients verify it with (a public certificate, no secret) and the state store
-    it uses (``grid allocator state copy`` refuses to copy to or from that one)."""
+    file local clients verify it with (a public certificate, no secret), the state store
+    it uses (``grid allocator state copy`` refuses to copy to or from that one) and the
+    planner build it runs (``grid up --detach`` prints it)."""
     me = ProcessIdentity.of_current()
     return {
         "url": url,
@@ -205,6 +206,7 @@ def server_record(
         "ca_file": str(ca_file) if ca_file is not None else None,
         "bind_host": bind_host,
         "state_store": msgspec.to_builtins(state_store) if state_store is not None else None,
+        "planner_build": PLANNER_BUILD.reason,
     }
 
 

@@ -386,6 +386,7 @@ def test_up_detach_and_down_stop_only_that_server(tmp_path: Path) -> None:
     r = grid_cli("up", "--detach", "--port", "0", home=home)
     assert r.returncode == 0, r.stderr
     assert "warning" not in r.stderr  # loopback is the safe default: nothing to warn about
+    assert "grid: planner build: native: mypyc build in " in r.stdout
     rec = json.loads((home / "server.json").read_text())
     proc = psutil.Process(rec["pid"])
     try:
