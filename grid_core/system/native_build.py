@@ -90,7 +90,10 @@ def is_current() -> bool:
 
 
 def build(
-    *, force: bool = False, on_wait: Callable[[Path], None] | None = None
+    *,
+    force: bool = False,
+    on_wait: Callable[[Path], None] | None = None,
+    on_compile: Callable[[], None] | None = None,
 ) -> tuple[Path, bool]:
     """Build the native planner for the current sources unless a complete build exists.
 
@@ -98,6 +101,7 @@ def build(
         force: rebuild even when a complete build of these sources exists.
         on_wait: called with the lock file's path when another build holds it, before
             waiting for it (at most :data:`LOCK_WAIT_S`).
+        on_compile: called when the compile starts (not when a build is kept).
 
     Returns:
         ``(build directory, built)``: ``built`` is False when an existing build was kept.
@@ -137,6 +141,8 @@ def build(
             native.touch(final)  # built by the build this one waited for
             return final, False
         _remove_older(root, keep=final)  # first: leftovers of stopped builds go too
+        if on_compile is not None:
+            on_compile()
         _compile(final, digest)
         _remove_older(root, keep=final)
     finally:
@@ -252,15 +258,17 @@ def main(
     """Build the planner's native (mypyc) modules for the current sources; a no-op when a
     complete build of them exists."""
     signal.signal(signal.SIGTERM, _terminate)
-    if not as_json and (force or not is_current()):
-        typer.echo("grid: building the native planner with mypyc (a minute or two) ...")
     started = time.monotonic()
+
+    def compiling() -> None:
+        if not as_json:
+            typer.echo("grid: building the native planner with mypyc (a minute or two) ...")
 
     def waiting(lock: Path) -> None:
         typer.echo(f"grid: waiting for another native build to finish ({lock})", err=True)
 
     try:
-        where, built = build(force=force, on_wait=waiting)
+        where, built = build(force=force, on_wait=waiting, on_compile=compiling)
     except (NativeBuildError, OSError) as exc:
         code = exc.exit_code if isinstance(exc, NativeBuildError) else 1
         if as_json:

@@ -77,7 +77,7 @@ def test_the_most_recently_used_builds_are_kept(tmp_path):
 def test_a_failed_build_says_so_in_one_line_or_one_json_object(tmp_path, monkeypatch):
     monkeypatch.setattr(sys, "prefix", str(tmp_path))
 
-    def fails(*, force: bool = False, on_wait: object = None) -> tuple[Path, bool]:
+    def fails(**options: object) -> tuple[Path, bool]:
         msg = "the mypyc build failed (exit 1; it needs a C compiler ...):\nerror: no gcc"
         raise native_build.NativeBuildError(msg)
 
