@@ -109,13 +109,14 @@ def start(
     for path in model or ():
         models.check_gguf(path.expanduser())
     launcher, bundle = _media_options(include_comfyui, media_bundle, comfyui)
-    caps = layout.plan_capacities(machines, text_capacities_gib, media=include_comfyui)
     root = layout.fleet_dir()
     existing = layout.load_record(root)
-    if existing is not None and not text_capacities_gib and existing.settings.machines == machines:
-        # An equal split depends on free memory at start time; a re-run with the same
-        # request means the same fleet.
-        caps = existing.settings.capacities_mb
+    caps = layout.start_capacities(
+        machines,
+        text_capacities_gib,
+        existing.settings if existing is not None else None,
+        media=include_comfyui,
+    )
     settings = layout.FleetSettings(
         machines=machines,
         port=port,
@@ -126,7 +127,7 @@ def start(
         media_bundle=bundle,
         comfyui=launcher,
     )
-    rec = lifecycle.start(settings, typer.echo, root)
+    rec = lifecycle.start(settings, typer.echo, root, capacities_given=bool(text_capacities_gib))
     typer.echo(_started_text(rec, root))
 
 

@@ -193,6 +193,11 @@ _SETTING_LABELS = {
     "comfyui": "--comfyui",
 }
 """How each :class:`FleetSettings` field is named to the operator: the flag that sets it."""
+_DERIVED_SPLIT_LABEL = (
+    "host memory in GiB (not asked: an equal split derived from --machines, "
+    "as --text-capacities-gib was not given)"
+)
+"""How a host memory split the operator did not give is named in a settings refusal."""
 
 
 def setting_text(field: str, value: object) -> str:
@@ -206,18 +211,39 @@ def setting_text(field: str, value: object) -> str:
     return "none" if value is None else str(value)
 
 
-def settings_conflicts(running: FleetSettings, asked: FleetSettings) -> list[str]:
+def settings_conflicts(
+    running: FleetSettings, asked: FleetSettings, *, capacities_given: bool = True
+) -> list[str]:
     """One ``LABEL: running X, asked Y`` phrase per setting in which ``asked`` differs from
-    the running fleet's, named by its ``grid test start`` flag and in the flag's units."""
-    out = []
+    the running fleet's, named by its ``grid test start`` flag and in the flag's units.
+
+    Args:
+        running: the running fleet's settings (``fleet.json``).
+        asked: the settings this start was asked for.
+        capacities_given: ``False`` when the operator gave no ``--text-capacities-gib`` and
+            ``asked.capacities_mb`` is the equal split :func:`start_capacities` derived from
+            ``--machines``. A split that differs then follows from another setting the
+            operator did ask differently and is left out; only when nothing else differs is
+            it named, as derived (``..., derived from --machines: running X, would be Y``),
+            never as asked.
+
+    Returns:
+        The phrases in :class:`FleetSettings` field order (empty when nothing differs).
+    """
+    out, derived = [], []
     for field in running.__struct_fields__:
         was, now = getattr(running, field), getattr(asked, field)
-        if was != now:
-            label = _SETTING_LABELS.get(field, field)
-            out.append(
-                f"{label}: running {setting_text(field, was)}, asked {setting_text(field, now)}"
+        if was == now:
+            continue
+        if field == "capacities_mb" and not capacities_given:
+            derived.append(
+                f"{_DERIVED_SPLIT_LABEL}: running {setting_text(field, was)}, "
+                f"would be {setting_text(field, now)}"
             )
-    return out
+            continue
+        label = _SETTING_LABELS.get(field, field)
+        out.append(f"{label}: running {setting_text(field, was)}, asked {setting_text(field, now)}")
+    return out or derived
 
 
 class ProcessRecord(msgspec.Struct, frozen=True, kw_only=True):
@@ -338,6 +364,36 @@ def plan_capacities(
             "lower --text-capacities-gib or --machines"
         )
         raise ValidationError(msg)
+    return caps
+
+
+def start_capacities(
+    machines: int,
+    capacities_gib: str | None,
+    running: FleetSettings | None,
+    *,
+    media: bool = False,
+) -> tuple[int, ...]:
+    """Per-host memory (MB) for ``grid test start``: :func:`plan_capacities`, except that
+    a request without ``capacities_gib`` for the running fleet's number of ``machines``
+    keeps the running fleet's split.
+
+    An equal split depends on the memory free at start time; the same request a second time
+    means the same fleet, so it must not differ from the running one only because the
+    running fleet now uses some of that memory.
+
+    Args:
+        machines: ``--machines``.
+        capacities_gib: ``--text-capacities-gib`` as typed, ``None`` when not given.
+        running: the recorded fleet's settings, ``None`` when none was recorded.
+        media: ``--include-comfyui``.
+
+    Raises:
+        ValidationError: as :func:`plan_capacities` (checked for every request).
+    """
+    caps = plan_capacities(machines, capacities_gib, media=media)
+    if running is not None and not capacities_gib and running.machines == machines:
+        return running.capacities_mb
     return caps
 
 

@@ -139,12 +139,20 @@ def sigterm_as_interrupt() -> Iterator[None]:
 
 
 # --- start / stop -------------------------------------------------------------------------
-def start(settings: FleetSettings, echo: Echo, root: Path | None = None) -> FleetRecord:
+def start(
+    settings: FleetSettings,
+    echo: Echo,
+    root: Path | None = None,
+    *,
+    capacities_given: bool = True,
+) -> FleetRecord:
     """Start (or confirm) the fleet described by ``settings``.
 
     Idempotent: a running fleet with identical settings is reused (missing host agents are
-    restarted); different settings are refused naming each differing flag. Holds the
-    fleet lock throughout; SIGTERM is handled like Ctrl-C.
+    restarted); different settings are refused naming each differing flag the operator gave
+    (``capacities_given=False``: ``settings.capacities_mb`` is an equal split derived from
+    ``--machines``, not asked for; see :func:`grid_fleet.layout.settings_conflicts`). Holds
+    the fleet lock throughout; SIGTERM is handled like Ctrl-C.
 
     Raises:
         SettingsConflictError: a fleet with other settings runs here (exit 2).
@@ -158,14 +166,18 @@ def start(settings: FleetSettings, echo: Echo, root: Path | None = None) -> Flee
     for raw in settings.models:
         check_gguf(Path(raw))
     with exclusive(root), sigterm_as_interrupt():
-        return _start(settings, echo, root)
+        return _start(settings, echo, root, capacities_given=capacities_given)
 
 
-def _start(settings: FleetSettings, echo: Echo, root: Path) -> FleetRecord:
+def _start(
+    settings: FleetSettings, echo: Echo, root: Path, *, capacities_given: bool
+) -> FleetRecord:
     existing = layout.load_record(root)
     if existing is not None and server_proof(existing.server) == "proven":
         if existing.settings != settings:
-            diff = layout.settings_conflicts(existing.settings, settings)
+            diff = layout.settings_conflicts(
+                existing.settings, settings, capacities_given=capacities_given
+            )
             msg = (
                 "a fleet with different settings is running ("
                 + "; ".join(diff)

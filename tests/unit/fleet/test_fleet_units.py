@@ -359,6 +359,79 @@ def test_start_with_other_settings_names_the_flags_in_their_units(tmp_path):
     assert layout.load_record(root) == rec  # the running fleet's record is untouched
 
 
+def _settings(machines: int, caps: tuple[int, ...]) -> FleetSettings:
+    return FleetSettings(
+        machines=machines, port=1, engine_port_base=30000, capacities_mb=caps, models=()
+    )
+
+
+def test_a_split_derived_from_machines_is_not_named_as_asked():
+    # Without --text-capacities-gib the split follows from --machines: the refusal names
+    # only --machines, the flag the operator did ask differently.
+    running, asked = _settings(4, (2048,) * 4), _settings(3, (2730,) * 3)
+    assert layout.settings_conflicts(running, asked, capacities_given=False) == [
+        "--machines: running 4, asked 3"
+    ]
+    # Given explicitly, a different split is the operator's own request and is named.
+    assert layout.settings_conflicts(running, asked) == [
+        "--machines: running 4, asked 3",
+        "host memory in GiB (--text-capacities-gib): running 2,2,2,2, asked 2.67,2.67,2.67",
+    ]
+
+
+def test_a_derived_split_alone_is_named_as_derived_never_as_asked():
+    [phrase] = layout.settings_conflicts(
+        _settings(2, (2048, 2048)), _settings(2, (3072, 3072)), capacities_given=False
+    )
+    assert "asked" not in phrase.replace("not asked", "")
+    assert "derived from --machines" in phrase and "running 2,2, would be 3,3" in phrase
+
+
+def test_start_capacities_reuse_the_running_split_only_for_the_same_request(usable):
+    running = _settings(2, (3000, 3000))
+    # The same request (same --machines, no --text-capacities-gib) means the same fleet.
+    assert layout.start_capacities(2, None, running) == (3000, 3000)
+    # Another machine count, or explicit values, are planned afresh.
+    assert layout.start_capacities(4, None, running) == (5000,) * 4
+    assert layout.start_capacities(2, "4,4", running) == (4096, 4096)
+    assert layout.start_capacities(2, None, None) == (10_000, 10_000)
+    with pytest.raises(ValidationError, match="--machines 0"):
+        layout.start_capacities(0, None, running)
+
+
+def test_start_refusal_lists_only_the_flags_the_operator_gave(
+    tmp_path, monkeypatch, capsys, usable
+):
+    # 'grid test start --machines 3' beside a running 2-machine fleet: the refusal names
+    # --machines, not a host memory flag the operator never typed.
+    import subprocess
+    import sys
+
+    import psutil
+
+    from grid_core.cli import main
+
+    monkeypatch.setenv("GRID_HOME", str(tmp_path))
+    root = tmp_path / "fleet"
+    marker = ("--fleet-record", str(root))
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", *marker])
+    try:
+        server = layout.ProcessRecord(
+            pid=proc.pid, birth=psutil.Process(proc.pid).create_time(), marker=marker
+        )
+        rec = _saved_fleet(root, server=server)
+        with pytest.raises(SystemExit) as exc:
+            main(["test", "start", "--machines", "3", "--port", "1", "--engine-port-base", "30000"])
+    finally:
+        proc.kill()
+        proc.wait()
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert "(--machines: running 2, asked 3)" in err, err
+    assert "--text-capacities-gib" not in err and "host memory" not in err, err
+    assert layout.load_record(root) == rec  # the running fleet's record is untouched
+
+
 def test_sigterm_during_start_becomes_a_handled_interrupt():
     import os
     import signal
