@@ -73,13 +73,16 @@ def model_set(
     clear_runtime_memory_mb: profile_flags.ClearRuntimeMemoryMbOption = False,
     clear_workload_scores: profile_flags.ClearWorkloadScoresOption = False,
     clear_runtimes: profile_flags.ClearRuntimesOption = False,
+    clear: profile_flags.ClearOption = None,
     grid: GridOption = None,
     token_file: OperatorTokenOption = None,
 ) -> None:
     """Create a model's placement profile, or change only the given fields of an existing one.
 
     An existing profile keeps every field not given on the command line; ``--replace``
-    starts from the defaults instead; ``--clear-<field>`` empties one list field. The write
+    starts from the defaults instead; ``--clear-<field>`` empties one list field and
+    ``--clear FIELD`` returns any field with a default to it (an unknown or required field,
+    or one also given a value, is refused before anything is written). The write
     names the version it read, so an edit made meanwhile by someone else is never undone: the
     server refuses with 409 and this command prints both versions (re-run it to merge). The
     changed fields are printed as old → new.

@@ -3,8 +3,9 @@
 Every profile flag is declared here as an ``Annotated`` option named after its flag; the
 command's parameter carries the flag's name in snake case. :func:`profile_edit` turns the
 values of those parameters into the fields to write: a scalar flag names its profile field,
-a repeatable flag fills a list field, ``NAME=VALUE`` flags fill a mapping field and
-``--clear-<field>`` empties one.
+a repeatable flag fills a list field, ``NAME=VALUE`` flags fill a mapping field,
+``--clear-<field>`` empties one and ``--clear FIELD`` returns any field that has a default
+to it.
 """
 
 from __future__ import annotations
@@ -188,6 +189,17 @@ ClearWorkloadScoresOption = Annotated[
 ClearRuntimesOption = Annotated[
     bool, typer.Option("--clear-runtimes", help="Back to the default runtime (llama.cpp).")
 ]
+ClearOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--clear",
+        metavar="FIELD",
+        help="Return FIELD to its default; every other field is kept (repeatable). FIELD as "
+        "'model show' prints it (latency_slo_ms), or the flag that sets it (--latency-slo-ms).",
+    ),
+]
+CLEAR_PARAM = "clear"
+"""The ``model set`` parameter of the repeatable ``--clear FIELD`` flag."""
 
 SCALAR_FIELDS = (
     "memory_mb",
@@ -266,11 +278,14 @@ def profile_edit(flags: Mapping[str, Any]) -> dict[str, Any]:
 
     Returns:
         Only the fields given: scalars as given, lists as tuples, ``NAME=VALUE`` flags as
-        mappings, and each cleared field at its default (empty) value.
+        mappings, and each cleared field (``--clear-<field>``, ``--clear FIELD``) at its
+        default value.
 
     Raises:
         CliError: a ``NAME=VALUE`` flag without ``=``, with a VALUE of the wrong type or
-            naming one NAME twice, or a field both cleared and given (exit 2).
+            naming one NAME twice; a ``--clear`` naming no field or a field without a
+            default (see :func:`clear_field`); or a field both cleared and given (exit 2).
+            Raised before anything is read or written.
     """
     given: dict[str, Any] = {name: flags.get(name) for name in SCALAR_FIELDS}
     for param, field in LIST_FIELDS.items():
@@ -279,9 +294,59 @@ def profile_edit(flags: Mapping[str, Any]) -> dict[str, Any]:
         given[pair.field] = _pairs(flags.get(param) or [], pair)
     # A scalar flag not given is None, a repeatable one is empty: neither changes the field.
     given = {k: v for k, v in given.items() if v is not None and v != () and v != {}}
-    clears = {name: bool(flags.get(f"clear_{name}")) for name in CLEARABLE_FIELDS}
+    clears = {
+        name: f"--clear-{name.replace('_', '-')}"
+        for name in CLEARABLE_FIELDS
+        if flags.get(f"clear_{name}")
+    }
+    for raw in flags.get(CLEAR_PARAM) or ():
+        clears.setdefault(clear_field(raw), f"--clear {raw}")
     given.update(_cleared(clears, given))
     return given
+
+
+def clear_field(raw: str) -> str:
+    """The profile field ``--clear RAW`` returns to its default.
+
+    RAW is canonically the field as ``grid allocator model show`` prints it
+    (``latency_slo_ms``); the flag that sets the field is accepted too (``--latency-slo-ms``,
+    ``--pin`` for ``pins``), with or without its dashes and with ``-`` or ``_`` alike.
+
+    Raises:
+        CliError: RAW names no profile field, or a field with no default to return to
+            (``model_id``, ``memory_mb``); exit 2, the message names the field and the fix.
+    """
+    name = raw.strip().lstrip("-").replace("-", "_")
+    pair = PAIR_FIELDS.get(name)
+    field = LIST_FIELDS.get(name) or (pair.field if pair else name)
+    defaults = _defaults()
+    if field in defaults:
+        return field
+    if field == "model_id":
+        msg = (
+            f"--clear {raw}: model_id names the profile and has no default; to retire the "
+            "profile use 'grid allocator model remove MODEL'"
+        )
+    elif field in ModelProfile.__struct_fields__:
+        msg = (
+            f"--clear {raw}: {field} is required and has no default to return to; give it a "
+            f"new value with {_flag_of(field)} instead"
+        )
+    else:
+        msg = (
+            f"--clear {raw!r}: no profile field of that name; give a field as 'grid allocator "
+            f"model show' prints it ({', '.join(defaults)}) or its flag (e.g. --latency-slo-ms)"
+        )
+    raise CliError(msg, EXIT_USAGE)
+
+
+def _defaults() -> dict[str, Any]:
+    """Every profile field that has a default, at that default (a fresh one per call)."""
+    return {
+        f.name: f.default if f.default is not msgspec.NODEFAULT else f.default_factory()
+        for f in msgspec.structs.fields(ModelProfile)
+        if f.default is not msgspec.NODEFAULT or f.default_factory is not msgspec.NODEFAULT
+    }
 
 
 def _pairs(values: list[str], pair: PairFlag) -> dict[str, Any]:
@@ -310,31 +375,32 @@ def _pairs(values: list[str], pair: PairFlag) -> dict[str, Any]:
     return out
 
 
-def _cleared(clears: dict[str, bool], given: dict[str, Any]) -> dict[str, Any]:
-    """The empty values of the ``--clear-<field>`` flags that were given.
+def _cleared(clears: dict[str, str], given: dict[str, Any]) -> dict[str, Any]:
+    """The default values of the cleared fields.
+
+    Args:
+        clears: cleared field → the flag that cleared it, as typed (``--clear-pins``,
+            ``--clear latency_slo_ms``); every field has a default (:func:`clear_field`).
+        given: the fields set by the other flags.
 
     Raises:
-        CliError: a field is both cleared and given (exit 2).
+        CliError: a field is both cleared and given (exit 2; names both flags).
     """
-    empty = {
-        f.name: f.default if f.default is not msgspec.NODEFAULT else f.default_factory()
-        for f in msgspec.structs.fields(ModelProfile)
-        if f.name in clears
-    }
+    defaults = _defaults()
     out: dict[str, Any] = {}
-    for name, on in clears.items():
-        if not on:
-            continue
+    for name, clear in clears.items():
         if name in given:
-            clear = f"--clear-{name.replace('_', '-')}"
             msg = f"{clear} and {_flag_of(name)} were both given; use one of them"
             raise CliError(msg, EXIT_USAGE)
-        out[name] = empty[name]
+        out[name] = defaults[name]
     return out
 
 
 def _flag_of(field: str) -> str:
-    """The flag that gives a list or mapping field its values (``pins`` → ``--pin``)."""
+    """The flag that sets a field (``latency_slo_ms`` → ``--latency-slo-ms``, ``pins`` →
+    ``--pin``)."""
+    if field in SCALAR_FIELDS:
+        return "--" + field.replace("_", "-")
     for param, listed in LIST_FIELDS.items():
         if listed == field:
             return "--" + param.replace("_", "-")

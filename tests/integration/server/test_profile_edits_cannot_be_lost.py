@@ -146,6 +146,58 @@ def test_every_list_field_can_be_cleared(grid_cli_home: Grid) -> None:
     assert both.returncode == 2 and "--clear-pins" in both.stderr
 
 
+def test_clear_returns_optional_fields_to_their_defaults_and_keeps_the_rest(
+    grid_cli_home: Grid,
+) -> None:
+    grid = grid_cli_home
+    r = run(
+        grid,
+        *("allocator", "model", "set", "m", "--memory-mb", "1000", "--max-replicas", "2"),
+        *("--latency-slo-ms", "200", "--data-tier", "internal", "--priority", "4"),
+        *("--artifact-source", "hf://owner/repo/tiny.gguf", "--artifact-sha256", "ab" * 32),
+        *("--artifact-size-mb", "900", "--admission-headroom-mb", "700", "--pin", "h1"),
+    )
+    assert r.returncode == 0, r.stderr
+    # Field names and flag spellings alike; every other field is kept.
+    r = run(
+        grid,
+        *("allocator", "model", "set", "m", "--clear", "latency_slo_ms", "--clear=--data-tier"),
+        *("--clear", "artifact-source", "--clear", "admission_headroom_mb"),
+    )
+    assert r.returncode == 0, r.stderr
+    assert "latency_slo_ms: 200.0 → -" in r.stdout and "data_tier: internal → -" in r.stdout
+    profile = grid.client.send(Calls.get_model("m"))["profile"]
+    for name in ("latency_slo_ms", "data_tier", "artifact_source", "admission_headroom_mb"):
+        assert profile.get(name) is None, name
+    assert (profile["max_replicas"], profile["priority"], profile["memory_mb"]) == (2, 4, 1000)
+    assert profile["pins"] == ["h1"] and profile["artifact_sha256"] == "ab" * 32
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("--clear", "latency"), "--clear 'latency': no profile field of that name"),
+        (("--clear", "memory_mb"), "memory_mb is required and has no default to return to"),
+        (
+            ("--clear", "priority", "--priority", "3"),
+            "--clear priority and --priority were both given; use one of them",
+        ),
+    ],
+)
+def test_a_refused_clear_writes_nothing(
+    grid_cli_home: Grid, args: tuple[str, ...], message: str
+) -> None:
+    grid = grid_cli_home
+    base = ("allocator", "model", "set", "m")
+    r = run(grid, *base, "--memory-mb", "1000", "--latency-slo-ms", "200", "--priority", "4")
+    assert r.returncode == 0, r.stderr
+    before = grid.client.send(Calls.get_model("m"))
+    # The other flags of the refused command are not applied either.
+    refused = run(grid, *base, "--max-replicas", "5", "--clear", "latency_slo_ms", *args)
+    assert refused.returncode == 2 and message in refused.stderr, refused.stderr
+    assert grid.client.send(Calls.get_model("m")) == before
+
+
 def _flags(grid: Grid, **given: object) -> dict[str, object]:
     """Every ``model_set`` parameter at its not-given value, plus ``given``."""
     import inspect

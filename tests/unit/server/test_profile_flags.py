@@ -28,6 +28,7 @@ def test_every_model_set_flag_maps_to_a_profile_field() -> None:
         | set(profile_flags.LIST_FIELDS)
         | set(profile_flags.PAIR_FIELDS)
         | {f"clear_{name}" for name in profile_flags.CLEARABLE_FIELDS}
+        | {profile_flags.CLEAR_PARAM}
     )
     assert set(_not_given()) == mapped
     fields = set(ModelProfile.__struct_fields__)
@@ -113,3 +114,64 @@ def test_a_bad_name_value_flag_names_the_flag_and_what_is_wrong(flag, values, me
 def test_a_clear_and_a_value_together_name_both_flags(given, clear, message) -> None:
     with pytest.raises(CliError, match=message):
         profile_flags.profile_edit(_not_given() | given | {clear: True})
+
+
+@pytest.mark.parametrize(
+    ("raw", "field", "default"),
+    [
+        ("latency_slo_ms", "latency_slo_ms", None),  # the canonical form: the field's name
+        ("--latency-slo-ms", "latency_slo_ms", None),  # the flag that sets it
+        ("latency-slo-ms", "latency_slo_ms", None),
+        ("data_tier", "data_tier", None),
+        ("--artifact-source", "artifact_source", None),
+        ("admission_headroom_mb", "admission_headroom_mb", None),
+        ("priority", "priority", 0),
+        ("--pin", "pins", ()),
+        ("--workload-score", "workload_scores", {}),
+        ("runtimes", "runtimes", ("llama.cpp",)),
+    ],
+)
+def test_clear_returns_one_field_to_its_default_in_either_spelling(raw, field, default) -> None:
+    edit = profile_flags.profile_edit(_not_given() | {"clear": [raw], "max_replicas": 3})
+    assert edit == {field: default, "max_replicas": 3}
+
+
+def test_clear_repeats_and_agrees_with_the_list_clear_flags() -> None:
+    flags = _not_given() | {"clear": ["latency_slo_ms", "--data-tier", "pins"], "clear_pins": True}
+    assert profile_flags.profile_edit(flags) == {
+        "latency_slo_ms": None,
+        "data_tier": None,
+        "pins": (),
+    }
+
+
+@pytest.mark.parametrize(
+    ("raw", "given", "message"),
+    [
+        ("latency", {}, r"--clear 'latency': no profile field of that name; .*latency_slo_ms"),
+        ("", {}, "--clear '': no profile field of that name"),
+        (
+            "memory_mb",
+            {},
+            "--clear memory_mb: memory_mb is required and has no default to return to; "
+            "give it a new value with --memory-mb instead",
+        ),
+        ("--model-id", {}, "model_id names the profile and has no default; .* model remove"),
+        (
+            "latency_slo_ms",
+            {"latency_slo_ms": 250.0},
+            "--clear latency_slo_ms and --latency-slo-ms were both given; use one of them",
+        ),
+        (
+            "--pin",
+            {"pin": ["h"]},
+            "--clear --pin and --pin were both given; use one of them",
+        ),
+    ],
+)
+def test_a_clear_that_cannot_be_done_is_refused_naming_the_field_and_the_fix(
+    raw, given, message
+) -> None:
+    with pytest.raises(CliError, match=message) as exc:
+        profile_flags.profile_edit(_not_given() | given | {"clear": [raw]})
+    assert exc.value.exit_code == 2
