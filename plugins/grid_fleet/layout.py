@@ -333,19 +333,7 @@ def plan_capacities(
     text = machines - 1 if media else machines
     usable = usable_memory_mb()
     if capacities_gib:
-        try:
-            values = [float(v) for v in capacities_gib.split(",")]
-        except ValueError:
-            msg = f"--text-capacities-gib {capacities_gib!r}: use comma-separated GiB, e.g. 4,4,2"
-            raise ValidationError(msg) from None
-        if len(values) != text:
-            per = "text node (--machines minus the media node)" if media else "logical machine"
-            msg = (
-                f"--text-capacities-gib has {len(values)} values for {text} text node(s); "
-                f"give one capacity per {per}"
-            )
-            raise ValidationError(msg)
-        caps = tuple(int(v * GIB_MB) for v in values)
+        caps = text_capacities(capacities_gib, text, media=media)
         if media:
             caps += (min(MEDIA_HOST_MB, max(0, usable - sum(caps))),)
     else:
@@ -365,6 +353,28 @@ def plan_capacities(
         )
         raise ValidationError(msg)
     return caps
+
+
+def text_capacities(capacities_gib: str, text: int, *, media: bool = False) -> tuple[int, ...]:
+    """The text nodes' memory (MB) from ``--text-capacities-gib`` as typed, one value per
+    text node (``text``: ``--machines``, less the media node with ``media``).
+
+    Raises:
+        ValidationError: not comma-separated numbers, or the wrong count (names the fix).
+    """
+    try:
+        values = [float(v) for v in capacities_gib.split(",")]
+    except ValueError:
+        msg = f"--text-capacities-gib {capacities_gib!r}: use comma-separated GiB, e.g. 4,4,2"
+        raise ValidationError(msg) from None
+    if len(values) != text:
+        per = "text node (--machines minus the media node)" if media else "logical machine"
+        msg = (
+            f"--text-capacities-gib has {len(values)} values for {text} text node(s); "
+            f"give one capacity per {per}"
+        )
+        raise ValidationError(msg)
+    return tuple(int(v * GIB_MB) for v in values)
 
 
 def start_capacities(
@@ -388,13 +398,21 @@ def start_capacities(
         running: the recorded fleet's settings, ``None`` when none was recorded.
         media: ``--include-comfyui``.
 
+    The running fleet's own request (same ``machines`` and ``media``, and either no
+    ``capacities_gib`` or the text nodes' values it runs with) is answered with its split
+    before this machine's free memory is checked: the running fleet holds part of that
+    memory itself, so checking again would refuse the very request it was started with.
+
     Raises:
-        ValidationError: as :func:`plan_capacities` (checked for every request).
+        ValidationError: as :func:`plan_capacities` (every other request is checked).
     """
-    caps = plan_capacities(machines, capacities_gib, media=media)
-    if running is not None and not capacities_gib and running.machines == machines:
-        return running.capacities_mb
-    return caps
+    if running is not None and running.machines == machines and running.include_comfyui == media:
+        text = machines - 1 if media else machines
+        if not capacities_gib:
+            return running.capacities_mb
+        if text_capacities(capacities_gib, text, media=media) == running.capacities_mb[:text]:
+            return running.capacities_mb
+    return plan_capacities(machines, capacities_gib, media=media)
 
 
 def host_specs(

@@ -399,6 +399,30 @@ def test_start_capacities_reuse_the_running_split_only_for_the_same_request(usab
         layout.start_capacities(0, None, running)
 
 
+def test_the_running_fleets_own_request_is_not_refused_for_the_memory_it_holds(monkeypatch):
+    # The running fleet holds part of this machine's memory: asking for it again, with the
+    # same --text-capacities-gib (and the media node's share), must answer with its split
+    # rather than fail the free-memory check it passed when it started.
+    monkeypatch.setattr(layout, "usable_memory_mb", lambda: 3000)
+    running = _settings(2, (4096, 4096))
+    assert layout.start_capacities(2, "4,4", running) == (4096, 4096)
+    assert layout.start_capacities(2, None, running) == (4096, 4096)
+    media = FleetSettings(
+        machines=3,
+        port=1,
+        engine_port_base=30000,
+        capacities_mb=(4096, 4096, 6000),
+        models=(),
+        include_comfyui=True,
+    )
+    assert layout.start_capacities(3, "4,4", media, media=True) == (4096, 4096, 6000)
+    # Any other request is checked against the memory free now.
+    with pytest.raises(ValidationError, match="can give only 3000 MB"):
+        layout.start_capacities(2, "4,3", running)
+    with pytest.raises(ValidationError, match="can give only 3000 MB"):
+        layout.start_capacities(3, "4,4,4", media)  # no media node: another fleet
+
+
 def test_start_refusal_lists_only_the_flags_the_operator_gave(
     tmp_path, monkeypatch, capsys, usable
 ):
