@@ -1,4 +1,4 @@
-"""``grid allocator node start|status|stop|drain|pause|quarantine|resume``.
+"""``grid allocator node start|status|stop|drain|pause|quarantine|resume|rotate-engine-key``.
 
 Every command takes ``--state-dir`` (env ``GRID_NODE_STATE_DIR``), so several agents can run
 on one machine side by side, each with its own state, credential, port range and share.
@@ -19,13 +19,20 @@ import typer
 from grid_core.client import Calls, GridClient, ServerUnreachable
 from grid_core.clioptions import GridOption
 from grid_core.cliregistry import CliRegistry
-from grid_core.errors import NotFoundError, ValidationError
+from grid_core.errors import ConflictError, NotFoundError, ValidationError
 from grid_core.grids import GridTarget, resolve_target
 from grid_core.nodeconfig import CONFIG_FILE, NodeConfig, load_config, parse_port_range
 from grid_core.protection import Override, OverrideKind
 from grid_core.system import grid_home
 from grid_node.join import join, read_join_file
-from grid_node.launch import AGENT_FILE, STATE_FILE, agent_record, start_node, stop_node
+from grid_node.launch import (
+    AGENT_FILE,
+    STATE_FILE,
+    agent_record,
+    agent_running,
+    start_node,
+    stop_node,
+)
 from grid_node.override import OVERRIDE_FILE, read_override, write_override
 
 PREFLIGHT_TIMEOUT_S = 10.0
@@ -473,6 +480,38 @@ def resume(state_dir: StateDir = None) -> None:
     typer.echo("local override cleared" if previous else "no local override was set")
 
 
+def rotate_engine_key(
+    state_dir: StateDir = None,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON object.")] = False,
+) -> None:
+    """Give this node a fresh engine key (the agent must be stopped; the key is never shown).
+
+    The next 'grid allocator node start' registers the new key, and the server uses it for
+    every request it relays to this node's engines from then on.
+    """
+    from grid_node.state import StateFile
+
+    sdir = _node_state_dir(state_dir)
+    rec = agent_record(sdir)
+    if rec is not None and agent_running(sdir):
+        # The proven daemon is named first; the state's instance lock then closes the race
+        # with an agent that starts meanwhile.
+        msg = (
+            f"the node agent (pid {rec.pid}) is running for {sdir}; stop it first with "
+            f"'grid allocator node stop --state-dir {sdir}', rotate, then start it again"
+        )
+        raise ConflictError(msg)
+    state = StateFile(sdir).rotate_engine_key()
+    if as_json:
+        doc = {"state_dir": str(sdir), "host_id": state.host_id, "engine_key_rotated": True}
+        typer.echo(json.dumps(doc, indent=2))
+        return
+    typer.echo(
+        f"engine key of host {state.host_id} replaced in {sdir} (not shown); start the node "
+        "again as before ('grid allocator node start') so it registers the new key"
+    )
+
+
 def _same_server(a: str, b: str) -> bool:
     """Whether two base URLs name the same local server (loopback names count as one)."""
     from urllib.parse import urlsplit
@@ -514,6 +553,7 @@ def register(cli: CliRegistry) -> None:
     node = cli.subgroup("allocator", "node", help="This machine's managed node agent.")
     for fn in (start, status, stop, drain, pause, quarantine, resume):
         node.command(name=fn.__name__)(fn)
+    node.command(name="rotate-engine-key")(rotate_engine_key)
     from grid_node.cli_qualify import qualify
 
     cli.group("allocator").command(name="qualify")(qualify)

@@ -19,7 +19,7 @@ from pathlib import Path
 import filelock
 import msgspec
 
-from grid_core.errors import ConflictError, StateError
+from grid_core.errors import ConflictError, NotFoundError, StateError
 from grid_core.protection import Override, ProtectionState
 from grid_core.runtime import ChildRecord, LoadResult
 from grid_core.system import write_atomic
@@ -92,6 +92,23 @@ class NodeState(msgspec.Struct, kw_only=True):
         while len(self.receipts) > MAX_RECEIPTS:
             drop = next((i for i, r in enumerate(self.receipts) if r.delivered), 0)
             self.receipts.pop(drop)
+
+
+def keyed_children(state: NodeState) -> list[str]:
+    """Model ids of the engine children a restart would adopt and route to again.
+
+    Such a child was launched with the engine key of its time and keeps that key until it
+    exits, so the key must not change while one is recorded. A fenced child (its identity was
+    not provable after a restart) is left alone and never routed again, so it does not count.
+
+    Returns:
+        The model ids, in the state's order (empty when the key may change).
+    """
+    return [
+        model_id
+        for model_id, child in state.children.items()
+        if not (child.state == "failed" and child.failure.startswith("fenced"))
+    ]
 
 
 def new_host_id() -> str:
@@ -207,4 +224,66 @@ class StateFile:
             state.engine_api_key = secrets.token_urlsafe(ENGINE_KEY_BYTES)
             self.save(state)
         self.write_key_file(state.engine_api_key)
+        return state
+
+    def rotate_engine_key(self) -> NodeState:
+        """Replace the engine key with a fresh one while no node agent runs here.
+
+        The instance lock is held for the whole change, so an agent cannot start halfway. The
+        state is saved first (atomically, owner-only) and is the key's source; llama.cpp's
+        key file is then rewritten from it (every agent start rewrites that file from the
+        state too). No message carries the key.
+
+        Returns:
+            The saved state, holding the new key (:data:`ENGINE_KEY_BYTES` random bytes).
+
+        Raises:
+            NotFoundError: the directory holds no node state; nothing is created.
+            ConflictError: a node agent holds the directory, or the state records engine
+                children started with the current key (see :func:`keyed_children`);
+                nothing is written.
+            StateError: the state is unreadable or corrupt, or a write failed (the state
+                keeps its previous key when its own write failed).
+        """
+        missing = (
+            f"no node state in {self.dir}; there is no engine key to rotate (give the "
+            "--state-dir the node was started with)"
+        )
+        # Checked before the lock as well, so a refusal leaves no lock file behind either.
+        self._rotatable(self.load(), missing)
+        try:
+            self.lock()
+        except ConflictError:
+            msg = (
+                f"a node agent is running for {self.dir}; stop it first with 'grid "
+                f"allocator node stop --state-dir {self.dir}', rotate, then start it again"
+            )
+            raise ConflictError(msg) from None
+        try:
+            state = self._rotatable(self.load(), missing)
+            state.engine_api_key = secrets.token_urlsafe(ENGINE_KEY_BYTES)
+            self.save(state)
+            self.write_key_file(state.engine_api_key)
+        finally:
+            self.unlock()
+        return state
+
+    def _rotatable(self, state: NodeState | None, missing: str) -> NodeState:
+        """``state`` when its engine key may be replaced (see :meth:`rotate_engine_key`).
+
+        Raises:
+            NotFoundError: there is no state (``missing`` is the message).
+            ConflictError: the state records engines started with the current key.
+        """
+        if state is None:
+            raise NotFoundError(missing)
+        running = keyed_children(state)
+        if running:
+            msg = (
+                f"the node state in {self.dir} still records engines started with the "
+                f"current key ({', '.join(running)}); run 'grid allocator node stop "
+                f"--state-dir {self.dir}' first (it stops them, or forgets ones that are "
+                "gone), then rotate"
+            )
+            raise ConflictError(msg)
         return state
