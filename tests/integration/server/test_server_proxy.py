@@ -320,6 +320,20 @@ def test_wrong_engine_key_is_a_502_not_a_leak(grid: Grid, engines: Callable[[str
     assert "not-the-engine-key" not in r.text
 
 
+def test_a_re_registered_engine_key_is_the_one_relayed(
+    grid: Grid, engines: Callable[[str], Engine]
+) -> None:
+    # A node that rotated its key registers again: the server relays the newest key only.
+    eng = engines("m-rekey")
+    token = serve_model(grid, eng, "host-rekey", key="the-key-before-rotation")
+    assert post(grid, {"model": "m-rekey", **CHAT}).status_code == 502
+    grid.register_engine(token, "host-rekey", eng.model, eng.url, eng.key)
+    assert post(grid, {"model": "m-rekey", **CHAT}).status_code == 200
+    grid.register_engine(token, "host-rekey", eng.model, eng.url, "an-older-key")
+    r = post(grid, {"model": "m-rekey", **CHAT})
+    assert r.status_code == 502 and r.json()["error"]["code"] == "upstream_auth"
+
+
 def test_affinity_key_keeps_a_session_on_one_engine(
     grid: Grid, engines: Callable[[str], Engine]
 ) -> None:
