@@ -508,7 +508,8 @@ def rotate_engine_key(
         return
     typer.echo(
         f"engine key of host {state.host_id} replaced in {sdir} (not shown); start the node "
-        "again as before ('grid allocator node start') so it registers the new key"
+        f"again so it registers the new key: 'grid allocator node start --state-dir {sdir} "
+        f"--config {sdir / CONFIG_FILE}' reuses the options it last started with"
     )
 
 

@@ -329,8 +329,8 @@ def clear_field(raw: str) -> str:
         )
     elif field in ModelProfile.__struct_fields__:
         msg = (
-            f"--clear {raw}: {field} is required and has no default to return to; give it a "
-            f"new value with {_flag_of(field)} instead"
+            f"--clear {raw}: {field} is required and has no default to return to; to change "
+            f"it, give {_flag_of(field)} without --clear"
         )
     else:
         msg = (

@@ -58,7 +58,11 @@ def test_rotation_replaces_the_key_owner_only_and_never_prints_it(tmp_path, caps
     assert mode(sdir) == 0o700 and mode(store.path) == 0o600 and mode(store.key_path) == 0o600
     for key in (before.engine_api_key, after.engine_api_key):
         assert key not in out.out + out.err
-    assert "host-r" in out.out and "grid allocator node start" in out.out
+    assert "host-r" in out.out
+    # The restart hint names this node's state dir and its saved options, not the default node.
+    assert f"grid allocator node start --state-dir {sdir} --config {sdir}/node-config.json" in (
+        " ".join(out.out.split())
+    )
     assert [p.name for p in sdir.iterdir() if p.name.startswith(".")] == []
 
 

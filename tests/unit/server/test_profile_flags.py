@@ -154,7 +154,7 @@ def test_clear_repeats_and_agrees_with_the_list_clear_flags() -> None:
             "memory_mb",
             {},
             "--clear memory_mb: memory_mb is required and has no default to return to; "
-            "give it a new value with --memory-mb instead",
+            "to change it, give --memory-mb without --clear",
         ),
         ("--model-id", {}, "model_id names the profile and has no default; .* model remove"),
         (
