@@ -3,7 +3,9 @@ transition detection."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -324,33 +326,41 @@ def test_a_second_start_or_stop_is_refused_while_one_runs(tmp_path):
         pass
 
 
-def test_start_with_other_settings_names_the_flags_in_their_units(tmp_path):
-    # A second start with other settings is refused naming the flags the operator typed and
-    # the values in those flags' units (GiB), not the record's field names and MB tuples.
+@contextlib.contextmanager
+def _running_fleet(root: Path) -> Iterator[FleetRecord]:
+    """A recorded 2-machine fleet whose server is a live child carrying the fleet's marker,
+    so the record is proven running; the child is killed on exit."""
     import subprocess
     import sys
 
     import psutil
-    from grid_fleet import lifecycle
 
-    from grid_core.errors import SettingsConflictError
-
-    root = tmp_path / "fleet"
     marker = ("--fleet-record", str(root))
     proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", *marker])
     try:
         server = layout.ProcessRecord(
             pid=proc.pid, birth=psutil.Process(proc.pid).create_time(), marker=marker
         )
-        rec = _saved_fleet(root, server=server)
+        yield _saved_fleet(root, server=server)
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_start_with_other_settings_names_the_flags_in_their_units(tmp_path):
+    # A second start with other settings is refused naming the flags the operator typed and
+    # the values in those flags' units (GiB), not the record's field names and MB tuples.
+    from grid_fleet import lifecycle
+
+    from grid_core.errors import SettingsConflictError
+
+    root = tmp_path / "fleet"
+    with _running_fleet(root) as rec:
         asked = FleetSettings(
             machines=3, port=1, engine_port_base=30000, capacities_mb=(3072, 3072, 1536), models=()
         )
         with pytest.raises(SettingsConflictError) as exc:
             lifecycle.start(asked, lambda _line: None, root)
-    finally:
-        proc.kill()
-        proc.wait()
     assert str(exc.value) == (
         "a fleet with different settings is running (--machines: running 2, asked 3; "
         "host memory in GiB (--text-capacities-gib): running 2,2, asked 3,3,1.5); "
@@ -428,27 +438,12 @@ def test_start_refusal_lists_only_the_flags_the_operator_gave(
 ):
     # 'grid test start --machines 3' beside a running 2-machine fleet: the refusal names
     # --machines, not a host memory flag the operator never typed.
-    import subprocess
-    import sys
-
-    import psutil
-
     from grid_core.cli import main
 
     monkeypatch.setenv("GRID_HOME", str(tmp_path))
     root = tmp_path / "fleet"
-    marker = ("--fleet-record", str(root))
-    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", *marker])
-    try:
-        server = layout.ProcessRecord(
-            pid=proc.pid, birth=psutil.Process(proc.pid).create_time(), marker=marker
-        )
-        rec = _saved_fleet(root, server=server)
-        with pytest.raises(SystemExit) as exc:
-            main(["test", "start", "--machines", "3", "--port", "1", "--engine-port-base", "30000"])
-    finally:
-        proc.kill()
-        proc.wait()
+    with _running_fleet(root) as rec, pytest.raises(SystemExit) as exc:
+        main(["test", "start", "--machines", "3", "--port", "1", "--engine-port-base", "30000"])
     assert exc.value.code == 2
     err = capsys.readouterr().err
     assert "(--machines: running 2, asked 3)" in err, err
