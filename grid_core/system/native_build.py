@@ -30,6 +30,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated
 
+import psutil
 import typer
 from filelock import FileLock, Timeout
 
@@ -44,7 +45,10 @@ LOCK_WAIT_S = BUILD_TIMEOUT_S
 LOCK_NAME = ".build.lock"
 """The lock file under the native root that lets one build run at a time."""
 STOP_GRACE_S = 5.0
-"""Seconds the compile has to exit after SIGTERM before what is left of it is killed."""
+"""Seconds the compile has to exit after SIGTERM before what is left of it is killed, and
+again for the killed processes to be gone."""
+STOP_POLL_S = 0.01
+"""Seconds between checks that the killed processes of the compile are gone."""
 BUILDS_KEPT = 4
 """Native builds kept per interpreter (about 4 MB each): the current one and the most
 recently used others, so switching between a few branches or checkouts that share one
@@ -222,6 +226,32 @@ def _stop_session(child: subprocess.Popen[str]) -> None:
     with contextlib.suppress(ProcessLookupError):
         os.killpg(child.pid, signal.SIGKILL)
     child.wait()
+    _wait_gone(child.pid, STOP_GRACE_S)
+
+
+def _wait_gone(group: int, bound_s: float) -> None:
+    """Wait (at most ``bound_s`` seconds) until no process of process group ``group`` runs:
+    each is gone or a zombie. A killed grandchild of the compile (the C compiler, reparented
+    once setuptools exits) may still be running for a moment after the signal; returning
+    only when it is not means a stopped build has really stopped."""
+    members = []
+    for p in psutil.process_iter():
+        with contextlib.suppress(psutil.Error, ProcessLookupError, PermissionError):
+            if os.getpgid(p.pid) == group:
+                members.append(p)
+    end = time.monotonic() + bound_s
+    while members and time.monotonic() < end:
+        members = [p for p in members if _running(p)]
+        if members:
+            time.sleep(STOP_POLL_S)
+
+
+def _running(p: psutil.Process) -> bool:
+    """Whether ``p`` still runs (a zombie has stopped; only its exit status is left)."""
+    try:
+        return p.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
 
 
 def _remove_older(root: Path, keep: Path) -> None:
