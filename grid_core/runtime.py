@@ -93,6 +93,12 @@ class ChildRecord(msgspec.Struct, kw_only=True):
         """Base URL of the engine's HTTP API."""
         return f"http://{self.host}:{self.port}"
 
+    @property
+    def fenced(self) -> bool:
+        """Whether the node gave this child up without proof of its identity (after a restart,
+        or a hung engine it could not stop): it is never signalled or routed to again."""
+        return self.state == "failed" and self.failure.startswith("fenced")
+
 
 class Probe(msgspec.Struct, frozen=True, kw_only=True):
     """A health observation of one child.

@@ -152,7 +152,7 @@ class Actuator:
             self.note(f"action {self.state.running_action} marked failed (interrupted)")
             self.state.running_action = None
         for model_id, child in list(self.state.children.items()):
-            if child.state == "failed" and child.failure.startswith("fenced"):
+            if child.fenced:
                 adapter = self.adapter_for(child.runtime)
                 outcome, why = await adapter.adopt(self.host, child)
                 if outcome == "dead":
@@ -564,7 +564,7 @@ class Actuator:
         async with self._lock:
             for model_id in list(self.state.children):
                 child = self.state.children[model_id]
-                if child.state == "failed" and child.failure.startswith("fenced"):
+                if child.fenced:
                     out.append(f"{model_id}: left alone ({child.failure})")
                     continue
                 try:

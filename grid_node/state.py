@@ -104,11 +104,7 @@ def keyed_children(state: NodeState) -> list[str]:
     Returns:
         The model ids, in the state's order (empty when the key may change).
     """
-    return [
-        model_id
-        for model_id, child in state.children.items()
-        if not (child.state == "failed" and child.failure.startswith("fenced"))
-    ]
+    return [model_id for model_id, child in state.children.items() if not child.fenced]
 
 
 def new_host_id() -> str:
