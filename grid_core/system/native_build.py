@@ -35,6 +35,7 @@ import typer
 from filelock import FileLock, Timeout
 
 from grid_core import native
+from grid_core.system.identity import is_gone
 
 BUILD_TIMEOUT_S = 1800.0
 """Seconds the mypyc build may take: about 55 s on a quiet 2-core machine and 100-200 s on a
@@ -231,27 +232,20 @@ def _stop_session(child: subprocess.Popen[str]) -> None:
 
 def _wait_gone(group: int, bound_s: float) -> None:
     """Wait (at most ``bound_s`` seconds) until no process of process group ``group`` runs:
-    each is gone or a zombie. A killed grandchild of the compile (the C compiler, reparented
-    once setuptools exits) may still be running for a moment after the signal; returning
-    only when it is not means a stopped build has really stopped."""
+    each is gone or a zombie (:func:`~grid_core.system.identity.is_gone`). A killed grandchild
+    of the compile (the C compiler, reparented once setuptools exits) may still be running for
+    a moment after the signal; returning only when it is not means a stopped build has really
+    stopped."""
     members = []
-    for p in psutil.process_iter():
-        with contextlib.suppress(psutil.Error, ProcessLookupError, PermissionError):
-            if os.getpgid(p.pid) == group:
-                members.append(p)
+    for pid in psutil.pids():
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            if os.getpgid(pid) == group:
+                members.append(pid)
     end = time.monotonic() + bound_s
     while members and time.monotonic() < end:
-        members = [p for p in members if _running(p)]
+        members = [pid for pid in members if not is_gone(pid)]
         if members:
             time.sleep(STOP_POLL_S)
-
-
-def _running(p: psutil.Process) -> bool:
-    """Whether ``p`` still runs (a zombie has stopped; only its exit status is left)."""
-    try:
-        return p.status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
 
 
 def _remove_older(root: Path, keep: Path) -> None:
