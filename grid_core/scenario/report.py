@@ -342,7 +342,13 @@ class Metrics:
         least_w = None
         if alloc:
             frac, w = min(alloc)
-            least_w = {"workload": w, "served_fraction": r6(frac)}
+            x = self.by_workload[w]
+            least_w = {
+                "workload": w,
+                "requests": x.requests,
+                "served": x.served,
+                "served_fraction": r6(frac),
+            }
         return {
             "requests": t.requests,
             "served": t.served,

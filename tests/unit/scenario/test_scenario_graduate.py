@@ -28,6 +28,8 @@ def _row(strategy: str, **kw) -> dict:
         "mutations": 10,
         "least_workload": "video",
         "least_served": 0.5,
+        "least_requests": 10,
+        "least_served_requests": 5,
         "wait_minutes": 10,
     }
     row.update(kw)
@@ -117,3 +119,61 @@ def test_a_failing_churn_or_prediction_gate_says_which_bound_it_missed() -> None
     reactive = {key: {"wait_minutes": 4, "score": 0.5, "served": 1.0, "mutations": 2}}
     prediction = _prediction_gate(smart, reactive, [key])
     assert prediction["failing"][0] == "smart 4 is not below reactive 4"
+
+
+def test_a_failing_least_workload_cell_names_the_baseline_and_the_request_counts() -> None:
+    """'smart 0.727 vs best baseline 0.909' hid who won and that the miss was 2 requests of
+    11: the failing cell names the winning baseline and each side's counts."""
+    rows = [
+        _row(
+            "smart",
+            served=0.9,
+            score=0.9,
+            mutations=5,
+            wait_minutes=5,
+            least_served=0.727273,
+            least_requests=11,
+            least_served_requests=8,
+        ),
+        _row("reactive", least_served=0.909091, least_requests=11, least_served_requests=10),
+        _row(
+            "greedy",
+            mutations=40,
+            least_served=0.090909,
+            least_requests=11,
+            least_served_requests=1,
+        ),
+        _row(
+            "static",
+            least_workload="embedding",
+            least_served=0.8,
+            least_requests=20,
+            least_served_requests=16,
+        ),
+    ]
+    gate = _gates(rows)["least_workload_largest_fleet"]
+    assert not gate["pass"]
+    assert gate["failing"] == [
+        "seed=1: smart video 8/11 (0.727273) vs best baseline reactive video 10/11 (0.909091)"
+    ]
+    assert gate["measured"]["seed=1"] == {
+        "smart": 0.727273,
+        "best_baseline": 0.909091,
+        "best_baseline_strategy": "reactive",
+    }
+
+
+def test_a_failing_regression_cell_names_only_the_measure_over_its_bound() -> None:
+    """'smart trails by -0.052 score, +0.088 served' read as if smart trailed on both: the
+    failing cell gives both values of the measure that is over its bound, and only that."""
+    rows = [
+        _row("smart", machines=4, score=0.812, served=0.700, mutations=5, wait_minutes=5),
+        _row("reactive", score=0.7, served=0.7),
+        _row("greedy", score=0.760, served=0.788, mutations=40),
+        _row("static", score=0.7, served=0.6),
+    ]
+    gate = _gates(rows)["bounded_regression"]
+    assert not gate["pass"]
+    assert gate["failing"] == [
+        "machines=4 seed=1 vs greedy: smart served 0.700 vs 0.788 (trails by 0.088 > 0.05)"
+    ]
