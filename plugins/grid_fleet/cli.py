@@ -58,7 +58,15 @@ def _running_record(
 
 
 def start(
-    machines: Annotated[int, typer.Option("--machines", help="Logical hosts (1-32).")] = 4,
+    machines: Annotated[
+        int | None,
+        typer.Option(
+            "--machines",
+            help=f"Logical hosts ({layout.MIN_MACHINES}-{layout.MAX_MACHINES}; default: one "
+            f"per --text-capacities-gib value, else the fleet recorded here, else "
+            f"{layout.DEFAULT_MACHINES}).",
+        ),
+    ] = None,
     text_capacities_gib: Annotated[
         str | None,
         typer.Option(
@@ -74,21 +82,26 @@ def start(
             "the first is the baseline).",
         ),
     ] = None,
-    port: Annotated[int, typer.Option("--port", help="Fleet API port.")] = layout.DEFAULT_PORT,
+    port: Annotated[
+        int | None,
+        typer.Option("--port", help=f"Fleet API port (default {layout.DEFAULT_PORT})."),
+    ] = None,
     engine_port_base: Annotated[
-        int,
+        int | None,
         typer.Option(
             "--engine-port-base",
-            help=f"First engine port; each host gets {layout.ENGINE_PORTS_PER_HOST}.",
+            help=f"First engine port (default {layout.DEFAULT_ENGINE_PORT_BASE}); each host "
+            f"gets {layout.ENGINE_PORTS_PER_HOST}.",
         ),
-    ] = layout.DEFAULT_ENGINE_PORT_BASE,
+    ] = None,
     include_comfyui: Annotated[
-        bool,
+        bool | None,
         typer.Option(
-            "--include-comfyui",
-            help="Make the last machine a ComfyUI media node serving --media-bundle's workflows.",
+            "--include-comfyui/--no-include-comfyui",
+            help="Make the last machine a ComfyUI media node serving --media-bundle's "
+            "workflows (default: as the fleet recorded here, else no).",
         ),
-    ] = False,
+    ] = None,
     media_bundle: Annotated[
         Path | None,
         typer.Option(
@@ -105,30 +118,67 @@ def start(
     ] = None,
 ) -> None:
     """Start one Grid server plus N logical hosts with real llama-server children (and, with
-    --include-comfyui, a ComfyUI media node as the last of the N)."""
+    --include-comfyui, a ComfyUI media node as the last of the N).
+
+    A flag left out keeps the running fleet's value, so the bare command confirms the fleet
+    that runs here (and starts any host agent that stopped); a flag given differently is
+    refused, naming it, before anything is checked or started."""
     for path in model or ():
         models.check_gguf(path.expanduser())
-    launcher, bundle = _media_options(include_comfyui, media_bundle, comfyui)
     root = layout.fleet_dir()
     existing = layout.load_record(root)
-    caps = layout.start_capacities(
-        machines,
-        text_capacities_gib,
-        existing.settings if existing is not None else None,
-        media=include_comfyui,
-    )
-    settings = layout.FleetSettings(
+    typed = layout.StartFlags(
         machines=machines,
+        capacities_gib=text_capacities_gib,
+        models=tuple(str(p.expanduser().resolve()) for p in model) if model else None,
         port=port,
         engine_port_base=engine_port_base,
-        capacities_mb=caps,
-        models=tuple(str(p.expanduser().resolve()) for p in model or ()),
         include_comfyui=include_comfyui,
-        media_bundle=bundle,
-        comfyui=launcher,
+        media_bundle=media_bundle,
+        comfyui=comfyui,
+    )
+    asked = layout.fill_left_out(typed, existing.settings if existing is not None else None)
+    _refuse_other_settings(existing, asked, machines_given=machines is not None)
+    launcher, bundle = _media_options(
+        asked.include_comfyui,
+        Path(asked.media_bundle) if asked.media_bundle is not None else None,
+        Path(asked.comfyui) if asked.comfyui is not None else None,
+    )
+    caps = layout.start_capacities(
+        asked.machines,
+        text_capacities_gib,
+        existing.settings if existing is not None else None,
+        media=asked.include_comfyui,
+    )
+    settings = msgspec.structs.replace(
+        asked, capacities_mb=caps, media_bundle=bundle, comfyui=launcher
     )
     rec = lifecycle.start(settings, typer.echo, root, capacities_given=bool(text_capacities_gib))
     typer.echo(_started_text(rec, root))
+
+
+def _refuse_other_settings(
+    existing: layout.FleetRecord | None, settings: layout.FleetSettings, *, machines_given: bool
+) -> None:
+    """Refuse at once a start whose flags differ from the running fleet's in machines,
+    ports, models or the media node: the conflict is the answer, not a memory or media-bundle
+    check of a fleet that cannot start beside it anyway. The start itself compares every
+    setting again (memory split and media paths included) under the fleet lock.
+
+    Raises:
+        SettingsConflictError: a fleet runs here with other settings (exit 2).
+    """
+    if existing is None or daemons.server_proof(existing.server) != "proven":
+        return
+    run = existing.settings
+    probe = msgspec.structs.replace(
+        settings,
+        capacities_mb=run.capacities_mb,
+        media_bundle=run.media_bundle,
+        comfyui=run.comfyui,
+    )
+    if probe != existing.settings:
+        raise lifecycle.settings_conflict(existing.settings, probe, machines_given=machines_given)
 
 
 def _started_text(rec: layout.FleetRecord, root: Path) -> str:

@@ -30,6 +30,9 @@ from grid_core.api import ProcessIdentity, ValidationError, grid_home, write_ato
 MIN_MACHINES = 1
 MAX_MACHINES = 32
 """Spec bound: 1–32 logical machines; the real limit is memory and process capacity."""
+DEFAULT_MACHINES = 4
+"""Logical machines of a new fleet when neither ``--machines`` nor ``--text-capacities-gib``
+says how many."""
 DEFAULT_PORT = 22100
 """The fleet's API port (the documented Grid default)."""
 DEFAULT_ENGINE_PORT_BASE = 22200
@@ -193,6 +196,8 @@ _SETTING_LABELS = {
     "comfyui": "--comfyui",
 }
 """How each :class:`FleetSettings` field is named to the operator: the flag that sets it."""
+_COUNTED_MACHINES_LABEL = "machines (one per --text-capacities-gib value)"
+"""The machine count's name when ``--machines`` was left out and the capacities gave it."""
 _DERIVED_SPLIT_LABEL = (
     "host memory in GiB (not asked: an equal split derived from --machines, "
     "as --text-capacities-gib was not given)"
@@ -212,7 +217,11 @@ def setting_text(field: str, value: object) -> str:
 
 
 def settings_conflicts(
-    running: FleetSettings, asked: FleetSettings, *, capacities_given: bool = True
+    running: FleetSettings,
+    asked: FleetSettings,
+    *,
+    capacities_given: bool = True,
+    machines_given: bool = True,
 ) -> list[str]:
     """One ``LABEL: running X, asked Y`` phrase per setting in which ``asked`` differs from
     the running fleet's, named by its ``grid test start`` flag and in the flag's units.
@@ -226,6 +235,8 @@ def settings_conflicts(
             operator did ask differently and is left out; only when nothing else differs is
             it named, as derived (``..., derived from --machines: running X, would be Y``),
             never as asked.
+        machines_given: ``False`` when ``--machines`` was left out and ``asked.machines``
+            counts the ``--text-capacities-gib`` values: the phrase then says so.
 
     Returns:
         The phrases in :class:`FleetSettings` field order (empty when nothing differs).
@@ -242,6 +253,8 @@ def settings_conflicts(
             )
             continue
         label = _SETTING_LABELS.get(field, field)
+        if field == "machines" and not machines_given:
+            label = _COUNTED_MACHINES_LABEL
         out.append(f"{label}: running {setting_text(field, was)}, asked {setting_text(field, now)}")
     return out or derived
 
@@ -375,6 +388,62 @@ def text_capacities(capacities_gib: str, text: int, *, media: bool = False) -> t
         )
         raise ValidationError(msg)
     return tuple(int(v * GIB_MB) for v in values)
+
+
+class StartFlags(msgspec.Struct, frozen=True, kw_only=True):
+    """``grid test start``'s flags as typed: ``None`` where the operator left one out."""
+
+    machines: int | None = None
+    capacities_gib: str | None = None
+    models: tuple[str, ...] | None = None
+    """Resolved ``--model`` paths."""
+    port: int | None = None
+    engine_port_base: int | None = None
+    include_comfyui: bool | None = None
+    media_bundle: Path | None = None
+    comfyui: Path | None = None
+
+
+def fill_left_out(flags: StartFlags, running: FleetSettings | None) -> FleetSettings:
+    """The settings ``flags`` ask for, each flag the operator left out filled in: from the
+    recorded fleet's settings when one is recorded (so a bare ``grid test start`` confirms
+    the fleet that runs here instead of asking for a default one), else from the defaults.
+
+    ``--machines`` left out follows ``--text-capacities-gib`` when that is given (one value
+    per text node, plus the media node with ``--include-comfyui``). The media bundle and
+    launcher are taken from the record only for a media fleet asked for again, and are
+    returned as typed (the caller resolves and checks them). ``capacities_mb`` is left empty:
+    :func:`start_capacities` decides the split.
+    """
+    rec = running
+    media = flags.include_comfyui
+    if media is None:
+        media = rec.include_comfyui if rec is not None else False
+    machines = flags.machines
+    if machines is None and flags.capacities_gib:
+        machines = len(flags.capacities_gib.split(",")) + (1 if media else 0)
+    if machines is None:
+        machines = rec.machines if rec is not None else DEFAULT_MACHINES
+    bundle = str(flags.media_bundle) if flags.media_bundle is not None else None
+    launcher = str(flags.comfyui) if flags.comfyui is not None else None
+    if media and rec is not None and rec.include_comfyui:
+        bundle = bundle if bundle is not None else rec.media_bundle
+        launcher = launcher if launcher is not None else rec.comfyui
+    port, base = flags.port, flags.engine_port_base
+    return FleetSettings(
+        machines=machines,
+        port=port if port is not None else (rec.port if rec else DEFAULT_PORT),
+        engine_port_base=(
+            base
+            if base is not None
+            else (rec.engine_port_base if rec else DEFAULT_ENGINE_PORT_BASE)
+        ),
+        capacities_mb=(),
+        models=flags.models if flags.models is not None else (rec.models if rec else ()),
+        include_comfyui=media,
+        media_bundle=bundle,
+        comfyui=launcher,
+    )
 
 
 def start_capacities(

@@ -169,21 +169,30 @@ def start(
         return _start(settings, echo, root, capacities_given=capacities_given)
 
 
+def settings_conflict(
+    running: FleetSettings,
+    asked: FleetSettings,
+    *,
+    capacities_given: bool = True,
+    machines_given: bool = True,
+) -> SettingsConflictError:
+    """The refusal of a start whose settings differ from the running fleet's: it names each
+    differing flag with both values (:func:`grid_fleet.layout.settings_conflicts`, which
+    also explains the two keywords) and the fix (exit 2)."""
+    diff = layout.settings_conflicts(
+        running, asked, capacities_given=capacities_given, machines_given=machines_given
+    )
+    msg = "a fleet with different settings is running (" + "; ".join(diff)
+    return SettingsConflictError(msg + "); run 'grid test stop' first")
+
+
 def _start(
     settings: FleetSettings, echo: Echo, root: Path, *, capacities_given: bool
 ) -> FleetRecord:
     existing = layout.load_record(root)
     if existing is not None and server_proof(existing.server) == "proven":
         if existing.settings != settings:
-            diff = layout.settings_conflicts(
-                existing.settings, settings, capacities_given=capacities_given
-            )
-            msg = (
-                "a fleet with different settings is running ("
-                + "; ".join(diff)
-                + "); run 'grid test stop' first"
-            )
-            raise SettingsConflictError(msg)
+            raise settings_conflict(existing.settings, settings, capacities_given=capacities_given)
         missing = [h for h in existing.hosts if not node_running(root, h.host_id)]
         if not missing:
             echo(f"grid: the fleet is already running at {existing.url} (same settings)")

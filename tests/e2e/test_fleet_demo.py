@@ -116,6 +116,10 @@ def test_start_is_idempotent_and_refuses_conflicting_settings(fleet):
     )
     assert again.returncode == 0, again.stderr
     assert "already running" in again.stdout
+    # Flags left out keep the running fleet's values: the bare command confirms it too.
+    bare = grid(home, "test", "start")
+    assert bare.returncode == 0, bare.stderr
+    assert "already running" in bare.stdout
     other = grid(
         home,
         "test",

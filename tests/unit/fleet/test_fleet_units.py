@@ -8,6 +8,7 @@ import json
 from collections.abc import Iterator
 from pathlib import Path
 
+import msgspec
 import pytest
 from grid_fleet import layout, observe, replay
 from grid_fleet.layout import FleetRecord, FleetSettings, ModelSpec
@@ -449,6 +450,60 @@ def test_start_refusal_lists_only_the_flags_the_operator_gave(
     assert "(--machines: running 2, asked 3)" in err, err
     assert "--text-capacities-gib" not in err and "host memory" not in err, err
     assert layout.load_record(root) == rec  # the running fleet's record is untouched
+
+
+def test_flags_left_out_take_the_recorded_fleets_values_else_the_defaults():
+    # A bare 'grid test start' beside a running fleet asks for that fleet, not a default one.
+    running = FleetSettings(
+        machines=2, port=1, engine_port_base=30000, capacities_mb=(2048, 2048), models=("/m",)
+    )
+    asked = layout.fill_left_out(layout.StartFlags(), running)
+    assert msgspec.structs.replace(asked, capacities_mb=running.capacities_mb) == running
+    assert layout.start_capacities(asked.machines, None, running) == running.capacities_mb
+    # Without a record: the documented defaults.
+    fresh = layout.fill_left_out(layout.StartFlags(), None)
+    assert (fresh.machines, fresh.port, fresh.engine_port_base, fresh.models) == (
+        layout.DEFAULT_MACHINES,
+        layout.DEFAULT_PORT,
+        layout.DEFAULT_ENGINE_PORT_BASE,
+        (),
+    )
+    # --text-capacities-gib alone says how many machines (plus the media node).
+    assert layout.fill_left_out(layout.StartFlags(capacities_gib="6,4,4"), running).machines == 3
+    media = layout.StartFlags(capacities_gib="4,4", include_comfyui=True)
+    assert layout.fill_left_out(media, None).machines == 3
+    # A flag given wins over the record.
+    assert layout.fill_left_out(layout.StartFlags(machines=5, port=9), running).port == 9
+
+
+def test_start_beside_a_running_fleet_names_the_conflict_before_any_memory_or_media_check(
+    tmp_path, monkeypatch, capsys
+):
+    # '--machines 32' (more than this machine's memory) or '--include-comfyui' without a
+    # bundle beside a running fleet: the answer is the conflict, not why such a fleet could
+    # not start anyway.
+    from grid_core.cli import main
+
+    monkeypatch.setattr(layout, "usable_memory_mb", lambda: 3000)
+    monkeypatch.setenv("GRID_HOME", str(tmp_path))
+    root = tmp_path / "fleet"
+    with _running_fleet(root) as rec:
+        for argv, named in (
+            (["--machines", "32"], "--machines: running 2, asked 32"),
+            (["--include-comfyui"], "--include-comfyui: running off, asked on"),
+            (
+                ["--text-capacities-gib", "2,2,2"],
+                "machines (one per --text-capacities-gib value): running 2, asked 3",
+            ),
+        ):
+            with pytest.raises(SystemExit) as exc:
+                main(["test", "start", *argv])
+            assert exc.value.code == 2
+            err = capsys.readouterr().err
+            assert f"({named}); run 'grid test stop' first" in err, err
+            assert "can give only" not in err and "--media-bundle" not in err, err
+            assert "--port" not in err, err  # left out: the running fleet's port is asked
+        assert layout.load_record(root) == rec
 
 
 def test_sigterm_during_start_becomes_a_handled_interrupt():
