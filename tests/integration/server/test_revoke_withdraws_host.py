@@ -3,7 +3,8 @@
 A real server process, real FAKE engines (``grid_server.fake_engine``) and, in front of each,
 the real node-side keeper ``grid join --at`` starts: a detached process that holds the host's
 control record and engine route with its own host-scoped credential and refreshes them every
-few seconds. Which engine served a request is read from the fake engines' own counters.
+few seconds. Which engine served a request is read from the fake engines' own counters. A
+second test runs a real node agent (``start_node``, as ``grid allocator node start`` does).
 """
 
 from __future__ import annotations
@@ -19,8 +20,10 @@ from pathlib import Path
 import httpx
 import pytest
 
+from grid_core.nodeconfig import NodeConfig
 from grid_core.system import wait_until_sync
 from grid_core.wire import CONTROL_HEADER, control_record_id
+from grid_node.launch import agent_record, agent_running, start_node, stop_node
 from grid_server.harness import Child, Testbed, start_fake_engine, start_server
 
 pytestmark = pytest.mark.integration
@@ -197,3 +200,53 @@ def test_revoke_withdraws_the_host_at_once_and_a_new_credential_restores_it(lab:
     assert bad.served() == served_bad + 1
     rows = {h["host_id"]: h["state"] for h in lab.status()["server"]["revoked_hosts"]}
     assert rows == {bad.host_id: "readmitted", good.host_id: "withdrawn"}
+
+
+def test_a_node_agent_is_withdrawn_at_once_and_a_restart_with_a_new_credential_readmits_it(
+    lab: Lab,
+) -> None:
+    # A real node agent on the Grid's own machine: it mints its credential at start.
+    host = "host-agent"
+    state_dir = lab.tmp / "node"
+    config = NodeConfig(
+        state_dir=state_dir,
+        grid_url=lab.server.url,
+        host_id=host,
+        dedicated=True,
+        heartbeat_interval_s=0.5,
+        model_dirs=(lab.tmp / "models",),
+    )
+    env = dict(os.environ, GRID_HOME=str(lab.home))
+
+    def controller_hosts() -> set[str]:
+        return {h["host_id"] for h in lab.status()["controller"].get("hosts") or []}
+
+    def node_hosts() -> set[str]:
+        return {n["host_id"] for n in lab.status()["server"]["nodes"]}
+
+    try:
+        assert start_node(config, env=env).registered
+        assert wait_until_sync(lambda: host in controller_hosts(), timeout_s=WAIT_S)
+        r = grid(lab.home, "allocator", "node", "revoke", host, "--json")
+        assert r.returncode == 0, r.stderr
+        answer = json.loads(r.stdout)
+        assert answer["control_record"] is True and answer["engines"] == []
+        assert host not in node_hosts()  # at once, not when the lease lapses
+
+        def refused() -> bool:
+            rec = agent_record(state_dir)
+            return rec is not None and "was revoked" in rec.last_error
+
+        # The agent keeps heartbeating with its old credential; nothing brings the host back.
+        assert wait_until_sync(refused, timeout_s=WAIT_S, interval_s=0.2)
+        assert wait_until_sync(lambda: host not in controller_hosts(), timeout_s=WAIT_S)
+        assert host not in node_hosts()
+        stop_node(state_dir)
+        # Started again, it mints a credential issued after the revocation: re-admitted.
+        assert start_node(config, env=env).registered
+        assert wait_until_sync(lambda: host in controller_hosts(), timeout_s=WAIT_S)
+        (row,) = lab.status()["server"]["revoked_hosts"]
+        assert row["host_id"] == host and row["state"] == "readmitted"
+    finally:
+        if agent_running(state_dir):
+            stop_node(state_dir)
