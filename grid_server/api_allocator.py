@@ -269,9 +269,10 @@ def revoke_host(ctx: ServerContext, host_id: str, now: float) -> dict[str, Any]:
     Returns:
         ``host_id``, ``revoked_at`` (Unix s), ``engines`` withdrawn (``engine_id``,
         ``models``), ``models`` they served, ``no_ready_replica`` (those models no other
-        engine can serve now: requests for them get 503 ``model_not_ready`` until a replica
-        is ready elsewhere), ``inflight_requests`` still running on the host's engines, and
-        whether its ``control_record`` (capacity and replicas the controller counted) went.
+        engine can serve now: requests for them get 503 until a replica is ready elsewhere,
+        or 404 for a model without a profile), ``inflight_requests`` still running on the
+        host's engines, and whether its ``control_record`` (capacity and replicas the
+        controller counted) went.
 
     Raises:
         StateError: the revocation could not be written (nothing changed).
