@@ -26,7 +26,7 @@ from __future__ import annotations
 import hashlib
 import math
 import statistics
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Literal
 
 import msgspec
@@ -451,6 +451,28 @@ def eligible(c: RouteCandidate) -> bool:
     if c.residency_state is not None and c.residency_state != "ready":
         return False
     return c.max_concurrency != 0
+
+
+def left_without_replica(
+    models: Iterable[str], remaining: Mapping[str, Sequence[RouteCandidate]]
+) -> tuple[str, ...]:
+    """The models of a withdrawn host that no other engine can serve now.
+
+    Args:
+        models: the models the withdrawn engines served.
+        remaining: model → the route candidates left after the withdrawal (discovery view:
+            open breakers ignored, as for ``/v1/models``).
+
+    Returns:
+        The models (sorted, each once) with no :func:`eligible` candidate left: requests for
+        them are answered 503 ``model_not_ready`` until a replica becomes ready elsewhere.
+
+    Source: the operator's revocation of a host (docs/security.md, "Revoking a host") says
+    what it cost rather than refusing to take a last replica away.
+    """
+    return tuple(
+        sorted(m for m in set(models) if not any(eligible(c) for c in remaining.get(m, ())))
+    )
 
 
 def service_waves(c: RouteCandidate) -> float:

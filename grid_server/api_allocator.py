@@ -16,6 +16,7 @@ from litestar import Request, Response, delete, get, post, put
 from litestar.handlers import HTTPRouteHandler
 from litestar.params import FromPath, JSONBody
 
+from grid_core import routing
 from grid_core.bodies import (
     HOST_ID_PATTERN,
     JOIN_HEADER,
@@ -243,12 +244,11 @@ def _credential_routes(ctx: ServerContext) -> list[HTTPRouteHandler]:
         request_max_body_size=limit,
     )
     async def revoke(host_id: FromPath[str]) -> Response:
-        """Refuse every credential of one host issued so far (its next heartbeat fails)."""
+        """Refuse every credential of one host issued so far and withdraw the host now."""
         if not re.match(HOST_ID_PATTERN, host_id):
             msg = f"host id {host_id!r}: letters, digits, . _ - (at most 128), as in status"
             raise ValidationError(msg)
-        rev = ctx.credentials.revoke(host_id, time.time())
-        return json_response({"host_id": rev.host_id, "revoked_at": rev.revoked_at})
+        return json_response(revoke_host(ctx, host_id, time.time()))
 
     @get("/tls/ca.pem")
     async def ca_pem() -> Response:
@@ -258,6 +258,42 @@ def _credential_routes(ctx: ServerContext) -> list[HTTPRouteHandler]:
         return Response(content=ctx.ca_pem, media_type="application/x-pem-file")
 
     return [tokens, join_tokens, join, revoke, ca_pem]
+
+
+def revoke_host(ctx: ServerContext, host_id: str, now: float) -> dict[str, Any]:
+    """Revoke ``host_id`` durably, withdraw it from routing and planning, say what it cost.
+
+    Runs on the event loop without awaiting, so no request is routed between the revocation
+    and the withdrawal. Requests already relayed to the host's engines may finish.
+
+    Returns:
+        ``host_id``, ``revoked_at`` (Unix s), ``engines`` withdrawn (``engine_id``,
+        ``models``), ``models`` they served, ``no_ready_replica`` (those models no other
+        engine can serve now: requests for them get 503 until a replica is ready elsewhere,
+        or 404 for a model without a profile), ``inflight_requests`` still running on the
+        host's engines, and whether its ``control_record`` (capacity and replicas the
+        controller counted) went.
+
+    Raises:
+        StateError: the revocation could not be written (nothing changed).
+    """
+    rev = ctx.credentials.revoke(host_id, now)
+    withdrawn = ctx.registry.withdraw(host_id, rev.revoked_at)
+    engines = [r for r in withdrawn if r.role == "engine"]
+    models = {m for r in engines for m in r.models}
+    router = ctx.router
+    mono = time.monotonic()
+    remaining = {m: router.candidates(router.routes(m), now, mono, breakers=False) for m in models}
+    ctx.runner.input_changed(now, safety_changed=True)  # membership changed: plan again
+    return {
+        "host_id": rev.host_id,
+        "revoked_at": rev.revoked_at,
+        "engines": [{"engine_id": r.record_id, "models": list(r.models)} for r in engines],
+        "models": sorted(models),
+        "no_ready_replica": list(routing.left_without_replica(models, remaining)),
+        "inflight_requests": sum(router.inflight.get(r.record_id, 0) for r in engines),
+        "control_record": any(r.role == "allocator" for r in withdrawn),
+    }
 
 
 def _client_key_routes(ctx: ServerContext) -> list[HTTPRouteHandler]:
@@ -360,10 +396,7 @@ async def status_document(ctx: ServerContext, detail: bool) -> dict[str, Any]:
                 "required": bool(ctx.client_keys and ctx.client_keys.required),
                 "count": len(ctx.client_keys.public()) if ctx.client_keys else 0,
             },
-            "revoked_hosts": [
-                {"host_id": h, "revoked_at": at}
-                for h, at in sorted(ctx.credentials.revoked.items())
-            ],
+            "revoked_hosts": ctx.registry.revocations(),
             "state_store": (
                 {"kind": "file", "role": "leader"}
                 if ctx.leadership is None

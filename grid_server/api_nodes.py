@@ -54,7 +54,7 @@ def node_routes(ctx: ServerContext) -> list[HTTPRouteHandler]:
         now = time.time()
         before = safety_facts(ctx.registry.records.get(node_id))
         dropped = ctx.registry.dropped_routes
-        rec = ctx.registry.register(claims.host_id, node_id, doc, now)
+        rec = ctx.registry.register(claims.host_id, node_id, doc, now, issued_at=claims.issued_at)
         changed = safety_facts(rec) != before or ctx.registry.dropped_routes != dropped
         ctx.runner.input_changed(now, safety_changed=changed)
         return json_response(
@@ -76,7 +76,7 @@ def node_routes(ctx: ServerContext) -> list[HTTPRouteHandler]:
         doc = await decoded(ctx, request, claims.host_id, node_id, Heartbeat)
         now = time.time()
         before = safety_facts(ctx.registry.records.get(node_id))
-        rec = ctx.registry.heartbeat(claims.host_id, node_id, doc, now)
+        rec = ctx.registry.heartbeat(claims.host_id, node_id, doc, now, issued_at=claims.issued_at)
         hb = doc.document
         ctx.runner.acknowledge(claims.host_id, hb.acknowledgements)
         ctx.runner.input_changed(now, safety_changed=safety_facts(rec) != before)
@@ -98,7 +98,7 @@ def node_routes(ctx: ServerContext) -> list[HTTPRouteHandler]:
         agent run; a run that no longer holds the host id is refused with 409)."""
         claims = node_claims(request)
         now = time.time()
-        ctx.registry.remove(claims.host_id, node_id, instance, now)
+        ctx.registry.remove(claims.host_id, node_id, instance, now, issued_at=claims.issued_at)
         ctx.runner.input_changed(now, safety_changed=True)  # membership changed
         return json_response({"removed": node_id})
 

@@ -245,7 +245,9 @@ def build_app(
     warnings: list[str] = []
     if controller is None:
         controller, warnings = make_controller(home, plugins, state_dir, policy, state_store)
-    registry = Registry()
+    credentials = Credentials(home)
+    # A host revoked before this start stays withdrawn: its pre-revocation writes are refused.
+    registry = Registry(revoked=credentials.revoked)
     router = RouterState(registry)
     runner = ControllerRunner(
         controller,
@@ -254,7 +256,6 @@ def build_app(
         interval_s=tick_interval_s,
         registration_grace_s=registration_grace_s,
     )
-    credentials = Credentials(home)
     leadership = None
     if state_store is not None:
 

@@ -118,6 +118,8 @@ class Credentials:
 
         The host's next authenticated request (its next heartbeat) is refused; no other host
         is touched. Issuing a new credential or join token afterwards re-admits the host.
+        Withdrawing the host from routing and planning is the registry's part
+        (:meth:`grid_server.registry.Registry.withdraw`, called with the returned time).
 
         Raises:
             StateError: the revocation could not be written (nothing changed).

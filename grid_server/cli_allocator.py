@@ -419,14 +419,44 @@ def node_revoke(
     host_id: str = typer.Argument(..., help="The host id to revoke (see 'grid allocator status')."),
     grid: GridOption = None,
     token_file: OperatorTokenOption = None,
+    as_json: bool = typer.Option(False, "--json", help="The server's answer as JSON."),
 ) -> None:
-    """Revoke a host: its credential is refused from its next heartbeat; no other host changes.
+    """Revoke a host: its credentials are refused and its engines get no new request from now.
 
-    Its engines stop receiving requests when their lease lapses; re-admit the host later by
-    provisioning it again (a new join token or node credential).
+    The controller stops counting its replicas (it may place them elsewhere). Requests already
+    running there may finish. The answer lists the engines withdrawn and any model left with
+    no ready replica. Re-admit the host by provisioning it again (a new join token or node
+    credential).
     """
     data = send(grid, Calls.revoke_host(host_id), token_file=token_file)
-    typer.echo(f"grid: revoked host {data.get('host_id')}; its next heartbeat will be refused")
+    if as_json:
+        typer.echo(json.dumps(data, indent=2, sort_keys=True))
+        return
+    for line in revoke_lines(data):
+        typer.echo(line)
+
+
+def revoke_lines(data: dict[str, Any]) -> list[str]:
+    """What ``node revoke`` prints for the server's answer (see
+    :func:`grid_server.api_allocator.revoke_host`): the revocation, the engines withdrawn,
+    requests still finishing there and the models left with no ready replica."""
+    host = data.get("host_id")
+    engines = data.get("engines") or []
+    lines = [f"grid: revoked host {host}; its credentials are refused from now on"]
+    if engines:
+        lines.append(f"grid: withdrew {len(engines)} engine(s) of {host} from routing:")
+        lines += [f"  {e['engine_id']}  {', '.join(e['models'])}" for e in engines]
+    else:
+        lines.append(f"grid: {host} had no engine routed here; nothing was withdrawn")
+    inflight = int(data.get("inflight_requests") or 0)
+    if inflight:
+        lines.append(f"grid: {inflight} request(s) already running there may finish")
+    for model in data.get("no_ready_replica") or []:
+        lines.append(
+            f"grid: warning: model '{model}' has no ready replica now; its requests get 503 "
+            "until one is ready elsewhere"
+        )
+    return lines
 
 
 def state_copy(

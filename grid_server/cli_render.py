@@ -97,6 +97,14 @@ def status_view(data: dict[str, Any]) -> RenderableType:
             at = time.strftime("%H:%M:%S", time.localtime(float(r["at"])))
             t.add_row(r["host_id"], r["instance"], r["holder"], r["verdict"], at)
         parts.append(t)
+    revoked = server.get("revoked_hosts", [])
+    if revoked:
+        t = _table("Revoked hosts", ["host", "state", "revoked at", "reason"])
+        for h in revoked[:MAX_ROWS]:
+            at = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(float(h["revoked_at"])))
+            # A server older than withdrawal-on-revoke reports only the id and the time.
+            t.add_row(h["host_id"], _cell(h.get("state")), at, _cell(h.get("reason")))
+        parts.append(t)
     breakers = server.get("open_breakers", [])
     if breakers:
         t = _table("Open breakers", ["engine", "model", "streak", "open for s"])

@@ -4,6 +4,12 @@ Source: the specification's "Local wire contract". Record ids are derived from t
 authenticated host (and model), so a host credential can only ever write its own records.
 Engine API keys live in a separate private map and never leave this module except for the
 upstream hop.
+
+The registry is also where a revoked host leaves the grid: :meth:`Registry.withdraw` takes
+its records out of :attr:`Registry.records` — the one map the router's route table, the
+controller's host view, discovery and metrics are built from — so none of them sees the host
+from that moment on, and a write under a credential issued before the revocation is refused
+here too (a request verified just before the revocation cannot put the records back).
 """
 
 from __future__ import annotations
@@ -11,12 +17,19 @@ from __future__ import annotations
 import functools
 import math
 import ssl
+from collections.abc import Mapping
 from urllib.parse import urlsplit
 
 import msgspec
 
 from grid_core.client import is_loopback_host
-from grid_core.errors import ConflictError, ForbiddenError, NotFoundError, ValidationError
+from grid_core.errors import (
+    AuthError,
+    ConflictError,
+    ForbiddenError,
+    NotFoundError,
+    ValidationError,
+)
 from grid_core.hosts import (
     INSTANCE_LAPSE_S,
     LEASE_TTL_S,
@@ -212,12 +225,22 @@ def expected_record_id(host_id: str, reg: NodeRegistration) -> str:
 class Registry:
     """Live records by id, plus private engine keys (in memory only).
 
+    Args:
+        revoked: host id → revocation time (Unix s), as ``$GRID_HOME/revoked-hosts.json``
+            holds them when the server starts: writes for those hosts need a credential
+            issued after that time.
+
     Attributes:
         revision: increases on every change of routable membership (caches key on it).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, revoked: Mapping[str, float] | None = None) -> None:
         self.records: dict[str, RegistryRecord] = {}
+        self.revoked: dict[str, float] = dict(revoked or {})
+        """Host id → revocation time: a write for the host needs a later credential."""
+        self._held: dict[str, dict[str, RegistryRecord]] = {}
+        """Host id → records withdrawn at its revocation, restored (while their lease lasts)
+        when the host is re-admitted; never routed or counted while held."""
         self._keys: dict[str, str] = {}
         self._ssl: dict[str, ssl.SSLContext] = {}
         self.revision = 0
@@ -232,11 +255,20 @@ class Registry:
 
     # --- writes --------------------------------------------------------------------------
     def register(
-        self, host_id: str, node_id: str, decoded: Decoded[NodeRegistration], now: float
+        self,
+        host_id: str,
+        node_id: str,
+        decoded: Decoded[NodeRegistration],
+        now: float,
+        *,
+        issued_at: float | None = None,
     ) -> RegistryRecord:
         """Create or replace the record ``node_id`` for the authenticated ``host_id``.
 
+        ``issued_at`` is when the writer's credential was issued (see :meth:`_admit`).
+
         Raises:
+            AuthError: the host is revoked and the credential is not newer (:meth:`_admit`).
             ForbiddenError: the body names another host, or the id is not the derived one.
             ValidationError: the engine URL is unacceptable.
             ConflictError-like ValidationError: the registry is full.
@@ -248,6 +280,7 @@ class Registry:
                 f"host '{host_id}'"
             )
             raise ForbiddenError(msg)
+        self._admit(host_id, issued_at, now)
         expected = expected_record_id(host_id, reg)
         if node_id != expected:
             msg = f"record id '{node_id}' is not derived from this host; use '{expected}'"
@@ -332,11 +365,20 @@ class Registry:
         self.revision += 1
 
     def heartbeat(
-        self, host_id: str, node_id: str, decoded: Decoded[Heartbeat], now: float
+        self,
+        host_id: str,
+        node_id: str,
+        decoded: Decoded[Heartbeat],
+        now: float,
+        *,
+        issued_at: float | None = None,
     ) -> RegistryRecord:
         """Refresh a record's lease and fold in the heartbeat's load/resources/envelope.
 
+        ``issued_at`` is when the writer's credential was issued (see :meth:`_admit`).
+
         Raises:
+            AuthError: the host is revoked and the credential is not newer (:meth:`_admit`).
             ForbiddenError: the record or body belongs to another host.
             NotFoundError: the record is not registered (register first).
         """
@@ -347,6 +389,7 @@ class Registry:
         if hb.host_id is not None and hb.host_id != host_id:
             msg = f"heartbeat host_id '{hb.host_id}' does not match the credential's '{host_id}'"
             raise ForbiddenError(msg)
+        self._admit(host_id, issued_at, now)
         rec = self._owned(host_id, node_id)
         self.claim(host_id, hb.instance_id, now, registration=False)
         changes: dict[str, object] = {"received_at": now, "lease_expires_at": now + LEASE_TTL_S}
@@ -377,19 +420,105 @@ class Registry:
         self.revision += 1
         return True
 
-    def remove(self, host_id: str, node_id: str, instance_id: str | None, now: float) -> None:
+    def remove(
+        self,
+        host_id: str,
+        node_id: str,
+        instance_id: str | None,
+        now: float,
+        *,
+        issued_at: float | None = None,
+    ) -> None:
         """Delete a record the host owns; removing the control record releases the host id
         at once, so a cleanly stopped agent's replacement registers without waiting.
 
         Raises:
-            ForbiddenError / NotFoundError: as for :meth:`heartbeat`.
+            AuthError / ForbiddenError / NotFoundError: as for :meth:`heartbeat`.
             ConflictError: ``instance_id`` names a run that no longer holds the host id.
         """
+        self._admit(host_id, issued_at, now)
         rec = self._owned(host_id, node_id)
         self.claim(host_id, instance_id, now, registration=False)
         self._remove_record(node_id)
         if rec.role == "allocator":
             self.instances.pop(host_id, None)
+
+    # --- revocation ----------------------------------------------------------------------
+    def withdraw(self, host_id: str, revoked_at: float) -> tuple[RegistryRecord, ...]:
+        """Take a revoked host out of the grid now; returns the records withdrawn.
+
+        Its records leave :attr:`records` (so the next route-table rebuild, host snapshot,
+        discovery listing and metric scrape do not see the host: its engines get no new
+        request and its replicas stop counting, as for a host whose lease lapsed), its
+        agent run's hold on the host id is released, and writes need a credential issued
+        after ``revoked_at`` from now on. Engine keys stay until the held records lapse, so
+        requests already relayed to the host may finish.
+
+        Source: an operator revokes a host whose credential leaked or whose machine is
+        compromised (docs/security.md, "Revoking a host"); traffic must stop at once, not
+        when the lease lapses.
+        """
+        self.revoked[host_id] = max(revoked_at, self.revoked.get(host_id, revoked_at))
+        taken = {rid: r for rid, r in self.records.items() if r.host_id == host_id}
+        for rid in taken:
+            del self.records[rid]
+        if taken:
+            self._held.setdefault(host_id, {}).update(taken)
+            self.revision += 1
+        self.instances.pop(host_id, None)
+        return tuple(sorted(taken.values(), key=lambda r: r.record_id))
+
+    def _admit(self, host_id: str, issued_at: float | None, now: float) -> None:
+        """Refuse a write of a revoked host under a credential its revocation covers; a newer
+        credential re-admits the host, restoring its held records whose lease still runs.
+
+        ``issued_at`` ``None`` (unknown) counts as covered for a revoked host.
+
+        Raises:
+            AuthError: the host is revoked at or after ``issued_at`` (the same refusal the
+                credential check gives; this one closes the window between that check and
+                the write, during which the body is read).
+        """
+        revoked_at = self.revoked.get(host_id)
+        if revoked_at is None:
+            return
+        if issued_at is None or issued_at <= revoked_at:
+            msg = (
+                f"node credential for host '{host_id}' was revoked; provision the host "
+                "again with 'grid allocator join write' or 'grid allocator token write'"
+            )
+            raise AuthError(msg)
+        held = self._held.pop(host_id, None)
+        if held:
+            for rid, rec in held.items():
+                if rec.live(now) and rid not in self.records:
+                    self.records[rid] = rec
+            self.revision += 1
+
+    def revocations(self) -> list[dict[str, object]]:
+        """Revoked hosts for status, oldest id first: ``state`` ``withdrawn`` (nothing of the
+        host routes or counts) or ``readmitted`` (records written under a credential issued
+        after the revocation), with the reason in words."""
+        present = {r.host_id for r in self.records.values()}
+        out: list[dict[str, object]] = []
+        for host_id, at in sorted(self.revoked.items()):
+            back = host_id in present
+            out.append(
+                {
+                    "host_id": host_id,
+                    "revoked_at": at,
+                    "state": "readmitted" if back else "withdrawn",
+                    "reason": (
+                        "re-admitted: records written under a credential issued after the "
+                        "revocation"
+                        if back
+                        else "revoked by the operator: its engines receive no requests and "
+                        "its replicas do not count; credentials issued before the revocation "
+                        "are refused"
+                    ),
+                }
+            )
+        return out
 
     def claim(
         self,
@@ -446,6 +575,15 @@ class Registry:
             del self.records[rid]
             self._keys.pop(rid, None)
             self._ssl.pop(rid, None)
+        for host_id, kept in list(self._held.items()):
+            for rid, r in list(kept.items()):
+                if not r.live(now):
+                    del kept[rid]
+                    if rid not in self.records:
+                        self._keys.pop(rid, None)
+                        self._ssl.pop(rid, None)
+            if not kept:
+                del self._held[host_id]
         if dead:
             self.revision += 1
         return len(dead)

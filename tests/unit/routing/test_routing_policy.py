@@ -343,3 +343,13 @@ def test_a_single_replica_is_chosen_exactly_when_the_full_ranking_would_choose_i
     expected = ranked[0].engine_id if ranked else None
     got = choose_route([only], NOW, max_tokens=max_tokens, affinity_hash=affinity)
     assert got == expected
+
+
+def test_left_without_replica_names_each_model_no_remaining_engine_can_serve() -> None:
+    # After a host is revoked: one model still has a ready engine elsewhere, one only a
+    # draining one, one none at all; a model listed twice is named once.
+    ready = routing.RouteCandidate(engine_id="e1", host_id="h-good")
+    draining = routing.RouteCandidate(engine_id="e2", host_id="h-good", residency_state="draining")
+    remaining = {"m-served": [ready], "m-draining": [draining]}
+    out = routing.left_without_replica(["m-gone", "m-served", "m-draining", "m-gone"], remaining)
+    assert out == ("m-draining", "m-gone")
