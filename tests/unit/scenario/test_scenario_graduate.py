@@ -36,13 +36,18 @@ def _row(strategy: str, **kw) -> dict:
     return row
 
 
+def _good_smart(**kw) -> dict:
+    """A smart row that passes every gate against the default baseline rows."""
+    return _row("smart", **{"served": 0.9, "score": 0.9, "mutations": 5, "wait_minutes": 5, **kw})
+
+
 def _gates(rows: list[dict]) -> dict[str, dict]:
     return {g["gate"]: g for g in evaluate_gates(rows, 4)}
 
 
 def test_a_good_matrix_passes_every_gate() -> None:
     rows = [
-        _row("smart", served=0.9, score=0.9, mutations=5, wait_minutes=5),
+        _good_smart(),
         _row("reactive"),
         _row("greedy", mutations=40),
         _row("static"),
@@ -95,7 +100,7 @@ def test_predictive_savings_fail_when_a_cell_shows_no_effect_of_prediction() -> 
     """Lower median waits are not enough: a cell where smart and reactive are identical
     shows prediction did nothing there."""
     rows = [
-        _row("smart", served=0.9, score=0.9, mutations=5, wait_minutes=5),
+        _good_smart(),
         _row("reactive"),
         _row("greedy", mutations=40),
         _row("static"),
@@ -125,16 +130,7 @@ def test_a_failing_least_workload_cell_names_the_baseline_and_the_request_counts
     """'smart 0.727 vs best baseline 0.909' hid who won and that the miss was 2 requests of
     11: the failing cell names the winning baseline and each side's counts."""
     rows = [
-        _row(
-            "smart",
-            served=0.9,
-            score=0.9,
-            mutations=5,
-            wait_minutes=5,
-            least_served=0.727273,
-            least_requests=11,
-            least_served_requests=8,
-        ),
+        _good_smart(least_served=0.727273, least_requests=11, least_served_requests=8),
         _row("reactive", least_served=0.909091, least_requests=11, least_served_requests=10),
         _row(
             "greedy",
@@ -167,7 +163,7 @@ def test_a_failing_regression_cell_names_only_the_measure_over_its_bound() -> No
     """'smart trails by -0.052 score, +0.088 served' read as if smart trailed on both: the
     failing cell gives both values of the measure that is over its bound, and only that."""
     rows = [
-        _row("smart", machines=4, score=0.812, served=0.700, mutations=5, wait_minutes=5),
+        _good_smart(score=0.812, served=0.700),
         _row("reactive", score=0.7, served=0.7),
         _row("greedy", score=0.760, served=0.788, mutations=40),
         _row("static", score=0.7, served=0.6),
