@@ -495,6 +495,12 @@ def test_start_beside_a_running_fleet_names_the_conflict_before_any_memory_or_me
                 ["--text-capacities-gib", "2,2,2"],
                 "machines (one per --text-capacities-gib value): running 2, asked 3",
             ),
+            # The same count, other values (more than this machine can give): the docs'
+            # own example of a refusal, named before the free-memory check.
+            (
+                ["--text-capacities-gib", "9,9"],
+                "host memory in GiB (--text-capacities-gib): running 2,2, asked 9,9",
+            ),
         ):
             with pytest.raises(SystemExit) as exc:
                 main(["test", "start", *argv])
