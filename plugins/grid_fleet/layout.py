@@ -203,6 +203,8 @@ _DERIVED_SPLIT_LABEL = (
     "as --text-capacities-gib was not given)"
 )
 """How a host memory split the operator did not give is named in a settings refusal."""
+_SPLIT_IN_MB_LABEL = "host memory in MB (--text-capacities-gib)"
+"""The host memory split's name when its GiB text (two places) reads the same both ways."""
 
 
 def setting_text(field: str, value: object) -> str:
@@ -255,7 +257,13 @@ def settings_conflicts(
         label = _SETTING_LABELS.get(field, field)
         if field == "machines" and not machines_given:
             label = _COUNTED_MACHINES_LABEL
-        out.append(f"{label}: running {setting_text(field, was)}, asked {setting_text(field, now)}")
+        was_text, now_text = setting_text(field, was), setting_text(field, now)
+        if field == "capacities_mb" and was_text == now_text:
+            # GiB to two places hides the difference (an equal split is rarely a round
+            # number of GiB): name the values in MB, as the fleet records them.
+            label = _SPLIT_IN_MB_LABEL
+            was_text, now_text = (",".join(map(str, v)) for v in (was, now))
+        out.append(f"{label}: running {was_text}, asked {now_text}")
     return out or derived
 
 

@@ -390,6 +390,14 @@ def test_a_split_derived_from_machines_is_not_named_as_asked():
     ]
 
 
+def test_a_split_that_differs_below_two_places_of_gib_is_named_in_mb():
+    # 'grid test status' shows an equal split of 10724 MB as 10.47 GiB; asking for 10.47
+    # gives 10721 MB. The refusal must not read "running 10.47,10.47, asked 10.47,10.47".
+    assert layout.settings_conflicts(
+        _settings(2, (10724, 10724)), _settings(2, (10721, 10721))
+    ) == ["host memory in MB (--text-capacities-gib): running 10724,10724, asked 10721,10721"]
+
+
 def test_a_derived_split_alone_is_named_as_derived_never_as_asked():
     [phrase] = layout.settings_conflicts(
         _settings(2, (2048, 2048)), _settings(2, (3072, 3072)), capacities_given=False
