@@ -286,12 +286,16 @@ def _with_defaults(profile: dict[str, Any]) -> dict[str, Any]:
 
 
 def _settings_line(settings: dict[str, Any]) -> list[str]:
-    """The start settings as one line, in the units of ``grid test start``'s flags (empty
-    for a document without settings)."""
+    """The start settings as one line, in the units of ``grid test start``'s flags, such
+    that typed back it asks for this fleet: one exact ``--text-capacities-gib`` value per
+    text node (the media node's share is not a flag). Empty for a document without
+    settings."""
     if not settings:
         return []
-    gib = layout.setting_text("capacities_mb", tuple(settings.get("capacities_mb") or ()))
-    extra = " --include-comfyui" if settings.get("include_comfyui") else ""
+    media = bool(settings.get("include_comfyui"))
+    caps = tuple(settings.get("capacities_mb") or ())
+    gib = layout.exact_gib_text(caps[:-1] if media and caps else caps)
+    extra = " --include-comfyui" if media else ""
     models = settings.get("models") or ()
     return [
         f"settings: --machines {settings.get('machines')} --text-capacities-gib {gib} "

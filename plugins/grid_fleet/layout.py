@@ -218,6 +218,25 @@ def setting_text(field: str, value: object) -> str:
     return "none" if value is None else str(value)
 
 
+GIB_TEXT_MAX_PLACES = 10
+"""A whole number of MB over 1024 has at most ten decimal places (1/1024 = 2^-10), so GiB to
+ten places always reads back as the same MB."""
+
+
+def exact_gib_text(mb_values: tuple[int, ...]) -> str:
+    """Host memory as ``--text-capacities-gib`` takes it, each value to the fewest places
+    (two or more) that :func:`text_capacities` reads back as the same MB: ``5.2256`` for an
+    equal split of 5351 MB, where two places (``5.23``) would ask for 5355 MB."""
+    out = []
+    for mb in mb_values:
+        for places in range(2, GIB_TEXT_MAX_PLACES + 1):
+            text = f"{mb / GIB_MB:.{places}f}".rstrip("0").rstrip(".")
+            if int(float(text) * GIB_MB) == mb:
+                break
+        out.append(text)
+    return ",".join(out)
+
+
 def settings_conflicts(
     running: FleetSettings,
     asked: FleetSettings,

@@ -723,6 +723,21 @@ def test_watch_orders_outcomes_by_completion_and_admits_unobserved_states():
     assert first[0].line(0.0).endswith("residency: ready (state when watching began)")
 
 
+def test_the_status_settings_line_can_be_typed_back():
+    """The settings line reads like the start command: pasted back beside the running fleet
+    it asks for that fleet (an equal split of 5351 MB is not '5.23', which is 5355 MB), and
+    with a media node it gives one value per text node, as the flag takes them."""
+    from grid_fleet import cli
+
+    doc = {"machines": 4, "capacities_mb": [5351] * 4, "port": 1, "engine_port_base": 2}
+    [line] = cli._settings_line(doc)
+    typed = line.split("--text-capacities-gib ")[1].split()[0]
+    assert layout.text_capacities(typed, 4) == (5351,) * 4, line
+    media = {**doc, "capacities_mb": [4096, 4096, 4096, 3900], "include_comfyui": True}
+    [line] = cli._settings_line(media)
+    assert "--text-capacities-gib 4,4,4 " in line and line.endswith("--include-comfyui"), line
+
+
 def test_status_warns_while_compete_edits_are_applied(tmp_path):
     """A killed ``grid test compete`` leaves its journal: status names the edited models
     until a later run undoes them, and says nothing without a journal."""
