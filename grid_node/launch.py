@@ -20,7 +20,7 @@ from pathlib import Path
 
 import msgspec
 
-from grid_core.errors import ConflictError, UnavailableError
+from grid_core.errors import AuthError, ConflictError, UnavailableError
 from grid_core.nodeconfig import NodeConfig, load_config
 from grid_core.nodelaunch import NodeProcesses
 from grid_core.system import (
@@ -204,8 +204,11 @@ def _wait_registered(sdir: Path, instance: str, pid: int, log: Path, wait_s: flo
     """The record of daemon ``instance`` (PID ``pid``) once it is registered and ready.
 
     Raises:
-        UnavailableError: the daemon exited meanwhile, or did not register within ``wait_s``
-            seconds (the message quotes its log, or its last error).
+        UnavailableError: the daemon exited meanwhile, the server refused its credential
+            (revoked, expired or not this grid's: waiting will not change that, so this is
+            said at once; the daemon is left running, as on a timeout), or it did not
+            register within ``wait_s`` seconds (the message quotes its log, or its last
+            error).
     """
 
     def registered() -> AgentRecord | None:
@@ -218,6 +221,12 @@ def _wait_registered(sdir: Path, instance: str, pid: int, log: Path, wait_s: flo
             and (now.ready_until or 0) > time.time()
         ):
             return now
+        if now is not None and now.instance == instance and _credential_refused(now):
+            msg = (
+                f"node agent pid {pid} is running but the server refused its credential "
+                f"({now.last_error}); see {log}"
+            )
+            raise UnavailableError(msg)
         if exit_status(pid) is not None:
             msg = f"node agent exited during start:\n{log_tail(log)}"
             raise UnavailableError(msg)
@@ -232,6 +241,13 @@ def _wait_registered(sdir: Path, instance: str, pid: int, log: Path, wait_s: flo
         f"({err}); see {log}"
     )
     raise UnavailableError(msg)
+
+
+def _credential_refused(rec: AgentRecord) -> bool:
+    """Whether every server refused the daemon's node credential: its last error is an
+    :class:`~grid_core.errors.AuthError`, which the agent records as ``AuthError: …``
+    (:meth:`grid_node.agent.NodeAgent.beat` writes ``TYPE: message``)."""
+    return rec.last_error.startswith(f"{AuthError.__name__}:")
 
 
 def stop_node(state_dir: Path, *, force: bool = False, wait_s: float = STOP_WAIT_S) -> list[str]:

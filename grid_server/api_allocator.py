@@ -271,12 +271,16 @@ def revoke_host(ctx: ServerContext, host_id: str, now: float) -> dict[str, Any]:
         ``models``), ``models`` they served, ``no_ready_replica`` (those models no other
         engine can serve now: requests for them get 503 until a replica is ready elsewhere,
         or 404 for a model without a profile), ``inflight_requests`` still running on the
-        host's engines, and whether its ``control_record`` (capacity and replicas the
-        controller counted) went.
+        host's engines, whether its ``control_record`` (capacity and replicas the
+        controller counted) went, and ``already_revoked_at``: the host's previous revocation
+        time (Unix s), ``None`` when it was not revoked before. Nothing withdrawn and no
+        previous revocation means the server knows no host of that id: a mistyped id, which
+        the CLI warns about.
 
     Raises:
         StateError: the revocation could not be written (nothing changed).
     """
+    before = ctx.credentials.revoked.get(host_id)
     rev = ctx.credentials.revoke(host_id, now)
     withdrawn = ctx.registry.withdraw(host_id, rev.revoked_at)
     engines = [r for r in withdrawn if r.role == "engine"]
@@ -293,6 +297,7 @@ def revoke_host(ctx: ServerContext, host_id: str, now: float) -> dict[str, Any]:
         "no_ready_replica": list(routing.left_without_replica(models, remaining)),
         "inflight_requests": sum(router.inflight.get(r.record_id, 0) for r in engines),
         "control_record": any(r.role == "allocator" for r in withdrawn),
+        "already_revoked_at": before,
     }
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import time
 from http import HTTPStatus
 from pathlib import Path
 from typing import Any
@@ -438,16 +439,34 @@ def node_revoke(
 
 def revoke_lines(data: dict[str, Any]) -> list[str]:
     """What ``node revoke`` prints for the server's answer (see
-    :func:`grid_server.api_allocator.revoke_host`): the revocation, the engines withdrawn,
-    requests still finishing there and the models left with no ready replica."""
+    :func:`grid_server.api_allocator.revoke_host`): the revocation, the engines withdrawn
+    (or the node record alone, or that the host was revoked already, or a warning that the
+    server knows no host of that id, so that a mistyped id is not taken for a revocation of
+    the host meant), requests still finishing there and the models left with no ready
+    replica."""
     host = data.get("host_id")
     engines = data.get("engines") or []
     lines = [f"grid: revoked host {host}; its credentials are refused from now on"]
     if engines:
         lines.append(f"grid: withdrew {len(engines)} engine(s) of {host} from routing:")
         lines += [f"  {e['engine_id']}  {', '.join(e['models'])}" for e in engines]
+    elif data.get("control_record"):
+        lines.append(
+            f"grid: withdrew {host}'s node record (its capacity leaves the controller's "
+            "view); it had no engine routed here"
+        )
+    elif data.get("already_revoked_at") is not None:
+        at = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(data["already_revoked_at"]))
+        lines.append(
+            f"grid: {host} was already revoked (at {at}) and had nothing routed here; "
+            "a credential issued since then is refused now too"
+        )
     else:
-        lines.append(f"grid: {host} had no engine routed here; nothing was withdrawn")
+        lines.append(
+            f"grid: warning: this server knows no host {host!r} (nothing was withdrawn); if "
+            "the id is mistyped, the host you meant is still admitted: check the ids in "
+            f"'grid allocator status'. {host!r} stays revoked should it ever connect"
+        )
     inflight = int(data.get("inflight_requests") or 0)
     if inflight:
         lines.append(f"grid: {inflight} request(s) already running there may finish")

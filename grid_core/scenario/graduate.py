@@ -19,6 +19,7 @@ from grid_core.scenario.config import (
     STRATEGIES,
     ScenarioConfig,
 )
+from grid_core.scenario.report import DIGITS, r6
 from grid_core.scenario.run import LabEnv, run_scenario
 
 SCORE_REGRESSION = 0.05
@@ -259,11 +260,13 @@ def _regression_gate(
     worst_score = worst_served = 0.0
     for k in keys:
         for name, other in baselines.items():
-            ds = other[k]["score"] - smart[k]["score"]
-            dv = other[k]["served"] - smart[k]["served"]
+            # Deficits of the reported (six-place) numbers: 1.0 - 0.95 trails by 0.05, not
+            # by the 0.050000000000000044 floating point makes of it.
+            ds = r6(other[k]["score"] - smart[k]["score"])
+            dv = r6(other[k]["served"] - smart[k]["served"])
             worst_score, worst_served = max(worst_score, ds), max(worst_served, dv)
             over = [
-                f"{what} {smart[k][what]:.3f} vs {other[k][what]:.3f} (trails by {d:.3f} > {bound})"
+                _trails_text(what, smart[k][what], other[k][what], d, bound)
                 for what, d, bound in (
                     ("score", ds, SCORE_REGRESSION),
                     ("served", dv, SERVICE_REGRESSION),
@@ -285,8 +288,19 @@ def _regression_gate(
     )
 
 
+def _trails_text(what: str, mine: float, theirs: float, deficit: float, bound: float) -> str:
+    """``served 0.700 vs 0.788 (trails by 0.088 > 0.05)``: three places, or as many more (up
+    to the report's six) as it takes for ``deficit`` to read as over ``bound``, so that a
+    cell never reads ``trails by 0.050 > 0.05``; both values to the same places."""
+    places = next((p for p in range(3, DIGITS) if float(f"{deficit:.{p}f}") > bound), DIGITS)
+    return (
+        f"{what} {mine:.{places}f} vs {theirs:.{places}f} "
+        f"(trails by {deficit:.{places}f} > {bound})"
+    )
+
+
 def _static_gain_gate(smart: Cells, static: Cells, keys: list[tuple[int, int]]) -> Gate:
-    gains = [smart[k]["served"] - static[k]["served"] for k in keys]
+    gains = [r6(smart[k]["served"] - static[k]["served"]) for k in keys]
     med = statistics.median(gains) if gains else 0.0
     return _gate(
         "service_gain_over_static",
@@ -335,7 +349,7 @@ def _least_workload_gate(
             "best_baseline": best,
             "best_baseline_strategy": name,
         }
-        if smart[k]["least_served"] < best - LEAST_WORKLOAD_SLACK:
+        if r6(best - smart[k]["least_served"]) > LEAST_WORKLOAD_SLACK:
             bad.append(
                 f"seed={k[1]}: smart {_least_text(smart[k])} vs best baseline "
                 f"{name} {_least_text(baselines[name][k])}"

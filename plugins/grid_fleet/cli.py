@@ -138,7 +138,9 @@ def start(
         comfyui=comfyui,
     )
     asked = layout.fill_left_out(typed, existing.settings if existing is not None else None)
-    _refuse_other_settings(existing, asked, machines_given=machines is not None)
+    _refuse_other_settings(
+        existing, asked, text_capacities_gib, machines_given=machines is not None
+    )
     launcher, bundle = _media_options(
         asked.include_comfyui,
         Path(asked.media_bundle) if asked.media_bundle is not None else None,
@@ -158,27 +160,49 @@ def start(
 
 
 def _refuse_other_settings(
-    existing: layout.FleetRecord | None, settings: layout.FleetSettings, *, machines_given: bool
+    existing: layout.FleetRecord | None,
+    settings: layout.FleetSettings,
+    capacities_gib: str | None,
+    *,
+    machines_given: bool,
 ) -> None:
     """Refuse at once a start whose flags differ from the running fleet's in machines,
-    ports, models or the media node: the conflict is the answer, not a memory or media-bundle
-    check of a fleet that cannot start beside it anyway. The start itself compares every
-    setting again (memory split and media paths included) under the fleet lock.
+    ports, models, the media node or the text nodes' ``--text-capacities-gib`` values: the
+    conflict is the answer, not a memory or media-bundle check of a fleet that cannot start
+    beside it anyway. The start itself compares every setting again (memory split and media
+    paths included) under the fleet lock.
+
+    Args:
+        existing: the recorded fleet, ``None`` when none is recorded.
+        settings: what this start asks for (:func:`grid_fleet.layout.fill_left_out`).
+        capacities_gib: ``--text-capacities-gib`` as typed, ``None`` when left out. Only its
+            values are compared (the media node's share depends on free memory), and only
+            for the running fleet's shape (another machine count is named by itself).
 
     Raises:
         SettingsConflictError: a fleet runs here with other settings (exit 2).
+        ValidationError: ``capacities_gib`` is not one number per text node.
     """
     if existing is None or daemons.server_proof(existing.server) != "proven":
         return
     run = existing.settings
+    caps = run.capacities_mb
+    if (
+        capacities_gib
+        and settings.machines == run.machines
+        and settings.include_comfyui == run.include_comfyui
+    ):
+        text = run.machines - 1 if run.include_comfyui else run.machines
+        asked = layout.text_capacities(capacities_gib, text, media=run.include_comfyui)
+        caps = asked + run.capacities_mb[text:]
     probe = msgspec.structs.replace(
         settings,
-        capacities_mb=run.capacities_mb,
+        capacities_mb=caps,
         media_bundle=run.media_bundle,
         comfyui=run.comfyui,
     )
-    if probe != existing.settings:
-        raise lifecycle.settings_conflict(existing.settings, probe, machines_given=machines_given)
+    if probe != run:
+        raise lifecycle.settings_conflict(run, probe, machines_given=machines_given)
 
 
 def _started_text(rec: layout.FleetRecord, root: Path) -> str:
@@ -262,12 +286,16 @@ def _with_defaults(profile: dict[str, Any]) -> dict[str, Any]:
 
 
 def _settings_line(settings: dict[str, Any]) -> list[str]:
-    """The start settings as one line, in the units of ``grid test start``'s flags (empty
-    for a document without settings)."""
+    """The start settings as one line, in the units of ``grid test start``'s flags, such
+    that typed back it asks for this fleet: one exact ``--text-capacities-gib`` value per
+    text node (the media node's share is not a flag). Empty for a document without
+    settings."""
     if not settings:
         return []
-    gib = layout.setting_text("capacities_mb", tuple(settings.get("capacities_mb") or ()))
-    extra = " --include-comfyui" if settings.get("include_comfyui") else ""
+    media = bool(settings.get("include_comfyui"))
+    caps = tuple(settings.get("capacities_mb") or ())
+    gib = layout.exact_gib_text(caps[:-1] if media and caps else caps)
+    extra = " --include-comfyui" if media else ""
     models = settings.get("models") or ()
     return [
         f"settings: --machines {settings.get('machines')} --text-capacities-gib {gib} "

@@ -203,6 +203,8 @@ _DERIVED_SPLIT_LABEL = (
     "as --text-capacities-gib was not given)"
 )
 """How a host memory split the operator did not give is named in a settings refusal."""
+_SPLIT_IN_MB_LABEL = "host memory in MB (--text-capacities-gib)"
+"""The host memory split's name when its GiB text (two places) reads the same both ways."""
 
 
 def setting_text(field: str, value: object) -> str:
@@ -214,6 +216,25 @@ def setting_text(field: str, value: object) -> str:
     if isinstance(value, bool):
         return "on" if value else "off"
     return "none" if value is None else str(value)
+
+
+GIB_TEXT_MAX_PLACES = 10
+"""A whole number of MB over 1024 has at most ten decimal places (1/1024 = 2^-10), so GiB to
+ten places always reads back as the same MB."""
+
+
+def exact_gib_text(mb_values: tuple[int, ...]) -> str:
+    """Host memory as ``--text-capacities-gib`` takes it, each value to the fewest places
+    (two or more) that :func:`text_capacities` reads back as the same MB: ``5.2256`` for an
+    equal split of 5351 MB, where two places (``5.23``) would ask for 5355 MB."""
+    out = []
+    for mb in mb_values:
+        for places in range(2, GIB_TEXT_MAX_PLACES + 1):
+            text = f"{mb / GIB_MB:.{places}f}".rstrip("0").rstrip(".")
+            if int(float(text) * GIB_MB) == mb:
+                break
+        out.append(text)
+    return ",".join(out)
 
 
 def settings_conflicts(
@@ -255,7 +276,13 @@ def settings_conflicts(
         label = _SETTING_LABELS.get(field, field)
         if field == "machines" and not machines_given:
             label = _COUNTED_MACHINES_LABEL
-        out.append(f"{label}: running {setting_text(field, was)}, asked {setting_text(field, now)}")
+        was_text, now_text = setting_text(field, was), setting_text(field, now)
+        if field == "capacities_mb" and was_text == now_text:
+            # GiB to two places hides the difference (an equal split is rarely a round
+            # number of GiB): name the values in MB, as the fleet records them.
+            label = _SPLIT_IN_MB_LABEL
+            was_text, now_text = (",".join(map(str, v)) for v in (was, now))
+        out.append(f"{label}: running {was_text}, asked {now_text}")
     return out or derived
 
 

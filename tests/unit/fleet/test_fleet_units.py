@@ -390,6 +390,14 @@ def test_a_split_derived_from_machines_is_not_named_as_asked():
     ]
 
 
+def test_a_split_that_differs_below_two_places_of_gib_is_named_in_mb():
+    # 'grid test status' shows an equal split of 10724 MB as 10.47 GiB; asking for 10.47
+    # gives 10721 MB. The refusal must not read "running 10.47,10.47, asked 10.47,10.47".
+    assert layout.settings_conflicts(
+        _settings(2, (10724, 10724)), _settings(2, (10721, 10721))
+    ) == ["host memory in MB (--text-capacities-gib): running 10724,10724, asked 10721,10721"]
+
+
 def test_a_derived_split_alone_is_named_as_derived_never_as_asked():
     [phrase] = layout.settings_conflicts(
         _settings(2, (2048, 2048)), _settings(2, (3072, 3072)), capacities_given=False
@@ -494,6 +502,12 @@ def test_start_beside_a_running_fleet_names_the_conflict_before_any_memory_or_me
             (
                 ["--text-capacities-gib", "2,2,2"],
                 "machines (one per --text-capacities-gib value): running 2, asked 3",
+            ),
+            # The same count, other values (more than this machine can give): the docs'
+            # own example of a refusal, named before the free-memory check.
+            (
+                ["--text-capacities-gib", "9,9"],
+                "host memory in GiB (--text-capacities-gib): running 2,2, asked 9,9",
             ),
         ):
             with pytest.raises(SystemExit) as exc:
@@ -707,6 +721,21 @@ def test_watch_orders_outcomes_by_completion_and_admits_unobserved_states():
     assert observe.skipped_note("warming", "loading") == "via ready, draining, cached, absent"
     first = observe.Observer("http://x").update(_status({"h1": [("a", "ready")]}), now=1.0)
     assert first[0].line(0.0).endswith("residency: ready (state when watching began)")
+
+
+def test_the_status_settings_line_can_be_typed_back():
+    """The settings line reads like the start command: pasted back beside the running fleet
+    it asks for that fleet (an equal split of 5351 MB is not '5.23', which is 5355 MB), and
+    with a media node it gives one value per text node, as the flag takes them."""
+    from grid_fleet import cli
+
+    doc = {"machines": 4, "capacities_mb": [5351] * 4, "port": 1, "engine_port_base": 2}
+    [line] = cli._settings_line(doc)
+    typed = line.split("--text-capacities-gib ")[1].split()[0]
+    assert layout.text_capacities(typed, 4) == (5351,) * 4, line
+    media = {**doc, "capacities_mb": [4096, 4096, 4096, 3900], "include_comfyui": True}
+    [line] = cli._settings_line(media)
+    assert "--text-capacities-gib 4,4,4 " in line and line.endswith("--include-comfyui"), line
 
 
 def test_status_warns_while_compete_edits_are_applied(tmp_path):

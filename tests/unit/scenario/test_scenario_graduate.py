@@ -173,3 +173,35 @@ def test_a_failing_regression_cell_names_only_the_measure_over_its_bound() -> No
     assert gate["failing"] == [
         "machines=4 seed=1 vs greedy: smart served 0.700 vs 0.788 (trails by 0.088 > 0.05)"
     ]
+
+
+def test_a_difference_exactly_at_a_bound_is_within_it() -> None:
+    """The runs report fractions to six places; 1.0 - 0.95 is 0.050000000000000044 and
+    0.82 - 0.80 is 0.019999999999999907 in floating point. A gate compares the reported
+    numbers, so a difference of exactly the bound passes."""
+    rows = [
+        # 19/20 against 20/20 served: trails by exactly 0.05.
+        _row("smart", score=0.95, served=0.95, mutations=5, wait_minutes=5, least_served=0.85),
+        _row("reactive", score=1.0, served=1.0, least_served=0.9),
+        _row("greedy", score=0.8, served=0.8, mutations=40, least_served=0.5),
+        _row("static", score=0.8, served=0.93, least_served=0.5),
+    ]
+    gates = _gates(rows)
+    assert gates["bounded_regression"]["pass"], gates["bounded_regression"]
+    assert gates["least_workload_largest_fleet"]["pass"], gates["least_workload_largest_fleet"]
+    assert gates["service_gain_over_static"]["pass"], gates["service_gain_over_static"]
+
+
+def test_a_deficit_just_over_its_bound_reads_as_over_it() -> None:
+    """'trails by 0.050 > 0.05' contradicts itself: the failing cell shows as many places as
+    it takes for the deficit to read as over the bound, and the values to the same places."""
+    rows = [
+        _row("smart", score=0.9, served=0.9496, mutations=5, wait_minutes=5),
+        _row("reactive", score=0.9, served=1.0),
+        _row("greedy", score=0.8, served=0.8, mutations=40),
+        _row("static", score=0.8, served=0.8),
+    ]
+    gate = _gates(rows)["bounded_regression"]
+    assert gate["failing"] == [
+        "machines=4 seed=1 vs reactive: smart served 0.9496 vs 1.0000 (trails by 0.0504 > 0.05)"
+    ]

@@ -141,3 +141,57 @@ def test_a_registry_started_with_the_revocation_file_refuses_the_old_credential(
     assert row["revoked_at"] == REVOKED_AT
     register_host(reg, BAD, [MODEL], T0 + 21.0, issued_at=REVOKED_AT + 10.0)
     assert ready_hosts(router, MODEL, T0 + 21.0) == {BAD}
+
+
+def _revoke_answer(creds: Credentials, reg: Registry, host: str, now: float) -> dict:
+    """The server's answer to ``POST /allocator/hosts/{host}/revoke`` on a grid ``reg``."""
+    from types import SimpleNamespace
+
+    from grid_server.api_allocator import revoke_host
+
+    ctx = SimpleNamespace(
+        credentials=creds,
+        registry=reg,
+        router=RouterState(reg),
+        runner=SimpleNamespace(input_changed=lambda *_a, **_k: None),
+    )
+    return revoke_host(ctx, host, now)  # type: ignore[arg-type]
+
+
+def test_revoke_lines_tell_a_mistyped_id_from_a_revocation_that_withdrew_something(
+    tmp_path: Path,
+) -> None:
+    # 'node revoke host-2' for host-02 at 2 a.m.: the answer must not read like host-02
+    # was revoked; it warns that the server knows no such host.
+    from grid_server.cli_allocator import revoke_lines
+
+    reg, _router = grid()
+    creds = Credentials(tmp_path)
+    typo = revoke_lines(_revoke_answer(creds, reg, "host-bda", REVOKED_AT))
+    assert any("warning: this server knows no host 'host-bda'" in line for line in typo), typo
+    assert any("the host you meant is still admitted" in line for line in typo), typo
+    # The real host: its engines are listed, no warning.
+    first = _revoke_answer(creds, reg, BAD, REVOKED_AT)
+    assert first["already_revoked_at"] is None
+    text = "\n".join(revoke_lines(first))
+    assert "withdrew 2 engine(s) of host-bad" in text and "warning: this server" not in text
+    # Revoked again: nothing left to withdraw, and the answer says why (not a typo).
+    again = _revoke_answer(creds, reg, BAD, REVOKED_AT + 1.0)
+    assert again["already_revoked_at"] == REVOKED_AT
+    text = "\n".join(revoke_lines(again))
+    assert "host-bad was already revoked" in text and "knows no host" not in text, text
+
+
+def test_revoking_a_host_with_only_a_node_record_does_not_say_nothing_was_withdrawn(
+    tmp_path: Path,
+) -> None:
+    # A node agent with no engine yet: its control record (its capacity) is withdrawn.
+    from grid_server.cli_allocator import revoke_lines
+
+    reg = Registry()
+    register_host(reg, GOOD, [], T0)
+    answer = _revoke_answer(Credentials(tmp_path), reg, GOOD, REVOKED_AT)
+    assert answer["control_record"] is True
+    text = "\n".join(revoke_lines(answer))
+    assert "withdrew host-good's node record" in text, text
+    assert "nothing was withdrawn" not in text and "knows no host" not in text, text
