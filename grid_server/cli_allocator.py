@@ -472,8 +472,8 @@ def revoke_lines(data: dict[str, Any]) -> list[str]:
         lines.append(f"grid: {inflight} request(s) already running there may finish")
     for model in data.get("no_ready_replica") or []:
         lines.append(
-            f"grid: warning: model '{model}' has no ready replica now; its requests get 503 "
-            "until one is ready elsewhere"
+            f"grid: warning: model '{model}' has no ready replica now; its requests are "
+            "refused (503, or 404 without a profile) until one is ready elsewhere"
         )
     return lines
 
