@@ -441,6 +441,10 @@ def fill_left_out(flags: StartFlags, running: FleetSettings | None) -> FleetSett
     launcher are taken from the record only for a media fleet asked for again, and are
     returned as typed (the caller resolves and checks them). ``capacities_mb`` is left empty:
     :func:`start_capacities` decides the split.
+
+    Raises:
+        ValidationError: ``--text-capacities-gib`` that sets the machine count holds a value
+            that is not a number (named before any comparison with a running fleet).
     """
     rec = running
     media = flags.include_comfyui
@@ -448,7 +452,9 @@ def fill_left_out(flags: StartFlags, running: FleetSettings | None) -> FleetSett
         media = rec.include_comfyui if rec is not None else False
     machines = flags.machines
     if machines is None and flags.capacities_gib:
-        machines = len(flags.capacities_gib.split(",")) + (1 if media else 0)
+        count = len(flags.capacities_gib.split(","))
+        text_capacities(flags.capacities_gib, count)  # a bad value is named as such first
+        machines = count + (1 if media else 0)
     if machines is None:
         machines = rec.machines if rec is not None else DEFAULT_MACHINES
     bundle = str(flags.media_bundle) if flags.media_bundle is not None else None

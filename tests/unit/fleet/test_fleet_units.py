@@ -480,6 +480,9 @@ def test_flags_left_out_take_the_recorded_fleets_values_else_the_defaults():
     assert layout.fill_left_out(layout.StartFlags(capacities_gib="6,4,4"), running).machines == 3
     media = layout.StartFlags(capacities_gib="4,4", include_comfyui=True)
     assert layout.fill_left_out(media, None).machines == 3
+    # A value that is not a number is named as such, not counted as a machine.
+    with pytest.raises(ValidationError, match="--text-capacities-gib '1,2,x': use comma"):
+        layout.fill_left_out(layout.StartFlags(capacities_gib="1,2,x"), running)
     # A flag given wins over the record.
     assert layout.fill_left_out(layout.StartFlags(machines=5, port=9), running).port == 9
 
