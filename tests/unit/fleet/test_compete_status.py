@@ -83,6 +83,24 @@ def test_the_choice_names_standby_before_the_workload_is_admitted():
     assert compete.choice(before) == ("stands fast by for coding (idle capacity, before admission)")
 
 
+def test_only_an_answer_the_allocator_chose_fails_the_serve_step():
+    """Seen on a 3-host fleet: both candidates became ready in the same second before the
+    coding workload was admitted, and the router's configured favourite answered first; the
+    step failed with "portfolio mapping {}" although the allocator had chosen nothing."""
+    cands = ["fast", "slow"]
+    unchosen = {"controller": {"portfolio": {"mapping": {}, "standby": {}}}}
+    assert compete.another_choice(unchosen, "slow", "fast", cands) is None  # keep asking
+    standby = {"controller": {"portfolio": {"mapping": {}, "standby": {"coding": "fast"}}}}
+    assert compete.another_choice(standby, "slow", "fast", cands) is None  # fast still starting
+    assert compete.another_choice(STATUS, "fast", "fast", cands) is None
+    chose_slow = {"controller": {"portfolio": {"mapping": {"coding": "slow"}}}}
+    wrong = compete.another_choice(chose_slow, "slow", "fast", cands)
+    assert wrong is not None and "served coding with slow" in wrong
+    assert "mapped coding to slow" in wrong
+    by_standby = {"controller": {"portfolio": {"mapping": {}, "standby": {"coding": "slow"}}}}
+    assert "stands slow by" in (compete.another_choice(by_standby, "slow", "fast", cands) or "")
+
+
 @pytest.mark.parametrize(
     ("doc", "problem"),
     [
