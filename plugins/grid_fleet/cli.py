@@ -57,65 +57,77 @@ def _running_record(
     return rec
 
 
+# ``grid test start``'s options: ``None`` where the operator left one out (see
+# :func:`grid_fleet.layout.fill_left_out`).
+MachinesOption = Annotated[
+    int | None,
+    typer.Option(
+        "--machines",
+        help=f"Logical hosts ({layout.MIN_MACHINES}-{layout.MAX_MACHINES}; default: one "
+        f"per --text-capacities-gib value, else the fleet recorded here, else "
+        f"{layout.DEFAULT_MACHINES}).",
+    ),
+]
+CapacitiesOption = Annotated[
+    str | None,
+    typer.Option(
+        "--text-capacities-gib",
+        help="Per-host memory in GiB, e.g. 6,4,4,2 (default: an equal split of usable memory).",
+    ),
+]
+ModelOption = Annotated[
+    list[Path] | None,
+    typer.Option(
+        "--model",
+        help="A GGUF to serve instead of the generated tiny models (repeatable; "
+        "the first is the baseline).",
+    ),
+]
+PortOption = Annotated[
+    int | None,
+    typer.Option("--port", help=f"Fleet API port (default {layout.DEFAULT_PORT})."),
+]
+EnginePortBaseOption = Annotated[
+    int | None,
+    typer.Option(
+        "--engine-port-base",
+        help=f"First engine port (default {layout.DEFAULT_ENGINE_PORT_BASE}); each host "
+        f"gets {layout.ENGINE_PORTS_PER_HOST}.",
+    ),
+]
+IncludeComfyuiOption = Annotated[
+    bool | None,
+    typer.Option(
+        "--include-comfyui/--no-include-comfyui",
+        help="Make the last machine a ComfyUI media node serving --media-bundle's "
+        "workflows (default: as the fleet recorded here, else no).",
+    ),
+]
+MediaBundleOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--media-bundle",
+        help="Directory of workflow manifests (*.workflow.json) and their checkpoints.",
+    ),
+]
+ComfyuiOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--comfyui",
+        help=f"ComfyUI launcher taking main.py's flags (default: ${media.EXECUTABLE_ENV}).",
+    ),
+]
+
+
 def start(
-    machines: Annotated[
-        int | None,
-        typer.Option(
-            "--machines",
-            help=f"Logical hosts ({layout.MIN_MACHINES}-{layout.MAX_MACHINES}; default: one "
-            f"per --text-capacities-gib value, else the fleet recorded here, else "
-            f"{layout.DEFAULT_MACHINES}).",
-        ),
-    ] = None,
-    text_capacities_gib: Annotated[
-        str | None,
-        typer.Option(
-            "--text-capacities-gib",
-            help="Per-host memory in GiB, e.g. 6,4,4,2 (default: an equal split of usable memory).",
-        ),
-    ] = None,
-    model: Annotated[
-        list[Path] | None,
-        typer.Option(
-            "--model",
-            help="A GGUF to serve instead of the generated tiny models (repeatable; "
-            "the first is the baseline).",
-        ),
-    ] = None,
-    port: Annotated[
-        int | None,
-        typer.Option("--port", help=f"Fleet API port (default {layout.DEFAULT_PORT})."),
-    ] = None,
-    engine_port_base: Annotated[
-        int | None,
-        typer.Option(
-            "--engine-port-base",
-            help=f"First engine port (default {layout.DEFAULT_ENGINE_PORT_BASE}); each host "
-            f"gets {layout.ENGINE_PORTS_PER_HOST}.",
-        ),
-    ] = None,
-    include_comfyui: Annotated[
-        bool | None,
-        typer.Option(
-            "--include-comfyui/--no-include-comfyui",
-            help="Make the last machine a ComfyUI media node serving --media-bundle's "
-            "workflows (default: as the fleet recorded here, else no).",
-        ),
-    ] = None,
-    media_bundle: Annotated[
-        Path | None,
-        typer.Option(
-            "--media-bundle",
-            help="Directory of workflow manifests (*.workflow.json) and their checkpoints.",
-        ),
-    ] = None,
-    comfyui: Annotated[
-        Path | None,
-        typer.Option(
-            "--comfyui",
-            help=f"ComfyUI launcher taking main.py's flags (default: ${media.EXECUTABLE_ENV}).",
-        ),
-    ] = None,
+    machines: MachinesOption = None,
+    text_capacities_gib: CapacitiesOption = None,
+    model: ModelOption = None,
+    port: PortOption = None,
+    engine_port_base: EnginePortBaseOption = None,
+    include_comfyui: IncludeComfyuiOption = None,
+    media_bundle: MediaBundleOption = None,
+    comfyui: ComfyuiOption = None,
 ) -> None:
     """Start one Grid server plus N logical hosts with real llama-server children (and, with
     --include-comfyui, a ComfyUI media node as the last of the N).
