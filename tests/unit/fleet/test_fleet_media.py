@@ -11,12 +11,6 @@ from grid_fleet import cli, layout, media
 from grid_core.errors import ValidationError
 
 
-@pytest.fixture
-def usable(monkeypatch: pytest.MonkeyPatch) -> int:
-    monkeypatch.setattr(layout, "usable_memory_mb", lambda: 20_000)
-    return 20_000
-
-
 def test_the_media_node_is_one_of_the_machines_and_gets_its_own_share(usable):
     assert layout.plan_capacities(3, None, media=True) == (6666,) * 3
     assert layout.plan_capacities(3, "4,2", media=True) == (4096, 2048, layout.MEDIA_HOST_MB)
